@@ -1,0 +1,238 @@
+//! The environment variables, parsed once. Every bad value is an error that names the
+//! variable, the value and a valid example: nothing is guessed, and no bad value means
+//! "unlimited".
+
+use crate::units::{parse_size, Size};
+
+/// The most device ordinals cuquota keeps a quota for (CUDA device ordinals are small).
+pub const MAX_DEVICES: usize = 64;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Refuse over-quota requests with CUDA_ERROR_OUT_OF_MEMORY.
+    Enforce,
+    /// Refuse nothing; log what would have been refused.
+    Observe,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Limits {
+    /// `CUQUOTA_LIMIT` unset.
+    None,
+    /// One value for every device.
+    All(Size),
+    /// `0:6GiB,1:50%`: devices not named are unlimited.
+    PerDevice(Vec<(usize, Size)>),
+}
+
+impl Limits {
+    pub fn for_device(&self, device: usize) -> Option<Size> {
+        match self {
+            Limits::None => None,
+            Limits::All(s) => Some(*s),
+            Limits::PerDevice(list) => list.iter().find(|(d, _)| *d == device).map(|(_, s)| *s),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LogTarget {
+    Stderr,
+    Off,
+    File(String),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    pub limits: Limits,
+    pub mode: Mode,
+    /// Report the quota as the device's memory (`CUQUOTA_VIRTUALIZE`, default on).
+    pub virtualize: bool,
+    pub log: LogTarget,
+    /// `CUQUOTA_LOG_LEVEL=info`: print the effective configuration once.
+    pub verbose: bool,
+    /// `CUQUOTA_TRACE`: the trace path template.
+    pub trace: Option<String>,
+}
+
+/// A bad variable: printed once, and every CUDA call cuquota hooks then fails.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    pub message: String,
+}
+
+const LIMIT_EXAMPLES: &str = "e.g. CUQUOTA_LIMIT=6GiB, 6144MiB, 75% or 0:6GiB,1:50%";
+
+impl Config {
+    /// Reads the variables through `var` (the environment in the library, a map in tests).
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let limits = match var("CUQUOTA_LIMIT") {
+            None => Limits::None,
+            Some(v) => parse_limits(&v).map_err(|why| ConfigError {
+                message: format!(
+                    "CUQUOTA_LIMIT=\"{v}\" is not valid: {why}; use {LIMIT_EXAMPLES}. \
+                     CUDA calls fail with CUDA_ERROR_INVALID_VALUE until it is fixed"
+                ),
+            })?,
+        };
+        let mode = match var("CUQUOTA_MODE").as_deref() {
+            None | Some("enforce") => Mode::Enforce,
+            Some("observe") => Mode::Observe,
+            Some(v) => return Err(bad("CUQUOTA_MODE", v, "enforce or observe")),
+        };
+        let virtualize = match var("CUQUOTA_VIRTUALIZE").as_deref() {
+            None | Some("1") | Some("on") | Some("true") | Some("yes") => true,
+            Some("0") | Some("off") | Some("false") | Some("no") => false,
+            Some(v) => return Err(bad("CUQUOTA_VIRTUALIZE", v, "1 or 0")),
+        };
+        let log = match var("CUQUOTA_LOG").as_deref() {
+            None | Some("stderr") => LogTarget::Stderr,
+            Some("off") => LogTarget::Off,
+            Some("") => return Err(bad("CUQUOTA_LOG", "", "a file path, stderr or off")),
+            Some(path) => LogTarget::File(path.to_string()),
+        };
+        let verbose = match var("CUQUOTA_LOG_LEVEL").as_deref() {
+            None | Some("warn") => false,
+            Some("info") => true,
+            Some(v) => return Err(bad("CUQUOTA_LOG_LEVEL", v, "warn or info")),
+        };
+        let trace = match var("CUQUOTA_TRACE") {
+            Some(t) if t.is_empty() => {
+                return Err(bad(
+                    "CUQUOTA_TRACE",
+                    "",
+                    "a path such as /tmp/cuquota.%p.jsonl",
+                ))
+            }
+            other => other,
+        };
+        Ok(Config {
+            limits,
+            mode,
+            virtualize,
+            log,
+            verbose,
+            trace,
+        })
+    }
+}
+
+fn bad(var: &str, value: &str, valid: &str) -> ConfigError {
+    ConfigError {
+        message: format!(
+            "{var}=\"{value}\" is not valid: use {valid}. \
+             CUDA calls fail with CUDA_ERROR_INVALID_VALUE until it is fixed"
+        ),
+    }
+}
+
+/// `6GiB` (every device) or `0:6GiB,1:50%` (per device).
+pub fn parse_limits(text: &str) -> Result<Limits, String> {
+    if !text.contains(':') {
+        return parse_size(text).map(Limits::All);
+    }
+    let mut list: Vec<(usize, Size)> = Vec::new();
+    for entry in text.split(',') {
+        let (ordinal, size) = entry
+            .split_once(':')
+            .ok_or_else(|| format!("\"{}\" has no device ordinal", entry.trim()))?;
+        let ordinal = ordinal.trim();
+        if ordinal.is_empty() || !ordinal.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(format!("\"{ordinal}\" is not a device ordinal"));
+        }
+        let device: usize = ordinal
+            .parse()
+            .ok()
+            .filter(|d| *d < MAX_DEVICES)
+            .ok_or_else(|| format!("device {ordinal} is beyond the {MAX_DEVICES} supported"))?;
+        if list.iter().any(|(d, _)| *d == device) {
+            return Err(format!("device {device} is named twice"));
+        }
+        let size = parse_size(size).map_err(|why| format!("device {device}: {why}"))?;
+        list.push((device, size));
+    }
+    Ok(Limits::PerDevice(list))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn config(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_vars(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults() {
+        let c = config(&[]).unwrap();
+        assert_eq!(c.limits, Limits::None);
+        assert_eq!(c.mode, Mode::Enforce);
+        assert!(c.virtualize);
+        assert_eq!(c.log, LogTarget::Stderr);
+        assert!(!c.verbose);
+        assert_eq!(c.trace, None);
+    }
+
+    #[test]
+    fn per_device_limits() {
+        let l = parse_limits("0:6GiB, 1:50%").unwrap();
+        assert_eq!(l.for_device(0), Some(Size::Bytes(6 << 30)));
+        assert_eq!(l.for_device(1).unwrap().resolve(8 << 30), 4 << 30);
+        assert_eq!(l.for_device(2), None);
+        assert_eq!(
+            parse_limits("6GiB").unwrap().for_device(7),
+            Some(Size::Bytes(6 << 30))
+        );
+    }
+
+    #[test]
+    fn malformed_limits_name_the_variable_and_an_example() {
+        for bad in [
+            "6GBB",
+            "-1",
+            "0x",
+            "110%",
+            "0:",
+            "",
+            "abc",
+            "0:1G,0:2G",
+            "x:1G",
+            "6GiB,1:2G",
+            "64:1G",
+        ] {
+            let err = config(&[("CUQUOTA_LIMIT", bad)]).unwrap_err().message;
+            assert!(
+                err.starts_with(&format!("CUQUOTA_LIMIT=\"{bad}\" is not valid: ")),
+                "{err}"
+            );
+            assert!(err.contains("6GiB"), "{err}");
+        }
+    }
+
+    #[test]
+    fn other_variables_are_checked() {
+        assert_eq!(
+            config(&[("CUQUOTA_MODE", "observe")]).unwrap().mode,
+            Mode::Observe
+        );
+        assert!(config(&[("CUQUOTA_MODE", "enforcing")]).is_err());
+        assert!(!config(&[("CUQUOTA_VIRTUALIZE", "0")]).unwrap().virtualize);
+        assert!(config(&[("CUQUOTA_VIRTUALIZE", "maybe")]).is_err());
+        assert_eq!(
+            config(&[("CUQUOTA_LOG", "off")]).unwrap().log,
+            LogTarget::Off
+        );
+        assert_eq!(
+            config(&[("CUQUOTA_LOG", "/tmp/x")]).unwrap().log,
+            LogTarget::File("/tmp/x".into())
+        );
+        assert!(config(&[("CUQUOTA_LOG_LEVEL", "info")]).unwrap().verbose);
+        assert!(config(&[("CUQUOTA_LOG_LEVEL", "loud")]).is_err());
+        assert!(config(&[("CUQUOTA_TRACE", "")]).is_err());
+    }
+}

@@ -1,0 +1,56 @@
+//! Our `dlsym`. With RTLD_DEFAULT or RTLD_NEXT the answer depends on who called (RTLD_NEXT
+//! searches the libraries after the caller's), so those calls must reach the real `dlsym`
+//! with the caller's own return address: a tail jump from a naked function, which leaves
+//! the stack as the caller made it. Calls with a real handle go to `dlsym_explicit`, which
+//! may swap in a hook. Being unversioned, this definition serves callers linked against
+//! `dlsym@GLIBC_2.34` and `dlsym@GLIBC_2.2.5` alike.
+
+use std::ffi::{c_char, c_void};
+
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
+    std::arch::naked_asm!(
+        "test rdi, rdi",
+        "jz 2f",
+        "cmp rdi, -1",
+        "je 2f",
+        "jmp {explicit}",
+        // RTLD_DEFAULT (0) or RTLD_NEXT (-1): into the real dlsym, caller unchanged.
+        "2:",
+        "mov rax, qword ptr [rip + {real}]",
+        "test rax, rax",
+        "jz 3f",
+        "jmp rax",
+        // Not resolved yet (a very early call): resolve it, keeping the arguments.
+        "3:",
+        "push rdi",
+        "push rsi",
+        "sub rsp, 8",
+        "call {resolve}",
+        "add rsp, 8",
+        "pop rsi",
+        "pop rdi",
+        "test rax, rax",
+        "jz 4f",
+        "jmp rax",
+        "4:",
+        "ret",
+        explicit = sym crate::proc_address::dlsym_explicit,
+        real = sym crate::real_driver::REAL_DLSYM,
+        resolve = sym crate::real_driver::resolve_real_dlsym,
+    )
+}
+
+/// Elsewhere, a plain function: RTLD_NEXT then searches after this library instead of after
+/// the caller — a known limitation on these architectures.
+#[cfg(not(target_arch = "x86_64"))]
+#[no_mangle]
+pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
+    if handle.is_null() || handle as isize == -1 {
+        crate::real_driver::dlsym(handle, name)
+    } else {
+        crate::proc_address::dlsym_explicit(handle, name)
+    }
+}

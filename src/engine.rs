@@ -1,0 +1,674 @@
+//! What every hook does, in plain Rust: reserve before the driver is called, commit or roll
+//! back after, keep the ledger, virtualise memory figures, and explain refusals. The driver
+//! is reached through closures and the [`Queries`] trait, so all of it is unit-tested
+//! without FFI (see the tests below); `exports.rs` supplies the real calls.
+
+use crate::config::{Config, ConfigError, Limits, Mode, MAX_DEVICES};
+use crate::cuda_abi::CuResult;
+use crate::ledger::{Charge, Ledger};
+use crate::quota::{DeviceQuota, Reservation, UNLIMITED};
+use crate::report::{self, Episode, Recovery};
+use crate::units::{human, Size};
+use parking_lot::RwLock;
+use std::cell::Cell;
+use std::collections::HashMap;
+
+/// What the engine asks the driver besides the call being hooked.
+pub trait Queries: Sync + Send {
+    /// The device of the calling thread's current context.
+    fn current_device(&self) -> Result<u32, CuResult>;
+    /// A device's real total memory.
+    fn total_memory(&self, device: u32) -> Result<u64, CuResult>;
+    /// The real (free, total) of the current context's device.
+    fn memory_info(&self) -> Result<(u64, u64), CuResult>;
+}
+
+/// Which ledger an allocation lives in: device pointers, or `cuMemCreate` handles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Pointer,
+    Handle,
+}
+
+/// Where an allocation lands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Place {
+    /// The current context's device.
+    Current,
+    /// A known device (`cuMemCreate` properties, a pool's location).
+    Device(u32),
+    /// Not device memory (`cuMemCreate` on the host): not charged.
+    Uncharged,
+}
+
+pub struct Engine {
+    pub config: Result<Config, ConfigError>,
+    queries: Box<dyn Queries>,
+    quotas: [DeviceQuota; MAX_DEVICES],
+    pointers: Ledger,
+    handles: Ledger,
+    /// Pools made with `cuMemPoolCreate` → their device.
+    pools: RwLock<HashMap<usize, u32>>,
+}
+
+thread_local! {
+    /// This thread's open run of refusals (`Copy`: no thread-local destructor).
+    static EPISODE: Cell<Option<Episode>> = const { Cell::new(None) };
+}
+
+impl Engine {
+    pub fn new(config: Result<Config, ConfigError>, queries: Box<dyn Queries>) -> Engine {
+        Engine {
+            config,
+            queries,
+            quotas: [const { DeviceQuota::new() }; MAX_DEVICES],
+            pointers: Ledger::new(),
+            handles: Ledger::new(),
+            pools: RwLock::new(HashMap::new()),
+        }
+    }
+
+    fn mode(&self) -> Mode {
+        self.config.as_ref().map_or(Mode::Enforce, |c| c.mode)
+    }
+
+    /// `Err(CUDA_ERROR_INVALID_VALUE)` when the configuration is bad: fail closed.
+    pub fn check_config(&self) -> Result<(), CuResult> {
+        self.config
+            .as_ref()
+            .map(|_| ())
+            .map_err(|_| CuResult::INVALID_VALUE)
+    }
+
+    fn quota(&self, device: u32) -> Option<&DeviceQuota> {
+        self.quotas.get(device as usize)
+    }
+
+    /// The limit of `device` in bytes ([`UNLIMITED`] for none), resolved on first use.
+    fn limit(&self, device: u32, quota: &DeviceQuota) -> Result<u64, CuResult> {
+        quota.limit_or_resolve(|| {
+            let limits = self.config.as_ref().map_or(&Limits::None, |c| &c.limits);
+            match limits.for_device(device as usize) {
+                None => Ok(UNLIMITED),
+                Some(Size::Bytes(b)) => Ok(b),
+                Some(share) => self.queries.total_memory(device).map(|t| share.resolve(t)),
+            }
+        })
+    }
+
+    fn resolve_place(&self, place: Place) -> Option<u32> {
+        match place {
+            Place::Current => self.queries.current_device().ok(),
+            Place::Device(d) => Some(d),
+            Place::Uncharged => None,
+        }
+    }
+
+    /// The device of a pool: the one it was created for, else the current one.
+    pub fn pool_place(&self, pool: usize) -> Place {
+        match self.pools.read().get(&pool) {
+            Some(d) => Place::Device(*d),
+            None => Place::Current,
+        }
+    }
+
+    /// `cuMemPoolCreate` succeeded: remember where its memory lands.
+    pub fn pool_created(&self, pool: usize, device: Option<u32>) {
+        if let Some(d) = device {
+            self.pools.write().insert(pool, d);
+        }
+    }
+
+    /// An allocation of `bytes` at `place`. `call` runs the real driver function and returns
+    /// its result and the new pointer or handle.
+    pub fn alloc(
+        &self,
+        api: &'static str,
+        kind: Kind,
+        place: Place,
+        bytes: u64,
+        call: impl FnOnce() -> (CuResult, u64),
+    ) -> CuResult {
+        let Some((device, quota)) = self
+            .resolve_place(place)
+            .and_then(|d| Some((d, self.quota(d)?)))
+        else {
+            // No device to charge (no context: the driver will say so; host memory).
+            return call().0;
+        };
+        let limit = match self.limit(device, quota) {
+            Ok(l) => l,
+            Err(rc) => return rc,
+        };
+        if !self.reserve(api, device, quota, bytes, limit) {
+            return CuResult::OUT_OF_MEMORY;
+        }
+        let (rc, key) = call();
+        if !rc.is_ok() {
+            quota.rollback(bytes);
+            self.driver_failed(api, device, quota, bytes, limit, rc);
+            return rc;
+        }
+        self.committed(kind, key, device, quota, bytes);
+        rc
+    }
+
+    /// `cuMemAllocPitch`: the driver picks the pitch, so the size is known only after the
+    /// call. Reserve `width × height` first, then charge the rest of `pitch × height`; if
+    /// that does not fit, `undo` frees the allocation and the caller is refused.
+    pub fn alloc_pitch(
+        &self,
+        api: &'static str,
+        width: u64,
+        height: u64,
+        call: impl FnOnce() -> (CuResult, u64, u64),
+        undo: impl FnOnce(u64),
+    ) -> CuResult {
+        let estimate = width.saturating_mul(height);
+        let Some((device, quota)) = self
+            .queries
+            .current_device()
+            .ok()
+            .and_then(|d| Some((d, self.quota(d)?)))
+        else {
+            return call().0;
+        };
+        let limit = match self.limit(device, quota) {
+            Ok(l) => l,
+            Err(rc) => return rc,
+        };
+        if !self.reserve(api, device, quota, estimate, limit) {
+            return CuResult::OUT_OF_MEMORY;
+        }
+        let (rc, ptr, pitch) = call();
+        if !rc.is_ok() {
+            quota.rollback(estimate);
+            self.driver_failed(api, device, quota, estimate, limit, rc);
+            return rc;
+        }
+        let actual = pitch.saturating_mul(height);
+        if actual > estimate {
+            let extra = actual - estimate;
+            let enforce = self.mode() == Mode::Enforce;
+            if let Reservation::Refused { .. } = quota.reserve(extra, limit, enforce) {
+                undo(ptr);
+                quota.rollback(estimate);
+                let in_use = quota.in_use();
+                self.refused_line(device, actual, api, limit, in_use);
+                return CuResult::OUT_OF_MEMORY;
+            }
+        } else if actual < estimate {
+            quota.rollback(estimate - actual);
+        }
+        self.committed(Kind::Pointer, ptr, device, quota, actual);
+        rc
+    }
+
+    /// Reserves or refuses; logs refusals. True when the driver should be called.
+    fn reserve(&self, api: &str, device: u32, quota: &DeviceQuota, bytes: u64, limit: u64) -> bool {
+        match quota.reserve(bytes, limit, self.mode() == Mode::Enforce) {
+            Reservation::Granted { .. } => true,
+            Reservation::Refused { in_use, limit } => {
+                self.refused_line(device, bytes, api, limit, in_use);
+                false
+            }
+            Reservation::Allowed {
+                in_use_before,
+                limit,
+            } => {
+                crate::log::line(&report::would_refuse(
+                    device,
+                    bytes,
+                    api,
+                    limit,
+                    in_use_before,
+                ));
+                true
+            }
+        }
+    }
+
+    fn refused_line(&self, device: u32, bytes: u64, api: &str, limit: u64, in_use: u64) {
+        crate::log::line(&report::quota_refusal(device, bytes, api, limit, in_use));
+        note_refusal(device, bytes);
+    }
+
+    /// The driver failed a call we had reserved for: explain an out-of-memory.
+    fn driver_failed(
+        &self,
+        api: &str,
+        device: u32,
+        quota: &DeviceQuota,
+        bytes: u64,
+        limit: u64,
+        rc: CuResult,
+    ) {
+        if rc != CuResult::OUT_OF_MEMORY {
+            return;
+        }
+        quota.count_driver_refusal();
+        let driver_free = match self.queries.current_device() {
+            Ok(d) if d == device => self.queries.memory_info().ok().map(|(free, _)| free),
+            _ => None,
+        };
+        let limit = (limit != UNLIMITED).then_some(limit);
+        crate::log::line(&report::driver_refusal(
+            device,
+            bytes,
+            api,
+            &rc.describe(),
+            driver_free,
+            limit,
+            quota.in_use(),
+        ));
+        note_refusal(device, bytes);
+    }
+
+    fn committed(&self, kind: Kind, key: u64, device: u32, quota: &DeviceQuota, bytes: u64) {
+        quota.commit();
+        let charge = Charge { device, bytes };
+        if let Some(stale) = self.ledger(kind).insert(key, charge) {
+            // The driver reused an address whose free we never saw: that memory is gone.
+            if let Some(q) = self.quota(stale.device) {
+                q.release(stale.bytes);
+            }
+        }
+        if EPISODE.with(|e| e.get().is_some()) {
+            end_episode(device, bytes);
+        }
+    }
+
+    fn ledger(&self, kind: Kind) -> &Ledger {
+        match kind {
+            Kind::Pointer => &self.pointers,
+            Kind::Handle => &self.handles,
+        }
+    }
+
+    /// A free of `key`. Unknown keys go to the driver unchanged and its answer comes back
+    /// unchanged. The entry leaves the ledger before the driver frees, so another thread
+    /// that gets the same address right after cannot lose its entry to us.
+    pub fn free(&self, kind: Kind, key: u64, call: impl FnOnce() -> CuResult) -> CuResult {
+        let ledger = self.ledger(kind);
+        let Some(charge) = ledger.remove(key) else {
+            return call();
+        };
+        let rc = call();
+        if rc.is_ok() {
+            if let Some(q) = self.quota(charge.device) {
+                q.release(charge.bytes);
+            }
+        } else {
+            ledger.insert(key, charge);
+        }
+        rc
+    }
+
+    /// `cuMemGetInfo`: (free, total) as the caller should see them, from the real ones.
+    pub fn memory_info(&self, real_free: u64, real_total: u64) -> (u64, u64) {
+        let Some((device, quota)) = self.virtualized_device(Place::Current) else {
+            return (real_free, real_total);
+        };
+        match self.limit(device, quota) {
+            Ok(limit) if limit != UNLIMITED => (
+                real_free.min(limit.saturating_sub(quota.in_use())),
+                real_total.min(limit),
+            ),
+            _ => (real_free, real_total),
+        }
+    }
+
+    /// `cuDeviceTotalMem`: the total the caller should see.
+    pub fn total_memory(&self, device: u32, real_total: u64) -> u64 {
+        match self.virtualized_device(Place::Device(device)) {
+            Some((d, quota)) => match self.limit(d, quota) {
+                Ok(limit) => real_total.min(limit),
+                Err(_) => real_total,
+            },
+            None => real_total,
+        }
+    }
+
+    fn virtualized_device(&self, place: Place) -> Option<(u32, &DeviceQuota)> {
+        if !self.config.as_ref().is_ok_and(|c| c.virtualize) {
+            return None;
+        }
+        let device = self.resolve_place(place)?;
+        Some((device, self.quota(device)?))
+    }
+
+    /// The exit summary: one line per device that saw an allocation or a refusal.
+    pub fn summary_lines(&self) -> Vec<String> {
+        (0..MAX_DEVICES as u32)
+            .filter_map(|d| {
+                let q = self.quota(d)?;
+                if !q.was_used() {
+                    return None;
+                }
+                let (n1, b1) = self.pointers.live_on(d);
+                let (n2, b2) = self.handles.live_on(d);
+                Some(report::summary(d, &q.usage(), (n1 + n2, b1 + b2)))
+            })
+            .collect()
+    }
+
+    /// `CUQUOTA_LOG_LEVEL=info`: the effective configuration.
+    pub fn config_line(&self) -> Option<String> {
+        let c = self.config.as_ref().ok()?;
+        let describe = |s: Size| match s {
+            Size::Bytes(b) => format!("{} ({b} bytes)", human(b)),
+            Size::Fraction {
+                numerator,
+                denominator,
+            } => format!(
+                "{}% of the device's memory",
+                numerator as f64 * 100.0 / denominator as f64
+            ),
+        };
+        let limits = match &c.limits {
+            Limits::None => "none (observing only)".to_string(),
+            Limits::All(s) => format!("{} on every device", describe(*s)),
+            Limits::PerDevice(list) => {
+                list.iter()
+                    .map(|(d, s)| format!("GPU {d} {}", describe(*s)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+                    + ", other devices unlimited"
+            }
+        };
+        Some(format!(
+            "config: limit {limits}; mode {}; virtualize {}; trace {}",
+            match c.mode {
+                Mode::Enforce => "enforce",
+                Mode::Observe => "observe",
+            },
+            if c.virtualize { "on" } else { "off" },
+            c.trace.as_deref().unwrap_or("off"),
+        ))
+    }
+}
+
+/// A refusal on this thread: open or extend its episode.
+fn note_refusal(device: u32, bytes: u64) {
+    EPISODE.with(|cell| {
+        let next = match cell.get() {
+            Some(mut e) => {
+                if e.refused(device, bytes) {
+                    e
+                } else {
+                    Episode::start(device, bytes)
+                }
+            }
+            None => Episode::start(device, bytes),
+        };
+        cell.set(Some(next));
+    });
+}
+
+/// A success on this thread while an episode is open: explain it if it ends the episode.
+fn end_episode(device: u32, bytes: u64) {
+    EPISODE.with(|cell| {
+        let Some(e) = cell.get() else { return };
+        if e.device != device {
+            return;
+        }
+        cell.set(None);
+        if let Some(r @ (Recovery::BackedOff { .. } | Recovery::Retried { .. })) =
+            e.succeeded(device, bytes)
+        {
+            crate::log::line(&report::recovery(device, &r, e.truncated()));
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+    use std::sync::Arc;
+
+    /// A pretend driver: one current device per test, 8 GiB cards.
+    struct Fake {
+        device: AtomicU32,
+        free: AtomicU64,
+    }
+
+    impl Queries for Arc<Fake> {
+        fn current_device(&self) -> Result<u32, CuResult> {
+            match self.device.load(Relaxed) {
+                u32::MAX => Err(CuResult::INVALID_CONTEXT),
+                d => Ok(d),
+            }
+        }
+        fn total_memory(&self, _device: u32) -> Result<u64, CuResult> {
+            Ok(8 << 30)
+        }
+        fn memory_info(&self) -> Result<(u64, u64), CuResult> {
+            Ok((self.free.load(Relaxed), 8 << 30))
+        }
+    }
+
+    fn engine(limit: &str) -> (Engine, Arc<Fake>) {
+        let fake = Arc::new(Fake {
+            device: AtomicU32::new(0),
+            free: AtomicU64::new(8 << 30),
+        });
+        let limit = limit.to_string();
+        let config = Config::from_vars(|k| match k {
+            "CUQUOTA_LIMIT" => Some(limit.clone()),
+            "CUQUOTA_LOG" => Some("off".into()),
+            _ => None,
+        });
+        (Engine::new(config, Box::new(fake.clone())), fake)
+    }
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn quota_refuses_and_free_gives_room_back() {
+        let (e, _) = engine("1GiB");
+        let ok = |p: u64| move || (CuResult::SUCCESS, p);
+        for i in 0..4 {
+            assert_eq!(
+                e.alloc(
+                    "a",
+                    Kind::Pointer,
+                    Place::Current,
+                    256 * MIB,
+                    ok(0x1000 * (i + 1))
+                ),
+                CuResult::SUCCESS
+            );
+        }
+        let mut called = false;
+        let rc = e.alloc("a", Kind::Pointer, Place::Current, 1, || {
+            called = true;
+            (CuResult::SUCCESS, 0x9000)
+        });
+        assert_eq!(rc, CuResult::OUT_OF_MEMORY);
+        assert!(!called, "a refused request never reaches the driver");
+        assert_eq!(e.memory_info(8 << 30, 8 << 30), (0, 1 << 30));
+        assert_eq!(
+            e.free(Kind::Pointer, 0x1000, || CuResult::SUCCESS),
+            CuResult::SUCCESS
+        );
+        assert_eq!(e.memory_info(8 << 30, 8 << 30), (256 * MIB, 1 << 30));
+        assert_eq!(e.total_memory(0, 8 << 30), 1 << 30);
+    }
+
+    #[test]
+    fn driver_failure_rolls_back_and_passes_the_code_through() {
+        let (e, _) = engine("1GiB");
+        for code in [2, 1, 3, 12345] {
+            let rc = e.alloc("a", Kind::Pointer, Place::Current, 1 << 30, || {
+                (CuResult(code), 0)
+            });
+            assert_eq!(rc, CuResult(code));
+        }
+        assert_eq!(e.memory_info(8 << 30, 8 << 30), (1 << 30, 1 << 30));
+        assert_eq!(
+            e.alloc("a", Kind::Pointer, Place::Current, 1 << 30, || (
+                CuResult::SUCCESS,
+                0x10
+            )),
+            CuResult::SUCCESS
+        );
+        // a failing free keeps the charge; an unknown pointer goes through untouched
+        assert_eq!(e.free(Kind::Pointer, 0x10, || CuResult(999)), CuResult(999));
+        assert_eq!(e.memory_info(8 << 30, 8 << 30).0, 0);
+        assert_eq!(e.free(Kind::Pointer, 0x1234, || CuResult(1)), CuResult(1));
+        assert_eq!(
+            e.free(Kind::Pointer, 0x10, || CuResult::SUCCESS),
+            CuResult::SUCCESS
+        );
+        assert_eq!(e.memory_info(8 << 30, 8 << 30).0, 1 << 30);
+    }
+
+    #[test]
+    fn pitch_charges_what_the_driver_gave() {
+        let (e, _) = engine("1MiB");
+        // 1000 × 1000 fits as an estimate; the driver's pitch of 1024 makes it 1024000 ≤ 1 MiB
+        let rc = e.alloc_pitch(
+            "p",
+            1000,
+            1000,
+            || (CuResult::SUCCESS, 0x100, 1024),
+            |_| panic!("no undo"),
+        );
+        assert_eq!(rc, CuResult::SUCCESS);
+        assert_eq!(e.memory_info(8 << 30, 8 << 30).0, MIB - 1_024_000);
+        assert_eq!(
+            e.free(Kind::Pointer, 0x100, || CuResult::SUCCESS),
+            CuResult::SUCCESS
+        );
+        // 1040 × 1000 = 1040000 fits the estimate, but a 1536-byte pitch does not: undone
+        let mut undone = 0;
+        let rc = e.alloc_pitch(
+            "p",
+            1040,
+            1000,
+            || (CuResult::SUCCESS, 0x200, 1536),
+            |p| undone = p,
+        );
+        assert_eq!((rc, undone), (CuResult::OUT_OF_MEMORY, 0x200));
+        assert_eq!(e.memory_info(8 << 30, 8 << 30).0, MIB);
+    }
+
+    #[test]
+    fn devices_places_and_percentages() {
+        let (e, fake) = engine("0:1GiB,1:25%");
+        assert_eq!(e.total_memory(1, 8 << 30), 2 << 30);
+        assert_eq!(
+            e.total_memory(2, 8 << 30),
+            8 << 30,
+            "unnamed devices are unlimited"
+        );
+        // cuMemCreate on device 1 from a thread without a context
+        fake.device.store(u32::MAX, Relaxed);
+        assert_eq!(
+            e.alloc("c", Kind::Handle, Place::Device(1), 2 << 30, || (
+                CuResult::SUCCESS,
+                7
+            )),
+            CuResult::SUCCESS
+        );
+        assert_eq!(
+            e.alloc("c", Kind::Handle, Place::Device(1), 1, || (
+                CuResult::SUCCESS,
+                8
+            )),
+            CuResult::OUT_OF_MEMORY
+        );
+        // host memory is not charged; no context means nothing to charge
+        assert_eq!(
+            e.alloc("c", Kind::Handle, Place::Uncharged, 1 << 40, || (
+                CuResult::SUCCESS,
+                9
+            )),
+            CuResult::SUCCESS
+        );
+        assert_eq!(
+            e.alloc("a", Kind::Pointer, Place::Current, 1, || (
+                CuResult::INVALID_CONTEXT,
+                0
+            )),
+            CuResult::INVALID_CONTEXT
+        );
+        assert_eq!(
+            e.free(Kind::Handle, 7, || CuResult::SUCCESS),
+            CuResult::SUCCESS
+        );
+        fake.device.store(1, Relaxed);
+        assert_eq!(e.memory_info(8 << 30, 8 << 30), (2 << 30, 2 << 30));
+        // pools remember their device
+        e.pool_created(0xabc, Some(0));
+        assert_eq!(e.pool_place(0xabc), Place::Device(0));
+        assert_eq!(e.pool_place(0xdef), Place::Current);
+    }
+
+    #[test]
+    fn observe_mode_allows_and_bad_config_fails_closed() {
+        let fake = Arc::new(Fake {
+            device: AtomicU32::new(0),
+            free: AtomicU64::new(8 << 30),
+        });
+        let observe = Config::from_vars(|k| match k {
+            "CUQUOTA_LIMIT" => Some("1KiB".into()),
+            "CUQUOTA_MODE" => Some("observe".into()),
+            "CUQUOTA_LOG" => Some("off".into()),
+            _ => None,
+        });
+        let e = Engine::new(observe, Box::new(fake.clone()));
+        assert_eq!(
+            e.alloc("a", Kind::Pointer, Place::Current, 4096, || (
+                CuResult::SUCCESS,
+                1
+            )),
+            CuResult::SUCCESS
+        );
+        assert_eq!(e.memory_info(8 << 30, 8 << 30), (0, 1024));
+        let bad = Engine::new(
+            Config::from_vars(|k| (k == "CUQUOTA_LIMIT").then(|| "6GBB".into())),
+            Box::new(fake),
+        );
+        assert_eq!(bad.check_config(), Err(CuResult::INVALID_VALUE));
+    }
+
+    #[test]
+    fn exact_under_threads() {
+        let (e, _) = engine("64MiB");
+        let e = Arc::new(e);
+        let next = Arc::new(AtomicU64::new(1));
+        let handles: Vec<_> = (0..8)
+            .map(|_| {
+                let (e, next) = (e.clone(), next.clone());
+                std::thread::spawn(move || {
+                    let mut live = Vec::new();
+                    for _ in 0..5000 {
+                        let p = next.fetch_add(1, Relaxed) << 12;
+                        if e.alloc("a", Kind::Pointer, Place::Current, 4 * MIB, || {
+                            (CuResult::SUCCESS, p)
+                        })
+                        .is_ok()
+                        {
+                            live.push(p);
+                        }
+                        assert!(e.quota(0).unwrap().in_use() <= 64 * MIB);
+                        if live.len() == 4 {
+                            e.free(Kind::Pointer, live.remove(0), || CuResult::SUCCESS);
+                        }
+                    }
+                    for p in live {
+                        e.free(Kind::Pointer, p, || CuResult::SUCCESS);
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        let u = e.quota(0).unwrap().usage();
+        assert_eq!((u.in_use, u.live), (0, 0));
+        assert!(u.peak <= 64 * MIB);
+    }
+}

@@ -1,0 +1,21 @@
+//! cuquota: an LD_PRELOAD library that puts a per-device byte quota on the device memory of
+//! any CUDA process, reports the quota as the device's memory, and explains every refusal.
+//!
+//! Reading order: `exports` (the C entry points) → `engine` (what each hook does) →
+//! `quota`, `ledger` (the accounting) → `proc_address`, `dlsym_entry`, `hook_table`
+//! (how programs reach the hooks) → `config`, `units`, `report`, `log`.
+
+pub mod config;
+pub mod cuda_abi;
+mod dlsym_entry;
+pub mod engine;
+mod exports;
+pub mod hook_table;
+pub mod ledger;
+pub mod log;
+mod proc_address;
+pub mod quota;
+mod real_driver;
+pub mod report;
+mod state;
+pub mod units;

@@ -1,0 +1,262 @@
+//! Per-device quota accounting: reserve before the driver is called, commit or roll back
+//! after. Lock-free (one compare-and-swap per reservation), so `in_use` never exceeds the
+//! limit whatever the threads do. No FFI here.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+const UNRESOLVED: u64 = u64::MAX;
+/// A limit this large is "no limit" (no device has 16 EiB).
+pub const UNLIMITED: u64 = u64::MAX - 1;
+
+/// The counters of one device.
+#[derive(Debug)]
+pub struct DeviceQuota {
+    /// Bytes, [`UNLIMITED`], or [`UNRESOLVED`] until the first use resolves a percentage.
+    limit: AtomicU64,
+    in_use: AtomicU64,
+    peak: AtomicU64,
+    allocations: AtomicU64,
+    refusals: AtomicU64,
+    live: AtomicU64,
+}
+
+/// What a reservation found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reservation {
+    /// Charged; `in_use` is the total after this reservation.
+    Granted { in_use: u64 },
+    /// Over the quota and refused (enforce mode). Nothing was charged.
+    Refused { in_use: u64, limit: u64 },
+    /// Over the quota but charged anyway (observe mode).
+    Allowed { in_use_before: u64, limit: u64 },
+}
+
+/// A snapshot for the exit summary and the trace.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub limit: Option<u64>,
+    pub in_use: u64,
+    pub peak: u64,
+    pub allocations: u64,
+    pub refusals: u64,
+    pub live: u64,
+}
+
+impl Default for DeviceQuota {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl DeviceQuota {
+    pub const fn new() -> Self {
+        DeviceQuota {
+            limit: AtomicU64::new(UNRESOLVED),
+            in_use: AtomicU64::new(0),
+            peak: AtomicU64::new(0),
+            allocations: AtomicU64::new(0),
+            refusals: AtomicU64::new(0),
+            live: AtomicU64::new(0),
+        }
+    }
+
+    /// The limit in bytes ([`UNLIMITED`] for none), resolving it on first use with
+    /// `resolve` (which may ask the driver for the device's total memory).
+    pub fn limit_or_resolve<E>(&self, resolve: impl FnOnce() -> Result<u64, E>) -> Result<u64, E> {
+        let limit = self.limit.load(Relaxed);
+        if limit != UNRESOLVED {
+            return Ok(limit);
+        }
+        let resolved = resolve()?.min(UNLIMITED);
+        // Two threads may resolve at once; they compute the same value.
+        self.limit.store(resolved, Relaxed);
+        Ok(resolved)
+    }
+
+    /// The limit if it is resolved and finite.
+    pub fn known_limit(&self) -> Option<u64> {
+        match self.limit.load(Relaxed) {
+            UNRESOLVED | UNLIMITED => None,
+            l => Some(l),
+        }
+    }
+
+    /// Reserves `bytes` against `limit` (from [`Self::limit_or_resolve`]).
+    pub fn reserve(&self, bytes: u64, limit: u64, enforce: bool) -> Reservation {
+        let mut current = self.in_use.load(Relaxed);
+        loop {
+            let after = current.saturating_add(bytes);
+            let over = after > limit;
+            if over && enforce {
+                self.refusals.fetch_add(1, Relaxed);
+                return Reservation::Refused {
+                    in_use: current,
+                    limit,
+                };
+            }
+            match self
+                .in_use
+                .compare_exchange_weak(current, after, Relaxed, Relaxed)
+            {
+                Ok(_) => {
+                    self.peak.fetch_max(after, Relaxed);
+                    return if over {
+                        self.refusals.fetch_add(1, Relaxed);
+                        Reservation::Allowed {
+                            in_use_before: current,
+                            limit,
+                        }
+                    } else {
+                        Reservation::Granted { in_use: after }
+                    };
+                }
+                Err(now) => current = now,
+            }
+        }
+    }
+
+    /// The driver refused or failed: give the reservation back. Returns in-use after.
+    pub fn rollback(&self, bytes: u64) -> u64 {
+        self.in_use.fetch_sub(bytes, Relaxed) - bytes
+    }
+
+    /// The driver succeeded: count the allocation.
+    pub fn commit(&self) {
+        self.allocations.fetch_add(1, Relaxed);
+        self.live.fetch_add(1, Relaxed);
+    }
+
+    /// Memory was freed: return its bytes. Returns in-use after.
+    pub fn release(&self, bytes: u64) -> u64 {
+        self.live.fetch_sub(1, Relaxed);
+        self.in_use.fetch_sub(bytes, Relaxed) - bytes
+    }
+
+    /// The driver refused a request we had room for.
+    pub fn count_driver_refusal(&self) {
+        self.refusals.fetch_add(1, Relaxed);
+    }
+
+    pub fn in_use(&self) -> u64 {
+        self.in_use.load(Relaxed)
+    }
+
+    pub fn usage(&self) -> Usage {
+        Usage {
+            limit: self.known_limit(),
+            in_use: self.in_use.load(Relaxed),
+            peak: self.peak.load(Relaxed),
+            allocations: self.allocations.load(Relaxed),
+            refusals: self.refusals.load(Relaxed),
+            live: self.live.load(Relaxed),
+        }
+    }
+
+    /// Whether anything ever happened on this device (for the exit summary).
+    pub fn was_used(&self) -> bool {
+        self.allocations.load(Relaxed) > 0 || self.refusals.load(Relaxed) > 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn reserve_up_to_the_limit_then_refuse() {
+        let q = DeviceQuota::new();
+        let limit = q.limit_or_resolve(|| Ok::<_, ()>(100)).unwrap();
+        assert_eq!(
+            q.reserve(60, limit, true),
+            Reservation::Granted { in_use: 60 }
+        );
+        assert_eq!(
+            q.reserve(40, limit, true),
+            Reservation::Granted { in_use: 100 }
+        );
+        assert_eq!(
+            q.reserve(1, limit, true),
+            Reservation::Refused {
+                in_use: 100,
+                limit: 100
+            }
+        );
+        assert_eq!(q.rollback(40), 60);
+        q.commit();
+        assert_eq!(q.release(60), 0);
+        let u = q.usage();
+        assert_eq!(
+            (u.peak, u.refusals, u.allocations, u.in_use),
+            (100, 1, 1, 0)
+        );
+    }
+
+    #[test]
+    fn observe_mode_charges_but_counts() {
+        let q = DeviceQuota::new();
+        assert_eq!(
+            q.reserve(150, 100, false),
+            Reservation::Allowed {
+                in_use_before: 0,
+                limit: 100
+            }
+        );
+        assert_eq!(q.in_use(), 150);
+        assert_eq!(q.usage().refusals, 1);
+    }
+
+    #[test]
+    fn limit_resolves_once_and_errors_pass_through() {
+        let q = DeviceQuota::new();
+        assert_eq!(q.limit_or_resolve(|| Err::<u64, _>(3)), Err(3));
+        assert_eq!(q.known_limit(), None);
+        assert_eq!(q.limit_or_resolve(|| Ok::<_, ()>(7)), Ok(7));
+        assert_eq!(q.limit_or_resolve(|| Ok::<_, ()>(9)), Ok(7));
+        let unlimited = DeviceQuota::new();
+        assert_eq!(
+            unlimited.limit_or_resolve(|| Ok::<_, ()>(u64::MAX)),
+            Ok(UNLIMITED)
+        );
+        assert_eq!(unlimited.known_limit(), None);
+        assert_eq!(
+            unlimited.reserve(u64::MAX, UNLIMITED, true),
+            Reservation::Refused {
+                in_use: 0,
+                limit: UNLIMITED
+            }
+        );
+    }
+
+    #[test]
+    fn never_exceeds_the_limit_under_threads() {
+        let q = Arc::new(DeviceQuota::new());
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let q = q.clone();
+                std::thread::spawn(move || {
+                    let mut held = Vec::new();
+                    for i in 0..20_000u64 {
+                        let size = 1 + i % 7;
+                        if let Reservation::Granted { in_use } = q.reserve(size, 50, true) {
+                            assert!(in_use <= 50);
+                            q.commit();
+                            held.push(size);
+                        }
+                        if held.len() > 3 {
+                            q.release(held.remove(0));
+                        }
+                    }
+                    for s in held {
+                        q.release(s);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(q.in_use(), 0);
+        assert!(q.usage().peak <= 50);
+    }
+}

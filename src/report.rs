@@ -1,0 +1,265 @@
+//! The human-readable lines: a refusal, a back-off episode, the exit summary, the
+//! configuration. Pure formatting and the episode logic; no I/O.
+
+use crate::quota::Usage;
+use crate::units::human;
+
+/// `GPU 0 refused 4.00 GiB (4294967296 bytes) via cuMemAlloc_v2: quota 6.00 GiB, in use 3.10 GiB, 2.90 GiB left`
+pub fn quota_refusal(device: u32, bytes: u64, api: &str, limit: u64, in_use: u64) -> String {
+    format!(
+        "GPU {device} refused {} ({bytes} bytes) via {api}: {}",
+        human(bytes),
+        quota_state(limit, in_use)
+    )
+}
+
+/// The observe-mode twin of [`quota_refusal`]: the request went ahead.
+pub fn would_refuse(device: u32, bytes: u64, api: &str, limit: u64, in_use: u64) -> String {
+    format!(
+        "GPU {device} would refuse {} ({bytes} bytes) via {api}: {} (observe mode: allowed)",
+        human(bytes),
+        quota_state(limit, in_use)
+    )
+}
+
+fn quota_state(limit: u64, in_use: u64) -> String {
+    format!(
+        "quota {}, in use {}, {} left",
+        human(limit),
+        human(in_use),
+        human(limit.saturating_sub(in_use))
+    )
+}
+
+/// The driver itself said no (the card is full, whatever the quota).
+pub fn driver_refusal(
+    device: u32,
+    bytes: u64,
+    api: &str,
+    result: &str,
+    driver_free: Option<u64>,
+    limit: Option<u64>,
+    in_use: u64,
+) -> String {
+    let free = match driver_free {
+        Some(f) => format!(", driver free {}", human(f)),
+        None => String::new(),
+    };
+    let quota = match limit {
+        Some(l) => format!("quota {}, in use {}", human(l), human(in_use)),
+        None => format!("in use {}, no quota", human(in_use)),
+    };
+    format!(
+        "GPU {device}: the driver refused {} ({bytes} bytes) via {api}: {result}{free}; {quota}",
+        human(bytes)
+    )
+}
+
+/// The most refused sizes one episode remembers; a longer one is shown as `a → … → z`.
+pub const EPISODE_SIZES: usize = 24;
+
+/// A run of refusals on one thread and device, waiting to see whether the caller recovers.
+/// `Copy` and fixed-size so that it lives in a thread-local without a destructor.
+#[derive(Clone, Copy, Debug)]
+pub struct Episode {
+    pub device: u32,
+    sizes: [u64; EPISODE_SIZES],
+    kept: usize,
+    /// Every refusal of the episode, also those beyond `EPISODE_SIZES`.
+    pub refusals: u64,
+    last: u64,
+}
+
+/// How an episode ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Recovery {
+    /// Shrinking requests, then a smaller one fit.
+    BackedOff { refused: Vec<u64>, got: u64 },
+    /// The same size again (after the caller freed its cache), and it fit.
+    Retried { bytes: u64, refusals: u64 },
+}
+
+impl Episode {
+    pub fn start(device: u32, bytes: u64) -> Episode {
+        let mut sizes = [0; EPISODE_SIZES];
+        sizes[0] = bytes;
+        Episode {
+            device,
+            sizes,
+            kept: 1,
+            refusals: 1,
+            last: bytes,
+        }
+    }
+
+    /// Another refusal on the same thread. Returns false when it does not continue this
+    /// episode (another device, or a larger request): the caller starts a new one.
+    pub fn refused(&mut self, device: u32, bytes: u64) -> bool {
+        if device != self.device || bytes > self.last {
+            return false;
+        }
+        if self.kept < EPISODE_SIZES {
+            self.sizes[self.kept] = bytes;
+            self.kept += 1;
+        } else {
+            self.sizes[EPISODE_SIZES - 1] = bytes; // keep the latest as the last shown
+        }
+        self.refusals += 1;
+        self.last = bytes;
+        true
+    }
+
+    /// A success on the same thread: does it end this episode, and how?
+    pub fn succeeded(&self, device: u32, bytes: u64) -> Option<Recovery> {
+        if device != self.device || bytes > self.last {
+            return None;
+        }
+        if bytes == self.sizes[0] && bytes == self.last {
+            return Some(Recovery::Retried {
+                bytes,
+                refusals: self.refusals,
+            });
+        }
+        Some(Recovery::BackedOff {
+            refused: self.sizes[..self.kept].to_vec(),
+            got: bytes,
+        })
+    }
+
+    pub fn truncated(&self) -> bool {
+        self.refusals > self.kept as u64
+    }
+}
+
+/// The line that explains a recovered episode (the seed's question).
+pub fn recovery(device: u32, recovery: &Recovery, truncated: bool) -> String {
+    match recovery {
+        Recovery::BackedOff { refused, got } => {
+            let mut steps: Vec<String> = refused.iter().map(|b| human(*b)).collect();
+            if truncated {
+                steps.insert(steps.len() - 1, "…".to_string());
+            }
+            format!(
+                "GPU {device}: the caller backed off {} and got {}; it keeps running \
+                 (an allocator shrinking its request, e.g. TensorFlow allow_growth)",
+                steps.join(" → "),
+                human(*got)
+            )
+        }
+        Recovery::Retried { bytes, refusals } => format!(
+            "GPU {device}: the caller retried {} after {refusals} refusal{} and got it; it keeps \
+             running (an allocator that frees its cache and retries, e.g. PyTorch or CuPy)",
+            human(*bytes),
+            if *refusals == 1 { "" } else { "s" }
+        ),
+    }
+}
+
+/// `GPU 0 summary: peak 5.91 GiB (6345981952 bytes) of quota 6.00 GiB, 37 allocations, 5 refusals, 2 live at exit (5.91 GiB)`
+pub fn summary(device: u32, usage: &Usage, live: (u64, u64)) -> String {
+    let quota = match usage.limit {
+        Some(l) => format!(" of quota {}", human(l)),
+        None => ", no quota".to_string(),
+    };
+    format!(
+        "GPU {device} summary: peak {} ({} bytes){quota}, {} allocation{}, {} refusal{}, {} live at exit ({})",
+        human(usage.peak),
+        usage.peak,
+        usage.allocations,
+        if usage.allocations == 1 { "" } else { "s" },
+        usage.refusals,
+        if usage.refusals == 1 { "" } else { "s" },
+        live.0,
+        human(live.1)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+
+    #[test]
+    fn refusal_lines() {
+        assert_eq!(
+            quota_refusal(0, 4 * GIB, "cuMemAlloc_v2", 6 * GIB, 3_328_599_654),
+            "GPU 0 refused 4.00 GiB (4294967296 bytes) via cuMemAlloc_v2: quota 6.00 GiB, in use 3.10 GiB, 2.90 GiB left"
+        );
+        assert_eq!(
+            would_refuse(1, 2048, "cuMemCreate", 1024, 0),
+            "GPU 1 would refuse 2.00 KiB (2048 bytes) via cuMemCreate: quota 1.00 KiB, in use 0 B, 1.00 KiB left (observe mode: allowed)"
+        );
+        assert_eq!(
+            driver_refusal(0, GIB, "cuMemAlloc_v2", "CUDA_ERROR_OUT_OF_MEMORY", Some(512 << 20), None, 7 * GIB),
+            "GPU 0: the driver refused 1.00 GiB (1073741824 bytes) via cuMemAlloc_v2: CUDA_ERROR_OUT_OF_MEMORY, driver free 512.00 MiB; in use 7.00 GiB, no quota"
+        );
+    }
+
+    #[test]
+    fn back_off_episode() {
+        let mut e = Episode::start(0, 4 * GIB);
+        assert!(e.refused(0, 3_865_470_566));
+        assert!(e.refused(0, 3_478_923_509));
+        assert!(!e.refused(1, GIB), "another device is another episode");
+        assert!(
+            !e.refused(0, 5 * GIB),
+            "a larger request is another episode"
+        );
+        assert_eq!(e.succeeded(0, 5 * GIB), None);
+        let r = e.succeeded(0, 3_131_031_158).unwrap();
+        assert_eq!(
+            recovery(0, &r, e.truncated()),
+            "GPU 0: the caller backed off 4.00 GiB → 3.60 GiB → 3.24 GiB and got 2.92 GiB; it keeps running (an allocator shrinking its request, e.g. TensorFlow allow_growth)"
+        );
+    }
+
+    #[test]
+    fn retry_episode_and_long_episodes() {
+        let mut e = Episode::start(2, GIB);
+        e.refused(2, GIB);
+        let r = e.succeeded(2, GIB).unwrap();
+        assert_eq!(
+            r,
+            Recovery::Retried {
+                bytes: GIB,
+                refusals: 2
+            }
+        );
+        assert!(recovery(2, &r, false)
+            .starts_with("GPU 2: the caller retried 1.00 GiB after 2 refusals and got it;"));
+
+        let mut long = Episode::start(0, 1000);
+        for i in 1..40 {
+            long.refused(0, 1000 - i);
+        }
+        assert!(long.truncated());
+        let line = recovery(0, &long.succeeded(0, 10).unwrap(), long.truncated());
+        assert!(line.contains("→ … → 961 B and got 10 B"), "{line}");
+    }
+
+    #[test]
+    fn summary_line() {
+        let usage = Usage {
+            limit: Some(6 * GIB),
+            in_use: 0,
+            peak: 6_345_981_952,
+            allocations: 37,
+            refusals: 5,
+            live: 2,
+        };
+        assert_eq!(
+            summary(0, &usage, (2, 6_345_981_952)),
+            "GPU 0 summary: peak 5.91 GiB (6345981952 bytes) of quota 6.00 GiB, 37 allocations, 5 refusals, 2 live at exit (5.91 GiB)"
+        );
+        let none = Usage {
+            limit: None,
+            allocations: 1,
+            refusals: 1,
+            ..usage
+        };
+        assert!(summary(0, &none, (0, 0)).contains(
+            "(6345981952 bytes), no quota, 1 allocation, 1 refusal, 0 live at exit (0 B)"
+        ));
+    }
+}
