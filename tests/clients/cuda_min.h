@@ -1,0 +1,145 @@
+/* The slice of the CUDA driver API that cuquota's test clients use.
+ *
+ * Our own minimal declarations, written from the documented ABI (types, struct layouts,
+ * values); not a copy of NVIDIA's header. */
+#ifndef CUQUOTA_CUDA_MIN_H
+#define CUQUOTA_CUDA_MIN_H
+
+#include <stddef.h>
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;    /* 64-bit hosts */
+typedef unsigned int CUdeviceptr_v1;       /* the legacy 32-bit form */
+typedef int CUdevice;
+typedef struct cuquota_ctx_opaque *CUcontext;
+typedef struct cuquota_stream_opaque *CUstream;
+typedef struct cuquota_pool_opaque *CUmemoryPool;
+typedef unsigned long long CUmemGenericAllocationHandle;
+typedef unsigned long long cuuint64_t;
+
+enum {
+    CUDA_SUCCESS = 0,
+    CUDA_ERROR_INVALID_VALUE = 1,
+    CUDA_ERROR_OUT_OF_MEMORY = 2,
+    CUDA_ERROR_NOT_INITIALIZED = 3,
+    CUDA_ERROR_INVALID_CONTEXT = 201,
+    CUDA_ERROR_NOT_FOUND = 500,
+    CUDA_ERROR_NOT_SUPPORTED = 801,
+    CUDA_ERROR_UNKNOWN = 999,
+};
+
+/* CUmemLocationType */
+enum { CU_MEM_LOCATION_TYPE_DEVICE = 1, CU_MEM_LOCATION_TYPE_HOST = 2 };
+/* CUmemAllocationType */
+enum { CU_MEM_ALLOCATION_TYPE_PINNED = 1 };
+/* CUmemAttach_flags */
+enum { CU_MEM_ATTACH_GLOBAL = 1 };
+/* cuGetProcAddress flags and query results */
+enum { CU_GET_PROC_ADDRESS_DEFAULT = 0, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM = 2 };
+enum { CU_GET_PROC_ADDRESS_SUCCESS = 0 };
+
+typedef struct {
+    int type;
+    int id;
+} CUmemLocation;
+
+/* CUmemAllocationProp (v1): 32 bytes on LP64. */
+typedef struct {
+    int type;
+    int requestedHandleTypes;
+    CUmemLocation location;
+    void *win32HandleMetaData;
+    unsigned char allocFlags[8];
+} CUmemAllocationProp;
+
+/* CUmemPoolProps (v1). */
+typedef struct {
+    int allocType;
+    int handleTypes;
+    CUmemLocation location;
+    void *win32SecurityAttributes;
+    size_t maxSize;
+    unsigned short usage;
+    unsigned char reserved[54];
+} CUmemPoolProps;
+
+/* Function-pointer types, one per entry point used. */
+typedef CUresult (*fn_cuInit)(unsigned int flags);
+typedef CUresult (*fn_cuDeviceGet)(CUdevice *dev, int ordinal);
+typedef CUresult (*fn_cuDeviceGetCount)(int *count);
+typedef CUresult (*fn_cuDevicePrimaryCtxRetain)(CUcontext *ctx, CUdevice dev);
+typedef CUresult (*fn_cuCtxSetCurrent)(CUcontext ctx);
+typedef CUresult (*fn_cuCtxGetCurrent)(CUcontext *ctx);
+typedef CUresult (*fn_cuMemAlloc_v2)(CUdeviceptr *dptr, size_t bytes);
+typedef CUresult (*fn_cuMemFree_v2)(CUdeviceptr dptr);
+typedef CUresult (*fn_cuMemAllocPitch_v2)(CUdeviceptr *dptr, size_t *pitch, size_t width,
+                                          size_t height, unsigned int elem);
+typedef CUresult (*fn_cuMemAllocManaged)(CUdeviceptr *dptr, size_t bytes, unsigned int flags);
+typedef CUresult (*fn_cuMemAllocAsync)(CUdeviceptr *dptr, size_t bytes, CUstream stream);
+typedef CUresult (*fn_cuMemAllocFromPoolAsync)(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
+                                               CUstream stream);
+typedef CUresult (*fn_cuMemFreeAsync)(CUdeviceptr dptr, CUstream stream);
+typedef CUresult (*fn_cuMemPoolCreate)(CUmemoryPool *pool, const CUmemPoolProps *props);
+typedef CUresult (*fn_cuDeviceGetDefaultMemPool)(CUmemoryPool *pool, CUdevice dev);
+typedef CUresult (*fn_cuMemCreate)(CUmemGenericAllocationHandle *handle, size_t size,
+                                   const CUmemAllocationProp *prop, unsigned long long flags);
+typedef CUresult (*fn_cuMemRelease)(CUmemGenericAllocationHandle handle);
+typedef CUresult (*fn_cuMemAddressReserve)(CUdeviceptr *ptr, size_t size, size_t alignment,
+                                           CUdeviceptr addr, unsigned long long flags);
+typedef CUresult (*fn_cuMemMap)(CUdeviceptr ptr, size_t size, size_t offset,
+                                CUmemGenericAllocationHandle handle, unsigned long long flags);
+typedef CUresult (*fn_cuMemUnmap)(CUdeviceptr ptr, size_t size);
+typedef CUresult (*fn_cuMemAddressFree)(CUdeviceptr ptr, size_t size);
+typedef CUresult (*fn_cuMemGetInfo_v2)(size_t *free_bytes, size_t *total_bytes);
+typedef CUresult (*fn_cuDeviceTotalMem_v2)(size_t *bytes, CUdevice dev);
+/* The legacy unversioned entry points with 32-bit sizes and pointers. */
+typedef CUresult (*fn_cuMemAlloc_v1)(CUdeviceptr_v1 *dptr, unsigned int bytes);
+typedef CUresult (*fn_cuMemFree_v1)(CUdeviceptr_v1 dptr);
+typedef CUresult (*fn_cuMemGetInfo_v1)(unsigned int *free_bytes, unsigned int *total_bytes);
+typedef CUresult (*fn_cuGetErrorName)(CUresult error, const char **name);
+typedef CUresult (*fn_cuGetProcAddress_v2)(const char *symbol, void **pfn, int cuda_version,
+                                           cuuint64_t flags, int *symbol_status);
+typedef CUresult (*fn_cuGetProcAddress_v1)(const char *symbol, void **pfn, int cuda_version,
+                                           cuuint64_t flags);
+/* The stand-in driver's test helper (not part of CUDA). */
+typedef int (*fn_cuShimStats)(int dev, size_t *in_use, size_t *peak, unsigned long long *live);
+
+/* The exported symbols, for clients linked with -lcuda. The legacy unversioned ones are
+ * weak: a driver without them leaves their address NULL instead of failing the link. */
+#ifdef CUDA_MIN_EXTERN
+extern CUresult cuInit(unsigned int flags);
+extern CUresult cuDeviceGet(CUdevice *dev, int ordinal);
+extern CUresult cuDeviceGetCount(int *count);
+extern CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev);
+extern CUresult cuCtxSetCurrent(CUcontext ctx);
+extern CUresult cuCtxGetCurrent(CUcontext *ctx);
+extern CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes);
+extern CUresult cuMemFree_v2(CUdeviceptr dptr);
+extern CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
+                                   unsigned int elem);
+extern CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes, unsigned int flags);
+extern CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytes, CUstream stream);
+extern CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
+                                        CUstream stream);
+extern CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream);
+extern CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props);
+extern CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev);
+extern CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
+                            const CUmemAllocationProp *prop, unsigned long long flags);
+extern CUresult cuMemRelease(CUmemGenericAllocationHandle handle);
+extern CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment,
+                                    CUdeviceptr addr, unsigned long long flags);
+extern CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+                         CUmemGenericAllocationHandle handle, unsigned long long flags);
+extern CUresult cuMemUnmap(CUdeviceptr ptr, size_t size);
+extern CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size);
+extern CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes);
+extern CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev);
+extern CUresult cuGetErrorName(CUresult error, const char **name);
+extern CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytes) __attribute__((weak));
+extern CUresult cuMemFree(CUdeviceptr_v1 dptr) __attribute__((weak));
+extern CUresult cuMemGetInfo(unsigned int *free_bytes, unsigned int *total_bytes)
+    __attribute__((weak));
+#endif
+
+#endif

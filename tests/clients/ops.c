@@ -1,0 +1,583 @@
+/* The op interpreter: runs ops given as argv words against a `struct drv` and prints one
+ * machine-readable line per op on stdout ("name [args] key=value ..."), flushed at once. */
+#define _GNU_SOURCE
+#include "ops.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CALL(d, fn, ...) ((d)->fn ? (d)->fn(__VA_ARGS__) : CUDA_ERROR_NOT_FOUND)
+
+#define MAX_DEVICES 64
+#define MAX_FIELDS 8
+#define FILL_LIMIT 1000000UL
+
+struct slot {
+    unsigned long long value; /* a device pointer or an allocation handle */
+    size_t size;
+    size_t mapped; /* reservations: bytes mapped at the start, for unmap */
+    int live;
+};
+
+struct slots {
+    struct slot *v;
+    size_t n, cap;
+};
+
+static struct slots ptrs, handles, reservations;
+static CUcontext dev_ctx[MAX_DEVICES];
+static CUmemoryPool dev_pool[MAX_DEVICES];
+static int cur_dev = 0;
+
+static void out(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void out(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    putchar('\n');
+    fflush(stdout);
+}
+
+static size_t push(struct slots *s, unsigned long long value, size_t size, int live) {
+    if (s->n == s->cap) {
+        s->cap = s->cap ? s->cap * 2 : 64;
+        s->v = realloc(s->v, s->cap * sizeof *s->v);
+        if (!s->v) {
+            fprintf(stderr, "ops: out of host memory\n");
+            exit(3);
+        }
+    }
+    s->v[s->n].value = value;
+    s->v[s->n].size = size;
+    s->v[s->n].mapped = 0;
+    s->v[s->n].live = live;
+    return s->n++;
+}
+
+/* Decimal with an optional binary suffix K/M/G/T. */
+static int parse_size(const char *s, unsigned long long *out_v) {
+    char *end;
+    unsigned long long v, mul = 1;
+    if (!s || *s < '0' || *s > '9')
+        return -1;
+    errno = 0;
+    v = strtoull(s, &end, 10);
+    if (errno)
+        return -1;
+    if (*end) {
+        switch (*end) {
+        case 'K': case 'k': mul = 1ULL << 10; break;
+        case 'M': case 'm': mul = 1ULL << 20; break;
+        case 'G': case 'g': mul = 1ULL << 30; break;
+        case 'T': case 't': mul = 1ULL << 40; break;
+        default: return -1;
+        }
+        if (end[1])
+            return -1;
+    }
+    if (v > ULLONG_MAX / mul)
+        return -1;
+    *out_v = v * mul;
+    return 0;
+}
+
+static int parse_num(const char *s, unsigned long long *out_v) {
+    char *end;
+    if (!s || *s < '0' || *s > '9')
+        return -1;
+    errno = 0;
+    *out_v = strtoull(s, &end, 10);
+    return errno || *end ? -1 : 0;
+}
+
+static int parse_int(const char *s, long long *out_v) {
+    char *end;
+    if (!s || !*s)
+        return -1;
+    errno = 0;
+    *out_v = strtoll(s, &end, 10);
+    return errno || *end ? -1 : 0;
+}
+
+static int parse_hex(const char *s, unsigned long long *out_v) {
+    char *end;
+    if (!s || s[0] != '0' || (s[1] != 'x' && s[1] != 'X') || !s[2])
+        return -1;
+    errno = 0;
+    *out_v = strtoull(s + 2, &end, 16);
+    return errno || *end ? -1 : 0;
+}
+
+static struct slot *get_slot(struct slots *s, const char *arg) {
+    unsigned long long i;
+    if (parse_num(arg, &i) || i >= s->n)
+        return NULL;
+    return &s->v[i];
+}
+
+/* Makes device n's primary context current (retained once per device). */
+static CUresult use_device(const struct drv *d, int n) {
+    CUdevice dev;
+    CUresult rc;
+    if (n < 0 || n >= MAX_DEVICES)
+        return CUDA_ERROR_INVALID_VALUE;
+    rc = CALL(d, cuDeviceGet, &dev, n);
+    if (rc)
+        return rc;
+    if (!dev_ctx[n]) {
+        CUcontext ctx = NULL;
+        rc = CALL(d, cuDevicePrimaryCtxRetain, &ctx, dev);
+        if (rc)
+            return rc;
+        dev_ctx[n] = ctx;
+    }
+    rc = CALL(d, cuCtxSetCurrent, dev_ctx[n]);
+    if (!rc)
+        cur_dev = n;
+    return rc;
+}
+
+static void print_alloc(const char *name, unsigned long long size, CUresult rc, size_t slot,
+                        CUdeviceptr p) {
+    out("%s %llu rc=%d slot=%zu ptr=0x%llx", name, size, rc, slot, p);
+}
+
+/* ---- threads:N:ITERS:SIZE ---- */
+
+struct thread_arg {
+    const struct drv *d;
+    pthread_barrier_t *start, *hold;
+    CUcontext ctx;
+    unsigned long iters;
+    size_t size;
+    unsigned int seed;
+    unsigned long ok, oom, other;
+};
+
+static void *thread_main(void *p) {
+    struct thread_arg *a = p;
+    const struct drv *d = a->d;
+    CUdeviceptr live[4];
+    unsigned int head = 0, n = 0, x = a->seed;
+    unsigned long i;
+
+    if (CALL(d, cuCtxSetCurrent, a->ctx))
+        a->other++;
+    pthread_barrier_wait(a->start);
+    for (i = 0; i < a->iters; i++) {
+        CUdeviceptr dp = 0;
+        CUresult rc;
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        if (n == 4 || (n > 0 && (x & 3) == 0)) {
+            if (CALL(d, cuMemFree_v2, live[head]))
+                a->other++;
+            head = (head + 1) % 4;
+            n--;
+        }
+        rc = CALL(d, cuMemAlloc_v2, &dp, a->size);
+        if (rc == CUDA_SUCCESS) {
+            live[(head + n) % 4] = dp;
+            n++;
+            a->ok++;
+        } else if (rc == CUDA_ERROR_OUT_OF_MEMORY) {
+            a->oom++;
+        } else {
+            a->other++;
+        }
+    }
+    /* Hold the last allocations until every thread is done, so that the threads' final
+     * live sets add up (the demand peaks even if the scheduler ran them one by one). */
+    pthread_barrier_wait(a->hold);
+    while (n > 0) {
+        if (CALL(d, cuMemFree_v2, live[head]))
+            a->other++;
+        head = (head + 1) % 4;
+        n--;
+    }
+    return NULL;
+}
+
+static void op_threads(const struct drv *d, unsigned long nthreads, unsigned long iters,
+                       size_t size) {
+    struct thread_arg *args = calloc(nthreads, sizeof *args);
+    pthread_t *tids = calloc(nthreads, sizeof *tids);
+    unsigned long i, ok = 0, oom = 0, other = 0;
+    CUcontext ctx = NULL;
+    pthread_barrier_t start, hold;
+
+    if (!args || !tids) {
+        fprintf(stderr, "ops: out of host memory\n");
+        exit(3);
+    }
+    if (CALL(d, cuCtxGetCurrent, &ctx))
+        other++;
+    pthread_barrier_init(&start, NULL, (unsigned int)nthreads);
+    pthread_barrier_init(&hold, NULL, (unsigned int)nthreads);
+    for (i = 0; i < nthreads; i++) {
+        args[i].d = d;
+        args[i].start = &start;
+        args[i].hold = &hold;
+        args[i].ctx = ctx;
+        args[i].iters = iters;
+        args[i].size = size;
+        args[i].seed = 2463534242u + (unsigned int)i * 2654435761u;
+        if (pthread_create(&tids[i], NULL, thread_main, &args[i])) {
+            fprintf(stderr, "ops: pthread_create failed\n");
+            exit(3);
+        }
+    }
+    for (i = 0; i < nthreads; i++) {
+        pthread_join(tids[i], NULL);
+        ok += args[i].ok;
+        oom += args[i].oom;
+        other += args[i].other;
+    }
+    pthread_barrier_destroy(&start);
+    pthread_barrier_destroy(&hold);
+    out("threads %lu ok=%lu oom=%lu other=%lu", nthreads, ok, oom, other);
+    free(args);
+    free(tids);
+}
+
+/* ---- one op ---- */
+
+/* Returns 0, or -1 when the op is malformed. */
+static int run_op(const struct drv *d, const char *word) {
+    char buf[512];
+    char *f[MAX_FIELDS];
+    int nf = 0;
+    char *p;
+    const char *op;
+    unsigned long long a = 0, b = 0, c = 0;
+    CUresult rc;
+
+    if (strlen(word) >= sizeof buf)
+        return -1;
+    strcpy(buf, word);
+    /* Split on ':' keeping empty fields (so "alloc:" is malformed, not "alloc"). */
+    p = buf;
+    f[nf++] = p;
+    while ((p = strchr(p, ':')) != NULL) {
+        *p++ = '\0';
+        if (nf == MAX_FIELDS)
+            return -1;
+        f[nf++] = p;
+    }
+    op = f[0];
+
+#define NARGS(n) \
+    do { \
+        if (nf != (n) + 1) \
+            return -1; \
+    } while (0)
+
+    if (!strcmp(op, "init")) {
+        NARGS(0);
+        rc = CALL(d, cuInit, 0);
+        if (!rc)
+            rc = use_device(d, 0);
+        out("init rc=%d", rc);
+    } else if (!strcmp(op, "dev")) {
+        NARGS(1);
+        if (parse_num(f[1], &a) || a >= MAX_DEVICES)
+            return -1;
+        rc = use_device(d, (int)a);
+        out("dev %llu rc=%d", a, rc);
+    } else if (!strcmp(op, "noctx")) {
+        NARGS(0);
+        rc = CALL(d, cuCtxSetCurrent, NULL);
+        out("noctx rc=%d", rc);
+    } else if (!strcmp(op, "getctx")) {
+        CUcontext ctx = NULL;
+        NARGS(0);
+        rc = CALL(d, cuCtxGetCurrent, &ctx);
+        out("getctx rc=%d ctx=%p", rc, (void *)ctx);
+    } else if (!strcmp(op, "count")) {
+        int n = 0;
+        NARGS(0);
+        rc = CALL(d, cuDeviceGetCount, &n);
+        out("count rc=%d n=%d", rc, n);
+    } else if (!strcmp(op, "alloc") || !strcmp(op, "managed") || !strcmp(op, "async") ||
+               !strcmp(op, "pool") || !strcmp(op, "defpool")) {
+        CUdeviceptr dp = 0;
+        NARGS(1);
+        if (parse_size(f[1], &a))
+            return -1;
+        if (!strcmp(op, "alloc")) {
+            rc = CALL(d, cuMemAlloc_v2, &dp, a);
+        } else if (!strcmp(op, "managed")) {
+            rc = CALL(d, cuMemAllocManaged, &dp, a, CU_MEM_ATTACH_GLOBAL);
+        } else if (!strcmp(op, "async")) {
+            rc = CALL(d, cuMemAllocAsync, &dp, a, NULL);
+        } else if (!strcmp(op, "pool")) {
+            rc = 0;
+            if (!dev_pool[cur_dev]) {
+                CUmemPoolProps props;
+                CUmemoryPool pool = NULL;
+                memset(&props, 0, sizeof props);
+                props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+                props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+                props.location.id = cur_dev;
+                rc = CALL(d, cuMemPoolCreate, &pool, &props);
+                if (!rc)
+                    dev_pool[cur_dev] = pool;
+            }
+            if (!rc)
+                rc = CALL(d, cuMemAllocFromPoolAsync, &dp, a, dev_pool[cur_dev], NULL);
+        } else {
+            CUmemoryPool pool = NULL;
+            CUdevice dev = 0;
+            rc = CALL(d, cuDeviceGet, &dev, cur_dev);
+            if (!rc)
+                rc = CALL(d, cuDeviceGetDefaultMemPool, &pool, dev);
+            if (!rc)
+                rc = CALL(d, cuMemAllocFromPoolAsync, &dp, a, pool, NULL);
+        }
+        if (rc)
+            dp = 0;
+        print_alloc(op, a, rc, push(&ptrs, dp, a, rc == 0), dp);
+    } else if (!strcmp(op, "pitch")) {
+        CUdeviceptr dp = 0;
+        size_t pitch = 0;
+        size_t slot;
+        NARGS(3);
+        if (parse_size(f[1], &a) || parse_size(f[2], &b) || parse_num(f[3], &c) ||
+            c > UINT_MAX)
+            return -1;
+        rc = CALL(d, cuMemAllocPitch_v2, &dp, &pitch, a, b, (unsigned int)c);
+        if (rc)
+            dp = 0;
+        slot = push(&ptrs, dp, rc ? 0 : pitch * b, rc == 0);
+        out("pitch %llu %llu rc=%d slot=%zu pitch=%zu ptr=0x%llx", a, b, rc, slot, pitch, dp);
+    } else if (!strcmp(op, "lalloc")) {
+        CUdeviceptr_v1 dp = 0;
+        NARGS(1);
+        if (parse_size(f[1], &a) || a > UINT_MAX)
+            return -1;
+        rc = CALL(d, cuMemAlloc, &dp, (unsigned int)a);
+        if (rc)
+            dp = 0;
+        print_alloc(op, a, rc, push(&ptrs, dp, a, rc == 0), dp);
+    } else if (!strcmp(op, "free") || !strcmp(op, "freeasync") || !strcmp(op, "lfree")) {
+        struct slot *s;
+        NARGS(1);
+        s = get_slot(&ptrs, f[1]);
+        if (!s)
+            return -1;
+        if (!strcmp(op, "free"))
+            rc = CALL(d, cuMemFree_v2, s->value);
+        else if (!strcmp(op, "freeasync"))
+            rc = CALL(d, cuMemFreeAsync, s->value, NULL);
+        else
+            rc = CALL(d, cuMemFree, (CUdeviceptr_v1)s->value);
+        if (!rc)
+            s->live = 0;
+        out("%s %s rc=%d", op, f[1], rc);
+    } else if (!strcmp(op, "freeptr")) {
+        NARGS(1);
+        if (parse_hex(f[1], &a))
+            return -1;
+        rc = CALL(d, cuMemFree_v2, a);
+        out("freeptr 0x%llx rc=%d", a, rc);
+    } else if (!strcmp(op, "freeall")) {
+        size_t i, n = 0;
+        CUresult first = 0;
+        NARGS(0);
+        for (i = 0; i < ptrs.n; i++) {
+            if (!ptrs.v[i].live)
+                continue;
+            n++;
+            rc = CALL(d, cuMemFree_v2, ptrs.v[i].value);
+            if (rc && !first)
+                first = rc;
+            if (!rc)
+                ptrs.v[i].live = 0;
+        }
+        out("freeall n=%zu rc=%d", n, first);
+    } else if (!strcmp(op, "fill")) {
+        unsigned long ok = 0;
+        NARGS(1);
+        if (parse_size(f[1], &a))
+            return -1;
+        for (rc = 0; ok < FILL_LIMIT;) {
+            CUdeviceptr dp = 0;
+            rc = CALL(d, cuMemAlloc_v2, &dp, a);
+            if (rc)
+                break;
+            push(&ptrs, dp, a, 1);
+            ok++;
+        }
+        out("fill %llu ok=%lu rc=%d", a, ok, rc);
+    } else if (!strcmp(op, "create") || !strcmp(op, "createhost")) {
+        CUmemAllocationProp prop;
+        CUmemGenericAllocationHandle h = 0;
+        size_t slot;
+        int host = !strcmp(op, "createhost");
+        if (host)
+            NARGS(1);
+        else if (nf != 2 && nf != 3)
+            return -1;
+        if (parse_size(f[1], &a))
+            return -1;
+        if (nf == 3 && (parse_num(f[2], &b) || b >= MAX_DEVICES))
+            return -1;
+        memset(&prop, 0, sizeof prop);
+        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.location.type = host ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE;
+        prop.location.id = host ? 0 : (int)b;
+        rc = CALL(d, cuMemCreate, &h, a, &prop, 0);
+        if (rc)
+            h = 0;
+        slot = push(&handles, h, a, rc == 0);
+        out("%s %llu rc=%d slot=%zu handle=0x%llx", op, a, rc, slot, h);
+    } else if (!strcmp(op, "release")) {
+        struct slot *s;
+        NARGS(1);
+        s = get_slot(&handles, f[1]);
+        if (!s)
+            return -1;
+        rc = CALL(d, cuMemRelease, s->value);
+        if (!rc)
+            s->live = 0;
+        out("release %s rc=%d", f[1], rc);
+    } else if (!strcmp(op, "reserve")) {
+        CUdeviceptr dp = 0;
+        size_t slot;
+        NARGS(1);
+        if (parse_size(f[1], &a))
+            return -1;
+        rc = CALL(d, cuMemAddressReserve, &dp, a, 0, 0, 0);
+        if (rc)
+            dp = 0;
+        slot = push(&reservations, dp, a, rc == 0);
+        out("reserve %llu rc=%d slot=%zu ptr=0x%llx", a, rc, slot, dp);
+    } else if (!strcmp(op, "map")) {
+        struct slot *r, *h;
+        NARGS(2);
+        r = get_slot(&reservations, f[1]);
+        h = get_slot(&handles, f[2]);
+        if (!r || !h)
+            return -1;
+        rc = CALL(d, cuMemMap, r->value, h->size, 0, h->value, 0);
+        if (!rc)
+            r->mapped = h->size;
+        out("map %s %s rc=%d", f[1], f[2], rc);
+    } else if (!strcmp(op, "unmap")) {
+        struct slot *r;
+        NARGS(1);
+        r = get_slot(&reservations, f[1]);
+        if (!r)
+            return -1;
+        rc = CALL(d, cuMemUnmap, r->value, r->mapped);
+        if (!rc)
+            r->mapped = 0;
+        out("unmap %s rc=%d", f[1], rc);
+    } else if (!strcmp(op, "unreserve")) {
+        struct slot *r;
+        NARGS(1);
+        r = get_slot(&reservations, f[1]);
+        if (!r)
+            return -1;
+        rc = CALL(d, cuMemAddressFree, r->value, r->size);
+        if (!rc)
+            r->live = 0;
+        out("unreserve %s rc=%d", f[1], rc);
+    } else if (!strcmp(op, "info")) {
+        size_t fr = 0, to = 0;
+        NARGS(0);
+        rc = CALL(d, cuMemGetInfo_v2, &fr, &to);
+        out("info rc=%d free=%zu total=%zu", rc, fr, to);
+    } else if (!strcmp(op, "linfo")) {
+        unsigned int fr = 0, to = 0;
+        NARGS(0);
+        rc = CALL(d, cuMemGetInfo, &fr, &to);
+        out("linfo rc=%d free=%u total=%u", rc, fr, to);
+    } else if (!strcmp(op, "total")) {
+        CUdevice dev = 0;
+        size_t bytes = 0;
+        NARGS(1);
+        if (parse_num(f[1], &a) || a >= MAX_DEVICES)
+            return -1;
+        rc = CALL(d, cuDeviceGet, &dev, (int)a);
+        if (!rc)
+            rc = CALL(d, cuDeviceTotalMem_v2, &bytes, dev);
+        out("total %llu rc=%d bytes=%zu", a, rc, bytes);
+    } else if (!strcmp(op, "errname")) {
+        long long code;
+        const char *name = NULL;
+        NARGS(1);
+        if (parse_int(f[1], &code))
+            return -1;
+        rc = CALL(d, cuGetErrorName, (CUresult)code, &name);
+        out("errname %lld rc=%d name=%s", code, rc, name ? name : "-");
+    } else if (!strcmp(op, "threads")) {
+        NARGS(3);
+        if (parse_num(f[1], &a) || a == 0 || a > 1024 || parse_num(f[2], &b) ||
+            parse_size(f[3], &c))
+            return -1;
+        op_threads(d, (unsigned long)a, (unsigned long)b, c);
+    } else if (!strcmp(op, "shimstats")) {
+        size_t in_use = 0, peak = 0;
+        unsigned long long live = 0;
+        void *h;
+        fn_cuShimStats stats = NULL;
+        NARGS(1);
+        if (parse_num(f[1], &a) || a >= MAX_DEVICES)
+            return -1;
+        h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+        if (h && d->sym)
+            stats = (fn_cuShimStats)d->sym(h, "cuShimStats");
+        rc = stats ? stats((int)a, &in_use, &peak, &live) : CUDA_ERROR_NOT_FOUND;
+        out("shimstats %llu rc=%d in_use=%zu peak=%zu live=%llu", a, rc, in_use, peak, live);
+    } else if (!strcmp(op, "sleep")) {
+        struct timespec ts;
+        NARGS(1);
+        if (parse_num(f[1], &a))
+            return -1;
+        ts.tv_sec = (time_t)(a / 1000);
+        ts.tv_nsec = (long)(a % 1000) * 1000000L;
+        while (nanosleep(&ts, &ts) && errno == EINTR)
+            ;
+        out("sleep %llu", a);
+    } else if (!strcmp(op, "exit") || !strcmp(op, "_exit")) {
+        long long code;
+        NARGS(1);
+        if (parse_int(f[1], &code))
+            return -1;
+        out("%s %lld", op, code);
+        if (op[0] == '_')
+            _exit((int)code);
+        exit((int)code);
+    } else if (!strcmp(op, "kill")) {
+        NARGS(0);
+        out("kill");
+        raise(SIGKILL);
+    } else {
+        return -1;
+    }
+#undef NARGS
+    return 0;
+}
+
+int run_ops(const struct drv *d, int argc, char **argv) {
+    int i;
+    for (i = 0; i < argc; i++) {
+        if (run_op(d, argv[i])) {
+            fprintf(stderr, "ops: malformed op \"%s\"\n", argv[i]);
+            return 2;
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,46 @@
+/* The op interpreter shared by the test clients. Each client fills `struct drv` its own way
+ * (linked symbols, dlsym, cuGetProcAddress) and hands its argv to run_ops. */
+#ifndef CUQUOTA_OPS_H
+#define CUQUOTA_OPS_H
+
+#include "cuda_min.h"
+
+struct drv {
+    fn_cuInit cuInit;
+    fn_cuDeviceGet cuDeviceGet;
+    fn_cuDeviceGetCount cuDeviceGetCount;
+    fn_cuDevicePrimaryCtxRetain cuDevicePrimaryCtxRetain;
+    fn_cuCtxSetCurrent cuCtxSetCurrent;
+    fn_cuCtxGetCurrent cuCtxGetCurrent;
+    fn_cuMemAlloc_v2 cuMemAlloc_v2;
+    fn_cuMemFree_v2 cuMemFree_v2;
+    fn_cuMemAllocPitch_v2 cuMemAllocPitch_v2;
+    fn_cuMemAllocManaged cuMemAllocManaged;
+    fn_cuMemAllocAsync cuMemAllocAsync;
+    fn_cuMemAllocFromPoolAsync cuMemAllocFromPoolAsync;
+    fn_cuMemFreeAsync cuMemFreeAsync;
+    fn_cuMemPoolCreate cuMemPoolCreate;
+    fn_cuDeviceGetDefaultMemPool cuDeviceGetDefaultMemPool;
+    fn_cuMemCreate cuMemCreate;
+    fn_cuMemRelease cuMemRelease;
+    fn_cuMemAddressReserve cuMemAddressReserve;
+    fn_cuMemMap cuMemMap;
+    fn_cuMemUnmap cuMemUnmap;
+    fn_cuMemAddressFree cuMemAddressFree;
+    fn_cuMemGetInfo_v2 cuMemGetInfo_v2;
+    fn_cuDeviceTotalMem_v2 cuDeviceTotalMem_v2;
+    /* Legacy 32-bit entry points; any may be NULL (ops then print rc=500). */
+    fn_cuMemAlloc_v1 cuMemAlloc;
+    fn_cuMemFree_v1 cuMemFree;
+    fn_cuMemGetInfo_v1 cuMemGetInfo;
+    fn_cuGetErrorName cuGetErrorName;
+    /* The client's own symbol lookup (for the stand-in's cuShimStats), so that every
+     * client binary references only the dlsym version it means to. */
+    void *(*sym)(void *handle, const char *name);
+};
+
+/* Runs the ops in argv[0..argc) and prints one line per op on stdout. Returns the exit
+ * status: 0 after running them all (whatever their rc), 2 on a malformed op. */
+int run_ops(const struct drv *d, int argc, char **argv);
+
+#endif

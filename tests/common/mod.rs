@@ -1,0 +1,669 @@
+//! The integration-test harness: builds the interposer, the stand-in driver and the C test
+//! clients once per test binary, runs a client under the interposer with a clean
+//! environment and a hard timeout, and parses its one-line-per-op output.
+//!
+//! Where things live (`<target>` is the directory above the profile directory holding
+//! `CARGO_BIN_EXE_cuquota`, i.e. `target/` or `$CARGO_TARGET_DIR`):
+//! - a nested `cargo build --lib -p cuquota -p cuquota-shim` (debug) into
+//!   `<target>/stand-in-build`, a target dir of its own since the outer cargo holds the
+//!   main one. It yields the interposer `libcuquota.so` (cargo does not build a
+//!   cdylib-only library for integration tests, so the one next to the `cuquota` binary
+//!   may be missing or stale) and the stand-in `libcuda.so`;
+//! - the stand-in installed as `<target>/stand-in/libcuda.so.1` (+ a `libcuda.so` link);
+//! - the clients, compiled with gcc into `<target>/test-clients/`.
+//!
+//! A file lock makes the set-up safe when several test binaries run it at once.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::fs;
+use std::io::Read;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+use std::thread;
+use std::time::{Duration, Instant, SystemTime};
+
+pub const KIB: u64 = 1 << 10;
+pub const MIB: u64 = 1 << 20;
+pub const GIB: u64 = 1 << 30;
+/// The stand-in driver's default device size.
+pub const DEVICE_BYTES: u64 = 8 * GIB;
+
+pub const SUCCESS: u64 = 0;
+pub const INVALID_VALUE: u64 = 1;
+pub const OUT_OF_MEMORY: u64 = 2;
+
+/// How long one client may run before it is killed and the test fails.
+pub const TIMEOUT: Duration = Duration::from_secs(60);
+
+// ---------------------------------------------------------------------------------------
+// Artifacts
+// ---------------------------------------------------------------------------------------
+
+pub struct Artifacts {
+    pub workspace: PathBuf,
+    pub target_dir: PathBuf,
+    pub interposer: PathBuf,
+    pub stand_in_dir: PathBuf,
+    pub clients_dir: PathBuf,
+}
+
+/// Builds (once per test binary) and returns the paths of everything the tests run.
+pub fn artifacts() -> &'static Artifacts {
+    static ARTIFACTS: OnceLock<Artifacts> = OnceLock::new();
+    ARTIFACTS.get_or_init(prepare)
+}
+
+fn prepare() -> Artifacts {
+    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_cuquota"));
+    let target_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("the cuquota binary lives in <target>/<profile>/")
+        .to_path_buf();
+    fs::create_dir_all(&target_dir).unwrap();
+    let _lock = FileLock::acquire(&target_dir.join("cuquota-test-harness.lock"));
+
+    let build_dir = target_dir.join("stand-in-build");
+    cargo_build(&workspace, &build_dir);
+    let interposer = build_dir.join("debug/libcuquota.so");
+    assert!(interposer.is_file(), "{} is missing", interposer.display());
+    let stand_in_dir = target_dir.join("stand-in");
+    install_stand_in(&build_dir.join("debug/libcuda.so"), &stand_in_dir);
+    let clients_dir = target_dir.join("test-clients");
+    build_clients(
+        &workspace.join("tests/clients"),
+        &stand_in_dir,
+        &clients_dir,
+    );
+
+    Artifacts {
+        workspace,
+        target_dir,
+        interposer,
+        stand_in_dir,
+        clients_dir,
+    }
+}
+
+/// An exclusive `flock` held until dropped.
+struct FileLock(fs::File);
+
+impl FileLock {
+    fn acquire(path: &Path) -> FileLock {
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)
+            .unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
+        // SAFETY: flock on a file descriptor we own; it stays open for the lock's lifetime.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+        assert_eq!(rc, 0, "flock {}", path.display());
+        FileLock(file)
+    }
+}
+
+impl Drop for FileLock {
+    fn drop(&mut self) {
+        // SAFETY: as above; closing the file would release it too.
+        unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
+    }
+}
+
+/// Builds the stand-in driver and the interposer with a nested cargo, in a target dir of
+/// their own: the outer `cargo test` holds the lock on the main one. The interposer is
+/// built here too because cargo does not build a cdylib-only library for integration
+/// tests, so `libcuquota.so` next to `CARGO_BIN_EXE_cuquota` may be missing or stale.
+fn cargo_build(workspace: &Path, build_dir: &Path) {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(workspace)
+        .args([
+            "build",
+            "--quiet",
+            "--lib",
+            "-p",
+            "cuquota",
+            "-p",
+            "cuquota-shim",
+        ])
+        .arg("--target-dir")
+        .arg(build_dir);
+    for var in [
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_TARGET",
+        "CARGO_MAKEFLAGS",
+        "MAKEFLAGS",
+        "MFLAGS",
+        "LD_PRELOAD",
+    ] {
+        cmd.env_remove(var);
+    }
+    let out = cmd.output().expect("run cargo build");
+    assert!(
+        out.status.success(),
+        "building the interposer and the stand-in driver failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn install_stand_in(built: &Path, stand_in_dir: &Path) {
+    assert!(built.is_file(), "{} is missing", built.display());
+    fs::create_dir_all(stand_in_dir).unwrap();
+    let installed = stand_in_dir.join("libcuda.so.1");
+    // Copy then rename: a client still running from an earlier binary keeps its inode.
+    let tmp = stand_in_dir.join(format!(".libcuda.so.1.{}", std::process::id()));
+    fs::copy(built, &tmp).unwrap();
+    fs::rename(&tmp, &installed).unwrap();
+    let link = stand_in_dir.join("libcuda.so");
+    if fs::read_link(&link)
+        .map(|t| t != Path::new("libcuda.so.1"))
+        .unwrap_or(true)
+    {
+        let _ = fs::remove_file(&link);
+        std::os::unix::fs::symlink("libcuda.so.1", &link).unwrap();
+    }
+}
+
+/// One client binary: its sources (in tests/clients) and extra gcc arguments.
+struct ClientBuild {
+    name: &'static str,
+    sources: &'static [&'static str],
+    flags: &'static [&'static str],
+    link_cuda: bool,
+}
+
+const CLIENT_BUILDS: &[ClientBuild] = &[
+    ClientBuild {
+        name: "linked",
+        sources: &["linked.c", "ops.c"],
+        flags: &[],
+        link_cuda: true,
+    },
+    ClientBuild {
+        name: "dlsym",
+        sources: &["dlsym_client.c", "ops.c"],
+        flags: &[],
+        link_cuda: false,
+    },
+    ClientBuild {
+        name: "dlsym_old",
+        sources: &["dlsym_client.c", "ops.c"],
+        flags: &["-DOLD_DLSYM"],
+        link_cuda: false,
+    },
+    ClientBuild {
+        name: "runtime",
+        sources: &["runtime_client.c", "ops.c"],
+        flags: &[],
+        link_cuda: false,
+    },
+    ClientBuild {
+        name: "bfc_growth",
+        sources: &["bfc_growth.c"],
+        flags: &[],
+        link_cuda: false,
+    },
+];
+
+fn mtime(path: &Path) -> Option<SystemTime> {
+    fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+fn build_clients(src_dir: &Path, stand_in_dir: &Path, out_dir: &Path) {
+    fs::create_dir_all(out_dir).unwrap();
+    // Every client is rebuilt when any C file or header changed (they share ops.c and
+    // cuda_min.h), and the linked one also when the stand-in driver changed.
+    let newest_source = fs::read_dir(src_dir)
+        .unwrap()
+        .filter_map(|e| mtime(&e.unwrap().path()))
+        .max()
+        .unwrap();
+    let driver = mtime(&stand_in_dir.join("libcuda.so.1")).unwrap();
+    for client in CLIENT_BUILDS {
+        let out = out_dir.join(client.name);
+        let newest = if client.link_cuda {
+            newest_source.max(driver)
+        } else {
+            newest_source
+        };
+        if mtime(&out).is_some_and(|t| t > newest) {
+            continue;
+        }
+        let tmp = out_dir.join(format!(".{}.{}", client.name, std::process::id()));
+        let mut cmd = Command::new("gcc");
+        cmd.args(["-O1", "-Wall", "-Werror", "-pthread", "-I"])
+            .arg(src_dir)
+            .args(client.flags)
+            .args(client.sources.iter().map(|s| src_dir.join(s)))
+            .arg("-o")
+            .arg(&tmp);
+        if client.link_cuda {
+            cmd.arg("-L")
+                .arg(stand_in_dir)
+                .args(["-Wl,--no-as-needed", "-lcuda"]);
+        }
+        cmd.arg("-ldl");
+        let res = cmd.output().expect("run gcc");
+        assert!(
+            res.status.success(),
+            "gcc failed for the {} client:\n{}",
+            client.name,
+            String::from_utf8_lossy(&res.stderr)
+        );
+        fs::rename(&tmp, &out).unwrap();
+    }
+}
+
+/// A fresh, empty directory under the target dir for one test's files.
+pub fn scratch_dir(name: &str) -> PathBuf {
+    static COUNTER: AtomicUsize = AtomicUsize::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let dir = artifacts()
+        .target_dir
+        .join("test-scratch")
+        .join(format!("{name}-{}-{n}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+// ---------------------------------------------------------------------------------------
+// Clients and runs
+// ---------------------------------------------------------------------------------------
+
+/// The ways a client reaches the driver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Client {
+    /// Linked with -lcuda; takes the exported functions' addresses.
+    Linked,
+    /// dlopen + dlsym@GLIBC_2.34.
+    Dlsym,
+    /// dlopen + the original dlsym@GLIBC_2.2.5.
+    DlsymOld,
+    /// dlsym of cuGetProcAddress_v2 only, then lookups by base name and version.
+    Runtime,
+    /// As Runtime, with CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM (CLIENT_PER_THREAD=1).
+    RuntimePerThread,
+    /// The TensorFlow-style demo workload (not an op interpreter).
+    Bfc,
+}
+
+impl Client {
+    /// Every op-interpreting client build and mode.
+    pub const ALL: [Client; 5] = [
+        Client::Linked,
+        Client::Dlsym,
+        Client::DlsymOld,
+        Client::Runtime,
+        Client::RuntimePerThread,
+    ];
+
+    pub fn binary_name(self) -> &'static str {
+        match self {
+            Client::Linked => "linked",
+            Client::Dlsym => "dlsym",
+            Client::DlsymOld => "dlsym_old",
+            Client::Runtime | Client::RuntimePerThread => "runtime",
+            Client::Bfc => "bfc_growth",
+        }
+    }
+
+    pub fn path(self) -> PathBuf {
+        artifacts().clients_dir.join(self.binary_name())
+    }
+}
+
+/// One client run, built up and then started with [`Run::run`].
+pub struct Run {
+    program: PathBuf,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    preload: bool,
+    cwd: Option<PathBuf>,
+    timeout: Duration,
+}
+
+impl Run {
+    pub fn client(client: Client) -> Run {
+        let mut run = Run::program(client.path());
+        if client == Client::RuntimePerThread {
+            run = run.env("CLIENT_PER_THREAD", "1");
+        }
+        run
+    }
+
+    pub fn program(path: impl Into<PathBuf>) -> Run {
+        Run {
+            program: path.into(),
+            args: Vec::new(),
+            env: Vec::new(),
+            preload: true,
+            cwd: None,
+            timeout: TIMEOUT,
+        }
+    }
+
+    /// Appends ops (or arguments), given as one whitespace-separated string.
+    pub fn ops(mut self, ops: &str) -> Run {
+        self.args.extend(ops.split_whitespace().map(str::to_string));
+        self
+    }
+
+    pub fn arg(mut self, arg: &str) -> Run {
+        self.args.push(arg.to_string());
+        self
+    }
+
+    pub fn env(mut self, key: &str, value: &str) -> Run {
+        self.env.push((key.to_string(), value.to_string()));
+        self
+    }
+
+    pub fn envs(mut self, vars: &[(&str, &str)]) -> Run {
+        for (k, v) in vars {
+            self = self.env(k, v);
+        }
+        self
+    }
+
+    /// Runs without LD_PRELOAD: the raw stand-in driver.
+    pub fn no_preload(mut self) -> Run {
+        self.preload = false;
+        self
+    }
+
+    pub fn cwd(mut self, dir: &Path) -> Run {
+        self.cwd = Some(dir.to_path_buf());
+        self
+    }
+
+    pub fn run(self) -> Output {
+        let art = artifacts();
+        let mut cmd = Command::new(&self.program);
+        cmd.args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (key, _) in std::env::vars_os() {
+            let k = key.to_string_lossy();
+            if k.starts_with("CUQUOTA_")
+                || k.starts_with("CUDA_SHIM_")
+                || k == "LD_PRELOAD"
+                || k == "LD_LIBRARY_PATH"
+                || k == "CLIENT_PER_THREAD"
+            {
+                cmd.env_remove(&key);
+            }
+        }
+        cmd.env("LD_LIBRARY_PATH", &art.stand_in_dir);
+        if self.preload {
+            cmd.env("LD_PRELOAD", &art.interposer);
+        }
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        if let Some(dir) = &self.cwd {
+            cmd.current_dir(dir);
+        }
+        let description = self.describe();
+
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {description}: {e}"));
+        let pid = child.id();
+        let stdout = reader(child.stdout.take().unwrap());
+        let stderr = reader(child.stderr.take().unwrap());
+        let deadline = Instant::now() + self.timeout;
+        let (status, timed_out) = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break (status, false);
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                break (child.wait().unwrap(), true);
+            }
+            thread::sleep(Duration::from_millis(5));
+        };
+        let stdout = stdout.join().unwrap();
+        let stderr = stderr.join().unwrap();
+        let out = Output {
+            description,
+            pid,
+            status,
+            lines: stdout.lines().map(Line::parse).collect(),
+            stdout,
+            stderr: stderr.lines().map(str::to_string).collect(),
+        };
+        assert!(!timed_out, "killed after {:?}:\n{out}", self.timeout);
+        out
+    }
+
+    fn describe(&self) -> String {
+        let mut s = String::new();
+        for (k, v) in &self.env {
+            s.push_str(&format!("{k}={v:?} "));
+        }
+        if !self.preload {
+            s.push_str("(no LD_PRELOAD) ");
+        }
+        s.push_str(&self.program.display().to_string());
+        for a in &self.args {
+            s.push(' ');
+            s.push_str(a);
+        }
+        s
+    }
+}
+
+fn reader(mut pipe: impl Read + Send + 'static) -> thread::JoinHandle<String> {
+    thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = pipe.read_to_end(&mut buf);
+        String::from_utf8_lossy(&buf).into_owned()
+    })
+}
+
+/// Runs `client` under the interposer with `ops` (whitespace-separated) and extra `env`.
+pub fn run(client: Client, ops: &str, env: &[(&str, &str)]) -> Output {
+    Run::client(client).ops(ops).envs(env).run()
+}
+
+/// As [`run`], without LD_PRELOAD.
+pub fn run_raw(client: Client, ops: &str, env: &[(&str, &str)]) -> Output {
+    Run::client(client).ops(ops).envs(env).no_preload().run()
+}
+
+// ---------------------------------------------------------------------------------------
+// Output
+// ---------------------------------------------------------------------------------------
+
+/// One stdout line: `name [positional...] key=value...`.
+#[derive(Clone, Debug)]
+pub struct Line {
+    pub raw: String,
+    pub op: String,
+    pub args: Vec<String>,
+    pub kv: BTreeMap<String, String>,
+}
+
+impl Line {
+    fn parse(raw: &str) -> Line {
+        let mut words = raw.split_whitespace();
+        let op = words.next().unwrap_or("").to_string();
+        let mut args = Vec::new();
+        let mut kv = BTreeMap::new();
+        for w in words {
+            match w.split_once('=') {
+                Some((k, v)) => {
+                    kv.insert(k.to_string(), v.to_string());
+                }
+                None => args.push(w.to_string()),
+            }
+        }
+        Line {
+            raw: raw.to_string(),
+            op,
+            args,
+            kv,
+        }
+    }
+
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.kv.get(key).map(String::as_str)
+    }
+
+    /// A numeric value (decimal, or hex with 0x).
+    pub fn num(&self, key: &str) -> Option<u64> {
+        let v = self.get(key)?;
+        match v.strip_prefix("0x") {
+            Some(hex) => u64::from_str_radix(hex, 16).ok(),
+            None => v.parse().ok(),
+        }
+    }
+}
+
+pub struct Output {
+    pub description: String,
+    pub pid: u32,
+    pub status: ExitStatus,
+    pub stdout: String,
+    /// Every stdout line, parsed (including the runtime client's `lookup` lines).
+    pub lines: Vec<Line>,
+    pub stderr: Vec<String>,
+}
+
+impl fmt::Display for Output {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "--- {} (pid {}, {})",
+            self.description, self.pid, self.status
+        )?;
+        writeln!(f, "--- stdout:")?;
+        for l in &self.lines {
+            if l.op != "lookup" {
+                writeln!(f, "  {}", l.raw)?;
+            }
+        }
+        writeln!(f, "--- stderr:")?;
+        for l in &self.stderr {
+            writeln!(f, "  {l}")?;
+        }
+        Ok(())
+    }
+}
+
+impl Output {
+    /// The op lines (without the runtime client's start-up `lookup` lines).
+    pub fn ops(&self) -> Vec<&Line> {
+        self.lines.iter().filter(|l| l.op != "lookup").collect()
+    }
+
+    /// The `lookup` lines of the runtime client.
+    pub fn lookups(&self) -> Vec<&Line> {
+        self.lines.iter().filter(|l| l.op == "lookup").collect()
+    }
+
+    /// The i-th op line, which must be op `name`.
+    pub fn op(&self, i: usize, name: &str) -> &Line {
+        let ops = self.ops();
+        let line = ops
+            .get(i)
+            .copied()
+            .unwrap_or_else(|| panic!("no op line #{i}:\n{self}"));
+        assert_eq!(line.op, name, "op line #{i} is not {name}:\n{self}");
+        line
+    }
+
+    /// Checks the i-th op line is `name` with these exact numeric values.
+    pub fn check(&self, i: usize, name: &str, expected: &[(&str, u64)]) -> &Line {
+        let line = self.op(i, name);
+        for &(key, want) in expected {
+            let got = line.num(key);
+            assert_eq!(
+                got,
+                Some(want),
+                "op line #{i} ({}): {key}:\n{self}",
+                line.raw
+            );
+        }
+        line
+    }
+
+    /// A numeric value of the i-th op line.
+    pub fn value(&self, i: usize, name: &str, key: &str) -> u64 {
+        let line = self.op(i, name);
+        line.num(key)
+            .unwrap_or_else(|| panic!("op line #{i} has no numeric {key}:\n{self}"))
+    }
+
+    /// The rc of every op line that has one, in order.
+    pub fn rcs(&self) -> Vec<u64> {
+        self.ops().iter().filter_map(|l| l.num("rc")).collect()
+    }
+
+    pub fn check_rcs(&self, expected: &[u64]) {
+        assert_eq!(self.rcs(), expected, "rc sequence:\n{self}");
+    }
+
+    pub fn check_exit(&self, code: i32) {
+        assert_eq!(self.status.code(), Some(code), "exit status:\n{self}");
+    }
+
+    /// `cuquota[PID]: ` for this child.
+    pub fn prefix(&self) -> String {
+        format!("cuquota[{}]: ", self.pid)
+    }
+
+    /// The stderr lines written by cuquota (any line starting `cuquota[`).
+    pub fn cuquota_lines(&self) -> Vec<&str> {
+        self.stderr
+            .iter()
+            .map(String::as_str)
+            .filter(|l| l.starts_with("cuquota["))
+            .collect()
+    }
+
+    /// Asserts stderr has exactly this line (the `cuquota[PID]: ` prefix added) once.
+    pub fn check_log(&self, body: &str) {
+        let want = format!("{}{body}", self.prefix());
+        let n = self.stderr.iter().filter(|l| **l == want).count();
+        assert_eq!(n, 1, "expected once on stderr:\n  {want}\n{self}");
+    }
+
+    /// The cuquota lines starting with `cuquota[PID]: <start>`.
+    pub fn logs_starting(&self, start: &str) -> Vec<&str> {
+        let want = format!("{}{start}", self.prefix());
+        self.cuquota_lines()
+            .into_iter()
+            .filter(|l| l.starts_with(&want))
+            .collect()
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Formatting as cuquota does
+// ---------------------------------------------------------------------------------------
+
+/// A human size: `"{x} B"` below 1 KiB, else the largest of KiB/MiB/GiB/TiB not above it,
+/// with exactly two decimals.
+pub fn h(x: u64) -> String {
+    if x < KIB {
+        return format!("{x} B");
+    }
+    let units = [
+        ("TiB", 1u64 << 40),
+        ("GiB", GIB),
+        ("MiB", MIB),
+        ("KiB", KIB),
+    ];
+    let (name, unit) = units.iter().find(|(_, u)| x >= *u).unwrap();
+    format!("{:.2} {name}", x as f64 / *unit as f64)
+}

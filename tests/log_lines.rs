@@ -1,0 +1,286 @@
+//! The exact lines cuquota writes: refusals, observe mode, the caller's reaction, driver
+//! refusals, exit summaries, configuration errors, and where the lines go.
+
+mod common;
+use common::*;
+
+const LIMIT: (&str, &str) = ("CUQUOTA_LIMIT", "1GiB");
+
+#[test]
+fn human_size_helper() {
+    assert_eq!(h(0), "0 B");
+    assert_eq!(h(1023), "1023 B");
+    assert_eq!(h(1024), "1.00 KiB");
+    assert_eq!(h(512 * MIB), "512.00 MiB");
+    assert_eq!(h(4 * GIB), "4.00 GiB");
+    assert_eq!(h(3_131_031_158), "2.92 GiB");
+    assert_eq!(h(2 << 40), "2.00 TiB");
+}
+
+#[test]
+fn quota_refusal() {
+    let out = run(Client::Linked, "init alloc:768M alloc:512M", &[LIMIT]);
+    out.check_rcs(&[0, 0, OUT_OF_MEMORY]);
+    out.check_log(
+        "GPU 0 refused 512.00 MiB (536870912 bytes) via cuMemAlloc_v2: \
+         quota 1.00 GiB, in use 768.00 MiB, 256.00 MiB left",
+    );
+}
+
+#[test]
+fn observe_mode_allows_and_says_so() {
+    let out = run(
+        Client::Linked,
+        "init alloc:768M alloc:512M",
+        &[LIMIT, ("CUQUOTA_MODE", "observe")],
+    );
+    out.check_rcs(&[0, 0, 0]);
+    out.check_log(
+        "GPU 0 would refuse 512.00 MiB (536870912 bytes) via cuMemAlloc_v2: \
+         quota 1.00 GiB, in use 768.00 MiB, 256.00 MiB left (observe mode: allowed)",
+    );
+    assert!(out.logs_starting("GPU 0 refused").is_empty(), "{out}");
+}
+
+#[test]
+fn a_caller_that_backs_off() {
+    let out = run(
+        Client::Linked,
+        "init alloc:768M alloc:1G alloc:512M alloc:256M",
+        &[LIMIT],
+    );
+    out.check_rcs(&[0, 0, OUT_OF_MEMORY, OUT_OF_MEMORY, 0]);
+    out.check_log(
+        "GPU 0: the caller backed off 1.00 GiB → 512.00 MiB and got 256.00 MiB; \
+         it keeps running (an allocator shrinking its request, e.g. TensorFlow allow_growth)",
+    );
+}
+
+#[test]
+fn a_caller_that_retries_the_same_size() {
+    let out = run(
+        Client::Linked,
+        "init alloc:768M alloc:512M free:0 alloc:512M",
+        &[LIMIT],
+    );
+    out.check_rcs(&[0, 0, OUT_OF_MEMORY, 0, 0]);
+    out.check_log(
+        "GPU 0: the caller retried 512.00 MiB after 1 refusal and got it; it keeps running \
+         (an allocator that frees its cache and retries, e.g. PyTorch or CuPy)",
+    );
+
+    let out = run(
+        Client::Linked,
+        "init alloc:768M alloc:512M alloc:512M free:0 alloc:512M",
+        &[LIMIT],
+    );
+    out.check_rcs(&[0, 0, OUT_OF_MEMORY, OUT_OF_MEMORY, 0, 0]);
+    out.check_log(
+        "GPU 0: the caller retried 512.00 MiB after 2 refusals and got it; it keeps running \
+         (an allocator that frees its cache and retries, e.g. PyTorch or CuPy)",
+    );
+}
+
+#[test]
+fn driver_refusal_without_a_quota() {
+    let out = run(
+        Client::Linked,
+        "init alloc:768M alloc:512M",
+        &[("CUDA_SHIM_MEMORY", "1GiB")],
+    );
+    out.check_rcs(&[0, 0, OUT_OF_MEMORY]);
+    out.check_log(
+        "GPU 0: the driver refused 512.00 MiB (536870912 bytes) via cuMemAlloc_v2: \
+         CUDA_ERROR_OUT_OF_MEMORY, driver free 256.00 MiB; in use 768.00 MiB, no quota",
+    );
+}
+
+#[test]
+fn driver_refusal_under_a_quota_above_the_device() {
+    let out = run(
+        Client::Linked,
+        "init alloc:768M alloc:512M",
+        &[("CUDA_SHIM_MEMORY", "1GiB"), ("CUQUOTA_LIMIT", "2GiB")],
+    );
+    out.check_rcs(&[0, 0, OUT_OF_MEMORY]);
+    out.check_log(
+        "GPU 0: the driver refused 512.00 MiB (536870912 bytes) via cuMemAlloc_v2: \
+         CUDA_ERROR_OUT_OF_MEMORY, driver free 256.00 MiB; quota 2.00 GiB, in use 768.00 MiB",
+    );
+}
+
+#[test]
+fn exit_summary_with_a_quota() {
+    // 256M + 512M fit; 512M and 300M are refused (256 MiB left); slot 0 is freed.
+    let out = run(
+        Client::Linked,
+        "init alloc:256M alloc:512M alloc:512M alloc:300M free:0",
+        &[LIMIT],
+    );
+    out.check_exit(0);
+    out.check_rcs(&[0, 0, 0, OUT_OF_MEMORY, OUT_OF_MEMORY, 0]);
+    out.check_log(
+        "GPU 0 summary: peak 768.00 MiB (805306368 bytes) of quota 1.00 GiB, \
+         2 allocations, 2 refusals, 1 live at exit (512.00 MiB)",
+    );
+    assert_eq!(out.logs_starting("GPU 0 summary:").len(), 1, "{out}");
+}
+
+#[test]
+fn exit_summary_without_a_quota_one_per_device() {
+    let out = run(
+        Client::Linked,
+        "init alloc:256M alloc:256M free:1 dev:1 alloc:2M alloc:2M",
+        &[("CUDA_SHIM_DEVICES", "2")],
+    );
+    out.check_exit(0);
+    out.check_rcs(&[0, 0, 0, 0, 0, 0, 0]);
+    out.check_log(
+        "GPU 0 summary: peak 512.00 MiB (536870912 bytes), no quota, \
+         2 allocations, 0 refusals, 1 live at exit (256.00 MiB)",
+    );
+    out.check_log(
+        "GPU 1 summary: peak 4.00 MiB (4194304 bytes), no quota, \
+         2 allocations, 0 refusals, 2 live at exit (4.00 MiB)",
+    );
+}
+
+#[test]
+fn exit_summary_when_the_program_calls_exit() {
+    let out = run(Client::Linked, "init alloc:1M alloc:1M exit:3", &[LIMIT]);
+    out.check_exit(3);
+    out.check_log(
+        "GPU 0 summary: peak 2.00 MiB (2097152 bytes) of quota 1.00 GiB, \
+         2 allocations, 0 refusals, 2 live at exit (2.00 MiB)",
+    );
+}
+
+#[test]
+fn a_bad_limit_fails_cuinit_with_one_line() {
+    for value in ["6GBB", "-1", "0x", "110%", "0:", "", "abc"] {
+        let out = run(
+            Client::Linked,
+            "init info alloc:1M",
+            &[("CUQUOTA_LIMIT", value)],
+        );
+        out.check_exit(0);
+        out.check_rcs(&[INVALID_VALUE, INVALID_VALUE, INVALID_VALUE]);
+        let lines = out.cuquota_lines();
+        assert_eq!(lines.len(), 1, "CUQUOTA_LIMIT={value:?}:\n{out}");
+        let start = format!("{}CUQUOTA_LIMIT=\"{value}\" is not valid:", out.prefix());
+        assert!(
+            lines[0].starts_with(&start),
+            "CUQUOTA_LIMIT={value:?}:\n{out}"
+        );
+        assert!(lines[0].contains("6GiB"), "no example in:\n{out}");
+    }
+}
+
+#[test]
+fn log_off_is_silent() {
+    let out = run(
+        Client::Linked,
+        "init alloc:768M alloc:512M",
+        &[LIMIT, ("CUQUOTA_LOG", "off")],
+    );
+    out.check_rcs(&[0, 0, OUT_OF_MEMORY]);
+    assert!(out.cuquota_lines().is_empty(), "{out}");
+}
+
+#[test]
+fn log_to_a_file() {
+    let dir = scratch_dir("log-file");
+    let file = dir.join("cuquota.log");
+    let out = run(
+        Client::Linked,
+        "init alloc:768M alloc:512M",
+        &[LIMIT, ("CUQUOTA_LOG", file.to_str().unwrap())],
+    );
+    out.check_rcs(&[0, 0, OUT_OF_MEMORY]);
+    assert!(out.cuquota_lines().is_empty(), "{out}");
+    let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{e}:\n{out}"));
+    let want = format!(
+        "{}GPU 0 refused 512.00 MiB (536870912 bytes) via cuMemAlloc_v2: \
+         quota 1.00 GiB, in use 768.00 MiB, 256.00 MiB left",
+        out.prefix()
+    );
+    assert!(text.lines().any(|l| l == want), "{want}\nnot in:\n{text}");
+}
+
+#[test]
+fn info_level_prints_the_config_once() {
+    let out = run(
+        Client::Linked,
+        "init info alloc:1M",
+        &[LIMIT, ("CUQUOTA_LOG_LEVEL", "info")],
+    );
+    out.check_rcs(&[0, 0, 0]);
+    let configs = out.logs_starting("config:");
+    assert_eq!(configs.len(), 1, "{out}");
+    assert_eq!(
+        out.cuquota_lines()[0],
+        configs[0],
+        "config comes first:\n{out}"
+    );
+}
+
+#[test]
+fn a_process_that_never_touches_cuda_is_left_alone() {
+    for (program, args, stdout) in [("/bin/true", "", ""), ("/bin/sh", "-c", "hi\n")] {
+        let dir = scratch_dir("untouched");
+        let log = dir.join("cuquota.log");
+        for log_env in [None, Some(log.to_str().unwrap())] {
+            let mut r = Run::program(program)
+                .ops(args)
+                .cwd(&dir)
+                .envs(&[LIMIT, ("CUQUOTA_LOG_LEVEL", "info")]);
+            if args == "-c" {
+                r = r.arg("echo hi");
+            }
+            if let Some(path) = log_env {
+                r = r.env("CUQUOTA_LOG", path);
+            }
+            let out = r.run();
+            out.check_exit(0);
+            assert_eq!(out.stdout, stdout, "{out}");
+            assert!(out.stderr.is_empty(), "{out}");
+            let files: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+            assert!(files.is_empty(), "files created: {files:?}\n{out}");
+        }
+    }
+}
+
+/// The demo: a TensorFlow-style allow_growth allocator on the 8 GiB stand-in under a
+/// 6 GiB quota grows 2, 4, ... 2048 MiB (4094 MiB), is refused 4 GiB and shrinks by 9/10
+/// until it fits the 2050 MiB left.
+#[test]
+fn bfc_growth_demo_backs_off_and_keeps_running() {
+    let left = 6 * GIB - 4094 * MIB;
+    let mut refused = Vec::new();
+    let mut ask = 4 * GIB;
+    while ask > left {
+        refused.push(ask);
+        ask = ask * 9 / 10;
+    }
+    let out = Run::client(Client::Bfc).env("CUQUOTA_LIMIT", "6GiB").run();
+    out.check_exit(0);
+    let said = format!(
+        "bfc: region 12: asked 4.00 GiB, got {} after {} refusals",
+        h(ask),
+        refused.len()
+    );
+    assert!(out.stdout.lines().any(|l| l == said), "{said}\n{out}");
+    assert!(
+        out.stdout
+            .contains("bfc: training: 5 steps with 64.00 MiB of scratch each, 5 ok, 0 refused"),
+        "{out}"
+    );
+    let chain: Vec<String> = refused.iter().map(|&r| h(r)).collect();
+    out.check_log(&format!(
+        "GPU 0: the caller backed off {} and got {}; it keeps running \
+         (an allocator shrinking its request, e.g. TensorFlow allow_growth)",
+        chain.join(" → "),
+        h(ask)
+    ));
+    assert!(!out.logs_starting("GPU 0 refused").is_empty(), "{out}");
+}

@@ -1,0 +1,191 @@
+//! The quota holds on every way a program can reach the driver: linked symbols, dlsym (both
+//! glibc versions), and the CUDA runtime's cuGetProcAddress lookups (with and without
+//! per-thread default streams), and for every kind of device allocation.
+
+mod common;
+use common::*;
+
+const LIMIT: (&str, &str) = ("CUQUOTA_LIMIT", "1GiB");
+
+#[test]
+fn cumemalloc_is_capped_and_figures_are_virtualized_on_every_path() {
+    for client in Client::ALL {
+        let out = run(
+            client,
+            "init info alloc:256M alloc:256M alloc:256M alloc:256M alloc:1 info \
+             free:0 info alloc:256M total:0",
+            &[LIMIT],
+        );
+        out.check_exit(0);
+        out.check(0, "init", &[("rc", 0)]);
+        out.check(1, "info", &[("rc", 0), ("free", GIB), ("total", GIB)]);
+        for i in 2..6 {
+            out.check(i, "alloc", &[("rc", 0), ("slot", i as u64 - 2)]);
+        }
+        out.check(6, "alloc", &[("rc", OUT_OF_MEMORY), ("ptr", 0)]);
+        out.check(7, "info", &[("rc", 0), ("free", 0), ("total", GIB)]);
+        out.check(8, "free", &[("rc", 0)]);
+        out.check(9, "info", &[("rc", 0), ("free", 256 * MIB), ("total", GIB)]);
+        out.check(10, "alloc", &[("rc", 0)]);
+        out.check(11, "total", &[("rc", 0), ("bytes", GIB)]);
+    }
+}
+
+#[test]
+fn without_the_interposer_the_stand_in_gives_raw_figures() {
+    for client in Client::ALL {
+        let out = run_raw(
+            client,
+            "init info alloc:256M alloc:256M alloc:256M alloc:256M info alloc:1 total:0",
+            &[LIMIT],
+        );
+        out.check_exit(0);
+        out.check(0, "init", &[("rc", 0)]);
+        out.check(
+            1,
+            "info",
+            &[("free", DEVICE_BYTES), ("total", DEVICE_BYTES)],
+        );
+        out.check_rcs(&[0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        out.check(
+            6,
+            "info",
+            &[("free", DEVICE_BYTES - GIB), ("total", DEVICE_BYTES)],
+        );
+        out.check(8, "total", &[("bytes", DEVICE_BYTES)]);
+        assert!(out.cuquota_lines().is_empty(), "{out}");
+    }
+}
+
+/// `kind:512M` twice fills the 1 GiB quota; a third of 2 MiB is refused.
+fn check_kind_capped(client: Client, kind: &str, extra: &str, after: &[(u64, u64)]) {
+    let out = run(
+        client,
+        &format!("init {kind}:512M {kind}:512M {kind}:2M info {extra}"),
+        &[LIMIT],
+    );
+    out.check_exit(0);
+    out.check(1, kind, &[("rc", 0)]);
+    out.check(2, kind, &[("rc", 0)]);
+    out.check(3, kind, &[("rc", OUT_OF_MEMORY)]);
+    out.check(4, "info", &[("rc", 0), ("free", 0), ("total", GIB)]);
+    for &(i, free) in after {
+        out.check(i as usize, "info", &[("free", free)]);
+    }
+}
+
+#[test]
+fn stream_ordered_allocations_are_capped() {
+    for client in Client::ALL {
+        check_kind_capped(client, "async", "freeasync:0 info", &[(6, 512 * MIB)]);
+        check_kind_capped(client, "pool", "freeasync:0 info", &[(6, 512 * MIB)]);
+        check_kind_capped(client, "defpool", "freeasync:1 info", &[(6, 512 * MIB)]);
+    }
+}
+
+#[test]
+fn managed_allocations_are_capped() {
+    for client in Client::ALL {
+        check_kind_capped(client, "managed", "free:0 info", &[(6, 512 * MIB)]);
+    }
+}
+
+#[test]
+fn pitched_allocations_are_charged_pitch_times_height() {
+    for client in Client::ALL {
+        let out = run(
+            client,
+            "init pitch:1000:1024:4 info pitch:65536:16384:4 info",
+            &[LIMIT],
+        );
+        out.check_exit(0);
+        let pitch = out.check(1, "pitch", &[("rc", 0)]).num("pitch").unwrap();
+        assert!(pitch >= 1000, "pitch {pitch} < width:\n{out}");
+        let left = GIB - pitch * 1024;
+        out.check(2, "info", &[("rc", 0), ("free", left)]);
+        // 64 KiB x 16 Ki rows is the whole quota: more than what is left.
+        out.check(3, "pitch", &[("rc", OUT_OF_MEMORY)]);
+        out.check(4, "info", &[("free", left)]);
+    }
+}
+
+#[test]
+fn cumemcreate_on_a_device_is_capped_and_host_and_reservations_are_not() {
+    for client in Client::ALL {
+        let out = run(
+            client,
+            "init create:512M create:512M create:2M info release:0 info \
+             createhost:512M info reserve:2G info",
+            &[LIMIT],
+        );
+        out.check_exit(0);
+        out.check(1, "create", &[("rc", 0)]);
+        out.check(2, "create", &[("rc", 0)]);
+        out.check(3, "create", &[("rc", OUT_OF_MEMORY)]);
+        out.check(4, "info", &[("free", 0)]);
+        out.check(5, "release", &[("rc", 0)]);
+        out.check(6, "info", &[("free", 512 * MIB)]);
+        out.check(7, "createhost", &[("rc", 0)]);
+        out.check(8, "info", &[("free", 512 * MIB)]);
+        out.check(9, "reserve", &[("rc", 0)]);
+        out.check(10, "info", &[("free", 512 * MIB)]);
+    }
+}
+
+#[test]
+fn legacy_32_bit_entry_points_are_capped() {
+    for client in [Client::Linked, Client::Runtime, Client::RuntimePerThread] {
+        let out = run(
+            client,
+            "init lalloc:32M lalloc:32M lalloc:2M linfo lfree:0 linfo",
+            &[("CUQUOTA_LIMIT", "64MiB")],
+        );
+        out.check_exit(0);
+        out.check_rcs(&[0, 0, 0, OUT_OF_MEMORY, 0, 0, 0]);
+        out.check(4, "linfo", &[("free", 0), ("total", 64 * MIB)]);
+        out.check(6, "linfo", &[("free", 32 * MIB), ("total", 64 * MIB)]);
+    }
+}
+
+#[test]
+fn runtime_lookups_all_resolve() {
+    for (client, flags) in [(Client::Runtime, 0), (Client::RuntimePerThread, 2)] {
+        let out = run(client, "init", &[LIMIT]);
+        out.check_exit(0);
+        let lookups = out.lookups();
+        assert_eq!(lookups.len(), 29, "{out}");
+        for l in lookups {
+            for (key, want) in [("rc", 0), ("status", 0), ("flags", flags)] {
+                assert_eq!(l.num(key), Some(want), "{}: {key}\n{out}", l.raw);
+            }
+        }
+    }
+}
+
+#[test]
+fn dlsym_clients_bind_the_intended_glibc_version() {
+    let old = if cfg!(target_arch = "aarch64") {
+        "GLIBC_2.17"
+    } else {
+        "GLIBC_2.2.5"
+    };
+    for (client, version) in [(Client::Dlsym, "GLIBC_2.34"), (Client::DlsymOld, old)] {
+        let out = std::process::Command::new("objdump")
+            .arg("-T")
+            .arg(client.path())
+            .output()
+            .expect("run objdump");
+        assert!(out.status.success());
+        let text = String::from_utf8_lossy(&out.stdout);
+        let refs: Vec<&str> = text
+            .lines()
+            .filter(|l| l.split_whitespace().last() == Some("dlsym"))
+            .collect();
+        assert_eq!(refs.len(), 1, "{client:?}: dlsym references:\n{text}");
+        assert!(
+            refs[0].contains(&format!("({version})")),
+            "{client:?} binds {}, not {version}",
+            refs[0]
+        );
+    }
+}
