@@ -1,0 +1,303 @@
+//! Configuration from the environment, read once, the first time anything needs it.
+//!
+//! * `CUDA_SHIM_DEVICES`: number of simulated devices (default 1, at most 16).
+//! * `CUDA_SHIM_MEMORY`: memory per device, one size for all or a comma list with one size
+//!   per device (default `8GiB`).
+//! * `CUDA_SHIM_DRIVER_VERSION`: what `cuDriverGetVersion` reports (default 12080).
+//! * `CUDA_SHIM_FAIL`: fault injection rules, `FUNC:WHEN:CODE,...` (see [`crate::faults`]).
+//!
+//! A bad value is reported once on stderr and makes `cuInit` fail.
+
+use std::sync::OnceLock;
+
+pub const MAX_DEVICES: usize = 16;
+const DEFAULT_MEMORY: u64 = 8 << 30;
+const DEFAULT_DRIVER_VERSION: i32 = 12080;
+
+/// When a fault rule fires, counting calls of one exported function from 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum When {
+    /// Only the Nth call.
+    Nth(u64),
+    /// The Nth call and every later one.
+    From(u64),
+    /// Every call.
+    Always,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FaultRule {
+    pub func: String,
+    pub when: When,
+    pub code: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Memory of each device, in bytes; its length is the device count.
+    pub memory: Vec<u64>,
+    pub driver_version: i32,
+    pub faults: Vec<FaultRule>,
+}
+
+/// The process's configuration, or the `NAME=value` text of the first bad setting.
+pub fn get() -> Result<&'static Config, &'static str> {
+    static CONFIG: OnceLock<Result<Config, String>> = OnceLock::new();
+    CONFIG
+        .get_or_init(|| {
+            let parsed = parse(|name| std::env::var_os(name));
+            if let Err(bad) = &parsed {
+                eprintln!("cuda-shim: bad {bad}");
+            }
+            parsed
+        })
+        .as_ref()
+        .map_err(String::as_str)
+}
+
+/// The driver version to report; the default when the configuration is bad.
+pub fn driver_version() -> i32 {
+    get().map_or(DEFAULT_DRIVER_VERSION, |c| c.driver_version)
+}
+
+/// Parses the settings that `lookup` returns. An error names the bad setting as `NAME=value`.
+pub fn parse(lookup: impl Fn(&str) -> Option<std::ffi::OsString>) -> Result<Config, String> {
+    let var = |name: &str| -> Result<Option<String>, String> {
+        match lookup(name) {
+            None => Ok(None),
+            Some(v) => v
+                .into_string()
+                .map(Some)
+                .map_err(|v| format!("{name}={}", v.to_string_lossy())),
+        }
+    };
+    let bad = |name: &str, value: &str| format!("{name}={value}");
+
+    let devices = match var("CUDA_SHIM_DEVICES")? {
+        None => 1,
+        Some(v) => match v.trim().parse::<usize>() {
+            Ok(n) if n <= MAX_DEVICES => n,
+            _ => return Err(bad("CUDA_SHIM_DEVICES", &v)),
+        },
+    };
+
+    let memory = match var("CUDA_SHIM_MEMORY")? {
+        None => vec![DEFAULT_MEMORY; devices],
+        Some(v) => {
+            let sizes: Option<Vec<u64>> = v.split(',').map(parse_size).collect();
+            match sizes {
+                Some(s) if s.contains(&0) => return Err(bad("CUDA_SHIM_MEMORY", &v)),
+                Some(s) if s.len() == 1 => vec![s[0]; devices],
+                Some(s) if s.len() == devices => s,
+                _ => return Err(bad("CUDA_SHIM_MEMORY", &v)),
+            }
+        }
+    };
+
+    let driver_version = match var("CUDA_SHIM_DRIVER_VERSION")? {
+        None => DEFAULT_DRIVER_VERSION,
+        Some(v) => match v.trim().parse::<i32>() {
+            Ok(n) if n > 0 => n,
+            _ => return Err(bad("CUDA_SHIM_DRIVER_VERSION", &v)),
+        },
+    };
+
+    let faults = match var("CUDA_SHIM_FAIL")? {
+        None => Vec::new(),
+        Some(v) => parse_faults(&v).ok_or_else(|| bad("CUDA_SHIM_FAIL", &v))?,
+    };
+
+    Ok(Config {
+        memory,
+        driver_version,
+        faults,
+    })
+}
+
+/// Parses a size: an integer with an optional unit, case-insensitive. `K`, `M`, `G`, `T` and
+/// `KiB` ... `TiB` are binary; `KB`, `MB`, `GB`, `TB` are decimal; no unit (or `B`) is bytes.
+pub fn parse_size(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    if digits.is_empty() {
+        return None;
+    }
+    let number: u64 = digits.parse().ok()?;
+    let multiplier: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        "t" | "tib" => 1 << 40,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        _ => return None,
+    };
+    number.checked_mul(multiplier)
+}
+
+/// Parses `FUNC:WHEN:CODE,...`; an empty list means no rules. FUNC must be a symbol this
+/// library exports, so that a misspelt name is reported instead of silently never firing.
+fn parse_faults(text: &str) -> Option<Vec<FaultRule>> {
+    if text.trim().is_empty() {
+        return Some(Vec::new());
+    }
+    text.split(',')
+        .map(|rule| {
+            let mut parts = rule.trim().split(':');
+            let (func, when, code) = (parts.next()?, parts.next()?, parts.next()?);
+            if parts.next().is_some() || !crate::proc_address::is_exported(func) {
+                return None;
+            }
+            Some(FaultRule {
+                func: func.to_string(),
+                when: parse_when(when)?,
+                code: code.trim().parse().ok()?,
+            })
+        })
+        .collect()
+}
+
+fn parse_when(text: &str) -> Option<When> {
+    let text = text.trim();
+    if text == "*" {
+        return Some(When::Always);
+    }
+    let (number, from) = match text.strip_suffix('+') {
+        Some(n) => (n, true),
+        None => (text, false),
+    };
+    let n: u64 = number.parse().ok().filter(|&n| n >= 1)?;
+    Some(if from { When::From(n) } else { When::Nth(n) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+    use std::ffi::OsString;
+
+    fn parse_with(vars: &[(&str, &str)]) -> Result<Config, String> {
+        let map: HashMap<String, OsString> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), OsString::from(v)))
+            .collect();
+        parse(|name| map.get(name).cloned())
+    }
+
+    #[test]
+    fn defaults() {
+        let c = parse_with(&[]).unwrap();
+        assert_eq!(c.memory, vec![8 << 30]);
+        assert_eq!(c.driver_version, 12080);
+        assert!(c.faults.is_empty());
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("123"), Some(123));
+        assert_eq!(parse_size("8GiB"), Some(8 << 30));
+        assert_eq!(parse_size("8gib"), Some(8 << 30));
+        assert_eq!(parse_size("8G"), Some(8 << 30));
+        assert_eq!(parse_size(" 16 MiB "), Some(16 << 20));
+        assert_eq!(parse_size("4k"), Some(4096));
+        assert_eq!(parse_size("2KB"), Some(2000));
+        assert_eq!(parse_size("3mb"), Some(3_000_000));
+        assert_eq!(parse_size("1GB"), Some(1_000_000_000));
+        assert_eq!(parse_size("1T"), Some(1 << 40));
+        assert_eq!(parse_size("5b"), Some(5));
+        for bad in [
+            "",
+            "G",
+            "1.5G",
+            "-1",
+            "8XB",
+            "99999999999999999999",
+            "20000000T",
+        ] {
+            assert_eq!(parse_size(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn device_count_and_memory_lists() {
+        let c = parse_with(&[("CUDA_SHIM_DEVICES", "3"), ("CUDA_SHIM_MEMORY", "1GiB")]).unwrap();
+        assert_eq!(c.memory, vec![1 << 30; 3]);
+        let c = parse_with(&[
+            ("CUDA_SHIM_DEVICES", "2"),
+            ("CUDA_SHIM_MEMORY", "8GiB,16GiB"),
+        ])
+        .unwrap();
+        assert_eq!(c.memory, vec![8 << 30, 16 << 30]);
+        assert_eq!(
+            parse_with(&[("CUDA_SHIM_DEVICES", "17")]),
+            Err("CUDA_SHIM_DEVICES=17".to_string())
+        );
+        assert!(parse_with(&[("CUDA_SHIM_DEVICES", "x")]).is_err());
+        assert!(
+            parse_with(&[("CUDA_SHIM_DEVICES", "2"), ("CUDA_SHIM_MEMORY", "1G,2G,3G")]).is_err()
+        );
+        assert!(parse_with(&[("CUDA_SHIM_MEMORY", "0")]).is_err());
+        assert_eq!(
+            parse_with(&[("CUDA_SHIM_MEMORY", "lots")]),
+            Err("CUDA_SHIM_MEMORY=lots".to_string())
+        );
+    }
+
+    #[test]
+    fn driver_version_setting() {
+        let c = parse_with(&[("CUDA_SHIM_DRIVER_VERSION", "11040")]).unwrap();
+        assert_eq!(c.driver_version, 11040);
+        assert!(parse_with(&[("CUDA_SHIM_DRIVER_VERSION", "12.8")]).is_err());
+        assert!(parse_with(&[("CUDA_SHIM_DRIVER_VERSION", "0")]).is_err());
+    }
+
+    #[test]
+    fn fault_rules() {
+        let c = parse_with(&[(
+            "CUDA_SHIM_FAIL",
+            "cuMemAlloc_v2:3:2, cuMemGetInfo_v2:2+:1,cuMemCreate:*:12345",
+        )])
+        .unwrap();
+        assert_eq!(
+            c.faults,
+            vec![
+                FaultRule {
+                    func: "cuMemAlloc_v2".into(),
+                    when: When::Nth(3),
+                    code: 2
+                },
+                FaultRule {
+                    func: "cuMemGetInfo_v2".into(),
+                    when: When::From(2),
+                    code: 1
+                },
+                FaultRule {
+                    func: "cuMemCreate".into(),
+                    when: When::Always,
+                    code: 12345
+                },
+            ]
+        );
+        assert!(parse_with(&[("CUDA_SHIM_FAIL", "")])
+            .unwrap()
+            .faults
+            .is_empty());
+        for bad in [
+            "cuMemAlloc_v2:0:2",
+            "cuMemAlloc_v2:1",
+            "cuMemAlloc_v2:1:2:3",
+            "cuMemAlloc_v2:x:2",
+            "cuMemAlloc_v2:1:-2",
+            "cuMemAloc_v2:1:2",
+            "cuMemAlloc_v2:1:2,",
+        ] {
+            assert!(parse_with(&[("CUDA_SHIM_FAIL", bad)]).is_err(), "{bad}");
+        }
+    }
+}

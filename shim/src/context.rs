@@ -1,0 +1,215 @@
+//! Contexts: primary contexts (one per device, reference counted), created contexts, and
+//! each thread's stack of current contexts.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::abi::*;
+use crate::state::{self, State};
+
+/// The context version `cuCtxGetApiVersion` reports.
+const API_VERSION: u32 = 3020;
+/// How deep a thread's current-context stack may grow.
+const STACK_CAPACITY: usize = 64;
+
+pub struct Context {
+    pub device: usize,
+    pub flags: u32,
+    pub id: u64,
+    pub primary: bool,
+}
+
+/// A thread's current-context stack: handles, the top is the current context. A plain array
+/// so that the thread-local needs no destructor.
+struct Stack {
+    handles: [usize; STACK_CAPACITY],
+    len: usize,
+}
+
+thread_local! {
+    static STACK: RefCell<Stack> = const {
+        RefCell::new(Stack { handles: [0; STACK_CAPACITY], len: 0 })
+    };
+}
+
+/// The handle on top of this thread's stack (unchecked: it may have been destroyed since).
+pub fn current_handle() -> Option<usize> {
+    STACK.with(|s| {
+        let s = s.borrow();
+        s.len.checked_sub(1).map(|top| s.handles[top])
+    })
+}
+
+fn push_handle(handle: usize) -> Result<(), CUresult> {
+    STACK.with(|s| {
+        let mut s = s.borrow_mut();
+        if s.len == STACK_CAPACITY {
+            return Err(CUDA_ERROR_OUT_OF_MEMORY);
+        }
+        let len = s.len;
+        s.handles[len] = handle;
+        s.len += 1;
+        Ok(())
+    })
+}
+
+fn pop_handle() -> Option<usize> {
+    STACK.with(|s| {
+        let mut s = s.borrow_mut();
+        s.len = s.len.checked_sub(1)?;
+        Some(s.handles[s.len])
+    })
+}
+
+/// The current context and its handle, or `CUDA_ERROR_INVALID_CONTEXT` if there is none (or
+/// it has been destroyed).
+pub fn current(state: &State) -> Result<(usize, &Context), CUresult> {
+    let handle = current_handle().ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
+    let context = state
+        .contexts
+        .get(&handle)
+        .ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
+    Ok((handle, context))
+}
+
+/// The device of the current context.
+pub fn current_device(state: &State) -> Result<usize, CUresult> {
+    current(state).map(|(_, c)| c.device)
+}
+
+/// Looks up a context handle; null means the current context.
+pub fn get(state: &State, handle: usize) -> Result<&Context, CUresult> {
+    if handle == 0 {
+        return current(state).map(|(_, c)| c);
+    }
+    state
+        .contexts
+        .get(&handle)
+        .ok_or(CUDA_ERROR_INVALID_CONTEXT)
+}
+
+fn add_context(state: &mut State, device: usize, flags: u32, primary: bool) -> usize {
+    static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+    let handle = state::new_handle();
+    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    state.contexts.insert(
+        handle,
+        Context {
+            device,
+            flags,
+            id,
+            primary,
+        },
+    );
+    handle
+}
+
+/// `cuCtxCreate`: a new context on `device`, made current (pushed) on this thread.
+pub fn create(device: CUdevice, flags: u32) -> Result<usize, CUresult> {
+    let handle = {
+        let mut state = state::lock();
+        state.device(device)?;
+        add_context(&mut state, device as usize, flags, false)
+    };
+    push_handle(handle)?;
+    Ok(handle)
+}
+
+/// `cuCtxDestroy`: forgets a created context (its memory stays allocated) and pops it if
+/// it is current on this thread.
+pub fn destroy(handle: usize) -> Result<(), CUresult> {
+    {
+        let mut state = state::lock();
+        match state.contexts.get(&handle) {
+            Some(c) if !c.primary => state.contexts.remove(&handle),
+            _ => return Err(CUDA_ERROR_INVALID_CONTEXT),
+        };
+    }
+    if current_handle() == Some(handle) {
+        pop_handle();
+    }
+    Ok(())
+}
+
+pub fn push(handle: usize) -> Result<(), CUresult> {
+    if !state::lock().contexts.contains_key(&handle) {
+        return Err(CUDA_ERROR_INVALID_CONTEXT);
+    }
+    push_handle(handle)
+}
+
+pub fn pop() -> Result<usize, CUresult> {
+    pop_handle().ok_or(CUDA_ERROR_INVALID_CONTEXT)
+}
+
+/// `cuCtxSetCurrent`: replaces the top of the stack; null unbinds (pops) the current one.
+pub fn set_current(handle: usize) -> Result<(), CUresult> {
+    if handle == 0 {
+        pop_handle();
+        return Ok(());
+    }
+    if !state::lock().contexts.contains_key(&handle) {
+        return Err(CUDA_ERROR_INVALID_CONTEXT);
+    }
+    pop_handle();
+    push_handle(handle)
+}
+
+pub fn api_version(handle: usize) -> Result<u32, CUresult> {
+    get(&state::lock(), handle).map(|_| API_VERSION)
+}
+
+pub fn id(handle: usize) -> Result<u64, CUresult> {
+    get(&state::lock(), handle).map(|c| c.id)
+}
+
+/// `cuDevicePrimaryCtxRetain`: the device's primary context (created on first use).
+pub fn primary_retain(device: CUdevice) -> Result<usize, CUresult> {
+    let mut state = state::lock();
+    let flags = state.device(device)?.primary_flags;
+    let handle = match state.device(device)?.primary_context {
+        Some(handle) => handle,
+        None => add_context(&mut state, device as usize, flags, true),
+    };
+    let dev = state.device_mut(device)?;
+    dev.primary_context = Some(handle);
+    dev.primary_refs += 1;
+    Ok(handle)
+}
+
+/// `cuDevicePrimaryCtxRelease`. The context stays usable after the last release (the real
+/// driver would deactivate it); only its reference count changes.
+pub fn primary_release(device: CUdevice) -> Result<(), CUresult> {
+    let mut state = state::lock();
+    let dev = state.device_mut(device)?;
+    if dev.primary_refs == 0 {
+        return Err(CUDA_ERROR_INVALID_CONTEXT);
+    }
+    dev.primary_refs -= 1;
+    Ok(())
+}
+
+/// `cuDevicePrimaryCtxReset`: drops every reference. Frees nothing.
+pub fn primary_reset(device: CUdevice) -> Result<(), CUresult> {
+    state::lock().device_mut(device)?.primary_refs = 0;
+    Ok(())
+}
+
+/// `cuDevicePrimaryCtxGetState`: (flags, active).
+pub fn primary_state(device: CUdevice) -> Result<(u32, bool), CUresult> {
+    let state = state::lock();
+    let dev = state.device(device)?;
+    Ok((dev.primary_flags, dev.primary_refs > 0))
+}
+
+pub fn primary_set_flags(device: CUdevice, flags: u32) -> Result<(), CUresult> {
+    let mut state = state::lock();
+    let dev = state.device_mut(device)?;
+    dev.primary_flags = flags;
+    if let Some(handle) = dev.primary_context {
+        if let Some(context) = state.contexts.get_mut(&handle) {
+            context.flags = flags;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,116 @@
+//! Fault injection: make chosen calls of an exported function return a chosen code without
+//! doing anything. Rules come from `CUDA_SHIM_FAIL` at load and from `cuShimInjectFault`.
+//!
+//! Calls are counted per exported symbol (e.g. `cuMemAlloc_v2` and `cuMemAlloc` separately),
+//! across all threads, and only for symbols that have rules. `cuShimInjectFault` replaces a
+//! symbol's rules and restarts its count, so its `nth` counts from the injection.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, Once};
+
+use crate::abi::CUresult;
+use crate::config::{self, When};
+use crate::state::lock_ignoring_poison;
+
+/// The rules of one exported function and how many times it has been called since they
+/// were set.
+struct FunctionFaults {
+    calls: u64,
+    rules: Vec<(When, CUresult)>,
+}
+
+static RULES: Mutex<BTreeMap<String, FunctionFaults>> = Mutex::new(BTreeMap::new());
+/// False while there are no rules at all, so that the common case takes no lock.
+static ANY_RULES: AtomicBool = AtomicBool::new(false);
+static LOAD_FROM_ENV: Once = Once::new();
+
+/// Counts a call of `func` and returns the code to fail it with, if a rule says so.
+pub fn check(func: &str) -> Option<CUresult> {
+    LOAD_FROM_ENV.call_once(|| {
+        if let Ok(cfg) = config::get() {
+            let mut rules = lock_ignoring_poison(&RULES);
+            for rule in &cfg.faults {
+                rules
+                    .entry(rule.func.clone())
+                    .or_insert(FunctionFaults {
+                        calls: 0,
+                        rules: Vec::new(),
+                    })
+                    .rules
+                    .push((rule.when, rule.code));
+            }
+            ANY_RULES.store(!rules.is_empty(), Ordering::Release);
+        }
+    });
+    if !ANY_RULES.load(Ordering::Acquire) {
+        return None;
+    }
+    let mut rules = lock_ignoring_poison(&RULES);
+    let faults = rules.get_mut(func)?;
+    faults.calls += 1;
+    let call = faults.calls;
+    faults.rules.iter().find_map(|&(when, code)| {
+        let fires = match when {
+            When::Nth(n) => call == n,
+            When::From(n) => call >= n,
+            When::Always => true,
+        };
+        fires.then_some(code)
+    })
+}
+
+/// Replaces the rules of `func` with one: fail its `nth` call from now on (0: every call)
+/// with `code`. Code 0 removes the rules of `func`; `func` None removes every rule.
+pub fn inject(func: Option<&str>, nth: u32, code: CUresult) {
+    // Make sure the environment's rules are loaded first, so they cannot overwrite these.
+    check("");
+    let mut rules = lock_ignoring_poison(&RULES);
+    match func {
+        None => rules.clear(),
+        Some(func) if code == 0 => {
+            rules.remove(func);
+        }
+        Some(func) => {
+            let when = if nth == 0 {
+                When::Always
+            } else {
+                When::Nth(u64::from(nth))
+            };
+            rules.insert(
+                func.to_string(),
+                FunctionFaults {
+                    calls: 0,
+                    rules: vec![(when, code)],
+                },
+            );
+        }
+    }
+    ANY_RULES.store(!rules.is_empty(), Ordering::Release);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The rules are process-wide, so each test uses names no other test touches.
+
+    #[test]
+    fn nth_call_after_injection() {
+        check("fault_test_a");
+        inject(Some("fault_test_a"), 2, 7);
+        assert_eq!(check("fault_test_a"), None);
+        assert_eq!(check("fault_test_a"), Some(7));
+        assert_eq!(check("fault_test_a"), None);
+        assert_eq!(check("fault_test_other"), None);
+    }
+
+    #[test]
+    fn every_call_until_cleared() {
+        inject(Some("fault_test_b"), 0, 12345);
+        assert_eq!(check("fault_test_b"), Some(12345));
+        assert_eq!(check("fault_test_b"), Some(12345));
+        inject(Some("fault_test_b"), 0, 0);
+        assert_eq!(check("fault_test_b"), None);
+    }
+}

@@ -1,0 +1,133 @@
+//! The FFI boundary: the wrapper every export runs its body in, and the only code that
+//! touches pointers handed in by C callers.
+
+use std::ffi::{c_char, c_int, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr::NonNull;
+
+use crate::abi::*;
+use crate::{faults, state};
+
+/// Whether an export needs `cuInit` to have succeeded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Needs {
+    Init,
+    Nothing,
+}
+
+/// Runs the body of the export `symbol`: an injected fault first, then the initialization
+/// check, then the body, with any panic caught and reported as `CUDA_ERROR_UNKNOWN`.
+pub fn entry(symbol: &str, needs: Needs, body: impl FnOnce() -> Result<(), CUresult>) -> CUresult {
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        if let Some(code) = faults::check(symbol) {
+            return code;
+        }
+        if needs == Needs::Init && !state::is_initialized() {
+            return CUDA_ERROR_NOT_INITIALIZED;
+        }
+        match body() {
+            Ok(()) => CUDA_SUCCESS,
+            Err(code) => code,
+        }
+    }));
+    result.unwrap_or(CUDA_ERROR_UNKNOWN)
+}
+
+/// Runs a test helper's body (no fault injection, no init check), catching panics.
+pub fn helper(body: impl FnOnce() -> Result<(), CUresult>) -> c_int {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(())) => 0,
+        Ok(Err(code)) => code as c_int,
+        Err(_) => CUDA_ERROR_UNKNOWN as c_int,
+    }
+}
+
+/// A caller's output parameter, checked to be non-null.
+pub struct Out<T>(NonNull<T>);
+
+impl<T> Out<T> {
+    /// A required output: null is `CUDA_ERROR_INVALID_VALUE`.
+    ///
+    /// # Safety
+    /// `p` must be null or valid for a write of `T` (the C caller's contract).
+    pub unsafe fn new(p: *mut T) -> Result<Self, CUresult> {
+        NonNull::new(p).map(Out).ok_or(CUDA_ERROR_INVALID_VALUE)
+    }
+
+    /// An optional output: null means "not wanted".
+    ///
+    /// # Safety
+    /// As for [`Out::new`].
+    pub unsafe fn optional(p: *mut T) -> Option<Self> {
+        NonNull::new(p).map(Out)
+    }
+
+    pub fn write(self, value: T) {
+        // SAFETY: non-null, and valid for writes by the contract of `new`/`optional`.
+        unsafe { self.0.as_ptr().write_unaligned(value) }
+    }
+}
+
+/// Writes `value` to an optional output.
+pub fn write_optional<T>(out: Option<Out<T>>, value: T) {
+    if let Some(out) = out {
+        out.write(value);
+    }
+}
+
+/// Reads a caller's input struct; null is `CUDA_ERROR_INVALID_VALUE`.
+///
+/// # Safety
+/// `p` must be null or valid for a read of `T`.
+pub unsafe fn read<T: Copy>(p: *const T) -> Result<T, CUresult> {
+    if p.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: non-null and readable by this function's contract.
+    Ok(unsafe { p.read_unaligned() })
+}
+
+/// Borrows a caller's array of `count` elements; null or empty is `CUDA_ERROR_INVALID_VALUE`.
+///
+/// # Safety
+/// `p` must be null or valid for reads of `count` elements of `T`, for the call's duration.
+pub unsafe fn slice<'a, T>(p: *const T, count: usize) -> Result<&'a [T], CUresult> {
+    if p.is_null() || count == 0 || !p.is_aligned() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: non-null, aligned, and readable for `count` elements by this function's
+    // contract.
+    Ok(unsafe { std::slice::from_raw_parts(p, count) })
+}
+
+/// Borrows a caller's NUL-terminated string; null is `CUDA_ERROR_INVALID_VALUE`.
+///
+/// # Safety
+/// `p` must be null or point to a NUL-terminated string alive for the call's duration.
+pub unsafe fn c_str<'a>(p: *const c_char) -> Result<&'a str, CUresult> {
+    if p.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: non-null and NUL-terminated by this function's contract.
+    let s = unsafe { CStr::from_ptr(p) };
+    s.to_str().map_err(|_| CUDA_ERROR_INVALID_VALUE)
+}
+
+/// Copies `text` into a caller's buffer of `len` bytes as a NUL-terminated string,
+/// truncated to fit (like snprintf).
+///
+/// # Safety
+/// `buf` must be null or valid for writes of `len` bytes.
+pub unsafe fn write_c_string(buf: *mut c_char, len: c_int, text: &str) -> Result<(), CUresult> {
+    let len = usize::try_from(len).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
+    if buf.is_null() || len == 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let n = text.len().min(len - 1);
+    // SAFETY: `buf` is writable for `len` bytes and `n + 1 <= len`.
+    unsafe {
+        std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), n);
+        buf.add(n).write(0);
+    }
+    Ok(())
+}

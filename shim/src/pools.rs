@@ -1,0 +1,201 @@
+//! Stream-ordered allocation: memory pools and `cuMemAllocAsync` / `cuMemFreeAsync`.
+//!
+//! A pool here is bookkeeping only: every allocation gets its own backing and is charged to
+//! the device at once, and freeing returns the memory at once (nothing is kept in reserve,
+//! so "reserved" and "used" are the same number).
+
+use crate::abi::*;
+use crate::memory::{self, Payer, Placement};
+use crate::state::{self, State};
+use crate::streams;
+
+pub struct Pool {
+    pub device: usize,
+    is_default: bool,
+    destroyed: bool,
+    /// `CU_MEMPOOL_ATTR_REUSE_*` (attributes 1 to 3).
+    reuse: [i32; 3],
+    release_threshold: u64,
+    /// 0: no limit.
+    max_size: u64,
+    used: u64,
+    used_high: u64,
+}
+
+/// The C type of a pool attribute's value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttributeValue {
+    Int(i32),
+    U64(u64),
+}
+
+impl Pool {
+    fn new(device: usize, is_default: bool, max_size: u64) -> Self {
+        Pool {
+            device,
+            is_default,
+            destroyed: false,
+            reuse: [1; 3],
+            release_threshold: 0,
+            max_size,
+            used: 0,
+            used_high: 0,
+        }
+    }
+}
+
+fn live_pool(state: &State, handle: usize) -> Result<&Pool, CUresult> {
+    match state.pools.get(&handle) {
+        Some(pool) if !pool.destroyed => Ok(pool),
+        _ => Err(CUDA_ERROR_INVALID_VALUE),
+    }
+}
+
+fn live_pool_mut(state: &mut State, handle: usize) -> Result<&mut Pool, CUresult> {
+    match state.pools.get_mut(&handle) {
+        Some(pool) if !pool.destroyed => Ok(pool),
+        _ => Err(CUDA_ERROR_INVALID_VALUE),
+    }
+}
+
+/// Creates a device's default pool (at `cuInit`).
+pub fn create_default(state: &mut State, device: usize) -> usize {
+    let handle = state::new_handle();
+    state.pools.insert(handle, Pool::new(device, true, 0));
+    handle
+}
+
+/// `cuMemPoolCreate`: only pinned device pools.
+pub fn create(props: &MemPoolPropsHead) -> Result<usize, CUresult> {
+    let mut state = state::lock();
+    if props.alloc_type != ALLOCATION_PINNED || props.location.kind != LOCATION_DEVICE {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    state
+        .device(props.location.id)
+        .map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
+    let pool = Pool::new(props.location.id as usize, false, props.max_size as u64);
+    let handle = state::new_handle();
+    state.pools.insert(handle, pool);
+    Ok(handle)
+}
+
+/// `cuMemPoolDestroy`. Allocations still live stay valid and can be freed.
+pub fn destroy(handle: usize) -> Result<(), CUresult> {
+    let mut state = state::lock();
+    let pool = live_pool_mut(&mut state, handle)?;
+    if pool.is_default {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    pool.destroyed = true;
+    let device = pool.device;
+    let device = &mut state.devices[device];
+    if device.current_pool == handle {
+        device.current_pool = device.default_pool;
+    }
+    Ok(())
+}
+
+/// Charges a pool for an allocation from it.
+pub fn charge(state: &mut State, handle: usize, size: u64) -> Result<(), CUresult> {
+    let pool = live_pool_mut(state, handle)?;
+    if pool.max_size != 0 && size > pool.max_size - pool.used {
+        return Err(CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    pool.used += size;
+    pool.used_high = pool.used_high.max(pool.used);
+    Ok(())
+}
+
+/// Returns the charge of a freed allocation (to a pool that may have been destroyed since).
+pub fn uncharge(state: &mut State, handle: usize, size: u64) {
+    if let Some(pool) = state.pools.get_mut(&handle) {
+        pool.used -= size;
+    }
+}
+
+pub fn default_pool(device: CUdevice) -> Result<usize, CUresult> {
+    state::lock().device(device).map(|d| d.default_pool)
+}
+
+pub fn current_pool(device: CUdevice) -> Result<usize, CUresult> {
+    state::lock().device(device).map(|d| d.current_pool)
+}
+
+/// `cuDeviceSetMemPool`: the pool must belong to the device.
+pub fn set_current_pool(device: CUdevice, handle: usize) -> Result<(), CUresult> {
+    let mut state = state::lock();
+    state.device(device)?;
+    if live_pool(&state, handle)?.device != device as usize {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    state.device_mut(device)?.current_pool = handle;
+    Ok(())
+}
+
+/// Whether attribute `attribute` takes an `int` (else a `cuuint64_t`).
+pub fn attribute_is_int(attribute: i32) -> Result<bool, CUresult> {
+    match attribute {
+        1..=3 => Ok(true),
+        4..=8 => Ok(false),
+        _ => Err(CUDA_ERROR_INVALID_VALUE),
+    }
+}
+
+pub fn set_attribute(handle: usize, attribute: i32, value: AttributeValue) -> Result<(), CUresult> {
+    let mut state = state::lock();
+    let pool = live_pool_mut(&mut state, handle)?;
+    match (attribute, value) {
+        (1..=3, AttributeValue::Int(v)) => pool.reuse[attribute as usize - 1] = v,
+        (4, AttributeValue::U64(v)) => pool.release_threshold = v,
+        // Resetting a high-water mark: the only value allowed is 0.
+        (6 | 8, AttributeValue::U64(0)) => pool.used_high = pool.used,
+        _ => return Err(CUDA_ERROR_INVALID_VALUE),
+    }
+    Ok(())
+}
+
+pub fn get_attribute(handle: usize, attribute: i32) -> Result<AttributeValue, CUresult> {
+    let state = state::lock();
+    let pool = live_pool(&state, handle)?;
+    Ok(match attribute {
+        1..=3 => AttributeValue::Int(pool.reuse[attribute as usize - 1]),
+        4 => AttributeValue::U64(pool.release_threshold),
+        5 | 7 => AttributeValue::U64(pool.used),
+        6 | 8 => AttributeValue::U64(pool.used_high),
+        _ => return Err(CUDA_ERROR_INVALID_VALUE),
+    })
+}
+
+/// `cuMemPoolTrimTo`: nothing is ever held in reserve, so there is nothing to trim.
+pub fn trim(handle: usize) -> Result<(), CUresult> {
+    live_pool(&state::lock(), handle).map(|_| ())
+}
+
+/// `cuMemAllocAsync`: from the current pool of the stream's device.
+pub fn allocate_async(size: usize, stream: usize) -> Result<u64, CUresult> {
+    memory::allocate(size, Placement::Anywhere, |state| {
+        let device = streams::device(state, stream)?;
+        Ok(Payer {
+            device,
+            pool: Some(state.devices[device].current_pool),
+        })
+    })
+}
+
+/// `cuMemAllocFromPoolAsync`: charged to the pool's device.
+pub fn allocate_from_pool(size: usize, pool: usize, stream: usize) -> Result<u64, CUresult> {
+    memory::allocate(size, Placement::Anywhere, |state| {
+        streams::device(state, stream)?;
+        Ok(Payer {
+            device: live_pool(state, pool)?.device,
+            pool: Some(pool),
+        })
+    })
+}
+
+/// `cuMemFreeAsync`: frees at once (any device allocation, like the real driver).
+pub fn free_async(dptr: u64, stream: usize) -> Result<(), CUresult> {
+    streams::check(stream)?;
+    memory::free(dptr, false)
+}

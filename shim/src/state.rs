@@ -1,0 +1,114 @@
+//! The driver's global state, one mutex around all of it, and `cuInit`.
+//!
+//! One lock keeps the bookkeeping simple and consistent (a device's charge and the record of
+//! the allocation it pays for change together). Slow system calls on the hot allocation path
+//! (mmap, munmap) run outside it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use crate::abi::*;
+use crate::config;
+use crate::context::Context;
+use crate::devices::Device;
+use crate::memory::{Allocation, HostAllocation};
+use crate::pools::Pool;
+use crate::streams::Stream;
+use crate::vmm::Vmm;
+
+pub struct State {
+    pub devices: Vec<Device>,
+    /// Contexts by handle, primary ones included. Destroyed contexts are removed.
+    pub contexts: BTreeMap<usize, Context>,
+    pub streams: BTreeMap<usize, Stream>,
+    pub events: BTreeSet<usize>,
+    /// Device allocations (linear, managed, stream-ordered) by base address.
+    pub allocations: BTreeMap<u64, Allocation>,
+    /// Page-locked host allocations by base address.
+    pub host_allocations: BTreeMap<usize, HostAllocation>,
+    pub pools: BTreeMap<usize, Pool>,
+    pub vmm: Vmm,
+}
+
+static STATE: Mutex<State> = Mutex::new(State {
+    devices: Vec::new(),
+    contexts: BTreeMap::new(),
+    streams: BTreeMap::new(),
+    events: BTreeSet::new(),
+    allocations: BTreeMap::new(),
+    host_allocations: BTreeMap::new(),
+    pools: BTreeMap::new(),
+    vmm: Vmm::new(),
+});
+
+static INITIALIZED: AtomicBool = AtomicBool::new(false);
+
+/// Locks the global state.
+pub fn lock() -> MutexGuard<'static, State> {
+    lock_ignoring_poison(&STATE)
+}
+
+/// Locks a mutex even if a panic (caught at the FFI boundary) poisoned it: every update of
+/// the state is a few plain assignments, so there is no half-done invariant to protect.
+pub fn lock_ignoring_poison<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A new opaque handle value for a context, stream, event, pool or physical allocation.
+/// Handles are never reused, so a stale handle is always recognised as unknown. They look
+/// like pointers (non-null, 256-byte aligned) but point at nothing.
+pub fn new_handle() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(1);
+    const BASE: usize = 0x0cd0_0000_0000;
+    BASE + NEXT.fetch_add(1, Ordering::Relaxed) * 0x100
+}
+
+pub fn is_initialized() -> bool {
+    INITIALIZED.load(Ordering::Acquire)
+}
+
+/// `cuInit`: creates the simulated devices (once; later calls just succeed).
+pub fn initialize(flags: u32) -> Result<(), CUresult> {
+    let cfg = config::get().map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
+    if flags != 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    if cfg.memory.is_empty() {
+        return Err(CUDA_ERROR_NO_DEVICE);
+    }
+    let mut state = lock();
+    if state.devices.is_empty() {
+        for &total in &cfg.memory {
+            let ordinal = state.devices.len();
+            let default_pool = crate::pools::create_default(&mut state, ordinal);
+            state.devices.push(Device::new(total, default_pool));
+        }
+    }
+    INITIALIZED.store(true, Ordering::Release);
+    Ok(())
+}
+
+impl State {
+    /// The device with this ordinal, or `CUDA_ERROR_INVALID_DEVICE`.
+    pub fn device(&self, ordinal: CUdevice) -> Result<&Device, CUresult> {
+        usize::try_from(ordinal)
+            .ok()
+            .and_then(|i| self.devices.get(i))
+            .ok_or(CUDA_ERROR_INVALID_DEVICE)
+    }
+
+    pub fn device_mut(&mut self, ordinal: CUdevice) -> Result<&mut Device, CUresult> {
+        usize::try_from(ordinal)
+            .ok()
+            .and_then(|i| self.devices.get_mut(i))
+            .ok_or(CUDA_ERROR_INVALID_DEVICE)
+    }
+}
+
+/// Checks a device ordinal: its index, or `CUDA_ERROR_INVALID_DEVICE`.
+pub fn device_index(ordinal: CUdevice) -> Result<usize, CUresult> {
+    lock().device(ordinal).map(|_| ordinal as usize)
+}

@@ -1,0 +1,496 @@
+//! Virtual memory management: physical allocations (`cuMemCreate`) backed by memfds, address
+//! reservations (`PROT_NONE` anonymous mappings), and mappings of the one into the other.
+//!
+//! A physical allocation located on a device is charged to that device from `cuMemCreate`
+//! until it is both released and unmapped everywhere, as with the real driver.
+
+use std::collections::BTreeMap;
+use std::ffi::{c_int, c_void};
+
+use crate::abi::*;
+use crate::devices::VMM_GRANULARITY;
+use crate::state::{self, State};
+
+/// The allocation properties given to `cuMemCreate`, kept for
+/// `cuMemGetAllocationPropertiesFromHandle`.
+#[derive(Clone, Copy)]
+struct StoredProp {
+    kind: i32,
+    requested_handle_types: i32,
+    location: MemLocation,
+    win32_handle_metadata: usize,
+    alloc_flags: [u8; 8],
+}
+
+struct Physical {
+    fd: c_int,
+    size: usize,
+    prop: StoredProp,
+    /// The device charged for it, if it is device memory.
+    device: Option<usize>,
+    /// Handle references: one from `cuMemCreate`, one per `cuMemRetainAllocationHandle`.
+    refs: u32,
+    /// Number of mappings of it.
+    maps: u32,
+}
+
+struct Mapping {
+    size: usize,
+    handle: u64,
+    /// The `CUmemAccess_flags` last set: 0 none, 1 read, 3 read-write.
+    access: i32,
+}
+
+pub struct Vmm {
+    handles: BTreeMap<u64, Physical>,
+    /// Reserved address ranges: base to size.
+    reservations: BTreeMap<usize, usize>,
+    /// Mapped ranges by base address.
+    mappings: BTreeMap<usize, Mapping>,
+}
+
+impl Vmm {
+    pub const fn new() -> Self {
+        Vmm {
+            handles: BTreeMap::new(),
+            reservations: BTreeMap::new(),
+            mappings: BTreeMap::new(),
+        }
+    }
+
+    /// The bases of the mappings that exactly tile `[address, address+size)`, if they do.
+    fn tiling(&self, address: usize, size: usize) -> Option<Vec<usize>> {
+        let end = address.checked_add(size)?;
+        let mut bases = Vec::new();
+        let mut next = address;
+        for (&base, mapping) in self.mappings.range(address..end) {
+            if base != next {
+                return None;
+            }
+            bases.push(base);
+            next = base + mapping.size;
+        }
+        (next == end && !bases.is_empty()).then_some(bases)
+    }
+
+    /// The mapping containing `address`: (base, mapping).
+    fn mapping_at(&self, address: usize) -> Option<(usize, &Mapping)> {
+        let (&base, mapping) = self.mappings.range(..=address).next_back()?;
+        (address < base + mapping.size).then_some((base, mapping))
+    }
+}
+
+/// Checks allocation properties; returns the device to charge (None for host memory).
+fn check_prop(state: &State, prop: &MemAllocationProp) -> Result<Option<usize>, CUresult> {
+    if prop.kind != ALLOCATION_PINNED {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    match prop.location.kind {
+        LOCATION_DEVICE => state
+            .device(prop.location.id)
+            .map(|_| Some(prop.location.id as usize)),
+        LOCATION_HOST | LOCATION_HOST_NUMA | LOCATION_HOST_NUMA_CURRENT => Ok(None),
+        _ => Err(CUDA_ERROR_INVALID_VALUE),
+    }
+}
+
+fn is_granular(n: usize) -> bool {
+    n.is_multiple_of(VMM_GRANULARITY)
+}
+
+/// `cuMemGetAllocationGranularity`: 2 MiB, minimum and recommended alike.
+pub fn granularity(prop: &MemAllocationProp, option: i32) -> Result<usize, CUresult> {
+    check_prop(&state::lock(), prop)?;
+    match option {
+        0 | 1 => Ok(VMM_GRANULARITY),
+        _ => Err(CUDA_ERROR_INVALID_VALUE),
+    }
+}
+
+/// A memfd of `size` bytes (sparse: costs nothing until touched).
+fn memfd(size: usize) -> Option<c_int> {
+    // SAFETY: the name is a valid C string; the call creates a new file descriptor.
+    let fd = unsafe { libc::memfd_create(c"cuquota-shim".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: `fd` is the descriptor just created and owned here.
+    if unsafe { libc::ftruncate(fd, size as libc::off_t) } != 0 {
+        // SAFETY: as above; closed once.
+        unsafe { libc::close(fd) };
+        return None;
+    }
+    Some(fd)
+}
+
+/// `cuMemCreate`. Needs no current context.
+pub fn create(size: usize, prop: &MemAllocationProp, flags: u64) -> Result<u64, CUresult> {
+    if flags != 0 || size == 0 || !is_granular(size) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let mut state = state::lock();
+    let device = check_prop(&state, prop)?;
+    if let Some(d) = device {
+        state.devices[d].charge(size as u64)?;
+    }
+    let Some(fd) = memfd(size) else {
+        if let Some(d) = device {
+            state.devices[d].uncharge(size as u64);
+        }
+        return Err(CUDA_ERROR_OUT_OF_MEMORY);
+    };
+    let handle = state::new_handle() as u64;
+    let physical = Physical {
+        fd,
+        size,
+        prop: StoredProp {
+            kind: prop.kind,
+            requested_handle_types: prop.requested_handle_types,
+            location: prop.location,
+            win32_handle_metadata: prop.win32_handle_metadata as usize,
+            alloc_flags: prop.alloc_flags,
+        },
+        device,
+        refs: 1,
+        maps: 0,
+    };
+    state.vmm.handles.insert(handle, physical);
+    Ok(handle)
+}
+
+/// Frees a physical allocation once nothing refers to it any more.
+fn destroy_if_unused(state: &mut State, handle: u64) {
+    let unused = matches!(state.vmm.handles.get(&handle), Some(p) if p.refs == 0 && p.maps == 0);
+    if !unused {
+        return;
+    }
+    if let Some(physical) = state.vmm.handles.remove(&handle) {
+        // SAFETY: the descriptor belongs to this allocation and is closed once.
+        unsafe { libc::close(physical.fd) };
+        if let Some(d) = physical.device {
+            state.devices[d].uncharge(physical.size as u64);
+        }
+    }
+}
+
+/// `cuMemRelease`: drops one handle reference.
+pub fn release(handle: u64) -> Result<(), CUresult> {
+    let mut state = state::lock();
+    match state.vmm.handles.get_mut(&handle) {
+        Some(p) if p.refs > 0 => p.refs -= 1,
+        _ => return Err(CUDA_ERROR_INVALID_VALUE),
+    }
+    destroy_if_unused(&mut state, handle);
+    Ok(())
+}
+
+/// `cuMemRetainAllocationHandle`: the handle mapped at `address`, with one more reference.
+pub fn retain(address: usize) -> Result<u64, CUresult> {
+    let mut state = state::lock();
+    let handle = state
+        .vmm
+        .mapping_at(address)
+        .map(|(_, m)| m.handle)
+        .ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    if let Some(p) = state.vmm.handles.get_mut(&handle) {
+        p.refs += 1;
+    }
+    Ok(handle)
+}
+
+/// `cuMemGetAllocationPropertiesFromHandle`.
+pub fn properties(handle: u64) -> Result<MemAllocationProp, CUresult> {
+    let state = state::lock();
+    let p = match state.vmm.handles.get(&handle) {
+        Some(p) if p.refs > 0 => p.prop,
+        _ => return Err(CUDA_ERROR_INVALID_VALUE),
+    };
+    Ok(MemAllocationProp {
+        kind: p.kind,
+        requested_handle_types: p.requested_handle_types,
+        location: p.location,
+        win32_handle_metadata: p.win32_handle_metadata as *mut c_void,
+        alloc_flags: p.alloc_flags,
+    })
+}
+
+/// An inaccessible, unbacked anonymous mapping; with `at`, exactly there (replacing what
+/// is mapped there, which the caller must own).
+fn map_none(at: Option<usize>, size: usize) -> Option<usize> {
+    let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+    if at.is_some() {
+        flags |= libc::MAP_FIXED;
+    }
+    let address = at.unwrap_or(0) as *mut c_void;
+    // SAFETY: either the kernel picks a free range, or (MAP_FIXED) the range is one of our
+    // reservations, which nothing but this module uses.
+    let p = unsafe { libc::mmap(address, size, libc::PROT_NONE, flags, -1, 0) };
+    (p != libc::MAP_FAILED).then_some(p as usize)
+}
+
+fn unmap_range(address: usize, size: usize) {
+    if size > 0 {
+        // SAFETY: the range is part of a reservation made by this module.
+        unsafe { libc::munmap(address as *mut c_void, size) };
+    }
+}
+
+/// `cuMemAddressReserve`: `size` bytes of address space aligned to at least the granularity,
+/// at `hint` if that is free.
+pub fn reserve(size: usize, alignment: usize, hint: usize, flags: u64) -> Result<usize, CUresult> {
+    if flags != 0 || size == 0 || !is_granular(size) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    if alignment != 0 && !alignment.is_power_of_two() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let alignment = alignment.max(VMM_GRANULARITY);
+    let base = reserve_at_hint(hint, size, alignment).or_else(|| {
+        let padded = size.checked_add(alignment)?;
+        let start = map_none(None, padded)?;
+        let base = start.next_multiple_of(alignment);
+        unmap_range(start, base - start);
+        unmap_range(base + size, start + padded - (base + size));
+        Some(base)
+    });
+    let base = base.ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
+    state::lock().vmm.reservations.insert(base, size);
+    Ok(base)
+}
+
+fn reserve_at_hint(hint: usize, size: usize, alignment: usize) -> Option<usize> {
+    if hint == 0 || !hint.is_multiple_of(alignment) {
+        return None;
+    }
+    let flags =
+        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED_NOREPLACE;
+    // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping; older kernels treat
+    // the address as a plain hint, and a different result is unmapped below.
+    let p = unsafe { libc::mmap(hint as *mut c_void, size, libc::PROT_NONE, flags, -1, 0) };
+    if p == libc::MAP_FAILED {
+        return None;
+    }
+    if p as usize != hint {
+        unmap_range(p as usize, size);
+        return None;
+    }
+    Some(hint)
+}
+
+/// `cuMemAddressFree`: frees a whole reservation, unmapping whatever is still mapped in it.
+pub fn free_reservation(address: usize, size: usize) -> Result<(), CUresult> {
+    let mut state = state::lock();
+    if state.vmm.reservations.get(&address) != Some(&size) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let inside: Vec<usize> = state
+        .vmm
+        .mappings
+        .range(address..address + size)
+        .map(|(&base, _)| base)
+        .collect();
+    for base in inside {
+        drop_mapping(&mut state, base);
+    }
+    state.vmm.reservations.remove(&address);
+    unmap_range(address, size);
+    Ok(())
+}
+
+/// Forgets a mapping (the caller fixes up the address range) and its hold on its handle.
+fn drop_mapping(state: &mut State, base: usize) {
+    if let Some(mapping) = state.vmm.mappings.remove(&base) {
+        if let Some(p) = state.vmm.handles.get_mut(&mapping.handle) {
+            p.maps -= 1;
+        }
+        destroy_if_unused(state, mapping.handle);
+    }
+}
+
+/// `cuMemMap`: maps `size` bytes of `handle` from `offset` at `address`, inaccessible
+/// until `cuMemSetAccess`.
+pub fn map(
+    address: usize,
+    size: usize,
+    offset: usize,
+    handle: u64,
+    flags: u64,
+) -> Result<(), CUresult> {
+    if flags != 0
+        || size == 0
+        || !is_granular(size)
+        || !is_granular(offset)
+        || !is_granular(address)
+    {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let end = address.checked_add(size).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    let mut state = state::lock();
+    let fd = match state.vmm.handles.get(&handle) {
+        Some(p) if p.refs > 0 && offset.checked_add(size).is_some_and(|e| e <= p.size) => p.fd,
+        _ => return Err(CUDA_ERROR_INVALID_VALUE),
+    };
+    let reserved = matches!(
+        state.vmm.reservations.range(..=address).next_back(),
+        Some((&base, &len)) if end <= base + len
+    );
+    let overlaps = state
+        .vmm
+        .mappings
+        .range(..end)
+        .next_back()
+        .is_some_and(|(&base, m)| base + m.size > address);
+    if !reserved || overlaps {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: `address..end` lies in one of our reservations and is not mapped yet, so
+    // MAP_FIXED replaces only our own PROT_NONE placeholder.
+    let p = unsafe {
+        libc::mmap(
+            address as *mut c_void,
+            size,
+            libc::PROT_NONE,
+            libc::MAP_SHARED | libc::MAP_FIXED,
+            fd,
+            offset as libc::off_t,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    state.vmm.mappings.insert(
+        address,
+        Mapping {
+            size,
+            handle,
+            access: 0,
+        },
+    );
+    if let Some(p) = state.vmm.handles.get_mut(&handle) {
+        p.maps += 1;
+    }
+    Ok(())
+}
+
+/// `cuMemUnmap`: the range must consist of whole mappings; it reverts to reserved space.
+pub fn unmap(address: usize, size: usize) -> Result<(), CUresult> {
+    let mut state = state::lock();
+    let bases = state
+        .vmm
+        .tiling(address, size)
+        .ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    for base in bases {
+        let len = state.vmm.mappings[&base].size;
+        map_none(Some(base), len).ok_or(CUDA_ERROR_UNKNOWN)?;
+        drop_mapping(&mut state, base);
+    }
+    Ok(())
+}
+
+/// `cuMemSetAccess`: the range must consist of whole mappings.
+pub fn set_access(address: usize, size: usize, descs: &[MemAccessDesc]) -> Result<(), CUresult> {
+    let mut state = state::lock();
+    let mut access = 0;
+    for desc in descs {
+        match desc.location.kind {
+            LOCATION_DEVICE => {
+                state.device(desc.location.id)?;
+            }
+            LOCATION_HOST | LOCATION_HOST_NUMA | LOCATION_HOST_NUMA_CURRENT => {}
+            _ => return Err(CUDA_ERROR_INVALID_VALUE),
+        }
+        if !matches!(desc.flags, 0 | 1 | 3) {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        access = access.max(desc.flags);
+    }
+    if descs.is_empty() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let bases = state
+        .vmm
+        .tiling(address, size)
+        .ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    let prot = match access {
+        0 => libc::PROT_NONE,
+        1 => libc::PROT_READ,
+        _ => libc::PROT_READ | libc::PROT_WRITE,
+    };
+    // SAFETY: the range is exactly our own mappings.
+    if unsafe { libc::mprotect(address as *mut c_void, size, prot) } != 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    for base in bases {
+        if let Some(m) = state.vmm.mappings.get_mut(&base) {
+            m.access = access;
+        }
+    }
+    Ok(())
+}
+
+/// `cuMemGetAccess`: the access flags of the mapping containing `address`.
+pub fn get_access(location: MemLocation, address: usize) -> Result<u64, CUresult> {
+    let state = state::lock();
+    if location.kind == LOCATION_DEVICE {
+        state.device(location.id)?;
+    }
+    state
+        .vmm
+        .mapping_at(address)
+        .map(|(_, m)| m.access as u64)
+        .ok_or(CUDA_ERROR_INVALID_VALUE)
+}
+
+/// The mapping containing `address`: (base, size).
+pub fn mapping_range(state: &State, address: usize) -> Option<(usize, usize)> {
+    state
+        .vmm
+        .mapping_at(address)
+        .map(|(base, m)| (base, m.size))
+}
+
+/// Whether `[address, address+len)` is mapped with (read, or with `write` read-write)
+/// access, possibly across adjacent mappings.
+pub fn is_accessible(state: &State, address: usize, len: usize, write: bool) -> bool {
+    let Some(end) = address.checked_add(len) else {
+        return false;
+    };
+    let needed = if write { 3 } else { 1 };
+    let mut at = address;
+    loop {
+        match state.vmm.mapping_at(at) {
+            Some((base, m)) if m.access & needed == needed => {
+                at = base + m.size;
+                if at >= end {
+                    return true;
+                }
+            }
+            _ => return false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tiling() {
+        let mut vmm = Vmm::new();
+        for (base, size) in [(0x1000, 0x1000), (0x2000, 0x2000), (0x5000, 0x1000)] {
+            vmm.mappings.insert(
+                base,
+                Mapping {
+                    size,
+                    handle: 1,
+                    access: 0,
+                },
+            );
+        }
+        assert_eq!(vmm.tiling(0x1000, 0x3000), Some(vec![0x1000, 0x2000]));
+        assert_eq!(vmm.tiling(0x2000, 0x2000), Some(vec![0x2000]));
+        assert_eq!(vmm.tiling(0x1000, 0x1800), None);
+        assert_eq!(vmm.tiling(0x1000, 0x5000), None);
+        assert_eq!(vmm.tiling(0x4000, 0x1000), None);
+    }
+}

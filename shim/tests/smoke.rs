@@ -1,0 +1,178 @@
+//! Drives the built stand-in driver from C: compiles `tests/c/smoke.c` with gcc against
+//! `libcuda.so` (installed in a temp dir as `libcuda.so.1` plus a `libcuda.so` link, as users
+//! install it) and runs one scenario per test, each in its own process and environment.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+struct Built {
+    lib_dir: PathBuf,
+    smoke: PathBuf,
+    preload: PathBuf,
+}
+
+/// The library cargo built for this test run. It is target/<profile>/deps/libcuda.so, next
+/// to this test binary: cargo rebuilds that one before running the tests (the crate is also
+/// an rlib for this reason), while target/<profile>/libcuda.so is only refreshed by
+/// `cargo build`.
+fn built_library() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let lib = exe.with_file_name("libcuda.so");
+    assert!(lib.exists(), "{} not built", lib.display());
+    lib
+}
+
+fn gcc(args: &[&str]) {
+    let out = Command::new("gcc")
+        .args(args)
+        .output()
+        .expect("gcc must be installed");
+    assert!(
+        out.status.success(),
+        "gcc {args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn build() -> &'static Built {
+    static BUILT: OnceLock<Built> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cuquota-shim-smoke");
+        let lib_dir = dir.join("lib");
+        std::fs::create_dir_all(&lib_dir).unwrap();
+        let installed = lib_dir.join("libcuda.so.1");
+        let _ = std::fs::remove_file(&installed);
+        std::fs::copy(built_library(), &installed).unwrap();
+        let link = lib_dir.join("libcuda.so");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink("libcuda.so.1", &link).unwrap();
+
+        let sources = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
+        let smoke = dir.join("smoke");
+        let preload = dir.join("preload.so");
+        gcc(&[
+            "-std=c11",
+            "-Wall",
+            "-Werror",
+            "-O1",
+            "-pthread",
+            sources.join("smoke.c").to_str().unwrap(),
+            "-o",
+            smoke.to_str().unwrap(),
+            "-L",
+            lib_dir.to_str().unwrap(),
+            "-lcuda",
+            "-ldl",
+        ]);
+        gcc(&[
+            "-shared",
+            "-fPIC",
+            "-Wall",
+            "-Werror",
+            sources.join("preload.c").to_str().unwrap(),
+            "-o",
+            preload.to_str().unwrap(),
+            "-ldl",
+        ]);
+        Built {
+            lib_dir,
+            smoke,
+            preload,
+        }
+    })
+}
+
+/// Runs one scenario with exactly these CUDA_SHIM_* variables (others removed); returns
+/// its stderr.
+fn run(scenario: &str, env: &[(&str, &str)], preload: bool) -> String {
+    let built = build();
+    let mut cmd = Command::new(&built.smoke);
+    cmd.arg(scenario)
+        .env("LD_LIBRARY_PATH", &built.lib_dir)
+        .env_remove("LD_PRELOAD");
+    for var in [
+        "CUDA_SHIM_DEVICES",
+        "CUDA_SHIM_MEMORY",
+        "CUDA_SHIM_DRIVER_VERSION",
+        "CUDA_SHIM_FAIL",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.envs(env.iter().copied());
+    if preload {
+        cmd.env("LD_PRELOAD", &built.preload);
+    }
+    let out = cmd.output().expect("run smoke");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        out.status.success(),
+        "scenario {scenario} failed ({}):\n{stderr}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout)
+    );
+    stderr
+}
+
+#[test]
+fn init_devices_allocation_and_accounting() {
+    run("basic", &[], false);
+}
+
+#[test]
+fn get_proc_address_versions_and_flags() {
+    run("proc_address", &[], false);
+}
+
+#[test]
+fn faults_from_the_environment() {
+    let fail = "cuMemAlloc_v2:2:2,cuMemGetInfo_v2:3+:999,cuMemCreate:*:12345";
+    run("faults_env", &[("CUDA_SHIM_FAIL", fail)], false);
+}
+
+#[test]
+fn faults_from_the_helper() {
+    run("faults_api", &[], false);
+}
+
+#[test]
+fn virtual_memory_management_without_a_context() {
+    run("vmm", &[], false);
+}
+
+#[test]
+fn stream_ordered_allocation_and_pools() {
+    run("pools", &[], false);
+}
+
+#[test]
+fn concurrent_allocation() {
+    run("threads", &[], false);
+}
+
+#[test]
+fn bad_configuration_fails_init() {
+    let stderr = run("bad_config", &[("CUDA_SHIM_MEMORY", "lots")], false);
+    assert_eq!(
+        stderr.lines().collect::<Vec<_>>(),
+        ["cuda-shim: bad CUDA_SHIM_MEMORY=lots"]
+    );
+}
+
+#[test]
+fn several_devices_and_context_stacks() {
+    run(
+        "multi",
+        &[
+            ("CUDA_SHIM_DEVICES", "2"),
+            ("CUDA_SHIM_MEMORY", "1GiB,2GiB"),
+            ("CUDA_SHIM_DRIVER_VERSION", "12040"),
+        ],
+        false,
+    );
+}
+
+#[test]
+fn proc_address_returns_the_driver_not_an_interposer() {
+    run("interpose", &[], true);
+}
