@@ -8,10 +8,12 @@ use crate::cuda_abi::CuResult;
 use crate::ledger::{Charge, Ledger};
 use crate::quota::{DeviceQuota, Reservation, UNLIMITED};
 use crate::report::{self, Episode, Recovery};
+use crate::trace::{self, Event, EventKind};
 use crate::units::{human, Size};
 use parking_lot::RwLock;
 use std::cell::Cell;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 /// What the engine asks the driver besides the call being hooked.
 pub trait Queries: Sync + Send {
@@ -21,6 +23,10 @@ pub trait Queries: Sync + Send {
     fn total_memory(&self, device: u32) -> Result<u64, CuResult>;
     /// The real (free, total) of the current context's device.
     fn memory_info(&self) -> Result<(u64, u64), CuResult>;
+    /// Every device: ordinal, name, real total (for the trace header).
+    fn devices(&self) -> Vec<(u32, String, Option<u64>)> {
+        Vec::new()
+    }
 }
 
 /// Which ledger an allocation lives in: device pointers, or `cuMemCreate` handles.
@@ -49,6 +55,10 @@ pub struct Engine {
     handles: Ledger,
     /// Pools made with `cuMemPoolCreate` → their device.
     pools: RwLock<HashMap<usize, u32>>,
+    /// `CUQUOTA_TRACE` is set (read on every event, so a plain bool).
+    tracing: bool,
+    /// The trace was started, or failed to start, in this process (reset after fork).
+    trace_tried: AtomicBool,
 }
 
 thread_local! {
@@ -59,12 +69,14 @@ thread_local! {
 impl Engine {
     pub fn new(config: Result<Config, ConfigError>, queries: Box<dyn Queries>) -> Engine {
         Engine {
-            config,
             queries,
             quotas: [const { DeviceQuota::new() }; MAX_DEVICES],
             pointers: Ledger::new(),
             handles: Ledger::new(),
             pools: RwLock::new(HashMap::new()),
+            tracing: config.as_ref().is_ok_and(|c| c.trace.is_some()),
+            trace_tried: AtomicBool::new(false),
+            config,
         }
     }
 
@@ -149,7 +161,7 @@ impl Engine {
             self.driver_failed(api, device, quota, bytes, limit, rc);
             return rc;
         }
-        self.committed(kind, key, device, quota, bytes);
+        self.committed(api, kind, key, device, quota, bytes);
         rc
     }
 
@@ -192,24 +204,30 @@ impl Engine {
             let enforce = self.mode() == Mode::Enforce;
             if let Reservation::Refused { .. } = quota.reserve(extra, limit, enforce) {
                 undo(ptr);
-                quota.rollback(estimate);
-                let in_use = quota.in_use();
-                self.refused_line(device, actual, api, limit, in_use);
+                let in_use = quota.rollback(estimate);
+                self.refused(device, actual, api, limit, in_use);
                 return CuResult::OUT_OF_MEMORY;
             }
         } else if actual < estimate {
             quota.rollback(estimate - actual);
         }
-        self.committed(Kind::Pointer, ptr, device, quota, actual);
+        self.committed(api, Kind::Pointer, ptr, device, quota, actual);
         rc
     }
 
     /// Reserves or refuses; logs refusals. True when the driver should be called.
-    fn reserve(&self, api: &str, device: u32, quota: &DeviceQuota, bytes: u64, limit: u64) -> bool {
+    fn reserve(
+        &self,
+        api: &'static str,
+        device: u32,
+        quota: &DeviceQuota,
+        bytes: u64,
+        limit: u64,
+    ) -> bool {
         match quota.reserve(bytes, limit, self.mode() == Mode::Enforce) {
             Reservation::Granted { .. } => true,
             Reservation::Refused { in_use, limit } => {
-                self.refused_line(device, bytes, api, limit, in_use);
+                self.refused(device, bytes, api, limit, in_use);
                 false
             }
             Reservation::Allowed {
@@ -228,21 +246,40 @@ impl Engine {
         }
     }
 
-    fn refused_line(&self, device: u32, bytes: u64, api: &str, limit: u64, in_use: u64) {
+    /// Refused over quota: explain, and remember it for the back-off line.
+    fn refused(&self, device: u32, bytes: u64, api: &'static str, limit: u64, in_use: u64) {
         crate::log::line(&report::quota_refusal(device, bytes, api, limit, in_use));
         note_refusal(device, bytes);
+        self.emit(Event {
+            kind: EventKind::Refused { by_driver: false },
+            device: device as i32,
+            api,
+            ptr: 0,
+            bytes,
+            result: CuResult::OUT_OF_MEMORY.0,
+            in_use,
+        });
     }
 
     /// The driver failed a call we had reserved for: explain an out-of-memory.
     fn driver_failed(
         &self,
-        api: &str,
+        api: &'static str,
         device: u32,
         quota: &DeviceQuota,
         bytes: u64,
         limit: u64,
         rc: CuResult,
     ) {
+        self.emit(Event {
+            kind: EventKind::Refused { by_driver: true },
+            device: device as i32,
+            api,
+            ptr: 0,
+            bytes,
+            result: rc.0,
+            in_use: quota.in_use(),
+        });
         if rc != CuResult::OUT_OF_MEMORY {
             return;
         }
@@ -264,7 +301,15 @@ impl Engine {
         note_refusal(device, bytes);
     }
 
-    fn committed(&self, kind: Kind, key: u64, device: u32, quota: &DeviceQuota, bytes: u64) {
+    fn committed(
+        &self,
+        api: &'static str,
+        kind: Kind,
+        key: u64,
+        device: u32,
+        quota: &DeviceQuota,
+        bytes: u64,
+    ) {
         quota.commit();
         let charge = Charge { device, bytes };
         if let Some(stale) = self.ledger(kind).insert(key, charge) {
@@ -273,9 +318,86 @@ impl Engine {
                 q.release(stale.bytes);
             }
         }
-        if EPISODE.with(|e| e.get().is_some()) {
-            end_episode(device, bytes);
+        if self.tracing {
+            self.emit(Event {
+                kind: EventKind::Alloc,
+                device: device as i32,
+                api,
+                ptr: key,
+                bytes,
+                result: 0,
+                in_use: quota.in_use(),
+            });
         }
+        if EPISODE.with(|e| e.get().is_some()) {
+            if let Some((recovery, truncated)) = end_episode(device, bytes) {
+                crate::log::line(&report::recovery(device, &recovery, truncated));
+                // The trace gets the same episode: refused sizes, then the one that fit.
+                let sizes = match recovery {
+                    Recovery::BackedOff { refused, got } => {
+                        refused.into_iter().chain([got]).collect()
+                    }
+                    Recovery::Retried { bytes, refusals } => {
+                        let shown = refusals.min(report::EPISODE_SIZES as u64) as usize;
+                        vec![bytes; shown + 1].into_boxed_slice()
+                    }
+                };
+                self.emit(Event {
+                    kind: EventKind::Backoff { sizes },
+                    device: device as i32,
+                    api,
+                    ptr: key,
+                    bytes,
+                    result: 0,
+                    in_use: quota.in_use(),
+                });
+            }
+        }
+    }
+
+    /// Appends a trace event, starting the trace on the first one.
+    fn emit(&self, event: Event) {
+        if !self.tracing {
+            return;
+        }
+        if !self.trace_tried.load(Relaxed) && !self.trace_tried.swap(true, Relaxed) {
+            self.start_trace();
+        }
+        trace::record(event);
+    }
+
+    /// Opens the trace file and writes its header (devices, quotas). One warning on failure.
+    fn start_trace(&self) {
+        let Ok(config) = &self.config else { return };
+        let Some(template) = &config.trace else {
+            return;
+        };
+        let devices = self
+            .queries
+            .devices()
+            .into_iter()
+            .map(|(ordinal, name, total)| trace::DeviceInfo {
+                ordinal: ordinal as i32,
+                name,
+                total: total.unwrap_or(0),
+                quota: self
+                    .quota(ordinal)
+                    .and_then(|q| self.limit(ordinal, q).ok())
+                    .filter(|l| *l != UNLIMITED),
+            })
+            .collect();
+        let mode = match config.mode {
+            Mode::Enforce => "enforce",
+            Mode::Observe => "observe",
+        };
+        if let Err(why) = trace::start(template, trace::StartInfo { mode, devices }) {
+            crate::log::line(&format!("trace: {why}; running on without a trace"));
+        }
+    }
+
+    /// After `fork()`, in the child: its first event starts a trace of its own.
+    pub fn forget_trace(&self) {
+        self.trace_tried.store(false, Relaxed);
     }
 
     fn ledger(&self, kind: Kind) -> &Ledger {
@@ -288,34 +410,66 @@ impl Engine {
     /// A free of `key`. Unknown keys go to the driver unchanged and its answer comes back
     /// unchanged. The entry leaves the ledger before the driver frees, so another thread
     /// that gets the same address right after cannot lose its entry to us.
-    pub fn free(&self, kind: Kind, key: u64, call: impl FnOnce() -> CuResult) -> CuResult {
+    pub fn free(
+        &self,
+        api: &'static str,
+        kind: Kind,
+        key: u64,
+        call: impl FnOnce() -> CuResult,
+    ) -> CuResult {
         let ledger = self.ledger(kind);
         let Some(charge) = ledger.remove(key) else {
             return call();
         };
         let rc = call();
-        if rc.is_ok() {
-            if let Some(q) = self.quota(charge.device) {
-                q.release(charge.bytes);
-            }
-        } else {
+        if !rc.is_ok() {
             ledger.insert(key, charge);
+            return rc;
+        }
+        if let Some(q) = self.quota(charge.device) {
+            let in_use = q.release(charge.bytes);
+            if self.tracing {
+                self.emit(Event {
+                    kind: EventKind::Free,
+                    device: charge.device as i32,
+                    api,
+                    ptr: key,
+                    bytes: charge.bytes,
+                    result: 0,
+                    in_use,
+                });
+            }
         }
         rc
     }
 
     /// `cuMemGetInfo`: (free, total) as the caller should see them, from the real ones.
-    pub fn memory_info(&self, real_free: u64, real_total: u64) -> (u64, u64) {
+    pub fn memory_info(&self, api: &'static str, real_free: u64, real_total: u64) -> (u64, u64) {
         let Some((device, quota)) = self.virtualized_device(Place::Current) else {
             return (real_free, real_total);
         };
-        match self.limit(device, quota) {
+        let told = match self.limit(device, quota) {
             Ok(limit) if limit != UNLIMITED => (
                 real_free.min(limit.saturating_sub(quota.in_use())),
                 real_total.min(limit),
             ),
             _ => (real_free, real_total),
-        }
+        };
+        self.emit(Event {
+            kind: EventKind::MemInfo {
+                told_free: told.0,
+                told_total: told.1,
+                real_free,
+                real_total,
+            },
+            device: device as i32,
+            api,
+            ptr: 0,
+            bytes: 0,
+            result: 0,
+            in_use: quota.in_use(),
+        });
+        told
     }
 
     /// `cuDeviceTotalMem`: the total the caller should see.
@@ -405,20 +559,14 @@ fn note_refusal(device: u32, bytes: u64) {
     });
 }
 
-/// A success on this thread while an episode is open: explain it if it ends the episode.
-fn end_episode(device: u32, bytes: u64) {
+/// A success on this thread while an episode is open: closes it (if on the same device) and
+/// says how it ended, if it was a recovery.
+fn end_episode(device: u32, bytes: u64) -> Option<(Recovery, bool)> {
     EPISODE.with(|cell| {
-        let Some(e) = cell.get() else { return };
-        if e.device != device {
-            return;
-        }
+        let e = cell.get().filter(|e| e.device == device)?;
         cell.set(None);
-        if let Some(r @ (Recovery::BackedOff { .. } | Recovery::Retried { .. })) =
-            e.succeeded(device, bytes)
-        {
-            crate::log::line(&report::recovery(device, &r, e.truncated()));
-        }
-    });
+        e.succeeded(device, bytes).map(|r| (r, e.truncated()))
+    })
 }
 
 #[cfg(test)]
@@ -487,12 +635,12 @@ mod tests {
         });
         assert_eq!(rc, CuResult::OUT_OF_MEMORY);
         assert!(!called, "a refused request never reaches the driver");
-        assert_eq!(e.memory_info(8 << 30, 8 << 30), (0, 1 << 30));
+        assert_eq!(e.memory_info("m", 8 << 30, 8 << 30), (0, 1 << 30));
         assert_eq!(
-            e.free(Kind::Pointer, 0x1000, || CuResult::SUCCESS),
+            e.free("f", Kind::Pointer, 0x1000, || CuResult::SUCCESS),
             CuResult::SUCCESS
         );
-        assert_eq!(e.memory_info(8 << 30, 8 << 30), (256 * MIB, 1 << 30));
+        assert_eq!(e.memory_info("m", 8 << 30, 8 << 30), (256 * MIB, 1 << 30));
         assert_eq!(e.total_memory(0, 8 << 30), 1 << 30);
     }
 
@@ -505,7 +653,7 @@ mod tests {
             });
             assert_eq!(rc, CuResult(code));
         }
-        assert_eq!(e.memory_info(8 << 30, 8 << 30), (1 << 30, 1 << 30));
+        assert_eq!(e.memory_info("m", 8 << 30, 8 << 30), (1 << 30, 1 << 30));
         assert_eq!(
             e.alloc("a", Kind::Pointer, Place::Current, 1 << 30, || (
                 CuResult::SUCCESS,
@@ -514,14 +662,20 @@ mod tests {
             CuResult::SUCCESS
         );
         // a failing free keeps the charge; an unknown pointer goes through untouched
-        assert_eq!(e.free(Kind::Pointer, 0x10, || CuResult(999)), CuResult(999));
-        assert_eq!(e.memory_info(8 << 30, 8 << 30).0, 0);
-        assert_eq!(e.free(Kind::Pointer, 0x1234, || CuResult(1)), CuResult(1));
         assert_eq!(
-            e.free(Kind::Pointer, 0x10, || CuResult::SUCCESS),
+            e.free("f", Kind::Pointer, 0x10, || CuResult(999)),
+            CuResult(999)
+        );
+        assert_eq!(e.memory_info("m", 8 << 30, 8 << 30).0, 0);
+        assert_eq!(
+            e.free("f", Kind::Pointer, 0x1234, || CuResult(1)),
+            CuResult(1)
+        );
+        assert_eq!(
+            e.free("f", Kind::Pointer, 0x10, || CuResult::SUCCESS),
             CuResult::SUCCESS
         );
-        assert_eq!(e.memory_info(8 << 30, 8 << 30).0, 1 << 30);
+        assert_eq!(e.memory_info("m", 8 << 30, 8 << 30).0, 1 << 30);
     }
 
     #[test]
@@ -536,9 +690,9 @@ mod tests {
             |_| panic!("no undo"),
         );
         assert_eq!(rc, CuResult::SUCCESS);
-        assert_eq!(e.memory_info(8 << 30, 8 << 30).0, MIB - 1_024_000);
+        assert_eq!(e.memory_info("m", 8 << 30, 8 << 30).0, MIB - 1_024_000);
         assert_eq!(
-            e.free(Kind::Pointer, 0x100, || CuResult::SUCCESS),
+            e.free("f", Kind::Pointer, 0x100, || CuResult::SUCCESS),
             CuResult::SUCCESS
         );
         // 1040 × 1000 = 1040000 fits the estimate, but a 1536-byte pitch does not: undone
@@ -551,7 +705,7 @@ mod tests {
             |p| undone = p,
         );
         assert_eq!((rc, undone), (CuResult::OUT_OF_MEMORY, 0x200));
-        assert_eq!(e.memory_info(8 << 30, 8 << 30).0, MIB);
+        assert_eq!(e.memory_info("m", 8 << 30, 8 << 30).0, MIB);
     }
 
     #[test]
@@ -595,11 +749,11 @@ mod tests {
             CuResult::INVALID_CONTEXT
         );
         assert_eq!(
-            e.free(Kind::Handle, 7, || CuResult::SUCCESS),
+            e.free("f", Kind::Handle, 7, || CuResult::SUCCESS),
             CuResult::SUCCESS
         );
         fake.device.store(1, Relaxed);
-        assert_eq!(e.memory_info(8 << 30, 8 << 30), (2 << 30, 2 << 30));
+        assert_eq!(e.memory_info("m", 8 << 30, 8 << 30), (2 << 30, 2 << 30));
         // pools remember their device
         e.pool_created(0xabc, Some(0));
         assert_eq!(e.pool_place(0xabc), Place::Device(0));
@@ -626,7 +780,7 @@ mod tests {
             )),
             CuResult::SUCCESS
         );
-        assert_eq!(e.memory_info(8 << 30, 8 << 30), (0, 1024));
+        assert_eq!(e.memory_info("m", 8 << 30, 8 << 30), (0, 1024));
         let bad = Engine::new(
             Config::from_vars(|k| (k == "CUQUOTA_LIMIT").then(|| "6GBB".into())),
             Box::new(fake),
@@ -655,11 +809,11 @@ mod tests {
                         }
                         assert!(e.quota(0).unwrap().in_use() <= 64 * MIB);
                         if live.len() == 4 {
-                            e.free(Kind::Pointer, live.remove(0), || CuResult::SUCCESS);
+                            e.free("f", Kind::Pointer, live.remove(0), || CuResult::SUCCESS);
                         }
                     }
                     for p in live {
-                        e.free(Kind::Pointer, p, || CuResult::SUCCESS);
+                        e.free("f", Kind::Pointer, p, || CuResult::SUCCESS);
                     }
                 })
             })

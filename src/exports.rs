@@ -245,7 +245,7 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(
                 width as u64,
                 height as u64,
                 || call(real),
-                |p| free_plain(p),
+                free_plain,
             )
         },
         |real: Pitch| call(real).0,
@@ -281,7 +281,7 @@ pub unsafe extern "C" fn cuMemAllocPitch(
                 width.into(),
                 height.into(),
                 || call(real),
-                |p| free_plain(p),
+                free_plain,
             )
         },
         |real: PitchV1| call(real).0,
@@ -358,7 +358,7 @@ type Release = unsafe extern "C" fn(CuMemHandle) -> CuResult;
 fn free_of<F: Copy>(func: Func, kind: Kind, key: u64, call: impl Fn(F) -> CuResult) -> CuResult {
     hook(
         func,
-        |real: F, e| e.free(kind, key, || call(real)),
+        |real: F, e| e.free(func.symbol(), kind, key, || call(real)),
         |real: F| call(real),
     )
 }
@@ -416,7 +416,7 @@ pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) ->
         |real: MemInfo, e| {
             let rc = real(free, total);
             if rc.is_ok() && !free.is_null() && !total.is_null() {
-                let (f, t) = e.memory_info(*free as u64, *total as u64);
+                let (f, t) = e.memory_info(Func::MemGetInfo.symbol(), *free as u64, *total as u64);
                 (*free, *total) = (f as usize, t as usize);
             }
             rc
@@ -433,7 +433,11 @@ pub unsafe extern "C" fn cuMemGetInfo(free: *mut c_uint, total: *mut c_uint) -> 
             let rc = real(free, total);
             if rc.is_ok() && !free.is_null() && !total.is_null() {
                 // Never more than the driver said, so the values still fit in 32 bits.
-                let (f, t) = e.memory_info((*free).into(), (*total).into());
+                let (f, t) = e.memory_info(
+                    Func::MemGetInfoLegacy.symbol(),
+                    (*free).into(),
+                    (*total).into(),
+                );
                 (*free, *total) = (f as c_uint, t as c_uint);
             }
             rc

@@ -18,4 +18,5 @@ pub mod quota;
 mod real_driver;
 pub mod report;
 mod state;
+pub mod trace;
 pub mod units;

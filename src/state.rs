@@ -22,6 +22,9 @@ impl Queries for RealDriver {
     fn memory_info(&self) -> Result<(u64, u64), CuResult> {
         real_driver::memory_info()
     }
+    fn devices(&self) -> Vec<(u32, String, Option<u64>)> {
+        real_driver::devices()
+    }
 }
 
 pub fn engine() -> &'static Engine {
@@ -38,8 +41,12 @@ pub fn engine() -> &'static Engine {
             }
             Ok(_) => {}
         }
-        // SAFETY: registering a plain extern "C" fn with atexit has no other precondition.
-        unsafe { libc::atexit(at_exit) };
+        // SAFETY: registering plain extern "C" fns with atexit / pthread_atfork has no other
+        // precondition.
+        unsafe {
+            libc::atexit(at_exit);
+            libc::pthread_atfork(None, None, Some(after_fork_in_child));
+        }
         engine
     })
 }
@@ -57,6 +64,20 @@ extern "C" fn at_exit() {
             for line in engine.summary_lines() {
                 crate::log::line(&line);
             }
+            crate::trace::finish();
+            let dropped = crate::trace::dropped();
+            if dropped > 0 {
+                crate::log::line(&format!(
+                    "trace: {dropped} events dropped because the buffer was full (the summary line counts them too)"
+                ));
+            }
         }
     });
+}
+
+/// In a forked child: a trace of its own on its first event (with `%p`, its own file).
+extern "C" fn after_fork_in_child() {
+    if let Some(engine) = ENGINE.get() {
+        engine.forget_trace();
+    }
 }

@@ -1,0 +1,172 @@
+//! The trace file format (JSON Lines, schema 1): the serde types shared by the writer in the
+//! library and the `cuquota` CLI, which includes this file by `#[path]`. Pure code only.
+//!
+//! One JSON object per line. The first line is a [`Header`], then one line per event
+//! ([`EventLine`]), and on a clean exit (or SIGTERM/SIGINT) a [`Summary`] last. Readers must
+//! ignore fields and line types they do not know: new ones may be added within schema 1.
+
+use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
+
+/// Bumped only for incompatible changes (a field removed or its meaning changed).
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// `"type"` values of the lines.
+pub mod kind {
+    pub const HEADER: &str = "header";
+    pub const ALLOC: &str = "alloc";
+    pub const FREE: &str = "free";
+    pub const REFUSED: &str = "refused";
+    pub const MEMINFO: &str = "meminfo";
+    pub const BACKOFF: &str = "backoff";
+    /// Written by the writer when events were dropped since the previous batch.
+    pub const DROPPED: &str = "dropped";
+    pub const SUMMARY: &str = "summary";
+}
+
+/// First line of every trace file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Header {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub schema: u32,
+    /// cuquota's version (the crate version).
+    pub version: String,
+    pub pid: u32,
+    pub host: String,
+    pub rank: u32,
+    pub argv: Vec<String>,
+    /// Wall-clock start of the trace; every `t_ns` counts from here (on the monotonic clock).
+    pub start_unix_ns: u64,
+    /// `"enforce"` or `"observe"`.
+    pub mode: String,
+    pub devices: Vec<HeaderDevice>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HeaderDevice {
+    pub ordinal: i32,
+    pub name: String,
+    /// The device's real total memory in bytes.
+    pub total: u64,
+    /// The effective quota in bytes; null when the device is unlimited.
+    pub quota: Option<u64>,
+}
+
+/// Every event line, read flat: the fields of all event types, absent ones defaulted.
+/// Borrowed from the line so that reading allocates nothing per event.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct EventLine<'a> {
+    #[serde(rename = "type", borrow)]
+    pub kind: Cow<'a, str>,
+    /// Nanoseconds since `start_unix_ns` (monotonic clock).
+    #[serde(default)]
+    pub t_ns: u64,
+    /// OS thread id (gettid) of the calling thread.
+    #[serde(default)]
+    pub tid: u32,
+    #[serde(default)]
+    pub dev: i32,
+    #[serde(default, borrow)]
+    pub api: Cow<'a, str>,
+    /// Device pointer or `cuMemCreate` handle as a hex string (`"0x7f0000000000"`).
+    #[serde(default, borrow)]
+    pub ptr: Cow<'a, str>,
+    #[serde(default)]
+    pub bytes: u64,
+    /// `CUresult` name returned to the caller (`"CUDA_SUCCESS"`, or `"CUresult 12345"`).
+    #[serde(default, borrow)]
+    pub result: Cow<'a, str>,
+    /// Bytes charged on `dev` after the event.
+    #[serde(default)]
+    pub in_use: u64,
+    /// refused: `"quota"` or `"driver"`.
+    #[serde(default, borrow)]
+    pub reason: Option<Cow<'a, str>>,
+    #[serde(default)]
+    pub told_free: u64,
+    #[serde(default)]
+    pub told_total: u64,
+    #[serde(default)]
+    pub real_free: u64,
+    #[serde(default)]
+    pub real_total: u64,
+    /// backoff: the refused sizes in order, then the size that succeeded.
+    #[serde(default)]
+    pub sizes: Option<Vec<u64>>,
+    /// dropped: events lost since the previous batch because the buffer was full.
+    #[serde(default)]
+    pub count: u64,
+}
+
+/// Last line, written at exit (or on SIGTERM/SIGINT) after the final flush.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// When the summary was written (ns since start).
+    pub t_ns: u64,
+    /// `"exit"`, `"SIGTERM"` or `"SIGINT"`.
+    pub end: String,
+    /// Event lines written to this file.
+    pub events: u64,
+    /// Events dropped because the buffer was full.
+    pub dropped: u64,
+    pub devices: Vec<SummaryDevice>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SummaryDevice {
+    pub dev: i32,
+    pub quota: Option<u64>,
+    /// Highest `in_use` seen, and when.
+    pub peak: u64,
+    pub peak_t_ns: u64,
+    /// `in_use` after the last event.
+    pub in_use: u64,
+    pub allocs: u64,
+    pub frees: u64,
+    pub refusals: u64,
+    /// Sum of the bytes of every successful allocation.
+    pub alloc_bytes: u64,
+    /// Allocations never freed (seen in the trace): count and bytes.
+    pub live: u64,
+    pub live_bytes: u64,
+}
+
+/// `"0x7f00"` → 0x7f00.
+pub fn parse_ptr(text: &str) -> Option<u64> {
+    let hex = text
+        .strip_prefix("0x")
+        .or_else(|| text.strip_prefix("0X"))?;
+    u64::from_str_radix(hex, 16).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_line_reads_every_type_and_ignores_unknown_fields() {
+        let line = r#"{"type":"alloc","t_ns":5,"tid":7,"dev":1,"api":"cuMemAlloc_v2","ptr":"0x10","bytes":32,"result":"CUDA_SUCCESS","in_use":32,"new_field":[1,{"a":2}]}"#;
+        let ev: EventLine = serde_json::from_str(line).unwrap();
+        assert_eq!(ev.kind, "alloc");
+        assert_eq!(
+            (ev.t_ns, ev.tid, ev.dev, ev.bytes, ev.in_use),
+            (5, 7, 1, 32, 32)
+        );
+        assert_eq!(parse_ptr(&ev.ptr), Some(0x10));
+        assert!(matches!(ev.api, Cow::Borrowed(_)));
+        let backoff: EventLine =
+            serde_json::from_str(r#"{"type":"backoff","sizes":[4,3,2]}"#).unwrap();
+        assert_eq!(backoff.sizes.as_deref(), Some(&[4u64, 3, 2][..]));
+    }
+
+    #[test]
+    fn ptr_parsing() {
+        assert_eq!(parse_ptr("0x0"), Some(0));
+        assert_eq!(parse_ptr("0xffffffffffffffff"), Some(u64::MAX));
+        assert_eq!(parse_ptr("12"), None);
+        assert_eq!(parse_ptr("0xzz"), None);
+    }
+}

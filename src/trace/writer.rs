@@ -1,0 +1,355 @@
+//! The bounded event buffer and the background thread that empties it into the file.
+//!
+//! Hooks push into a preallocated `Vec` under a mutex held for a few instructions (no
+//! allocation, no syscall); when it is full the event is dropped and counted. The writer
+//! thread swaps the buffer out every `period` (or sooner when woken), formats the batch and
+//! writes whole lines with write(2), so a killed process leaves only complete lines, all
+//! but the last `period` of them on disk.
+
+use super::encode::{dropped_line, event_line, Stamped, Tally};
+use super::Event;
+use parking_lot::{Condvar, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::time::Duration;
+
+pub struct Options {
+    /// Events the buffer holds before new ones are dropped.
+    pub capacity: usize,
+    /// How often the writer drains the buffer.
+    pub period: Duration,
+    /// Wake the writer early when the buffer is half full (off only in tests, to make
+    /// dropping deterministic).
+    pub wake_when_half_full: bool,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            capacity: 1 << 16,
+            period: Duration::from_millis(50),
+            wake_when_half_full: true,
+        }
+    }
+}
+
+struct Queue {
+    events: Vec<Stamped>,
+    /// Set by `finish` (or the signal path): later events are ignored.
+    closed: bool,
+}
+
+/// One trace: its buffer, file and writer thread. Leaked once started (`&'static`), so that
+/// a hook racing with exit or fork never sees it freed.
+pub struct Tracer {
+    queue: Mutex<Queue>,
+    capacity: usize,
+    /// Buffer length at which `record` wakes the writer (never when `usize::MAX`).
+    wake_at: usize,
+    dropped: AtomicU64,
+    /// CLOCK_MONOTONIC at start; `t_ns` counts from here.
+    start_mono_ns: u64,
+    pub(super) fd: i32,
+    /// An eventfd that wakes the writer early (finish, signal, half-full buffer).
+    pub(super) wake_fd: i32,
+    /// Signal number whose handler asked for a final flush (0: none).
+    signal: AtomicI32,
+    /// The writer has written its last line and stopped.
+    done: Mutex<bool>,
+    done_cv: Condvar,
+    done_flag: AtomicBool,
+    path: String,
+}
+
+impl Tracer {
+    /// Takes ownership of `fd` (header already written; closed on error) and starts the
+    /// writer thread.
+    pub fn spawn(
+        fd: i32,
+        path: String,
+        start_mono_ns: u64,
+        quotas: Vec<(i32, Option<u64>)>,
+        options: Options,
+    ) -> Result<&'static Tracer, String> {
+        // SAFETY: eventfd has no memory preconditions.
+        let wake_fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if wake_fd < 0 {
+            // SAFETY: fd is ours and unused elsewhere.
+            unsafe { libc::close(fd) };
+            return Err(format!(
+                "trace: eventfd failed: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        let capacity = options.capacity.max(1);
+        let tracer: &'static Tracer = Box::leak(Box::new(Tracer {
+            queue: Mutex::new(Queue {
+                events: Vec::with_capacity(capacity),
+                closed: false,
+            }),
+            capacity,
+            wake_at: if options.wake_when_half_full {
+                capacity / 2
+            } else {
+                usize::MAX
+            },
+            dropped: AtomicU64::new(0),
+            start_mono_ns,
+            fd,
+            wake_fd,
+            signal: AtomicI32::new(0),
+            done: Mutex::new(false),
+            done_cv: Condvar::new(),
+            done_flag: AtomicBool::new(false),
+            path,
+        }));
+        let period = options.period;
+        let spawned = with_signals_blocked(|| {
+            std::thread::Builder::new()
+                .name("cuquota-trace".into())
+                .spawn(move || tracer.run(Tally::new(quotas), period))
+        });
+        match spawned {
+            Ok(_) => Ok(tracer),
+            Err(e) => {
+                // SAFETY: both fds are ours and no thread uses them (the writer never ran).
+                unsafe {
+                    libc::close(wake_fd);
+                    libc::close(fd);
+                }
+                Err(format!("trace: cannot start the writer thread: {e}"))
+            }
+        }
+    }
+
+    /// Appends `ev`; drops and counts it when the buffer is full. Never blocks on I/O.
+    pub fn record(&self, ev: Event) {
+        let tid = gettid();
+        let mut q = self.queue.lock();
+        if q.closed {
+            return;
+        }
+        if q.events.len() >= self.capacity {
+            drop(q);
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        // Stamped under the lock, so that lines are in time order in the file.
+        let t_ns = self.now_ns();
+        q.events.push(Stamped { t_ns, tid, ev });
+        let wake = q.events.len() == self.wake_at;
+        drop(q);
+        if wake {
+            self.wake();
+        }
+    }
+
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Closes the buffer, lets the writer write the rest and the summary, and waits for it
+    /// at most `timeout`. Returns whether it finished in time.
+    pub fn finish(&self, timeout: Duration) -> bool {
+        {
+            let mut q = self.queue.lock();
+            if q.closed {
+                drop(q);
+                return self.done_flag.load(Ordering::Acquire);
+            }
+            q.closed = true;
+        }
+        self.wake();
+        let mut done = self.done.lock();
+        if !*done {
+            self.done_cv.wait_for(&mut done, timeout);
+        }
+        *done
+    }
+
+    /// From a signal handler: ask for a final flush and wait for it at most `timeout_ms`.
+    /// Async-signal-safe: atomics, write(2) and nanosleep only.
+    pub fn flush_from_signal(&self, sig: i32, timeout_ms: u32) {
+        if self
+            .signal
+            .compare_exchange(0, sig, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return;
+        }
+        self.wake();
+        let pause = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 1_000_000,
+        };
+        for _ in 0..timeout_ms {
+            if self.done_flag.load(Ordering::Acquire) {
+                return;
+            }
+            // SAFETY: pause is a valid timespec; the remainder pointer may be null.
+            unsafe { libc::nanosleep(&pause, std::ptr::null_mut()) };
+        }
+    }
+
+    fn now_ns(&self) -> u64 {
+        monotonic_ns().saturating_sub(self.start_mono_ns)
+    }
+
+    fn wake(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to our eventfd (EAGAIN when saturated is fine).
+        unsafe { libc::write(self.wake_fd, (&one as *const u64).cast(), 8) };
+    }
+
+    /// Waits for a wake-up or the period, whichever comes first.
+    fn sleep(&self, period: Duration) {
+        let mut pfd = libc::pollfd {
+            fd: self.wake_fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = period.as_millis().clamp(1, i32::MAX as u128) as i32;
+        // SAFETY: pfd is one valid pollfd.
+        if unsafe { libc::poll(&mut pfd, 1, ms) } > 0 {
+            let mut count: u64 = 0;
+            // SAFETY: reads 8 bytes into a live u64 from our non-blocking eventfd.
+            unsafe { libc::read(self.wake_fd, (&mut count as *mut u64).cast(), 8) };
+        }
+    }
+
+    /// The writer thread's body.
+    fn run(&'static self, tally: Tally, period: Duration) {
+        let mut state = WriterState {
+            tally,
+            out: Vec::with_capacity(1 << 20),
+            batch: Vec::with_capacity(self.capacity),
+            dropped_written: 0,
+            failed: false,
+        };
+        // A panic here must not take the host down, nor leave `finish` waiting.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| loop {
+            self.sleep(period);
+            let sig = self.signal.load(Ordering::Acquire);
+            let closed = {
+                let mut q = self.queue.lock();
+                if sig != 0 {
+                    q.closed = true;
+                }
+                std::mem::swap(&mut q.events, &mut state.batch);
+                q.closed
+            };
+            self.write_batch(&mut state);
+            if closed {
+                let end = match sig {
+                    0 => "exit",
+                    libc::SIGTERM => "SIGTERM",
+                    libc::SIGINT => "SIGINT",
+                    _ => "signal",
+                };
+                self.write_summary(&mut state, end);
+                return;
+            }
+        }));
+        self.done_flag.store(true, Ordering::Release);
+        *self.done.lock() = true;
+        self.done_cv.notify_all();
+    }
+
+    fn write_batch(&self, st: &mut WriterState) {
+        let dropped = self.dropped();
+        if dropped > st.dropped_written {
+            dropped_line(&mut st.out, self.now_ns(), dropped - st.dropped_written);
+            st.dropped_written = dropped;
+        }
+        for s in st.batch.drain(..) {
+            if st.failed {
+                continue;
+            }
+            event_line(&mut st.out, &s);
+            st.tally.add(&s);
+            if st.out.len() >= 1 << 20 {
+                self.flush(&mut st.out, &mut st.failed);
+            }
+        }
+        self.flush(&mut st.out, &mut st.failed);
+    }
+
+    fn write_summary(&self, st: &mut WriterState, end: &str) {
+        let summary = st.tally.summary(self.now_ns(), end, self.dropped());
+        if serde_json::to_writer(&mut st.out, &summary).is_ok() {
+            st.out.push(b'\n');
+        }
+        self.flush(&mut st.out, &mut st.failed);
+    }
+
+    /// Writes the buffered lines; on the first failure warns once and stops writing.
+    fn flush(&self, out: &mut Vec<u8>, failed: &mut bool) {
+        if !*failed {
+            if let Err(e) = write_all(self.fd, out) {
+                *failed = true;
+                crate::log::warn(&format!(
+                    "trace file \"{}\": write failed ({e}); the trace stops here",
+                    self.path
+                ));
+            }
+        }
+        out.clear();
+    }
+}
+
+struct WriterState {
+    tally: Tally,
+    out: Vec<u8>,
+    /// The buffer swapped in and out of the queue (keeps its capacity: no reallocation).
+    batch: Vec<Stamped>,
+    dropped_written: u64,
+    failed: bool,
+}
+
+pub fn write_all(fd: i32, mut bytes: &[u8]) -> std::io::Result<()> {
+    while !bytes.is_empty() {
+        // SAFETY: bytes is a live slice; write reads at most bytes.len() from it.
+        let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+        if n < 0 {
+            let err = std::io::Error::last_os_error();
+            if err.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(err);
+        }
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        bytes = &bytes[n as usize..];
+    }
+    Ok(())
+}
+
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid out-parameter; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn gettid() -> u32 {
+    // SAFETY: gettid has no preconditions. Not cached: a forked child has new thread ids.
+    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
+}
+
+/// Runs `f` (a thread spawn) with every signal blocked, so the new thread inherits a full
+/// mask and never runs a host's signal handler.
+fn with_signals_blocked<T>(f: impl FnOnce() -> T) -> T {
+    // SAFETY: sigset_t values are plain data initialised by sigfillset/pthread_sigmask.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        let result = f();
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        result
+    }
+}
