@@ -395,9 +395,27 @@ impl Engine {
         }
     }
 
-    /// After `fork()`, in the child: its first event starts a trace of its own.
-    pub fn forget_trace(&self) {
-        self.trace_tried.store(false, Relaxed);
+    /// Before `fork()`: take every lock a hook may hold, so none is copied half-held.
+    pub fn lock_for_fork(&self) {
+        self.pointers.lock_all();
+        self.handles.lock_all();
+        std::mem::forget(self.pools.write());
+    }
+
+    /// After `fork()`. The child starts afresh: the parent's allocations are not its own
+    /// (CUDA does not carry a context across fork), and its first event starts its own trace.
+    pub fn unlock_after_fork(&self, child: bool) {
+        // SAFETY: lock_for_fork write-locked it on this thread and forgot the guard.
+        unsafe { self.pools.force_unlock_write() };
+        self.pointers.unlock_all(child);
+        self.handles.unlock_all(child);
+        if child {
+            self.pools.write().clear();
+            for q in &self.quotas {
+                q.reset();
+            }
+            self.trace_tried.store(false, Relaxed);
+        }
     }
 
     fn ledger(&self, kind: Kind) -> &Ledger {

@@ -70,6 +70,25 @@ impl Ledger {
         self.shard(key).lock().remove(&key)
     }
 
+    /// Before `fork()`: hold every shard, so that no lock is copied into the child half-held.
+    pub fn lock_all(&self) {
+        for shard in &self.shards {
+            std::mem::forget(shard.lock());
+        }
+    }
+
+    /// After `fork()`, in both processes: release what [`Self::lock_all`] took; in the child
+    /// also forget every entry (the parent's memory is not the child's).
+    pub fn unlock_all(&self, clear: bool) {
+        for shard in &self.shards {
+            // SAFETY: lock_all locked every shard on this thread and forgot the guards.
+            unsafe { shard.force_unlock() };
+            if clear {
+                shard.lock().clear();
+            }
+        }
+    }
+
     /// Live allocations per device: (count, bytes), for the exit summary.
     pub fn live_on(&self, device: u32) -> (u64, u64) {
         let mut count = 0;
@@ -126,6 +145,9 @@ mod tests {
         );
         assert_eq!(l.remove(0x7000_0000), None);
         assert_eq!(l.live_on(1), (1, 1));
+        l.lock_all();
+        l.unlock_all(true);
+        assert_eq!(l.live_on(1), (0, 0));
     }
 
     #[test]

@@ -61,6 +61,16 @@ pub fn line(msg: &str) {
     write_all(fd, text.as_bytes());
 }
 
+/// Around `fork()`: hold the sink's lock so that the child never inherits it half-held.
+pub fn lock_for_fork() {
+    std::mem::forget(SINK.lock());
+}
+
+pub fn unlock_after_fork() {
+    // SAFETY: lock_for_fork locked it on this thread and forgot the guard.
+    unsafe { SINK.force_unlock() };
+}
+
 /// A warning from any module (the trace writer, the exit handler): same as [`line`].
 pub fn warn(msg: &str) {
     line(msg)

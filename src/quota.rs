@@ -152,6 +152,19 @@ impl DeviceQuota {
         }
     }
 
+    /// In a forked child: nothing is in use, nothing happened yet; the limit stays.
+    pub fn reset(&self) {
+        for counter in [
+            &self.in_use,
+            &self.peak,
+            &self.allocations,
+            &self.refusals,
+            &self.live,
+        ] {
+            counter.store(0, Relaxed);
+        }
+    }
+
     /// Whether anything ever happened on this device (for the exit summary).
     pub fn was_used(&self) -> bool {
         self.allocations.load(Relaxed) > 0 || self.refusals.load(Relaxed) > 0

@@ -45,7 +45,11 @@ pub fn engine() -> &'static Engine {
         // precondition.
         unsafe {
             libc::atexit(at_exit);
-            libc::pthread_atfork(None, None, Some(after_fork_in_child));
+            libc::pthread_atfork(
+                Some(before_fork),
+                Some(after_fork_in_parent),
+                Some(after_fork_in_child),
+            );
         }
         engine
     })
@@ -75,9 +79,25 @@ extern "C" fn at_exit() {
     });
 }
 
-/// In a forked child: a trace of its own on its first event (with `%p`, its own file).
+/// `fork()` copies locks as they are: take ours first, so the child gets them free.
+extern "C" fn before_fork() {
+    if let Some(engine) = ENGINE.get() {
+        crate::log::lock_for_fork();
+        engine.lock_for_fork();
+    }
+}
+
+extern "C" fn after_fork_in_parent() {
+    if let Some(engine) = ENGINE.get() {
+        engine.unlock_after_fork(false);
+        crate::log::unlock_after_fork();
+    }
+}
+
+/// The child has its own quota, summary and trace (with `%p`, its own file).
 extern "C" fn after_fork_in_child() {
     if let Some(engine) = ENGINE.get() {
-        engine.forget_trace();
+        engine.unlock_after_fork(true);
+        crate::log::unlock_after_fork();
     }
 }
