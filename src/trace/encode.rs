@@ -5,7 +5,6 @@ use super::schema::{kind, Summary, SummaryDevice};
 use super::{Event, EventKind};
 use crate::cuda_abi::CuResult;
 use std::collections::{BTreeMap, HashMap};
-use std::io::Write;
 
 /// An event with the stamps `record` adds.
 pub struct Stamped {
@@ -14,8 +13,8 @@ pub struct Stamped {
     pub ev: Event,
 }
 
-/// Appends one line (schema 1) for `s` to `out`. Formatted by hand: it is the bulk of the
-/// file, and this keeps the writer at several million lines per second.
+/// Appends one line (schema 1) for `s` to `out`. Formatted by hand, without `fmt`: it is
+/// the bulk of the file, and the writer must keep up with bursts of events.
 pub fn event_line(out: &mut Vec<u8>, s: &Stamped) {
     let ev = &s.ev;
     let kind = match ev.kind {
@@ -25,29 +24,40 @@ pub fn event_line(out: &mut Vec<u8>, s: &Stamped) {
         EventKind::MemInfo { .. } => kind::MEMINFO,
         EventKind::Backoff { .. } => kind::BACKOFF,
     };
-    // Writing to a Vec cannot fail.
-    let _ = write!(
-        out,
-        "{{\"type\":\"{kind}\",\"t_ns\":{},\"tid\":{},\"dev\":{},\"api\":",
-        s.t_ns, s.tid, ev.device
-    );
+    out.extend_from_slice(b"{\"type\":\"");
+    out.extend_from_slice(kind.as_bytes());
+    out.extend_from_slice(b"\",\"t_ns\":");
+    push_u64(out, s.t_ns);
+    out.extend_from_slice(b",\"tid\":");
+    push_u64(out, u64::from(s.tid));
+    out.extend_from_slice(b",\"dev\":");
+    if ev.device < 0 {
+        out.push(b'-');
+    }
+    push_u64(out, u64::from(ev.device.unsigned_abs()));
+    out.extend_from_slice(b",\"api\":");
     json_string(out, ev.api);
-    let _ = write!(
-        out,
-        ",\"ptr\":\"{:#x}\",\"bytes\":{},\"result\":",
-        ev.ptr, ev.bytes
-    );
+    out.extend_from_slice(b",\"ptr\":\"0x");
+    push_hex(out, ev.ptr);
+    out.extend_from_slice(b"\",\"bytes\":");
+    push_u64(out, ev.bytes);
+    out.extend_from_slice(b",\"result\":");
     match CuResult(ev.result).name() {
         Some(name) => json_string(out, name),
         None => {
-            let _ = write!(out, "\"CUresult {}\"", ev.result);
+            out.extend_from_slice(b"\"CUresult ");
+            push_u64(out, u64::from(ev.result));
+            out.push(b'"');
         }
     }
-    let _ = write!(out, ",\"in_use\":{}", ev.in_use);
+    out.extend_from_slice(b",\"in_use\":");
+    push_u64(out, ev.in_use);
     match &ev.kind {
         EventKind::Refused { by_driver } => {
-            let reason = if *by_driver { "driver" } else { "quota" };
-            let _ = write!(out, ",\"reason\":\"{reason}\"");
+            let reason: &[u8] = if *by_driver { b"driver" } else { b"quota" };
+            out.extend_from_slice(b",\"reason\":\"");
+            out.extend_from_slice(reason);
+            out.push(b'"');
         }
         EventKind::MemInfo {
             told_free,
@@ -55,10 +65,15 @@ pub fn event_line(out: &mut Vec<u8>, s: &Stamped) {
             real_free,
             real_total,
         } => {
-            let _ = write!(
-                out,
-                ",\"told_free\":{told_free},\"told_total\":{told_total},\"real_free\":{real_free},\"real_total\":{real_total}"
-            );
+            for (key, value) in [
+                (&b",\"told_free\":"[..], told_free),
+                (b",\"told_total\":", told_total),
+                (b",\"real_free\":", real_free),
+                (b",\"real_total\":", real_total),
+            ] {
+                out.extend_from_slice(key);
+                push_u64(out, *value);
+            }
         }
         EventKind::Backoff { sizes } => {
             out.extend_from_slice(b",\"sizes\":[");
@@ -66,7 +81,7 @@ pub fn event_line(out: &mut Vec<u8>, s: &Stamped) {
                 if i > 0 {
                     out.push(b',');
                 }
-                let _ = write!(out, "{size}");
+                push_u64(out, *size);
             }
             out.push(b']');
         }
@@ -77,21 +92,60 @@ pub fn event_line(out: &mut Vec<u8>, s: &Stamped) {
 
 /// `{"type":"dropped","t_ns":…,"count":…}`: events lost since the previous batch.
 pub fn dropped_line(out: &mut Vec<u8>, t_ns: u64, count: u64) {
-    let _ = writeln!(
-        out,
-        "{{\"type\":\"{}\",\"t_ns\":{t_ns},\"count\":{count}}}",
-        kind::DROPPED
-    );
+    out.extend_from_slice(b"{\"type\":\"");
+    out.extend_from_slice(kind::DROPPED.as_bytes());
+    out.extend_from_slice(b"\",\"t_ns\":");
+    push_u64(out, t_ns);
+    out.extend_from_slice(b",\"count\":");
+    push_u64(out, count);
+    out.extend_from_slice(b"}\n");
+}
+
+fn push_u64(out: &mut Vec<u8>, mut v: u64) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&buf[i..]);
+}
+
+/// Lower-case hex digits, no prefix, no leading zeros (`0` for zero).
+fn push_hex(out: &mut Vec<u8>, mut v: u64) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut buf = [0u8; 16];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = DIGITS[(v & 15) as usize];
+        v >>= 4;
+        if v == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&buf[i..]);
 }
 
 fn json_string(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
+    if !s.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
+        return;
+    }
     for c in s.chars() {
         match c {
             '"' => out.extend_from_slice(b"\\\""),
             '\\' => out.extend_from_slice(b"\\\\"),
             c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
+                out.extend_from_slice(b"\\u00");
+                out.push(b"0123456789abcdef"[(c as usize) >> 4]);
+                out.push(b"0123456789abcdef"[(c as usize) & 15]);
             }
             c => {
                 let mut buf = [0u8; 4];
@@ -266,6 +320,25 @@ mod tests {
         dropped_line(&mut out, 7, 3);
         let ev: EventLine = serde_json::from_slice(&out).unwrap();
         assert_eq!((ev.kind.as_ref(), ev.t_ns, ev.count), ("dropped", 7, 3));
+    }
+
+    #[test]
+    fn numbers_at_the_edges() {
+        for (t, tid, dev, ptr, bytes) in [
+            (0, 0, 0, 0, 0),
+            (u64::MAX, u32::MAX, -1, u64::MAX, u64::MAX),
+            (10, 7, i32::MIN, 0xabc, 1_000_000),
+            (9, 1, i32::MAX, 0x7f00_0000_0000, 999),
+        ] {
+            let mut s = stamped(EventKind::Alloc, ptr, bytes, 0, bytes);
+            (s.t_ns, s.tid, s.ev.device) = (t, tid, dev);
+            let ev: EventLine = serde_json::from_str(line(&s)).unwrap();
+            assert_eq!(
+                (ev.t_ns, ev.tid, ev.dev, ev.bytes, ev.in_use),
+                (t, tid, dev, bytes, bytes)
+            );
+            assert_eq!(ev.ptr, format!("{ptr:#x}"));
+        }
     }
 
     #[test]

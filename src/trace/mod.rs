@@ -13,7 +13,9 @@ mod path;
 mod signals;
 mod writer;
 
-use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
+use encode::Stamped;
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, Ordering};
 use std::time::Duration;
 use writer::{Options, Tracer};
 
@@ -74,6 +76,14 @@ const STARTING: u8 = 1;
 const ON: u8 = 2;
 static STATE: AtomicU8 = AtomicU8::new(OFF);
 
+/// Events recorded by other threads while `start` runs (creating the file and the writer
+/// takes a while, and the core starts the trace from the first event's thread only): handed
+/// to the tracer when it is published, so that none is lost.
+static PENDING: Mutex<Vec<Stamped>> = Mutex::new(Vec::new());
+/// At most this many events wait in `PENDING`; more are dropped and counted.
+const PENDING_CAPACITY: usize = 1 << 16;
+static PENDING_DROPPED: AtomicU64 = AtomicU64::new(0);
+
 /// How long `finish` waits for the writer.
 const FINISH_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -85,17 +95,30 @@ fn current() -> Option<&'static Tracer> {
 /// Turns tracing on. `template` is the `CUQUOTA_TRACE` value. On failure returns the message
 /// for the one warning; events are then ignored. A second call while a trace runs is a no-op.
 pub fn start(template: &str, info: StartInfo) -> Result<(), String> {
+    // Before any event can be stamped with a (cached) thread id.
+    register_fork_reset();
     if STATE
         .compare_exchange(OFF, STARTING, Ordering::AcqRel, Ordering::Acquire)
         .is_err()
     {
         return Ok(());
     }
-    match open(template, &info, Options::default()) {
+    start_claimed(template, &info)
+}
+
+/// `start` once this thread has moved STATE from OFF to STARTING.
+fn start_claimed(template: &str, info: &StartInfo) -> Result<(), String> {
+    let opened = open(template, info, writer::monotonic_ns(), Options::default());
+    let mut pending = PENDING.lock();
+    let waiting = std::mem::take(&mut *pending);
+    let dropped = PENDING_DROPPED.swap(0, Ordering::AcqRel);
+    match opened {
         Ok(tracer) => {
+            tracer.adopt(waiting, dropped);
             CURRENT.store((tracer as *const Tracer).cast_mut(), Ordering::Release);
             STATE.store(ON, Ordering::Release);
-            install_process_hooks();
+            drop(pending);
+            install_signal_flush();
             Ok(())
         }
         Err(e) => {
@@ -110,7 +133,32 @@ pub fn start(template: &str, info: StartInfo) -> Result<(), String> {
 pub fn record(ev: Event) {
     if let Some(tracer) = current() {
         tracer.record(ev);
+    } else if STATE.load(Ordering::Acquire) != OFF {
+        // Starting, or published since CURRENT was read: record_pending sorts it out.
+        record_pending(ev);
     }
+}
+
+/// While another thread runs `start`: keep the event for the tracer it is making.
+#[cold]
+fn record_pending(ev: Event) {
+    let tid = writer::thread_id();
+    let mut pending = PENDING.lock();
+    // Published meanwhile (`start` publishes under this lock).
+    if let Some(tracer) = current() {
+        drop(pending);
+        return tracer.record(ev);
+    }
+    if STATE.load(Ordering::Acquire) != STARTING {
+        return; // the start failed: events are ignored
+    }
+    if pending.len() >= PENDING_CAPACITY {
+        PENDING_DROPPED.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    // Absolute for now: `adopt` makes it relative to the trace's start.
+    let t_ns = writer::monotonic_ns();
+    pending.push(Stamped { t_ns, tid, ev });
 }
 
 /// From the exit handler: writes what is buffered and the summary line, and stops the writer,
@@ -132,11 +180,15 @@ pub fn dropped() -> u64 {
 
 /// Creates the file, writes the header and starts a writer. Separate from the global state
 /// so that tests can run several tracers in one process.
-fn open(template: &str, info: &StartInfo, options: Options) -> Result<&'static Tracer, String> {
+fn open(
+    template: &str,
+    info: &StartInfo,
+    start_mono_ns: u64,
+    options: Options,
+) -> Result<&'static Tracer, String> {
     let start_unix_ns = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
-    let start_mono_ns = writer::monotonic_ns();
     let vars = path::Vars {
         pid: std::process::id(),
         host: path::host_name(),
@@ -171,8 +223,15 @@ fn open(template: &str, info: &StartInfo, options: Options) -> Result<&'static T
     // Written here rather than by the writer, so that a full disk or a dead pipe is one
     // warning at start and a kill right after start still leaves a header.
     if let Err(e) = writer::write_all(fd, &line) {
-        // SAFETY: fd is ours; nothing else uses it.
-        unsafe { libc::close(fd) };
+        // A regular file here is one we just created (O_EXCL): don't leave it behind empty.
+        // SAFETY: fd is ours and closed once; `st` is a valid out-parameter.
+        unsafe {
+            let mut st: libc::stat = std::mem::zeroed();
+            if libc::fstat(fd, &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFREG {
+                let _ = std::fs::remove_file(&file);
+            }
+            libc::close(fd);
+        }
         return Err(format!("cannot write trace file \"{file}\": {e}"));
     }
     let quotas = info.devices.iter().map(|d| (d.ordinal, d.quota)).collect();
@@ -190,14 +249,19 @@ fn argv() -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Once per process (a forked child inherits both): the fork reset and the signal flush.
-fn install_process_hooks() {
+/// Once per process (a forked child inherits it).
+fn register_fork_reset() {
     static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        // SAFETY: registers a plain extern "C" fn with no prepare/parent handlers.
-        unsafe { libc::pthread_atfork(None, None, Some(forget_after_fork)) };
-        signals::install();
+    // SAFETY: registers a plain extern "C" fn with no prepare/parent handlers.
+    ONCE.call_once(|| unsafe {
+        libc::pthread_atfork(None, None, Some(forget_after_fork));
     });
+}
+
+/// Once per process, after the first successful start (a forked child inherits it).
+fn install_signal_flush() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(signals::install);
 }
 
 /// pthread_atfork child handler: the child has no writer thread, and must not write into the
@@ -213,6 +277,15 @@ extern "C" fn forget_after_fork() {
             libc::close(old.wake_fd);
         }
     }
+    // A thread that held PENDING at the fork does not exist here: take the lock back and
+    // forget (without dropping: it may be mid-update) what the parent had queued.
+    if PENDING.is_locked() {
+        // SAFETY: in the child only the forking thread runs, so no one else holds the lock.
+        unsafe { PENDING.force_unlock() };
+    }
+    std::mem::forget(std::mem::take(&mut *PENDING.lock()));
+    PENDING_DROPPED.store(0, Ordering::Relaxed);
+    writer::FORK_GENERATION.fetch_add(1, Ordering::Relaxed);
     STATE.store(OFF, Ordering::Release);
 }
 

@@ -230,6 +230,7 @@ mod tests {
         close(fd);
         assert_eq!(used, format!("{path}.2"));
         assert_eq!(std::fs::read_to_string(path).unwrap(), "keep");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -255,6 +256,7 @@ mod tests {
         let (fd, used) = create(sub.to_str().unwrap()).unwrap();
         close(fd);
         assert!(used.ends_with("sub.1"));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -85,7 +85,7 @@ fn fast() -> writer::Options {
 fn round_trip_every_event_and_the_summary() {
     let dir = temp_dir("roundtrip");
     let template = format!("{}/t-%p.jsonl", dir.display());
-    let tracer = open(&template, &info(), fast()).unwrap();
+    let tracer = open(&template, &info(), writer::monotonic_ns(), fast()).unwrap();
     tracer.record(ev(
         EventKind::Alloc,
         0,
@@ -203,6 +203,7 @@ fn round_trip_every_event_and_the_summary() {
         (d1.allocs, d1.live, d1.live_bytes, d1.peak),
         (1, 1, 100, 100)
     );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -214,7 +215,7 @@ fn a_full_buffer_drops_and_counts() {
         period: Duration::from_secs(3600),
         wake_when_half_full: false,
     };
-    let tracer = open(&template, &info(), options).unwrap();
+    let tracer = open(&template, &info(), writer::monotonic_ns(), options).unwrap();
     for i in 0..10 {
         tracer.record(ev(EventKind::Alloc, 0, 0x1000 + i, 1, 0, i + 1));
     }
@@ -226,13 +227,14 @@ fn a_full_buffer_drops_and_counts() {
     assert_eq!(p.events[0].count, 6);
     let s = p.summary.unwrap();
     assert_eq!((s.events, s.dropped), (4, 6));
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn the_writer_flushes_within_its_period_without_finish() {
     let dir = temp_dir("period");
     let template = format!("{}/t.jsonl", dir.display());
-    let tracer = open(&template, &info(), fast()).unwrap();
+    let tracer = open(&template, &info(), writer::monotonic_ns(), fast()).unwrap();
     tracer.record(ev(EventKind::Alloc, 0, 0x1, 1, 0, 1));
     let file = dir.join("t.jsonl");
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
@@ -241,17 +243,27 @@ fn the_writer_flushes_within_its_period_without_finish() {
         std::thread::sleep(Duration::from_millis(2));
     }
     assert!(tracer.finish(Duration::from_secs(5)));
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn unwritable_paths_and_full_disks_fail_at_start() {
-    let err = open("/nonexistent-cuquota/t.jsonl", &info(), fast())
+    let err = open(
+        "/nonexistent-cuquota/t.jsonl",
+        &info(),
+        writer::monotonic_ns(),
+        fast(),
+    )
+    .err()
+    .unwrap();
+    assert!(err.contains("/nonexistent-cuquota/t.jsonl"), "{err}");
+    let err = open("/dev/full", &info(), writer::monotonic_ns(), fast())
         .err()
         .unwrap();
-    assert!(err.contains("/nonexistent-cuquota/t.jsonl"), "{err}");
-    let err = open("/dev/full", &info(), fast()).err().unwrap();
     assert!(err.contains("No space left on device"), "{err}");
-    let err = open("t-%q", &info(), fast()).err().unwrap();
+    let err = open("t-%q", &info(), writer::monotonic_ns(), fast())
+        .err()
+        .unwrap();
     assert!(err.contains("%q"), "{err}");
 }
 
@@ -280,6 +292,25 @@ fn global_api_fork_and_sigterm() {
 
     record(ev(EventKind::Free, 0, 0xa, 10, 0, 0));
     finish();
+
+    // Events from other threads while a start is under way are kept for the new trace.
+    let starting = format!("{}/starting.jsonl", dir.display());
+    let early_child = fork_child(|| {
+        STATE.store(STARTING, Ordering::Release);
+        record(ev(EventKind::Alloc, 0, 0xf0, 5, 0, 5));
+        if start_claimed(&starting, &info()).is_err() {
+            return 2;
+        }
+        record(ev(EventKind::Free, 0, 0xf0, 5, 0, 0));
+        finish();
+        0
+    });
+    assert_eq!(wait(early_child), Ok(0));
+    let early = parse(Path::new(&starting));
+    let kinds: Vec<&str> = early.events.iter().map(|e| e.kind.as_ref()).collect();
+    assert_eq!(kinds, ["alloc", "free"]);
+    assert!(early.events[0].t_ns < 1_000_000_000);
+    assert_eq!(early.summary.unwrap().devices[0].live, 0);
     record(ev(EventKind::Alloc, 0, 0xd, 1, 0, 1)); // after finish: ignored
 
     let parent = parse(&dir.join(format!("p-{}.jsonl", std::process::id())));
@@ -290,6 +321,8 @@ fn global_api_fork_and_sigterm() {
     assert_eq!(child_file.header.pid, child as u32);
     let ptrs: Vec<&str> = child_file.events.iter().map(|e| e.ptr.as_ref()).collect();
     assert_eq!(ptrs, ["0xc"]);
+    // The child's only thread is its main thread: tid == pid (not the parent thread's id).
+    assert_eq!(child_file.events[0].tid, child as u32);
     assert_eq!(child_file.summary.unwrap().devices[0].live_bytes, 20);
 
     // SIGTERM with the default disposition: the handler flushes, then the signal kills.
@@ -309,6 +342,7 @@ fn global_api_fork_and_sigterm() {
     let killed = parse(&dir.join(format!("p-{child}.jsonl")));
     assert_eq!(killed.events.len(), 1);
     assert_eq!(killed.summary.unwrap().end, "SIGTERM");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Runs `body` in a forked child that exits with its return value (never returns there).

@@ -9,7 +9,8 @@
 use super::encode::{dropped_line, event_line, Stamped, Tally};
 use super::Event;
 use parking_lot::{Condvar, Mutex};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 pub struct Options {
@@ -123,7 +124,7 @@ impl Tracer {
 
     /// Appends `ev`; drops and counts it when the buffer is full. Never blocks on I/O.
     pub fn record(&self, ev: Event) {
-        let tid = gettid();
+        let tid = thread_id();
         let mut q = self.queue.lock();
         if q.closed {
             return;
@@ -141,6 +142,16 @@ impl Tracer {
         if wake {
             self.wake();
         }
+    }
+
+    /// Takes events recorded before this tracer was published (they come first), stamped
+    /// with absolute CLOCK_MONOTONIC times.
+    pub fn adopt(&self, mut events: Vec<Stamped>, dropped: u64) {
+        for s in &mut events {
+            s.t_ns = s.t_ns.saturating_sub(self.start_mono_ns);
+        }
+        self.queue.lock().events.extend(events);
+        self.dropped.fetch_add(dropped, Ordering::Relaxed);
     }
 
     pub fn dropped(&self) -> u64 {
@@ -334,8 +345,31 @@ pub fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// Bumped in a forked child: thread ids cached before the fork are stale there.
+pub static FORK_GENERATION: AtomicU32 = AtomicU32::new(0);
+
+thread_local! {
+    /// (fork generation, thread id) of this thread; id 0 means not read yet.
+    static THREAD_ID: Cell<(u32, u32)> = const { Cell::new((0, 0)) };
+}
+
+/// The OS thread id (gettid), read once per thread rather than a syscall per event.
+pub fn thread_id() -> u32 {
+    let generation = FORK_GENERATION.load(Ordering::Relaxed);
+    THREAD_ID
+        .try_with(|cached| match cached.get() {
+            (g, tid) if g == generation && tid != 0 => tid,
+            _ => {
+                let tid = gettid();
+                cached.set((generation, tid));
+                tid
+            }
+        })
+        .unwrap_or_else(|_| gettid())
+}
+
 fn gettid() -> u32 {
-    // SAFETY: gettid has no preconditions. Not cached: a forked child has new thread ids.
+    // SAFETY: gettid has no preconditions.
     unsafe { libc::syscall(libc::SYS_gettid) as u32 }
 }
 

@@ -1,0 +1,1036 @@
+//! `cuquota report`: one pass over each trace, keeping O(devices + live allocations + top-k)
+//! state, then the same [`Report`] printed as text or as one JSON document.
+
+use super::read::{self, Options, Record};
+use super::timeline::Timeline;
+use crate::schema::{kind, parse_ptr, EventLine, Header, Summary};
+use crate::units::human;
+use serde::Serialize;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+/// Entries in the "largest" and "live at exit" lists.
+const TOP: usize = 10;
+/// Back-off episodes listed one by one (the rest are counted).
+const EPISODES_SHOWN: usize = 20;
+const CHART_COLUMNS: usize = 60;
+const CHART_ROWS: usize = 5;
+/// Refused sizes kept per episode: the first few and the last few.
+const EPISODE_HEAD: usize = 6;
+const EPISODE_TAIL: usize = 2;
+
+pub fn run(traces: &[PathBuf], json: bool, options: &Options) -> Result<(), String> {
+    let report = build(traces, options)?;
+    if json {
+        let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+        println!("{text}");
+    } else {
+        print!("{}", render(&report));
+    }
+    Ok(())
+}
+
+// ---- the report, as printed by --json -------------------------------------------------
+
+#[derive(Serialize, Debug)]
+pub struct Report {
+    pub processes: Vec<ProcessReport>,
+    pub job: JobReport,
+}
+
+#[derive(Serialize, Debug)]
+pub struct ProcessReport {
+    pub file: String,
+    pub host: String,
+    pub rank: u32,
+    pub pid: u32,
+    pub argv: Vec<String>,
+    pub mode: String,
+    pub start_unix_ns: u64,
+    /// Time of the last line (ns since start).
+    pub duration_ns: u64,
+    /// How the trace ended: `"exit"`, `"SIGTERM"`, `"SIGINT"`, or null when it has no summary
+    /// (the process was killed or crashed).
+    pub end: Option<String>,
+    pub events: u64,
+    pub dropped: u64,
+    pub skipped_lines: u64,
+    pub truncated_last_line: bool,
+    pub devices: Vec<DeviceReport>,
+    pub backoff_episodes: EpisodesReport,
+    pub largest_allocations: Vec<AllocReport>,
+    pub live_at_exit: LiveReport,
+    pub api_mix: Vec<ApiCount>,
+}
+
+#[derive(Serialize, Debug, Default)]
+pub struct DeviceReport {
+    pub dev: i32,
+    pub name: Option<String>,
+    pub total: Option<u64>,
+    pub quota: Option<u64>,
+    pub peak: u64,
+    pub peak_t_ns: u64,
+    pub in_use_at_end: u64,
+    pub allocs: u64,
+    pub frees: u64,
+    pub alloc_bytes: u64,
+    pub refusals: u64,
+    pub refused_by_quota: u64,
+    pub refused_by_driver: u64,
+    pub meminfo_calls: u64,
+    pub live: u64,
+    pub live_bytes: u64,
+    /// Highest in-use bytes in each of 60 equal slices of the process's duration.
+    pub timeline: Vec<u64>,
+}
+
+#[derive(Serialize, Debug, Default)]
+pub struct EpisodesReport {
+    /// Runs of refusals on one thread and device.
+    pub count: u64,
+    /// Those followed by a successful allocation on that thread and device.
+    pub recovered: u64,
+    /// The first ones, in order of their first refusal.
+    pub shown: Vec<EpisodeReport>,
+}
+
+#[derive(Serialize, Debug, Clone)]
+pub struct EpisodeReport {
+    pub dev: i32,
+    pub tid: u32,
+    pub t_ns: u64,
+    pub api: String,
+    pub refusals: u64,
+    /// The refused sizes in order (the first and last few when there are many).
+    pub refused: Vec<u64>,
+    /// Sizes left out of `refused`, between its head and tail.
+    pub refused_elided: u64,
+    /// The size that then succeeded; null if none did before the trace ended.
+    pub got: Option<u64>,
+    pub got_t_ns: Option<u64>,
+}
+
+#[derive(Serialize, Debug, Clone)]
+pub struct AllocReport {
+    pub dev: i32,
+    pub ptr: String,
+    pub bytes: u64,
+    pub t_ns: u64,
+    pub api: String,
+    pub live_at_exit: bool,
+}
+
+#[derive(Serialize, Debug, Default)]
+pub struct LiveReport {
+    pub count: u64,
+    pub bytes: u64,
+    pub largest: Vec<AllocReport>,
+}
+
+#[derive(Serialize, Debug)]
+pub struct ApiCount {
+    pub api: String,
+    pub count: u64,
+}
+
+#[derive(Serialize, Debug, Default)]
+pub struct JobReport {
+    pub processes: usize,
+    pub hosts: Vec<String>,
+    pub events: u64,
+    pub dropped: u64,
+    /// Sum over processes and devices of each one's peak (an upper bound of the job's).
+    pub peak_sum: u64,
+    pub refusals: u64,
+    pub backoff_episodes: u64,
+    pub live: u64,
+    pub live_bytes: u64,
+    /// Processes whose trace has no summary line (killed or crashed).
+    pub unfinished: usize,
+}
+
+// ---- one pass over a trace -------------------------------------------------------------
+
+pub fn build(traces: &[PathBuf], options: &Options) -> Result<Report, String> {
+    let mut processes = Vec::new();
+    for path in traces {
+        let file = path.display().to_string();
+        let mut current: Option<Process> = None;
+        let stats = read::read(path, options, |record| {
+            match record {
+                Record::Header(h) => {
+                    if let Some(done) = current.take() {
+                        processes.push(done);
+                    }
+                    current = Some(Process::new(file.clone(), h.clone()));
+                }
+                Record::Event(e) => {
+                    if let Some(p) = current.as_mut() {
+                        p.event(e);
+                    }
+                }
+                Record::Summary(s) => {
+                    if let Some(p) = current.as_mut() {
+                        p.summary(s.clone());
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        if let Some(mut p) = current {
+            p.skipped = stats.skipped;
+            p.truncated = stats.truncated;
+            processes.push(p);
+        }
+    }
+    let mut processes: Vec<ProcessReport> = processes.into_iter().map(Process::finish).collect();
+    processes.sort_by(|a, b| {
+        (&a.host, a.rank, a.start_unix_ns, a.pid).cmp(&(&b.host, b.rank, b.start_unix_ns, b.pid))
+    });
+    let job = job(&processes);
+    Ok(Report { processes, job })
+}
+
+#[derive(Default)]
+struct Device {
+    report: DeviceReport,
+    timeline: Option<Timeline>,
+}
+
+struct Live {
+    bytes: u64,
+    t_ns: u64,
+    api: u32,
+}
+
+/// Largest allocations: a min-heap of (bytes, earlier first, dev, ptr, api).
+type Big = Reverse<(u64, Reverse<u64>, i32, u64, u32)>;
+
+struct OpenEpisode {
+    t_ns: u64,
+    api: u32,
+    refusals: u64,
+    head: Vec<u64>,
+    tail: VecDeque<u64>,
+}
+
+struct Process {
+    file: String,
+    header: Header,
+    devices: BTreeMap<i32, Device>,
+    api_names: Vec<String>,
+    api_counts: Vec<u64>,
+    api_ids: HashMap<String, u32>,
+    live: HashMap<(i32, u64), Live, FastHash>,
+    largest: BinaryHeap<Big>,
+    open: HashMap<(u32, i32), OpenEpisode>,
+    episodes: EpisodesReport,
+    events: u64,
+    dropped: u64,
+    end_t_ns: u64,
+    summary: Option<Summary>,
+    skipped: u64,
+    truncated: bool,
+}
+
+impl Process {
+    fn new(file: String, header: Header) -> Process {
+        let mut devices = BTreeMap::new();
+        for d in &header.devices {
+            devices.insert(
+                d.ordinal,
+                Device {
+                    report: DeviceReport {
+                        dev: d.ordinal,
+                        name: Some(d.name.clone()),
+                        total: Some(d.total),
+                        quota: d.quota,
+                        ..DeviceReport::default()
+                    },
+                    timeline: None,
+                },
+            );
+        }
+        Process {
+            file,
+            header,
+            devices,
+            api_names: Vec::new(),
+            api_counts: Vec::new(),
+            api_ids: HashMap::new(),
+            live: HashMap::default(),
+            largest: BinaryHeap::new(),
+            open: HashMap::new(),
+            episodes: EpisodesReport::default(),
+            events: 0,
+            dropped: 0,
+            end_t_ns: 0,
+            summary: None,
+            skipped: 0,
+            truncated: false,
+        }
+    }
+
+    fn api(&mut self, name: &str) -> u32 {
+        // A process uses a handful of entry points: a scan beats hashing the name.
+        if self.api_names.len() <= 16 {
+            if let Some(id) = self.api_names.iter().position(|n| n == name) {
+                return id as u32;
+            }
+        } else if let Some(&id) = self.api_ids.get(name) {
+            return id;
+        }
+        let id = self.api_names.len() as u32;
+        self.api_names.push(name.to_string());
+        self.api_counts.push(0);
+        self.api_ids.insert(name.to_string(), id);
+        id
+    }
+
+    fn event(&mut self, e: &EventLine) {
+        self.end_t_ns = self.end_t_ns.max(e.t_ns);
+        let kind = e.kind.as_ref();
+        match kind {
+            kind::ALLOC | kind::FREE | kind::REFUSED | kind::MEMINFO => {}
+            kind::BACKOFF => {
+                // The core's own grouping; episodes are rebuilt from the refusals instead.
+                self.events += 1;
+                return;
+            }
+            kind::DROPPED => {
+                self.dropped += e.count;
+                return;
+            }
+            _ => return, // a line type from a newer cuquota
+        }
+        self.events += 1;
+        let api = self.api(&e.api);
+        self.api_counts[api as usize] += 1;
+        let ok = e.result.is_empty() || e.result == "CUDA_SUCCESS";
+        let t = e.t_ns;
+        let dev = self.devices.entry(e.dev).or_insert_with(|| Device {
+            report: DeviceReport {
+                dev: e.dev,
+                ..DeviceReport::default()
+            },
+            timeline: None,
+        });
+        let r = &mut dev.report;
+        r.in_use_at_end = e.in_use;
+        if e.in_use > r.peak {
+            r.peak = e.in_use;
+            r.peak_t_ns = t;
+        }
+        let timeline = dev
+            .timeline
+            .get_or_insert_with(|| Timeline::new(4 * CHART_COLUMNS));
+        timeline.add(t, e.in_use);
+        match kind {
+            kind::ALLOC if ok => {
+                r.allocs += 1;
+                r.alloc_bytes = r.alloc_bytes.saturating_add(e.bytes);
+                let ptr = parse_ptr(&e.ptr).unwrap_or(0);
+                let live = Live {
+                    bytes: e.bytes,
+                    t_ns: t,
+                    api,
+                };
+                self.live.insert((e.dev, ptr), live);
+                let big = Reverse((e.bytes, Reverse(t), e.dev, ptr, api));
+                if self.largest.len() < TOP {
+                    self.largest.push(big);
+                } else if self.largest.peek().is_some_and(|min| big < *min) {
+                    self.largest.pop();
+                    self.largest.push(big);
+                }
+                if let Some(open) = self.open.remove(&(e.tid, e.dev)) {
+                    self.close_episode(e.tid, e.dev, open, Some((e.bytes, t)));
+                }
+            }
+            kind::FREE if ok => {
+                r.frees += 1;
+                if let Some(ptr) = parse_ptr(&e.ptr) {
+                    self.live.remove(&(e.dev, ptr));
+                }
+            }
+            kind::REFUSED => {
+                r.refusals += 1;
+                if e.reason.as_deref() == Some("driver") {
+                    r.refused_by_driver += 1;
+                } else {
+                    r.refused_by_quota += 1;
+                }
+                timeline.refusal(t, e.in_use);
+                let open = self
+                    .open
+                    .entry((e.tid, e.dev))
+                    .or_insert_with(|| OpenEpisode {
+                        t_ns: t,
+                        api,
+                        refusals: 0,
+                        head: Vec::new(),
+                        tail: VecDeque::new(),
+                    });
+                open.refusals += 1;
+                if open.head.len() < EPISODE_HEAD {
+                    open.head.push(e.bytes);
+                } else {
+                    open.tail.push_back(e.bytes);
+                    if open.tail.len() > EPISODE_TAIL {
+                        open.tail.pop_front();
+                    }
+                }
+            }
+            kind::MEMINFO => r.meminfo_calls += 1,
+            _ => {}
+        }
+    }
+
+    fn close_episode(&mut self, tid: u32, dev: i32, open: OpenEpisode, got: Option<(u64, u64)>) {
+        let eps = &mut self.episodes;
+        eps.count += 1;
+        eps.recovered += u64::from(got.is_some());
+        if eps.shown.len() < EPISODES_SHOWN {
+            let kept = (open.head.len() + open.tail.len()) as u64;
+            let mut refused = open.head;
+            refused.extend(open.tail);
+            eps.shown.push(EpisodeReport {
+                dev,
+                tid,
+                t_ns: open.t_ns,
+                api: self.api_names[open.api as usize].clone(),
+                refusals: open.refusals,
+                refused,
+                refused_elided: open.refusals - kept,
+                got: got.map(|g| g.0),
+                got_t_ns: got.map(|g| g.1),
+            });
+        }
+    }
+
+    fn summary(&mut self, s: Summary) {
+        self.end_t_ns = self.end_t_ns.max(s.t_ns);
+        self.summary = Some(s);
+    }
+
+    fn finish(mut self) -> ProcessReport {
+        // Refusals never followed by a success: the caller gave up (or was killed).
+        let mut open: Vec<_> = self.open.drain().collect();
+        open.sort_by_key(|(_, o)| o.t_ns);
+        for ((tid, dev), o) in open {
+            self.close_episode(tid, dev, o, None);
+        }
+        self.episodes.shown.sort_by_key(|e| e.t_ns);
+
+        let end = self.end_t_ns;
+        let mut live_per_dev: BTreeMap<i32, (u64, u64)> = BTreeMap::new();
+        let mut live_top: BinaryHeap<Big> = BinaryHeap::new();
+        for (&(dev, ptr), l) in &self.live {
+            let e = live_per_dev.entry(dev).or_default();
+            e.0 += 1;
+            e.1 += l.bytes;
+            live_top.push(Reverse((l.bytes, Reverse(l.t_ns), dev, ptr, l.api)));
+            if live_top.len() > TOP {
+                live_top.pop();
+            }
+        }
+        let alloc = |big: Big, live: &HashMap<(i32, u64), Live, FastHash>| {
+            let Reverse((bytes, Reverse(t_ns), dev, ptr, api)) = big;
+            AllocReport {
+                dev,
+                ptr: format!("{ptr:#x}"),
+                bytes,
+                t_ns,
+                api: self.api_names[api as usize].clone(),
+                live_at_exit: live
+                    .get(&(dev, ptr))
+                    .is_some_and(|l| l.t_ns == t_ns && l.bytes == bytes),
+            }
+        };
+        let largest: Vec<AllocReport> = self
+            .largest
+            .clone()
+            .into_sorted_vec()
+            .into_iter()
+            .map(|b| alloc(b, &self.live))
+            .collect();
+        let live_largest: Vec<AllocReport> = live_top
+            .into_sorted_vec()
+            .into_iter()
+            .map(|b| alloc(b, &self.live))
+            .collect();
+        let devices: Vec<DeviceReport> = self
+            .devices
+            .into_values()
+            .filter(|d| d.timeline.is_some())
+            .map(|mut d| {
+                let (live, live_bytes) =
+                    live_per_dev.get(&d.report.dev).copied().unwrap_or_default();
+                d.report.live = live;
+                d.report.live_bytes = live_bytes;
+                if let Some(t) = &d.timeline {
+                    d.report.timeline = t.columns(end, CHART_COLUMNS);
+                }
+                d.report
+            })
+            .collect();
+        let mut api_mix: Vec<ApiCount> = self
+            .api_names
+            .into_iter()
+            .zip(self.api_counts)
+            .map(|(api, count)| ApiCount { api, count })
+            .collect();
+        api_mix.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.api.cmp(&b.api)));
+        let dropped = self
+            .summary
+            .as_ref()
+            .map_or(self.dropped, |s| s.dropped.max(self.dropped));
+        ProcessReport {
+            file: self.file,
+            host: self.header.host,
+            rank: self.header.rank,
+            pid: self.header.pid,
+            argv: self.header.argv,
+            mode: self.header.mode,
+            start_unix_ns: self.header.start_unix_ns,
+            duration_ns: end,
+            end: self.summary.map(|s| s.end),
+            events: self.events,
+            dropped,
+            skipped_lines: self.skipped,
+            truncated_last_line: self.truncated,
+            devices,
+            backoff_episodes: self.episodes,
+            largest_allocations: largest,
+            live_at_exit: LiveReport {
+                count: self.live.len() as u64,
+                bytes: live_per_dev.values().map(|v| v.1).sum(),
+                largest: live_largest,
+            },
+            api_mix,
+        }
+    }
+}
+
+fn job(processes: &[ProcessReport]) -> JobReport {
+    let mut job = JobReport {
+        processes: processes.len(),
+        ..JobReport::default()
+    };
+    for p in processes {
+        if !job.hosts.contains(&p.host) {
+            job.hosts.push(p.host.clone());
+        }
+        job.events += p.events;
+        job.dropped += p.dropped;
+        job.peak_sum += p.devices.iter().map(|d| d.peak).sum::<u64>();
+        job.refusals += p.devices.iter().map(|d| d.refusals).sum::<u64>();
+        job.backoff_episodes += p.backoff_episodes.count;
+        job.live += p.live_at_exit.count;
+        job.live_bytes += p.live_at_exit.bytes;
+        job.unfinished += usize::from(p.end.is_none());
+    }
+    job
+}
+
+/// A multiply-shift hasher for the (device, pointer) keys of the live map: SipHash would be
+/// a third of the report's time on a large trace, and these keys are not attacker-chosen.
+#[derive(Default, Clone, Copy)]
+struct FastHash;
+
+impl std::hash::BuildHasher for FastHash {
+    type Hasher = FastHasher;
+    fn build_hasher(&self) -> FastHasher {
+        FastHasher(0)
+    }
+}
+
+struct FastHasher(u64);
+
+impl std::hash::Hasher for FastHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    fn write_i32(&mut self, n: i32) {
+        self.write_u64(n as u64);
+    }
+}
+
+// ---- text ---------------------------------------------------------------------------
+
+/// `12.345 s`, `4.567 ms` or `890 µs`: three significant decimals for short traces too.
+pub fn seconds(t_ns: u64) -> String {
+    match t_ns {
+        t if t >= 1_000_000_000 => format!("{}.{:03} s", t / 1_000_000_000, t / 1_000_000 % 1000),
+        t if t >= 1_000_000 => format!("{}.{:03} ms", t / 1_000_000, t / 1000 % 1000),
+        t => format!("{} µs", t / 1000),
+    }
+}
+
+fn render(r: &Report) -> String {
+    let mut out = String::new();
+    for p in &r.processes {
+        render_process(&mut out, p);
+        out.push('\n');
+    }
+    render_job(&mut out, r);
+    out
+}
+
+fn render_process(out: &mut String, p: &ProcessReport) {
+    let command = p.argv.join(" ");
+    let _ = writeln!(
+        out,
+        "== {} · rank {} · pid {} · {}",
+        p.host, p.rank, p.pid, command
+    );
+    let ended = match &p.end {
+        Some(end) if end == "exit" => "exited normally".to_string(),
+        Some(end) => format!("stopped by {end}"),
+        None => "no summary line: the process was killed or crashed".to_string(),
+    };
+    let _ = writeln!(
+        out,
+        "   {}: mode {}, {} events over {}; {ended}",
+        p.file,
+        p.mode,
+        p.events,
+        seconds(p.duration_ns)
+    );
+    if p.dropped > 0 {
+        let _ = writeln!(
+            out,
+            "   {} events were dropped (trace buffer full): the figures below miss them",
+            p.dropped
+        );
+    }
+    if p.truncated_last_line || p.skipped_lines > 0 {
+        let _ = writeln!(
+            out,
+            "   lines skipped: {} malformed{}",
+            p.skipped_lines,
+            if p.truncated_last_line {
+                ", and an incomplete last line"
+            } else {
+                ""
+            }
+        );
+    }
+    if p.devices.is_empty() {
+        let _ = writeln!(out, "   no device-memory events");
+    }
+    for d in &p.devices {
+        render_device(out, p, d);
+    }
+    render_episodes(out, &p.backoff_episodes);
+    if !p.largest_allocations.is_empty() {
+        let _ = writeln!(out, "   Largest allocations:");
+        for a in &p.largest_allocations {
+            let live = if a.live_at_exit { "  (still live)" } else { "" };
+            let _ = writeln!(
+                out,
+                "     {:>12}  GPU {}  {}  {}  at {}{live}",
+                human(a.bytes),
+                a.dev,
+                a.api,
+                a.ptr,
+                seconds(a.t_ns)
+            );
+        }
+    }
+    let at = if p.end.is_some() {
+        "at exit"
+    } else {
+        "at the end of the trace"
+    };
+    let live = &p.live_at_exit;
+    let _ = writeln!(
+        out,
+        "   Live {at}: {} allocations, {}",
+        live.count,
+        human(live.bytes)
+    );
+    for a in &live.largest {
+        let _ = writeln!(
+            out,
+            "     {:>12}  GPU {}  {}  {}  allocated at {}",
+            human(a.bytes),
+            a.dev,
+            a.api,
+            a.ptr,
+            seconds(a.t_ns)
+        );
+    }
+    if live.count > live.largest.len() as u64 {
+        let _ = writeln!(
+            out,
+            "     … and {} more",
+            live.count - live.largest.len() as u64
+        );
+    }
+    if !p.api_mix.is_empty() {
+        let mix: Vec<String> = p
+            .api_mix
+            .iter()
+            .map(|a| format!("{} {}", a.api, a.count))
+            .collect();
+        let _ = writeln!(out, "   API mix: {}", mix.join(", "));
+    }
+}
+
+fn render_device(out: &mut String, p: &ProcessReport, d: &DeviceReport) {
+    let name = match (&d.name, d.total) {
+        (Some(n), Some(t)) => format!(" ({n}, {})", human(t)),
+        _ => String::new(),
+    };
+    let quota = match d.quota {
+        Some(q) => format!(
+            "quota {}, peak {} ({:.1}%)",
+            human(q),
+            human(d.peak),
+            if q == 0 {
+                0.0
+            } else {
+                d.peak as f64 * 100.0 / q as f64
+            }
+        ),
+        None => format!("no quota, peak {}", human(d.peak)),
+    };
+    let _ = writeln!(
+        out,
+        "   GPU {}{name}: {quota} at {}",
+        d.dev,
+        seconds(d.peak_t_ns)
+    );
+    let _ = writeln!(
+        out,
+        "     {} allocations ({} in all), {} frees, {} refusals ({} by quota, {} by the driver), {} live ({})",
+        d.allocs,
+        human(d.alloc_bytes),
+        d.frees,
+        d.refusals,
+        d.refused_by_quota,
+        d.refused_by_driver,
+        d.live,
+        human(d.live_bytes)
+    );
+    let scale = d.quota.unwrap_or(0).max(d.peak);
+    chart(
+        out,
+        &d.timeline,
+        scale,
+        p.duration_ns,
+        d.quota.is_some_and(|q| q == scale),
+    );
+}
+
+/// A few rows of block characters: each column is the highest in-use in its time slice.
+fn chart(out: &mut String, columns: &[u64], scale: u64, duration_ns: u64, scale_is_quota: bool) {
+    if columns.is_empty() || scale == 0 {
+        return;
+    }
+    const BLOCKS: [char; 9] = [' ', '▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    let levels = (CHART_ROWS * 8) as u128;
+    let top = if scale_is_quota {
+        format!("quota {}", human(scale))
+    } else {
+        human(scale)
+    };
+    let label_width = top.len().max(4);
+    for row in 0..CHART_ROWS {
+        let label = match row {
+            0 => top.clone(),
+            r if r == CHART_ROWS - 1 => "0".into(),
+            _ => String::new(),
+        };
+        let mut line = format!("     {label:>label_width$} ┤");
+        for &v in columns {
+            // Round up, so that any memory in use shows.
+            let level = (u128::from(v) * levels).div_ceil(u128::from(scale)) as usize;
+            let floor = (CHART_ROWS - 1 - row) * 8;
+            line.push(BLOCKS[level.saturating_sub(floor).min(8)]);
+        }
+        let _ = writeln!(out, "{}", line.trim_end());
+    }
+    let axis = "─".repeat(columns.len());
+    let _ = writeln!(out, "     {:>label_width$} └{axis}", "");
+    let end = seconds(duration_ns);
+    let pad = columns.len().saturating_sub(3 + end.len());
+    let _ = writeln!(out, "     {:>label_width$}  0 s{:pad$}{end}", "", "");
+}
+
+fn render_episodes(out: &mut String, e: &EpisodesReport) {
+    if e.count == 0 {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "   Back-off episodes: {} ({} then succeeded, {} never did)",
+        e.count,
+        e.recovered,
+        e.count - e.recovered
+    );
+    for ep in &e.shown {
+        let mut sizes: Vec<String> = ep.refused.iter().map(|&b| human(b)).collect();
+        if ep.refused_elided > 0 {
+            sizes.insert(EPISODE_HEAD, format!("… {} more …", ep.refused_elided));
+        }
+        let outcome = match ep.got {
+            Some(got) => format!("then got {}", human(got)),
+            None => "never satisfied".to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "     GPU {} tid {} at {} via {}: refused {}; {outcome}",
+            ep.dev,
+            ep.tid,
+            seconds(ep.t_ns),
+            ep.api,
+            sizes.join(" → ")
+        );
+    }
+    if e.count > e.shown.len() as u64 {
+        let _ = writeln!(out, "     … and {} more", e.count - e.shown.len() as u64);
+    }
+}
+
+fn render_job(out: &mut String, r: &Report) {
+    let j = &r.job;
+    let _ = writeln!(
+        out,
+        "== job: {} process{} on {} host{}",
+        j.processes,
+        if j.processes == 1 { "" } else { "es" },
+        j.hosts.len(),
+        if j.hosts.len() == 1 { "" } else { "s" }
+    );
+    let _ = writeln!(
+        out,
+        "   {:<16} {:>5} {:>8} {:>4} {:>12} {:>12} {:>9} {:>12}",
+        "host", "rank", "pid", "GPU", "peak", "quota", "refusals", "live at end"
+    );
+    for p in &r.processes {
+        for d in &p.devices {
+            let _ = writeln!(
+                out,
+                "   {:<16} {:>5} {:>8} {:>4} {:>12} {:>12} {:>9} {:>12}",
+                p.host,
+                p.rank,
+                p.pid,
+                d.dev,
+                human(d.peak),
+                d.quota.map_or("-".into(), human),
+                d.refusals,
+                human(d.live_bytes)
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "   total: peaks add up to {}; {} refusals in {} back-off episode{}; {} allocations ({}) live at the end; {} events",
+        human(j.peak_sum),
+        j.refusals,
+        j.backoff_episodes,
+        if j.backoff_episodes == 1 { "" } else { "s" },
+        j.live,
+        human(j.live_bytes),
+        j.events
+    );
+    if j.dropped > 0 {
+        let _ = writeln!(out, "   {} events dropped", j.dropped);
+    }
+    if j.unfinished > 0 {
+        let _ = writeln!(
+            out,
+            "   {} trace{} without a summary (killed or crashed)",
+            j.unfinished,
+            if j.unfinished == 1 { "" } else { "s" }
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub const MIB: u64 = 1 << 20;
+
+    fn header(pid: u32, rank: u32) -> String {
+        format!(
+            r#"{{"type":"header","schema":1,"version":"0.1.0","pid":{pid},"host":"node1","rank":{rank},"argv":["train","--x"],"start_unix_ns":1700000000000000000,"mode":"enforce","devices":[{{"ordinal":0,"name":"GPU A","total":8589934592,"quota":{q}}}]}}"#,
+            q = 100 * MIB
+        )
+    }
+
+    fn ev(kind: &str, t: u64, tid: u32, ptr: u64, bytes: u64, in_use: u64) -> String {
+        let result = if kind == "refused" {
+            "CUDA_ERROR_OUT_OF_MEMORY"
+        } else {
+            "CUDA_SUCCESS"
+        };
+        let reason = if kind == "refused" {
+            r#","reason":"quota""#
+        } else {
+            ""
+        };
+        format!(
+            r#"{{"type":"{kind}","t_ns":{t},"tid":{tid},"dev":0,"api":"cuMemAlloc_v2","ptr":"{ptr:#x}","bytes":{bytes},"result":"{result}","in_use":{in_use}{reason}}}"#
+        )
+    }
+
+    /// Writes the lines to a file, builds the report of `files` and removes them.
+    fn report(files: &[(&str, Vec<String>)]) -> Report {
+        let paths: Vec<PathBuf> = files
+            .iter()
+            .map(|(name, lines)| {
+                let path = std::env::temp_dir()
+                    .join(format!("cuquota-report-{}-{name}", std::process::id()));
+                std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+                path
+            })
+            .collect();
+        let report = build(&paths, &options());
+        for path in &paths {
+            let _ = std::fs::remove_file(path);
+        }
+        report.unwrap()
+    }
+
+    fn options() -> Options {
+        Options {
+            skip_bad: false,
+            progress: false,
+        }
+    }
+
+    /// A BFC-like workload: grow, get refused, back off ×0.9 until it fits, leak one block.
+    fn workload() -> Vec<String> {
+        let mut lines = vec![header(100, 0)];
+        lines.push(ev("alloc", 1_000, 7, 0x1000, 40 * MIB, 40 * MIB));
+        lines.push(ev("alloc", 2_000, 7, 0x2000, 40 * MIB, 80 * MIB));
+        lines.push(ev("refused", 3_000, 7, 0, 40 * MIB, 80 * MIB));
+        lines.push(ev("refused", 4_000, 7, 0, 36 * MIB, 80 * MIB));
+        lines.push(ev("refused", 5_000, 8, 0, 50 * MIB, 80 * MIB)); // another thread
+        lines.push(ev("alloc", 6_000, 7, 0x3000, 20 * MIB, 100 * MIB));
+        lines.push(ev("free", 7_000, 7, 0x1000, 40 * MIB, 60 * MIB));
+        lines.push(ev("free", 8_000, 7, 0x2000, 40 * MIB, 20 * MIB));
+        lines.push(
+            r#"{"type":"summary","t_ns":9000,"end":"exit","events":8,"dropped":0,"devices":[]}"#
+                .into(),
+        );
+        lines
+    }
+
+    #[test]
+    fn aggregates_one_process() {
+        let r = report(&[("one", workload())]);
+        assert_eq!(r.processes.len(), 1);
+        let p = &r.processes[0];
+        assert_eq!((p.pid, p.events, p.end.as_deref()), (100, 8, Some("exit")));
+        assert_eq!(p.duration_ns, 9000);
+        let d = &p.devices[0];
+        assert_eq!(
+            (d.peak, d.peak_t_ns, d.quota),
+            (100 * MIB, 6_000, Some(100 * MIB))
+        );
+        assert_eq!(
+            (d.allocs, d.frees, d.refusals, d.refused_by_quota),
+            (3, 2, 3, 3)
+        );
+        assert_eq!(
+            (d.alloc_bytes, d.live, d.live_bytes),
+            (100 * MIB, 1, 20 * MIB)
+        );
+        assert_eq!(d.timeline.len(), CHART_COLUMNS);
+        assert_eq!(*d.timeline.iter().max().unwrap(), 100 * MIB);
+
+        let e = &p.backoff_episodes;
+        assert_eq!((e.count, e.recovered), (2, 1));
+        assert_eq!(e.shown[0].refused, [40 * MIB, 36 * MIB]);
+        assert_eq!((e.shown[0].got, e.shown[0].tid), (Some(20 * MIB), 7));
+        assert_eq!((e.shown[1].got, e.shown[1].tid), (None, 8));
+
+        let sizes: Vec<u64> = p.largest_allocations.iter().map(|a| a.bytes).collect();
+        assert_eq!(sizes, [40 * MIB, 40 * MIB, 20 * MIB]);
+        assert_eq!(p.largest_allocations[0].ptr, "0x1000"); // earlier first on a tie
+        assert!(p.largest_allocations[2].live_at_exit);
+        assert_eq!((p.live_at_exit.count, p.live_at_exit.bytes), (1, 20 * MIB));
+        assert_eq!(p.live_at_exit.largest[0].ptr, "0x3000");
+        assert_eq!(p.api_mix[0].api, "cuMemAlloc_v2");
+        assert_eq!(p.api_mix[0].count, 8);
+
+        let text = render(&r);
+        for needle in [
+            "== node1 · rank 0 · pid 100 · train --x",
+            "quota 100.00 MiB, peak 100.00 MiB (100.0%) at 6 µs",
+            "refused 40.00 MiB → 36.00 MiB; then got 20.00 MiB",
+            "refused 50.00 MiB; never satisfied",
+            "Live at exit: 1 allocations, 20.00 MiB",
+            "API mix: cuMemAlloc_v2 8",
+            "█",
+            "== job: 1 process on 1 host",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn merges_files_into_a_job_and_notes_killed_processes() {
+        let mut killed = vec![header(200, 1)];
+        killed.push(ev("alloc", 1_000, 9, 0x1, 10 * MIB, 10 * MIB));
+        killed.push(r#"{"type":"dropped","t_ns":2000,"count":5}"#.into());
+        let r = report(&[("job-b", killed), ("job-a", workload())]);
+        let ranks: Vec<u32> = r.processes.iter().map(|p| p.rank).collect();
+        assert_eq!(ranks, [0, 1]);
+        let j = &r.job;
+        assert_eq!((j.processes, j.hosts.len(), j.unfinished), (2, 1, 1));
+        assert_eq!(j.peak_sum, 110 * MIB);
+        assert_eq!(
+            (j.refusals, j.live, j.live_bytes, j.dropped),
+            (3, 2, 30 * MIB, 5)
+        );
+        let text = render(&r);
+        assert!(text.contains("no summary line: the process was killed or crashed"));
+        assert!(text.contains("Live at the end of the trace: 1 allocations, 10.00 MiB"));
+        assert!(text.contains("5 events were dropped"));
+        assert!(text.contains("== job: 2 processes on 1 host"));
+        let json: serde_json::Value =
+            serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+        assert_eq!(json["job"]["processes"], 2);
+        assert_eq!(json["processes"][1]["end"], serde_json::Value::Null);
+    }
+
+    #[test]
+    fn times_keep_three_decimals_at_any_scale() {
+        assert_eq!(seconds(0), "0 µs");
+        assert_eq!(seconds(890_123), "890 µs");
+        assert_eq!(seconds(4_567_890), "4.567 ms");
+        assert_eq!(seconds(12_345_678_901), "12.345 s");
+    }
+
+    #[test]
+    fn long_episodes_keep_head_and_tail() {
+        let mut lines = vec![header(1, 0)];
+        for i in 0..20u64 {
+            lines.push(ev("refused", i, 1, 0, 100 - i, 0));
+        }
+        lines.push(ev("alloc", 30, 1, 0x9, 70, 70));
+        let r = report(&[("long", lines)]);
+        let ep = &r.processes[0].backoff_episodes.shown[0];
+        assert_eq!(ep.refusals, 20);
+        assert_eq!(ep.refused, [100, 99, 98, 97, 96, 95, 82, 81]);
+        assert_eq!(ep.refused_elided, 12);
+        assert!(render(&r).contains("… 12 more …"));
+    }
+}

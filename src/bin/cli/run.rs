@@ -1,0 +1,127 @@
+//! `cuquota run`: exec a command with libcuquota.so preloaded and the settings in its
+//! environment. exec, not spawn: the command keeps this pid (so `%p` and signals from the
+//! terminal reach it directly) and its exit status or signal is the caller's to see.
+
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+const LIBRARY: &str = "libcuquota.so";
+
+pub struct Settings {
+    pub limit: Option<String>,
+    pub trace: Option<String>,
+    pub observe: bool,
+    pub log: Option<String>,
+}
+
+/// Returns only when the command could not be started (127: not found, 126: not runnable).
+pub fn exec(settings: &Settings, command: &[OsString]) -> ExitCode {
+    let library = match find_library() {
+        Ok(path) => path,
+        Err(e) => {
+            eprintln!("cuquota: {e}");
+            return ExitCode::from(127);
+        }
+    };
+    let mut cmd = Command::new(&command[0]);
+    cmd.args(&command[1..]);
+    cmd.env(
+        "LD_PRELOAD",
+        preload_with(&library, std::env::var_os("LD_PRELOAD").as_deref()),
+    );
+    let vars = [
+        ("CUQUOTA_LIMIT", settings.limit.as_deref()),
+        ("CUQUOTA_TRACE", settings.trace.as_deref()),
+        ("CUQUOTA_MODE", settings.observe.then_some("observe")),
+        ("CUQUOTA_LOG", settings.log.as_deref()),
+    ];
+    for (name, value) in vars {
+        if let Some(value) = value {
+            cmd.env(name, value);
+        }
+    }
+    let err = cmd.exec();
+    eprintln!(
+        "cuquota: cannot run {}: {err}",
+        Path::new(&command[0]).display()
+    );
+    ExitCode::from(if err.kind() == std::io::ErrorKind::NotFound {
+        127
+    } else {
+        126
+    })
+}
+
+/// `CUQUOTA_LIB` if set; else next to this executable (target/release), its parent
+/// (target/release/deps, or an install's bin/ beside lib/), or ../lib.
+fn find_library() -> Result<PathBuf, String> {
+    if let Some(path) = std::env::var_os("CUQUOTA_LIB") {
+        let path = PathBuf::from(path);
+        return usable(&path).ok_or_else(|| {
+            let why = if path.is_file() {
+                "LD_PRELOAD cannot name a path with a space or colon"
+            } else {
+                "no such file (it should name libcuquota.so)"
+            };
+            format!("CUQUOTA_LIB={}: {why}", path.display())
+        });
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("cannot locate cuquota itself: {e}"))?;
+    let dir = exe.parent().unwrap_or(Path::new("/"));
+    let candidates = [
+        dir.join(LIBRARY),
+        dir.join("..").join(LIBRARY),
+        dir.join("../lib").join(LIBRARY),
+    ];
+    candidates.iter().find_map(|p| usable(p)).ok_or_else(|| {
+        format!(
+            "cannot find {LIBRARY} next to {} or in its parent directory; build it \
+             (cargo build --release) or set CUQUOTA_LIB=/path/to/{LIBRARY}",
+            exe.display()
+        )
+    })
+}
+
+/// The absolute path of `path` if it is a file LD_PRELOAD can name (no space or colon).
+fn usable(path: &Path) -> Option<PathBuf> {
+    let path = path.canonicalize().ok()?;
+    let bytes = path.as_os_str().as_bytes();
+    (path.is_file() && !bytes.iter().any(|b| *b == b' ' || *b == b':')).then_some(path)
+}
+
+/// The library first, then whatever was already preloaded (without a second copy of it).
+fn preload_with(library: &Path, existing: Option<&OsStr>) -> OsString {
+    let mut value = library.as_os_str().to_os_string();
+    let lib = library.as_os_str().as_bytes();
+    for entry in existing
+        .map(OsStr::as_bytes)
+        .unwrap_or_default()
+        .split(|b| *b == b':' || *b == b' ')
+        .filter(|e| !e.is_empty() && *e != lib)
+    {
+        value.push(":");
+        value.push(OsStr::from_bytes(entry));
+    }
+    value
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn preload_is_prepended_once() {
+        let lib = Path::new("/opt/cuquota/libcuquota.so");
+        assert_eq!(preload_with(lib, None), "/opt/cuquota/libcuquota.so");
+        assert_eq!(
+            preload_with(
+                lib,
+                Some(OsStr::new("/a.so /b.so:/opt/cuquota/libcuquota.so"))
+            ),
+            "/opt/cuquota/libcuquota.so:/a.so:/b.so"
+        );
+    }
+}

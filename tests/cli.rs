@@ -1,0 +1,651 @@
+//! The `cuquota` command line: `report`, `export` and `plot` on synthetic traces written
+//! here (independent of the interposer), and on traces recorded from a real workload; `run`
+//! with the stand-in driver.
+
+mod common;
+
+use common::{artifacts, scratch_dir, Client, GIB, MIB};
+use serde_json::Value;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn cuquota(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cuquota"))
+        .args(args)
+        .env_remove("CUQUOTA_LIB")
+        .output()
+        .expect("run cuquota")
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn ok(args: &[&str]) -> Output {
+    let out = cuquota(args);
+    assert!(
+        out.status.success(),
+        "cuquota {args:?} failed:\n{}\n{}",
+        stderr(&out),
+        stdout(&out)
+    );
+    out
+}
+
+/// A temporary directory that does not need the interposer built.
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("cuquota-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+// ---- synthetic traces -----------------------------------------------------------------
+
+fn header(pid: u32, rank: u32, start_ns: u64, devices: &[(i32, Option<u64>)]) -> String {
+    let devices: Vec<Value> = devices
+        .iter()
+        .map(|(d, q)| {
+            serde_json::json!({"ordinal": d, "name": "Stand-in GPU", "total": 8 * GIB, "quota": q})
+        })
+        .collect();
+    serde_json::json!({
+        "type": "header", "schema": 1, "version": "0.1.0", "pid": pid, "host": "node1",
+        "rank": rank, "argv": ["train.py"], "start_unix_ns": start_ns, "mode": "enforce",
+        "devices": devices,
+    })
+    .to_string()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn event(kind: &str, t: u64, tid: u32, dev: i32, ptr: u64, bytes: u64, in_use: u64) -> String {
+    let (result, extra) = match kind {
+        "refused" => ("CUDA_ERROR_OUT_OF_MEMORY", r#","reason":"quota""#),
+        _ => ("CUDA_SUCCESS", ""),
+    };
+    let api = if kind == "free" {
+        "cuMemFree_v2"
+    } else {
+        "cuMemAlloc_v2"
+    };
+    format!(
+        r#"{{"type":"{kind}","t_ns":{t},"tid":{tid},"dev":{dev},"api":"{api}","ptr":"{ptr:#x}","bytes":{bytes},"result":"{result}","in_use":{in_use}{extra}}}"#
+    )
+}
+
+/// Two devices; GPU 0 under a 1 GiB quota with a back-off episode, GPU 1 unlimited.
+fn rank0() -> Vec<String> {
+    vec![
+        header(100, 0, 1_000_000_000, &[(0, Some(GIB)), (1, None)]),
+        event("alloc", 1_000_000, 1, 0, 0x1000, 512 * MIB, 512 * MIB),
+        event("alloc", 2_000_000, 1, 1, 0x9000, 100 * MIB, 100 * MIB),
+        event("refused", 3_000_000, 1, 0, 0, 800 * MIB, 512 * MIB),
+        event("refused", 3_100_000, 1, 0, 0, 720 * MIB, 512 * MIB),
+        event("alloc", 3_200_000, 1, 0, 0x2000, 500 * MIB, 1012 * MIB),
+        r#"{"type":"backoff","t_ns":3200000,"tid":1,"dev":0,"api":"cuMemAlloc_v2","ptr":"0x2000","bytes":524288000,"result":"CUDA_SUCCESS","in_use":1061158912,"sizes":[838860800,754974720,524288000]}"#.into(),
+        r#"{"type":"meminfo","t_ns":3300000,"tid":1,"dev":0,"api":"cuMemGetInfo_v2","ptr":"0x0","bytes":0,"result":"CUDA_SUCCESS","in_use":1061158912,"told_free":12582912,"told_total":1073741824,"real_free":7516192768,"real_total":8589934592}"#.into(),
+        event("free", 4_000_000, 1, 0, 0x1000, 512 * MIB, 500 * MIB),
+        r#"{"type":"summary","t_ns":5000000,"end":"exit","events":8,"dropped":0,"devices":[]}"#.into(),
+    ]
+}
+
+/// A second rank, killed: no summary, and a torn last line.
+fn rank1_killed() -> String {
+    let lines = [
+        header(200, 1, 1_000_500_000, &[(0, Some(GIB))]),
+        event("alloc", 1_000_000, 5, 0, 0x5000, 256 * MIB, 256 * MIB),
+        event("alloc", 2_000_000, 5, 0, 0x6000, 256 * MIB, 512 * MIB),
+    ];
+    let torn = &event("alloc", 3_000_000, 5, 0, 0x7000, 1, 1)[..50];
+    format!("{}\n{torn}", lines.join("\n"))
+}
+
+fn write_traces(dir: &Path) -> (PathBuf, PathBuf) {
+    let a = dir.join("rank0.jsonl");
+    let b = dir.join("rank1.jsonl");
+    std::fs::write(&a, rank0().join("\n") + "\n").unwrap();
+    std::fs::write(&b, rank1_killed()).unwrap();
+    (a, b)
+}
+
+#[test]
+fn report_text_and_json_on_synthetic_traces() {
+    let dir = temp_dir("report");
+    let (a, b) = write_traces(&dir);
+    let out = ok(&["report", s(&a), s(&b)]);
+    let text = stdout(&out);
+    for needle in [
+        "== node1 · rank 0 · pid 100 · train.py",
+        "GPU 0 (Stand-in GPU, 8.00 GiB): quota 1.00 GiB, peak 1012.00 MiB (98.8%) at 3.200 ms",
+        "GPU 1 (Stand-in GPU, 8.00 GiB): no quota, peak 100.00 MiB at 2.000 ms",
+        "refused 800.00 MiB → 720.00 MiB; then got 500.00 MiB",
+        "Live at exit: 2 allocations, 600.00 MiB",
+        "API mix: cuMemAlloc_v2 5, cuMemFree_v2 1, cuMemGetInfo_v2 1",
+        "== node1 · rank 1 · pid 200 · train.py",
+        "no summary line: the process was killed or crashed",
+        "Live at the end of the trace: 2 allocations, 512.00 MiB",
+        "== job: 2 processes on 1 host",
+        "1 trace without a summary (killed or crashed)",
+    ] {
+        assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
+    }
+    let err = stderr(&out);
+    assert!(
+        err.contains("rank1.jsonl:4: incomplete last line"),
+        "warning for the torn line:\n{err}"
+    );
+
+    let out = ok(&["report", "--json", s(&a), s(&b)]);
+    let json: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    let p0 = &json["processes"][0];
+    assert_eq!(p0["pid"], 100);
+    assert_eq!(p0["end"], "exit");
+    assert_eq!(p0["events"], 8);
+    let d0 = &p0["devices"][0];
+    assert_eq!(d0["peak"], 1012 * MIB);
+    assert_eq!(d0["peak_t_ns"], 3_200_000);
+    assert_eq!(d0["quota"], GIB);
+    assert_eq!(d0["allocs"], 2);
+    assert_eq!(d0["frees"], 1);
+    assert_eq!(d0["refusals"], 2);
+    assert_eq!(d0["live_bytes"], 500 * MIB);
+    assert_eq!(d0["meminfo_calls"], 1);
+    assert_eq!(d0["timeline"].as_array().unwrap().len(), 60);
+    let episodes = &p0["backoff_episodes"];
+    assert_eq!(episodes["count"], 1);
+    assert_eq!(episodes["recovered"], 1);
+    assert_eq!(
+        episodes["shown"][0]["refused"],
+        serde_json::json!([800 * MIB, 720 * MIB])
+    );
+    assert_eq!(episodes["shown"][0]["got"], 500 * MIB);
+    assert_eq!(p0["largest_allocations"][0]["bytes"], 512 * MIB);
+    assert_eq!(p0["largest_allocations"][0]["live_at_exit"], false);
+    let p1 = &json["processes"][1];
+    assert_eq!(p1["end"], Value::Null);
+    assert_eq!(p1["truncated_last_line"], true);
+    assert_eq!(json["job"]["processes"], 2);
+    assert_eq!(json["job"]["peak_sum"], (1012 + 100 + 512) * MIB);
+    assert_eq!(json["job"]["live_bytes"], (600 + 512) * MIB);
+    assert_eq!(json["job"]["unfinished"], 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_lines_name_file_and_line_unless_skipped() {
+    let dir = temp_dir("bad");
+    let path = dir.join("trace.jsonl");
+    let mut lines = rank0();
+    lines.insert(3, "{\"type\":\"alloc\",".into());
+    lines.insert(5, "not json".into());
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    let out = cuquota(&["report", s(&path)]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains("trace.jsonl:4: EOF while parsing a value at column 16"),
+        "{err}"
+    );
+    let out = ok(&["report", "--skip-bad", s(&path)]);
+    let err = stderr(&out);
+    assert!(err.contains("trace.jsonl:4:") && err.contains("trace.jsonl:6: expected"));
+    assert!(stdout(&out).contains("refused 800.00 MiB → 720.00 MiB"));
+
+    let out = cuquota(&["report", "/nonexistent/trace.jsonl"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("/nonexistent/trace.jsonl: No such file"));
+    let not_trace = dir.join("other.jsonl");
+    std::fs::write(&not_trace, "{\"a\":1}\n").unwrap();
+    let out = cuquota(&["report", s(&not_trace)]);
+    assert!(stderr(&out).contains("other.jsonl:1: missing field `type`"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn export_chrome_has_counters_and_refusals() {
+    let dir = temp_dir("export");
+    let (a, b) = write_traces(&dir);
+    let json_path = dir.join("trace.json");
+    ok(&[
+        "export",
+        "--format",
+        "chrome",
+        s(&a),
+        s(&b),
+        "-o",
+        s(&json_path),
+    ]);
+    let doc: Value = serde_json::from_slice(&std::fs::read(&json_path).unwrap()).unwrap();
+    let events = doc["traceEvents"].as_array().expect("traceEvents");
+    let of = |ph: &str, name: &str, pid: u64| -> Vec<&Value> {
+        events
+            .iter()
+            .filter(|e| e["ph"] == ph && e["name"] == name && e["pid"] == pid)
+            .collect()
+    };
+    let names = of("M", "process_name", 100);
+    assert_eq!(names.len(), 1);
+    assert_eq!(
+        names[0]["args"]["name"],
+        "rank 0 · node1 pid 100 · train.py"
+    );
+    assert_eq!(of("M", "process_name", 200).len(), 1);
+
+    let in_use: Vec<(f64, u64)> = of("C", "GPU 0 in use", 100)
+        .iter()
+        .map(|e| {
+            (
+                e["ts"].as_f64().unwrap(),
+                e["args"]["bytes"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let values: Vec<u64> = in_use.iter().map(|v| v.1).collect();
+    assert_eq!(
+        values,
+        [512 * MIB, 1012 * MIB, 500 * MIB, 500 * MIB],
+        "one counter per change, and one at the end"
+    );
+    assert_eq!(in_use[0].0, 1000.0, "µs since the earliest start");
+    assert!(in_use.windows(2).all(|w| w[0].0 <= w[1].0));
+    let quota = of("C", "GPU 0 quota", 100);
+    assert!(!quota.is_empty() && quota.iter().all(|e| e["args"]["bytes"] == GIB));
+    assert!(of("C", "GPU 1 quota", 100).is_empty(), "GPU 1 is unlimited");
+    // Rank 1 started 0.5 ms later: its clock is shifted onto the job's.
+    let r1 = of("C", "GPU 0 in use", 200);
+    assert_eq!(r1[0]["ts"].as_f64().unwrap(), 1500.0);
+
+    let refusals: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["ph"] == "i" && e["args"]["reason"] == "quota")
+        .collect();
+    assert_eq!(refusals.len(), 2);
+    assert_eq!(refusals[0]["name"], "GPU 0 refused 800.00 MiB (quota)");
+    assert_eq!(refusals[0]["tid"], 1);
+    assert_eq!(refusals[0]["ts"].as_f64().unwrap(), 3000.0);
+    assert!(events
+        .iter()
+        .any(|e| e["ph"] == "i" && e["args"]["sizes"].as_array().is_some_and(|s| s.len() == 3)));
+
+    // To stdout with `-o -`.
+    let out = ok(&["export", "--format", "chrome", s(&a), "-o", "-"]);
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(!doc["traceEvents"].as_array().unwrap().is_empty());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn plot_draws_one_series_per_process_and_device() {
+    let dir = temp_dir("plot");
+    let (a, b) = write_traces(&dir);
+    let svg_path = dir.join("memory.svg");
+    ok(&["plot", s(&a), s(&b), "-o", s(&svg_path)]);
+    let svg = std::fs::read_to_string(&svg_path).unwrap();
+    let elements = xml::parse(&svg).unwrap_or_else(|e| panic!("not XML: {e}"));
+    assert_eq!(elements[0].name, "svg");
+    // The in-use lines are the 2-px polylines: rank 0 GPU 0 and 1, rank 1 GPU 0.
+    let series: Vec<&xml::Element> = elements
+        .iter()
+        .filter(|e| e.name == "polyline" && e.attr("stroke-width") == Some("2"))
+        .collect();
+    assert_eq!(series.len(), 3, "one line per process and device");
+    let mut colours: Vec<&str> = series.iter().filter_map(|e| e.attr("stroke")).collect();
+    colours.dedup();
+    assert_eq!(colours.len(), 3);
+    let texts = xml::texts(&svg);
+    for label in [
+        "rank 0 pid 100 GPU 0",
+        "rank 0 pid 100 GPU 1",
+        "rank 1 pid 200 GPU 0",
+        "rank 0 pid 100 GPU 0 quota 1.00 GiB",
+        "rank 0 pid 100 GPU 0 refused",
+        "time (ms)",
+        "in use (GiB)",
+    ] {
+        assert!(
+            texts.iter().any(|t| t == label),
+            "no {label:?} in {texts:?}"
+        );
+    }
+
+    // One process: labels are just the device.
+    ok(&["plot", s(&a), "-o", s(&svg_path)]);
+    let texts = xml::texts(&std::fs::read_to_string(&svg_path).unwrap());
+    assert!(texts.iter().any(|t| t == "GPU 1"), "{texts:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn large_traces_stream_in_flat_memory() {
+    let dir = temp_dir("large");
+    let path = dir.join("big.jsonl");
+    let mut text = header(7, 0, 0, &[(0, Some(GIB))]);
+    text.push('\n');
+    for i in 0..128 * 1500u64 {
+        let ptr = 0x1000 + (i % 64) * 0x1000;
+        if i % 128 < 64 {
+            text.push_str(&event(
+                "alloc",
+                i * 1000,
+                1,
+                0,
+                ptr,
+                MIB,
+                (i % 64 + 1) * MIB,
+            ));
+        } else {
+            text.push_str(&event(
+                "free",
+                i * 1000,
+                1,
+                0,
+                ptr,
+                MIB,
+                (63 - i % 64) * MIB,
+            ));
+        }
+        text.push('\n');
+    }
+    std::fs::write(&path, text).unwrap();
+    let out = ok(&["report", "--json", s(&path)]);
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let d = &json["processes"][0]["devices"][0];
+    assert_eq!(d["allocs"], 96_000);
+    assert_eq!(d["frees"], 96_000);
+    assert_eq!(d["peak"], 64 * MIB);
+    assert_eq!(d["live"], 0);
+    assert_eq!(
+        json["processes"][0]["largest_allocations"]
+            .as_array()
+            .unwrap()
+            .len(),
+        10
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// ---- `run` and recorded traces (need the interposer and the stand-in driver) ------------
+
+fn run_cmd(args: &[&str]) -> Command {
+    let art = artifacts();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cuquota"));
+    cmd.arg("run").args(args);
+    for (key, _) in std::env::vars_os() {
+        let k = key.to_string_lossy();
+        if k.starts_with("CUQUOTA_") || k.starts_with("CUDA_SHIM_") || k == "LD_PRELOAD" {
+            cmd.env_remove(&key);
+        }
+    }
+    cmd.env("CUQUOTA_LIB", &art.interposer)
+        .env("LD_LIBRARY_PATH", &art.stand_in_dir);
+    cmd
+}
+
+#[test]
+fn run_preloads_sets_the_variables_and_passes_the_status_through() {
+    let dir = scratch_dir("cli-run");
+    let trace = dir.join("run.jsonl");
+    let client = Client::Dlsym.path();
+    let out = run_cmd(&["--limit", "1GiB", "--trace", s(&trace), "--", s(&client)])
+        .args(["init", "alloc:512M", "alloc:1G", "info", "exit:3"])
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(3), "{text}\n{}", stderr(&out));
+    assert!(
+        text.contains("alloc 1073741824 rc=2"),
+        "quota enforced:\n{text}"
+    );
+    assert!(text.contains(&format!("info rc=0 free={} total={}", 512 * MIB, GIB)));
+    let lines = std::fs::read_to_string(&trace).expect("the trace was written");
+    assert!(lines.contains("\"type\":\"refused\""));
+
+    // --observe refuses nothing; --log sends the lines to a file.
+    let log = dir.join("log.txt");
+    let out = run_cmd(&[
+        "--limit",
+        "1GiB",
+        "--observe",
+        "--log",
+        s(&log),
+        "--",
+        s(&client),
+    ])
+    .args(["init", "alloc:2G"])
+    .output()
+    .unwrap();
+    assert!(out.status.success());
+    assert!(stdout(&out).contains("alloc 2147483648 rc=0"));
+    assert!(!std::fs::read_to_string(&log).unwrap().is_empty());
+
+    // Death by a signal is the caller's to see (exec: the command is this process).
+    let out = run_cmd(&["--", s(&client)])
+        .args(["init", "kill"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.signal(), Some(libc::SIGKILL));
+    let out = run_cmd(&["--", "/nonexistent/program"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(127));
+    assert!(stderr(&out).contains("cannot run /nonexistent/program"));
+}
+
+#[test]
+fn run_without_the_library_says_where_it_looked() {
+    let out = Command::new(env!("CARGO_BIN_EXE_cuquota"))
+        .args(["run", "--", "true"])
+        .env("CUQUOTA_LIB", "/nonexistent/libcuquota.so")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(127));
+    assert!(
+        stderr(&out).contains("CUQUOTA_LIB=/nonexistent/libcuquota.so"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// The demo workload's own trace: report, export and plot agree with what it did.
+#[test]
+fn report_export_and_plot_a_recorded_workload() {
+    let dir = scratch_dir("cli-recorded");
+    let trace = dir.join("bfc.jsonl");
+    let out = run_cmd(&["--limit", "6GiB", "--trace", s(&trace), "--"])
+        .arg(Client::Bfc.path())
+        .env("CUDA_SHIM_MEMORY", "8GiB")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    let report = ok(&["report", "--json", s(&trace)]);
+    let json: Value = serde_json::from_slice(&report.stdout).unwrap();
+    let p = &json["processes"][0];
+    assert_eq!(p["end"], "exit");
+    let d = &p["devices"][0];
+    assert_eq!(d["quota"], 6 * GIB);
+    let peak = d["peak"].as_u64().unwrap();
+    assert!(peak <= 6 * GIB && peak > 5 * GIB, "peak {peak}");
+    assert!(d["refusals"].as_u64().unwrap() > 0);
+    assert_eq!(d["allocs"], d["frees"], "the workload frees everything");
+    assert_eq!(d["live"], 0);
+    assert!(p["backoff_episodes"]["recovered"].as_u64().unwrap() >= 1);
+    let text = stdout(&ok(&["report", s(&trace)]));
+    assert!(text.contains("then got"), "{text}");
+    assert!(text.contains("quota 6.00 GiB"), "{text}");
+
+    let chrome = dir.join("bfc.json");
+    ok(&["export", "--format", "chrome", s(&trace), "-o", s(&chrome)]);
+    let doc: Value = serde_json::from_slice(&std::fs::read(&chrome).unwrap()).unwrap();
+    let events = doc["traceEvents"].as_array().unwrap();
+    let max_counter = events
+        .iter()
+        .filter(|e| e["ph"] == "C" && e["name"] == "GPU 0 in use")
+        .filter_map(|e| e["args"]["bytes"].as_u64())
+        .max();
+    assert_eq!(max_counter, Some(peak));
+    assert!(events.iter().any(|e| e["ph"] == "i"));
+
+    let svg = dir.join("bfc.svg");
+    ok(&["plot", s(&trace), "-o", s(&svg)]);
+    let elements = xml::parse(&std::fs::read_to_string(&svg).unwrap()).unwrap();
+    let series = elements
+        .iter()
+        .filter(|e| e.name == "polyline" && e.attr("stroke-width") == Some("2"))
+        .count();
+    assert_eq!(series, 1, "one device used");
+}
+
+/// A small XML well-formedness checker, enough for the SVG plotters writes: nested,
+/// matching tags, quoted attributes, known entities, one root.
+mod xml {
+    pub struct Element {
+        pub name: String,
+        pub attrs: Vec<(String, String)>,
+    }
+
+    impl Element {
+        pub fn attr(&self, name: &str) -> Option<&str> {
+            self.attrs
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.as_str())
+        }
+    }
+
+    fn check_text(text: &str) -> Result<(), String> {
+        let mut rest = text;
+        while let Some(at) = rest.find('&') {
+            let end = rest[at..].find(';').ok_or("unterminated entity")? + at;
+            let entity = &rest[at + 1..end];
+            let known = ["amp", "lt", "gt", "quot", "apos"].contains(&entity)
+                || entity.strip_prefix('#').is_some_and(|n| {
+                    n.parse::<u32>().is_ok()
+                        || n.strip_prefix('x')
+                            .is_some_and(|h| u32::from_str_radix(h, 16).is_ok())
+                });
+            if !known {
+                return Err(format!("unknown entity &{entity};"));
+            }
+            rest = &rest[end + 1..];
+        }
+        Ok(())
+    }
+
+    /// Every element, in document order.
+    pub fn parse(doc: &str) -> Result<Vec<Element>, String> {
+        let mut elements = Vec::new();
+        let mut open: Vec<String> = Vec::new();
+        let mut roots = 0;
+        let mut rest = doc;
+        while let Some(lt) = rest.find('<') {
+            let text = &rest[..lt];
+            if open.is_empty() && !text.trim().is_empty() {
+                return Err(format!("text outside the root: {text:?}"));
+            }
+            check_text(text)?;
+            rest = &rest[lt..];
+            if let Some(body) = rest.strip_prefix("<?") {
+                rest = &body[body.find("?>").ok_or("unterminated <?")? + 2..];
+                continue;
+            }
+            if let Some(body) = rest.strip_prefix("<!--") {
+                rest = &body[body.find("-->").ok_or("unterminated comment")? + 3..];
+                continue;
+            }
+            let gt = rest.find('>').ok_or("unterminated tag")?;
+            let tag = &rest[1..gt];
+            rest = &rest[gt + 1..];
+            if let Some(name) = tag.strip_prefix('/') {
+                match open.pop() {
+                    Some(o) if o == name.trim() => continue,
+                    o => return Err(format!("</{name}> closes {o:?}")),
+                }
+            }
+            let (tag, empty) = match tag.strip_suffix('/') {
+                Some(t) => (t, true),
+                None => (tag, false),
+            };
+            let name_end = tag.find(char::is_whitespace).unwrap_or(tag.len());
+            let name = &tag[..name_end];
+            if name.is_empty()
+                || !name
+                    .chars()
+                    .all(|c| c.is_alphanumeric() || "-_:".contains(c))
+            {
+                return Err(format!("bad tag name {name:?}"));
+            }
+            let mut attrs = Vec::new();
+            let mut a = tag[name_end..].trim_start();
+            while !a.is_empty() {
+                let eq = a
+                    .find('=')
+                    .ok_or(format!("attribute without value in <{name}"))?;
+                let key = a[..eq].trim().to_string();
+                let quoted = a[eq + 1..].trim_start();
+                let q = quoted.chars().next().filter(|c| *c == '"' || *c == '\'');
+                let q = q.ok_or(format!("unquoted attribute {key} in <{name}"))?;
+                let close = quoted[1..].find(q).ok_or("unterminated attribute")? + 1;
+                let value = &quoted[1..close];
+                if value.contains('<') {
+                    return Err(format!("< in attribute {key}"));
+                }
+                check_text(value)?;
+                if attrs.iter().any(|(k, _)| *k == key) {
+                    return Err(format!("duplicate attribute {key} in <{name}"));
+                }
+                attrs.push((key, value.to_string()));
+                a = quoted[close + 1..].trim_start();
+            }
+            if open.is_empty() {
+                roots += 1;
+            }
+            elements.push(Element {
+                name: name.to_string(),
+                attrs,
+            });
+            if !empty {
+                open.push(name.to_string());
+            }
+        }
+        if !open.is_empty() || roots != 1 || !rest.trim().is_empty() {
+            return Err(format!("{} unclosed, {roots} roots", open.len()));
+        }
+        Ok(elements)
+    }
+
+    /// The text content of every `<text>` element, unescaped.
+    pub fn texts(doc: &str) -> Vec<String> {
+        doc.split("<text")
+            .skip(1)
+            .filter_map(|t| {
+                let body = &t[t.find('>')? + 1..t.find("</text>")?];
+                Some(
+                    body.trim()
+                        .replace("&lt;", "<")
+                        .replace("&gt;", ">")
+                        .replace("&quot;", "\"")
+                        .replace("&apos;", "'")
+                        .replace("&amp;", "&"),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_checker_rejects_what_it_should() {
+        assert!(parse("<a><b x=\"1\"/></a>").is_ok());
+        assert!(parse("<a><b></a>").is_err());
+        assert!(parse("<a x=1/>").is_err());
+        assert!(parse("<a/><b/>").is_err());
+        assert!(parse("<a>&nbsp;</a>").is_err());
+        assert!(parse("<a>&amp;&#32;&#x20;</a>").is_ok());
+    }
+}
