@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The main job on the stand-in driver: a TensorFlow-allow_growth-style allocator (regions
 # doubling from 2 MiB, ×0.9 back-off on CUDA_ERROR_OUT_OF_MEMORY) on a simulated 8 GiB GPU,
-# capped by cuquota at 6 GiB. Shows the refusal lines, the back-off explanation, the exit
-# summary, then the report and chart made from the process's own trace.
+# capped by cuquota at 6 GiB. Shows the refusal lines, the back-off explanation and the exit
+# summary, then the report and the chart made from the process's own trace.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,12 +11,26 @@ cargo build -q --release --workspace
 driver_dir=$(scripts/stand-in.sh release)
 out=target/demo
 mkdir -p "$out"
+rm -f "$out"/trace-*.jsonl* "$out/memory.svg" "$out/perfetto.json"
 gcc -O2 -Wall -o "$out/bfc_growth" tests/clients/bfc_growth.c -ldl
+cuquota=target/release/cuquota
 
 echo
-echo "== running the workload on a simulated 8 GiB GPU with CUQUOTA_LIMIT=6GiB"
-echo "   LD_PRELOAD=target/release/libcuquota.so CUQUOTA_LIMIT=6GiB $out/bfc_growth"
+echo "== running the workload on a simulated 8 GiB GPU, capped at 6 GiB"
+echo "   \$ cuquota run --limit 6GiB --trace $out/trace-%p.jsonl -- $out/bfc_growth"
 echo
 LD_LIBRARY_PATH="$driver_dir" CUDA_SHIM_MEMORY=8GiB \
-  LD_PRELOAD="$PWD/target/release/libcuquota.so" CUQUOTA_LIMIT=6GiB \
-  "$out/bfc_growth"
+  "$cuquota" run --limit 6GiB --trace "$out/trace-%p.jsonl" -- "$out/bfc_growth"
+trace=$(ls "$out"/trace-*.jsonl)
+
+echo
+echo "== what the trace says: cuquota report $trace"
+echo
+"$cuquota" report "$trace"
+
+echo
+echo "== charts"
+"$cuquota" plot "$trace" -o "$out/memory.svg"
+"$cuquota" export --format chrome "$trace" -o "$out/perfetto.json"
+echo "   $out/memory.svg     in-use memory over time, quota line, refusals marked"
+echo "   $out/perfetto.json  open in https://ui.perfetto.dev (counter tracks per GPU)"

@@ -80,6 +80,9 @@ int main(int argc, char **argv) {
     CUresult rc;
     void *h;
 
+    /* Line-buffered, so that our lines and cuquota's interleave in order in a pipe too. */
+    setvbuf(stdout, NULL, _IOLBF, 0);
+
     if (argc > 1 && parse_size(argv[1], &target)) {
         fprintf(stderr, "usage: bfc_growth [TARGET]\n");
         return 2;
