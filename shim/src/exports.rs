@@ -670,6 +670,28 @@ pub unsafe extern "C" fn cuStreamGetPriority_ptsz(
     })
 }
 
+/// Nothing is ever captured: every stream reports `CU_STREAM_CAPTURE_STATUS_NONE`.
+unsafe fn stream_is_capturing(stream: Handle, status: *mut c_int) -> Result<(), CUresult> {
+    let out = Out::new(status)?;
+    streams::check(h(stream))?;
+    out.write(0);
+    Ok(())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamIsCapturing(stream: Handle, status: *mut c_int) -> CUresult {
+    entry("cuStreamIsCapturing", Needs::Init, || {
+        stream_is_capturing(stream, status)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamIsCapturing_ptsz(stream: Handle, status: *mut c_int) -> CUresult {
+    entry("cuStreamIsCapturing_ptsz", Needs::Init, || {
+        stream_is_capturing(stream, status)
+    })
+}
+
 // ---------------------------------------------------------------------------------------
 // Events
 // ---------------------------------------------------------------------------------------
@@ -1557,6 +1579,30 @@ pub unsafe extern "C" fn cuMemPoolGetAttribute(
 #[no_mangle]
 pub unsafe extern "C" fn cuMemPoolTrimTo(pool: Handle, _min_bytes_to_keep: usize) -> CUresult {
     entry("cuMemPoolTrimTo", Needs::Init, || pools::trim(h(pool)))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemPoolSetAccess(
+    pool: Handle,
+    map: *const MemAccessDesc,
+    count: usize,
+) -> CUresult {
+    entry("cuMemPoolSetAccess", Needs::Init, || {
+        pools::set_access(h(pool), ffi::slice(map, count)?)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemPoolGetAccess(
+    flags: *mut c_int,
+    pool: Handle,
+    location: *const MemLocation,
+) -> CUresult {
+    entry("cuMemPoolGetAccess", Needs::Init, || {
+        let out = Out::new(flags)?;
+        out.write(pools::get_access(h(pool), ffi::read(location)?)?);
+        Ok(())
+    })
 }
 
 // ---------------------------------------------------------------------------------------

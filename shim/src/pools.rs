@@ -5,6 +5,7 @@
 //! so "reserved" and "used" are the same number).
 
 use crate::abi::*;
+use crate::config::MAX_DEVICES;
 use crate::memory::{self, Payer, Placement};
 use crate::state::{self, State};
 use crate::streams;
@@ -20,6 +21,8 @@ pub struct Pool {
     max_size: u64,
     used: u64,
     used_high: u64,
+    /// `CUmemAccess_flags` granted to each device; the owner's is always read-write.
+    access: [i32; MAX_DEVICES],
 }
 
 /// The C type of a pool attribute's value.
@@ -40,6 +43,7 @@ impl Pool {
             max_size,
             used: 0,
             used_high: 0,
+            access: std::array::from_fn(|d| if d == device { ACCESS_READ_WRITE } else { 0 }),
         }
     }
 }
@@ -165,6 +169,39 @@ pub fn get_attribute(handle: usize, attribute: i32) -> Result<AttributeValue, CU
         6 | 8 => AttributeValue::U64(pool.used_high),
         _ => return Err(CUDA_ERROR_INVALID_VALUE),
     })
+}
+
+/// `cuMemPoolSetAccess`: per-device access to the pool's allocations. The owner always
+/// keeps read-write access; a request to lower it is refused.
+pub fn set_access(handle: usize, descs: &[MemAccessDesc]) -> Result<(), CUresult> {
+    let mut state = state::lock();
+    for desc in descs {
+        if desc.location.kind != LOCATION_DEVICE || !matches!(desc.flags, 0 | 1 | 3) {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        state.device(desc.location.id)?;
+    }
+    let pool = live_pool_mut(&mut state, handle)?;
+    for desc in descs {
+        let device = desc.location.id as usize;
+        if device == pool.device && desc.flags != ACCESS_READ_WRITE {
+            return Err(CUDA_ERROR_INVALID_DEVICE);
+        }
+    }
+    for desc in descs {
+        pool.access[desc.location.id as usize] = desc.flags;
+    }
+    Ok(())
+}
+
+/// `cuMemPoolGetAccess`.
+pub fn get_access(handle: usize, location: MemLocation) -> Result<i32, CUresult> {
+    let state = state::lock();
+    if location.kind != LOCATION_DEVICE {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    state.device(location.id)?;
+    Ok(live_pool(&state, handle)?.access[location.id as usize])
 }
 
 /// `cuMemPoolTrimTo`: nothing is ever held in reserve, so there is nothing to trim.

@@ -120,6 +120,8 @@ table! {
     cuStreamGetFlags                       7000 Ptsz   cuStreamGetFlags_ptsz,
     cuStreamGetPriority                    5050 Normal cuStreamGetPriority,
     cuStreamGetPriority                    7000 Ptsz   cuStreamGetPriority_ptsz,
+    cuStreamIsCapturing                   10000 Normal cuStreamIsCapturing,
+    cuStreamIsCapturing                   10000 Ptsz   cuStreamIsCapturing_ptsz,
 
     cuEventCreate                          2000 Normal cuEventCreate,
     cuEventRecord                          2000 Normal cuEventRecord,
@@ -201,6 +203,8 @@ table! {
     cuMemPoolSetAttribute                 11020 Normal cuMemPoolSetAttribute,
     cuMemPoolGetAttribute                 11020 Normal cuMemPoolGetAttribute,
     cuMemPoolTrimTo                       11020 Normal cuMemPoolTrimTo,
+    cuMemPoolSetAccess                    11020 Normal cuMemPoolSetAccess,
+    cuMemPoolGetAccess                    11020 Normal cuMemPoolGetAccess,
 
     cuMemGetAllocationGranularity         10020 Normal cuMemGetAllocationGranularity,
     cuMemCreate                           10020 Normal cuMemCreate,

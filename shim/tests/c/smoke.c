@@ -93,6 +93,10 @@ CUresult cuMemPoolCreate(CUmemoryPool *, const CUmemPoolProps *);
 CUresult cuMemPoolDestroy(CUmemoryPool);
 CUresult cuMemPoolSetAttribute(CUmemoryPool, int, void *);
 CUresult cuMemPoolGetAttribute(CUmemoryPool, int, void *);
+CUresult cuMemPoolSetAccess(CUmemoryPool, const CUmemAccessDesc *, size_t);
+CUresult cuMemPoolGetAccess(int *, CUmemoryPool, CUmemLocation *);
+CUresult cuStreamIsCapturing(CUstream, int *);
+CUresult cuStreamIsCapturing_ptsz(CUstream, int *);
 CUresult cuMemGetAllocationGranularity(size_t *, const CUmemAllocationProp *, int);
 CUresult cuMemCreate(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
 CUresult cuMemRelease(CUmemGenericAllocationHandle);
@@ -532,6 +536,30 @@ static void scenario_pools(void) {
     CHECK(used == 4 * MiB);
     OK(cuMemFreeAsync(a, s));
     OK(cuMemFreeAsync(b, s));
+
+    /* Nothing is ever captured. */
+    int capturing = 7;
+    OK(cuStreamIsCapturing(s, &capturing));
+    CHECK(capturing == 0);
+    capturing = 7;
+    OK(cuStreamIsCapturing_ptsz((CUstream)0x2, &capturing));
+    CHECK(capturing == 0);
+    CHECK(cuStreamIsCapturing((CUstream)0x1234, &capturing) == 400);
+
+    /* Pool access: the owner is always read-write and cannot lose it; a device that does
+     * not exist is refused. */
+    int access = -1;
+    CUmemLocation loc = {1, 0};
+    OK(cuMemPoolGetAccess(&access, pool, &loc));
+    CHECK(access == 3);
+    CUmemAccessDesc desc = {{1, 0}, 3};
+    OK(cuMemPoolSetAccess(pool, &desc, 1));
+    desc.flags = 0;
+    CHECK(cuMemPoolSetAccess(pool, &desc, 1) == 101);
+    desc.location.id = 5;
+    CHECK(cuMemPoolSetAccess(pool, &desc, 1) == 101);
+    loc.type = 2;
+    CHECK(cuMemPoolGetAccess(&access, pool, &loc) == 1);
     OK(cuMemPoolDestroy(pool));
     CHECK(cuMemPoolDestroy(def) == 1);
     OK(cuDeviceGetMemPool(&cur, 0));

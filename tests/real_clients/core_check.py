@@ -1,0 +1,93 @@
+"""NVIDIA's cuda.core under cuquota: its device memory resources (stream-ordered pools,
+allocated from with cuMemAllocFromPoolAsync) and its virtual memory resource (cuMemCreate
+and cuMemMap).
+
+Usage: core_check.py QUOTA_BYTES CHUNK_BYTES, run with LD_PRELOAD=libcuquota.so and
+CUQUOTA_LIMIT=QUOTA_BYTES. For the device's default resource and for one that owns a pool
+of its own: buffers up to the quota succeed, the next raises cuda.core's CUDAError for
+CUDA_ERROR_OUT_OF_MEMORY, closing a buffer gives its room back; then the same through a
+VirtualMemoryResource. cuda.core has no
+memory-info call of its own, so the figures come from cuMemGetInfo through the
+cuda.bindings underneath it. One `name key=value...` line per step for
+tests/real_clients.rs; exits non-zero (with the reason on stderr) when a check fails.
+"""
+
+import sys
+
+from cuda.bindings import driver as cu
+from cuda.core import (
+    Device,
+    DeviceMemoryResource,
+    DeviceMemoryResourceOptions,
+    VirtualMemoryResource,
+    VirtualMemoryResourceOptions,
+)
+
+# Not re-exported publicly by cuda.core 1.2; the version is pinned.
+from cuda.core._utils.cuda_utils import CUDAError
+
+
+def emit(what, /, **values):
+    print(what, *(f"{k}={v}" for k, v in values.items()), flush=True)
+
+
+def check(cond, what):
+    if not cond:
+        sys.exit(f"core_check: FAILED: {what}")
+
+
+def meminfo(when, quota, in_use):
+    err, free, total = cu.cuMemGetInfo()
+    check(err == cu.CUresult.CUDA_SUCCESS, f"cuMemGetInfo returned {err!r}")
+    emit("meminfo", when=when, free=free, total=total)
+    check(total == quota, f"total {total} is not the quota {quota}")
+    check(free == quota - in_use, f"free {free} is not {quota} - {in_use}")
+
+
+def exercise(name, mr, stream, quota, chunk):
+    buffers = []
+    while True:
+        try:
+            buffers.append(mr.allocate(chunk, stream=stream))
+        except CUDAError as e:
+            # cuda.core turns the driver's CUresult into "NAME: description".
+            error = str(e).split(":")[0]
+            break
+        check(len(buffers) <= quota // chunk, f"{name}: buffer #{len(buffers)} passed the quota")
+    emit("fill", api=name, chunk=chunk, ok=len(buffers), err=error)
+    check(error == "CUDA_ERROR_OUT_OF_MEMORY", f"{name}: over the quota raised {error}")
+    check(len(buffers) == quota // chunk, f"{name}: {len(buffers)} buffers fit")
+    meminfo(f"{name}-full", quota, len(buffers) * chunk)
+
+    buffers.pop().close(stream)
+    stream.sync()
+    meminfo(f"{name}-one-freed", quota, len(buffers) * chunk)
+    buffers.append(mr.allocate(chunk, stream=stream))
+    emit("realloc", api=name, size=buffers[-1].size)
+    check(buffers[-1].size == chunk, "the buffer after a close has the wrong size")
+
+    for b in buffers:
+        b.close(stream)
+    stream.sync()
+    meminfo(f"{name}-empty", quota, 0)
+
+
+def main():
+    quota, chunk = int(sys.argv[1]), int(sys.argv[2])
+    dev = Device(0)
+    dev.set_current()
+    emit("device", id=dev.device_id, name=dev.name.replace(" ", "_"))
+    meminfo("start", quota, 0)
+    stream = dev.create_stream()
+
+    exercise("default", dev.memory_resource, stream, quota, chunk)
+    owned = DeviceMemoryResource(dev, DeviceMemoryResourceOptions())
+    check(owned.is_handle_owned, "DeviceMemoryResource with options did not create a pool")
+    exercise("owned", owned, stream, quota, chunk)
+    owned.close()
+    exercise("vmm", VirtualMemoryResource(dev, VirtualMemoryResourceOptions()), stream, quota, chunk)
+    stream.close()
+    emit("done")
+
+
+main()
