@@ -25,17 +25,21 @@ thread_local! {
     static IN_HOOK: Cell<bool> = const { Cell::new(false) };
 }
 
-struct InHook;
+/// Holds this thread's `IN_HOOK` flag; keeps its address so that leaving costs no second
+/// thread-local look-up (each is a `__tls_get_addr` call in a shared library).
+struct InHook(*const Cell<bool>);
 
 impl InHook {
     fn enter() -> Option<InHook> {
-        IN_HOOK.with(|h| !h.replace(true)).then_some(InHook)
+        IN_HOOK.with(|h| (!h.replace(true)).then_some(InHook(h)))
     }
 }
 
 impl Drop for InHook {
     fn drop(&mut self) {
-        IN_HOOK.with(|h| h.set(false));
+        // SAFETY: the flag has no destructor, so it lives as long as this thread, and this
+        // guard never leaves the thread that made it.
+        unsafe { (*self.0).set(false) };
     }
 }
 

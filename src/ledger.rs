@@ -15,7 +15,9 @@ pub struct Charge {
 
 const SHARDS: usize = 64;
 
-/// Keys are addresses or handles: already well spread, so a multiply is hash enough.
+/// Keys are addresses or handles. A folded multiply spreads them into the low bits too,
+/// which pick the hash table's bucket (a plain multiply would keep an aligned address's zero
+/// low bits, and every entry of a table would probe from the same few buckets).
 #[derive(Default)]
 struct KeyHasher(u64);
 
@@ -29,11 +31,36 @@ impl Hasher for KeyHasher {
         }
     }
     fn write_u64(&mut self, key: u64) {
-        self.0 = key.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let product = u128::from(key) * 0x9e37_79b9_7f4a_7c15;
+        self.0 = (product as u64) ^ ((product >> 64) as u64);
     }
 }
 
-type Shard = Mutex<HashMap<u64, Charge, BuildHasherDefault<KeyHasher>>>;
+/// A charge packed into one word (GPU ordinal in the top 8 bits, bytes below), so that an
+/// entry is 16 bytes and more of a large ledger stays in cache.
+#[derive(Clone, Copy)]
+struct Packed(u64);
+
+const BYTES_BITS: u32 = 56;
+
+impl From<Charge> for Packed {
+    fn from(c: Charge) -> Packed {
+        // No driver hands out 64 PiB; clamp rather than corrupt the device bits if one did.
+        let bytes = c.bytes.min((1 << BYTES_BITS) - 1);
+        Packed((u64::from(c.device) << BYTES_BITS) | bytes)
+    }
+}
+
+impl From<Packed> for Charge {
+    fn from(p: Packed) -> Charge {
+        Charge {
+            device: (p.0 >> BYTES_BITS) as u32,
+            bytes: p.0 & ((1 << BYTES_BITS) - 1),
+        }
+    }
+}
+
+type Shard = Mutex<HashMap<u64, Packed, BuildHasherDefault<KeyHasher>>>;
 
 pub struct Ledger {
     shards: [Shard; SHARDS],
@@ -61,13 +88,16 @@ impl Ledger {
     /// Records a new allocation. Returns the entry it replaced, if the key was already live
     /// (a free we never saw); the caller gives that charge back.
     pub fn insert(&self, key: u64, charge: Charge) -> Option<Charge> {
-        self.shard(key).lock().insert(key, charge)
+        self.shard(key)
+            .lock()
+            .insert(key, charge.into())
+            .map(Charge::from)
     }
 
     /// Removes an allocation before the driver frees it, so that a thread which gets the
     /// same address from the driver right after cannot have its entry removed by us.
     pub fn remove(&self, key: u64) -> Option<Charge> {
-        self.shard(key).lock().remove(&key)
+        self.shard(key).lock().remove(&key).map(Charge::from)
     }
 
     /// Before `fork()`: hold every shard, so that no lock is copied into the child half-held.
@@ -94,7 +124,12 @@ impl Ledger {
         let mut count = 0;
         let mut bytes = 0;
         for shard in &self.shards {
-            for c in shard.lock().values().filter(|c| c.device == device) {
+            for c in shard
+                .lock()
+                .values()
+                .map(|p| Charge::from(*p))
+                .filter(|c| c.device == device)
+            {
                 count += 1;
                 bytes += c.bytes;
             }
@@ -145,6 +180,12 @@ mod tests {
         );
         assert_eq!(l.remove(0x7000_0000), None);
         assert_eq!(l.live_on(1), (1, 1));
+        let big = Charge {
+            device: 63,
+            bytes: (1 << 56) - 1,
+        };
+        l.insert(0x8000, big);
+        assert_eq!(l.remove(0x8000), Some(big), "a charge survives packing");
         l.lock_all();
         l.unlock_all(true);
         assert_eq!(l.live_on(1), (0, 0));

@@ -17,7 +17,6 @@ pub struct DeviceQuota {
     peak: AtomicU64,
     allocations: AtomicU64,
     refusals: AtomicU64,
-    live: AtomicU64,
 }
 
 /// What a reservation found.
@@ -39,7 +38,6 @@ pub struct Usage {
     pub peak: u64,
     pub allocations: u64,
     pub refusals: u64,
-    pub live: u64,
 }
 
 impl Default for DeviceQuota {
@@ -56,7 +54,6 @@ impl DeviceQuota {
             peak: AtomicU64::new(0),
             allocations: AtomicU64::new(0),
             refusals: AtomicU64::new(0),
-            live: AtomicU64::new(0),
         }
     }
 
@@ -99,7 +96,10 @@ impl DeviceQuota {
                 .compare_exchange_weak(current, after, Relaxed, Relaxed)
             {
                 Ok(_) => {
-                    self.peak.fetch_max(after, Relaxed);
+                    // A plain load first: the peak rarely moves, and an RMW costs more.
+                    if after > self.peak.load(Relaxed) {
+                        self.peak.fetch_max(after, Relaxed);
+                    }
                     return if over {
                         self.refusals.fetch_add(1, Relaxed);
                         Reservation::Allowed {
@@ -123,12 +123,10 @@ impl DeviceQuota {
     /// The driver succeeded: count the allocation.
     pub fn commit(&self) {
         self.allocations.fetch_add(1, Relaxed);
-        self.live.fetch_add(1, Relaxed);
     }
 
     /// Memory was freed: return its bytes. Returns in-use after.
     pub fn release(&self, bytes: u64) -> u64 {
-        self.live.fetch_sub(1, Relaxed);
         self.in_use.fetch_sub(bytes, Relaxed) - bytes
     }
 
@@ -148,19 +146,12 @@ impl DeviceQuota {
             peak: self.peak.load(Relaxed),
             allocations: self.allocations.load(Relaxed),
             refusals: self.refusals.load(Relaxed),
-            live: self.live.load(Relaxed),
         }
     }
 
     /// In a forked child: nothing is in use, nothing happened yet; the limit stays.
     pub fn reset(&self) {
-        for counter in [
-            &self.in_use,
-            &self.peak,
-            &self.allocations,
-            &self.refusals,
-            &self.live,
-        ] {
+        for counter in [&self.in_use, &self.peak, &self.allocations, &self.refusals] {
             counter.store(0, Relaxed);
         }
     }

@@ -69,12 +69,17 @@ fn driver() -> Option<*mut c_void> {
 }
 
 /// The real driver's address of `func`, or None if the driver lacks it.
+#[inline]
 pub fn address(func: Func) -> Option<usize> {
-    let slot = &REAL[func as usize];
-    let cached = slot.load(Relaxed);
-    if cached != 0 {
-        return Some(cached);
+    match REAL[func as usize].load(Relaxed) {
+        0 => resolve(func),
+        cached => Some(cached),
     }
+}
+
+#[cold]
+fn resolve(func: Func) -> Option<usize> {
+    let slot = &REAL[func as usize];
     let handle = driver()?;
     let mut name = func.symbol().as_bytes().to_vec();
     name.push(0);
@@ -88,6 +93,7 @@ pub fn address(func: Func) -> Option<usize> {
 
 /// The real function as a typed pointer. `F` must be the `unsafe extern "C" fn` type of
 /// `func`'s C prototype; every call site names it next to the `Func`.
+#[inline]
 pub fn function<F: Copy>(func: Func) -> Option<F> {
     const { assert!(std::mem::size_of::<F>() == std::mem::size_of::<usize>()) };
     // SAFETY: the address is the driver's own function `func`, and F is its prototype.

@@ -246,7 +246,6 @@ mod tests {
             peak: 6_345_981_952,
             allocations: 37,
             refusals: 5,
-            live: 2,
         };
         assert_eq!(
             summary(0, &usage, (2, 6_345_981_952)),

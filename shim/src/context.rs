@@ -2,7 +2,7 @@
 //! each thread's stack of current contexts.
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::abi::*;
 use crate::state::{self, State};
@@ -19,17 +19,38 @@ pub struct Context {
     pub primary: bool,
 }
 
-/// A thread's current-context stack: handles, the top is the current context. A plain array
-/// so that the thread-local needs no destructor.
+/// A thread's current-context stack: handles (and their devices), the top is the current
+/// context. Plain arrays so that the thread-local needs no destructor.
 struct Stack {
     handles: [usize; STACK_CAPACITY],
+    devices: [usize; STACK_CAPACITY],
     len: usize,
 }
 
 thread_local! {
     static STACK: RefCell<Stack> = const {
-        RefCell::new(Stack { handles: [0; STACK_CAPACITY], len: 0 })
+        RefCell::new(Stack { handles: [0; STACK_CAPACITY], devices: [0; STACK_CAPACITY], len: 0 })
     };
+}
+
+/// Set once any context has been destroyed: from then on a handle on a stack may be stale,
+/// and the current device must be checked against the context table under the lock. Until
+/// then `cuCtxGetDevice` is a thread-local read, as cheap as a real driver's.
+static ANY_DESTROYED: AtomicBool = AtomicBool::new(false);
+
+/// The current context's device without the global lock, when that is exact (no context
+/// was ever destroyed); `None` means "ask under the lock".
+pub fn current_device_unlocked() -> Option<Result<usize, CUresult>> {
+    if ANY_DESTROYED.load(Ordering::Acquire) {
+        return None;
+    }
+    Some(STACK.with(|s| {
+        let s = s.borrow();
+        s.len
+            .checked_sub(1)
+            .map(|top| s.devices[top])
+            .ok_or(CUDA_ERROR_INVALID_CONTEXT)
+    }))
 }
 
 /// The handle on top of this thread's stack (unchecked: it may have been destroyed since).
@@ -40,7 +61,7 @@ pub fn current_handle() -> Option<usize> {
     })
 }
 
-fn push_handle(handle: usize) -> Result<(), CUresult> {
+fn push_handle(handle: usize, device: usize) -> Result<(), CUresult> {
     STACK.with(|s| {
         let mut s = s.borrow_mut();
         if s.len == STACK_CAPACITY {
@@ -48,6 +69,7 @@ fn push_handle(handle: usize) -> Result<(), CUresult> {
         }
         let len = s.len;
         s.handles[len] = handle;
+        s.devices[len] = device;
         s.len += 1;
         Ok(())
     })
@@ -111,7 +133,7 @@ pub fn create(device: CUdevice, flags: u32) -> Result<usize, CUresult> {
         state.device(device)?;
         add_context(&mut state, device as usize, flags, false)
     };
-    push_handle(handle)?;
+    push_handle(handle, device as usize)?;
     Ok(handle)
 }
 
@@ -124,6 +146,7 @@ pub fn destroy(handle: usize) -> Result<(), CUresult> {
             Some(c) if !c.primary => state.contexts.remove(&handle),
             _ => return Err(CUDA_ERROR_INVALID_CONTEXT),
         };
+        ANY_DESTROYED.store(true, Ordering::Release);
     }
     if current_handle() == Some(handle) {
         pop_handle();
@@ -132,10 +155,16 @@ pub fn destroy(handle: usize) -> Result<(), CUresult> {
 }
 
 pub fn push(handle: usize) -> Result<(), CUresult> {
-    if !state::lock().contexts.contains_key(&handle) {
-        return Err(CUDA_ERROR_INVALID_CONTEXT);
-    }
-    push_handle(handle)
+    let device = device_of(handle)?;
+    push_handle(handle, device)
+}
+
+fn device_of(handle: usize) -> Result<usize, CUresult> {
+    state::lock()
+        .contexts
+        .get(&handle)
+        .map(|c| c.device)
+        .ok_or(CUDA_ERROR_INVALID_CONTEXT)
 }
 
 pub fn pop() -> Result<usize, CUresult> {
@@ -148,11 +177,9 @@ pub fn set_current(handle: usize) -> Result<(), CUresult> {
         pop_handle();
         return Ok(());
     }
-    if !state::lock().contexts.contains_key(&handle) {
-        return Err(CUDA_ERROR_INVALID_CONTEXT);
-    }
+    let device = device_of(handle)?;
     pop_handle();
-    push_handle(handle)
+    push_handle(handle, device)
 }
 
 pub fn api_version(handle: usize) -> Result<u32, CUresult> {

@@ -486,7 +486,11 @@ pub unsafe extern "C" fn cuCtxGetCurrent(ctx: *mut Handle) -> CUresult {
 pub unsafe extern "C" fn cuCtxGetDevice(dev: *mut CUdevice) -> CUresult {
     entry("cuCtxGetDevice", Needs::Init, || {
         let out = Out::new(dev)?;
-        out.write(context::current_device(&state::lock())? as CUdevice);
+        let device = match context::current_device_unlocked() {
+            Some(device) => device?,
+            None => context::current_device(&state::lock())?,
+        };
+        out.write(device as CUdevice);
         Ok(())
     })
 }
