@@ -145,28 +145,11 @@ impl Engine {
         bytes: u64,
         call: impl FnOnce() -> (CuResult, u64),
     ) -> CuResult {
-        let Some((device, quota)) = self
-            .resolve_place(place)
-            .and_then(|d| Some((d, self.quota(d)?)))
-        else {
-            // No device to charge (no context: the driver will say so; host memory).
-            return call().0;
+        let call = || {
+            let (rc, key) = call();
+            (rc, key, bytes)
         };
-        let limit = match self.limit(device, quota) {
-            Ok(l) => l,
-            Err(rc) => return rc,
-        };
-        if !self.reserve(api, device, quota, bytes, limit) {
-            return CuResult::OUT_OF_MEMORY;
-        }
-        let (rc, key) = call();
-        if !rc.is_ok() {
-            quota.rollback(bytes);
-            self.driver_failed(api, device, quota, bytes, limit, rc);
-            return rc;
-        }
-        self.committed(api, kind, key, device, quota, bytes);
-        rc
+        self.alloc_settled(api, kind, place, bytes, call, |_| {})
     }
 
     /// `cuMemAllocPitch`: the driver picks the pitch, so the size is known only after the
@@ -180,13 +163,30 @@ impl Engine {
         call: impl FnOnce() -> (CuResult, u64, u64),
         undo: impl FnOnce(u64),
     ) -> CuResult {
+        let call = || {
+            let (rc, ptr, pitch) = call();
+            (rc, ptr, pitch.saturating_mul(height))
+        };
         let estimate = width.saturating_mul(height);
+        self.alloc_settled(api, Kind::Pointer, Place::Current, estimate, call, undo)
+    }
+
+    /// Reserve `estimate`, call the driver, then charge what it actually gave (the third
+    /// value `call` returns); `undo` frees an allocation whose true size does not fit.
+    fn alloc_settled(
+        &self,
+        api: &'static str,
+        kind: Kind,
+        place: Place,
+        estimate: u64,
+        call: impl FnOnce() -> (CuResult, u64, u64),
+        undo: impl FnOnce(u64),
+    ) -> CuResult {
         let Some((device, quota)) = self
-            .queries
-            .current_device()
-            .ok()
+            .resolve_place(place)
             .and_then(|d| Some((d, self.quota(d)?)))
         else {
+            // No device to charge (no context: the driver will say so; host memory).
             return call().0;
         };
         let limit = match self.limit(device, quota) {
@@ -196,18 +196,16 @@ impl Engine {
         if !self.reserve(api, device, quota, estimate, limit) {
             return CuResult::OUT_OF_MEMORY;
         }
-        let (rc, ptr, pitch) = call();
+        let (rc, key, actual) = call();
         if !rc.is_ok() {
             quota.rollback(estimate);
             self.driver_failed(api, device, quota, estimate, limit, rc);
             return rc;
         }
-        let actual = pitch.saturating_mul(height);
         if actual > estimate {
-            let extra = actual - estimate;
             let enforce = self.mode() == Mode::Enforce;
-            if let Reservation::Refused { .. } = quota.reserve(extra, limit, enforce) {
-                undo(ptr);
+            if let Reservation::Refused { .. } = quota.reserve(actual - estimate, limit, enforce) {
+                undo(key);
                 let in_use = quota.rollback(estimate);
                 self.refused(device, actual, api, limit, in_use);
                 return CuResult::OUT_OF_MEMORY;
@@ -215,7 +213,7 @@ impl Engine {
         } else if actual < estimate {
             quota.rollback(estimate - actual);
         }
-        self.committed(api, Kind::Pointer, ptr, device, quota, actual);
+        self.committed(api, kind, key, device, quota, actual);
         rc
     }
 
