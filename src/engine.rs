@@ -8,12 +8,12 @@ use crate::cuda_abi::CuResult;
 use crate::ledger::{Charge, Ledger};
 use crate::quota::{DeviceQuota, Reservation, UNLIMITED};
 use crate::report::{self, Episode, Recovery};
+use crate::spin::SpinLock;
 use crate::trace::{self, Event, EventKind};
 use crate::units::{human, Size};
-use parking_lot::RwLock;
 use std::cell::Cell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 /// What the engine asks the driver besides the call being hooked.
 pub trait Queries: Sync + Send {
@@ -54,17 +54,25 @@ pub struct Engine {
     pointers: Ledger,
     handles: Ledger,
     /// Pools made with `cuMemPoolCreate` → their device.
-    pools: RwLock<HashMap<usize, u32>>,
+    pools: SpinLock<HashMap<usize, u32>>,
     /// `CUQUOTA_TRACE` is set (read on every event, so a plain bool).
     tracing: bool,
     /// The trace was started, or failed to start, in this process (reset after fork).
-    trace_tried: AtomicBool,
+    trace_started: AtomicBool,
+    /// The one warning about a trace that cannot be written was given.
+    trace_warned: AtomicBool,
+    /// Events before the driver could name its devices, waiting for the trace's header.
+    early_events: SpinLock<Vec<Event>>,
+    early_dropped: AtomicU64,
 }
 
 thread_local! {
     /// This thread's open run of refusals (`Copy`: no thread-local destructor).
     static EPISODE: Cell<Option<Episode>> = const { Cell::new(None) };
 }
+
+/// How many events wait for the trace to start before the header can be written.
+const EARLY_EVENTS: usize = 4096;
 
 /// How many threads have an open episode: while none does, a successful allocation skips the
 /// thread-local look-up (a `__tls_get_addr` call in a shared library) altogether.
@@ -77,9 +85,12 @@ impl Engine {
             quotas: [const { DeviceQuota::new() }; MAX_DEVICES],
             pointers: Ledger::new(),
             handles: Ledger::new(),
-            pools: RwLock::new(HashMap::new()),
+            pools: SpinLock::new(HashMap::new()),
             tracing: config.as_ref().is_ok_and(|c| c.trace.is_some()),
-            trace_tried: AtomicBool::new(false),
+            trace_started: AtomicBool::new(false),
+            trace_warned: AtomicBool::new(false),
+            early_events: SpinLock::new(Vec::new()),
+            early_dropped: AtomicU64::new(0),
             config,
         }
     }
@@ -112,17 +123,17 @@ impl Engine {
         })
     }
 
-    fn resolve_place(&self, place: Place) -> Option<u32> {
+    fn resolve_place(&self, place: Place) -> Result<Option<u32>, CuResult> {
         match place {
-            Place::Current => self.queries.current_device().ok(),
-            Place::Device(d) => Some(d),
-            Place::Uncharged => None,
+            Place::Current => self.queries.current_device().map(Some),
+            Place::Device(d) => Ok(Some(d)),
+            Place::Uncharged => Ok(None),
         }
     }
 
     /// The device of a pool: the one it was created for, else the current one.
     pub fn pool_place(&self, pool: usize) -> Place {
-        match self.pools.read().get(&pool) {
+        match self.pools.lock().get(&pool) {
             Some(d) => Place::Device(*d),
             None => Place::Current,
         }
@@ -131,7 +142,7 @@ impl Engine {
     /// `cuMemPoolCreate` succeeded: remember where its memory lands.
     pub fn pool_created(&self, pool: usize, device: Option<u32>) {
         if let Some(d) = device {
-            self.pools.write().insert(pool, d);
+            self.pools.lock().insert(pool, d);
         }
     }
 
@@ -182,19 +193,31 @@ impl Engine {
         call: impl FnOnce() -> (CuResult, u64, u64),
         undo: impl FnOnce(u64),
     ) -> CuResult {
-        let Some((device, quota)) = self
-            .resolve_place(place)
-            .and_then(|d| Some((d, self.quota(d)?)))
-        else {
-            // No device to charge (no context: the driver will say so; host memory).
-            return call().0;
+        let device = match self.resolve_place(place) {
+            Ok(Some(device)) => device,
+            // Host memory: nothing to charge.
+            Ok(None) => return call().0,
+            // No current context (or the driver cannot say which): the allocation could not
+            // be charged, so it does not happen. The driver would give the same answer.
+            Err(rc) => return rc,
+        };
+        let Some(quota) = self.quota(device) else {
+            return call().0; // an ordinal beyond any quota cuquota keeps
         };
         let limit = match self.limit(device, quota) {
             Ok(l) => l,
             Err(rc) => return rc,
         };
-        if !self.reserve(api, device, quota, estimate, limit) {
-            return CuResult::OUT_OF_MEMORY;
+        match self.reserve(api, device, quota, estimate, limit) {
+            None => return CuResult::OUT_OF_MEMORY,
+            Some(true) => {}
+            Some(false) => {
+                let rc = call().0;
+                if !rc.is_ok() {
+                    self.driver_failed(api, device, quota, estimate, limit, rc);
+                }
+                return rc;
+            }
         }
         let (rc, key, actual) = call();
         if !rc.is_ok() {
@@ -204,7 +227,9 @@ impl Engine {
         }
         if actual > estimate {
             let enforce = self.mode() == Mode::Enforce;
-            if let Reservation::Refused { .. } = quota.reserve(actual - estimate, limit, enforce) {
+            if let Reservation::Refused { .. } | Reservation::Uncharged =
+                quota.reserve(actual - estimate, limit, enforce)
+            {
                 undo(key);
                 let in_use = quota.rollback(estimate);
                 self.refused(device, actual, api, limit, in_use);
@@ -217,7 +242,8 @@ impl Engine {
         rc
     }
 
-    /// Reserves or refuses; logs refusals. True when the driver should be called.
+    /// Reserves or refuses; logs refusals. `None`: refused; `Some(charged)`: call the driver
+    /// (`charged` is false for a request too large to count, which the driver will refuse).
     fn reserve(
         &self,
         api: &'static str,
@@ -225,12 +251,13 @@ impl Engine {
         quota: &DeviceQuota,
         bytes: u64,
         limit: u64,
-    ) -> bool {
+    ) -> Option<bool> {
         match quota.reserve(bytes, limit, self.mode() == Mode::Enforce) {
-            Reservation::Granted { .. } => true,
+            Reservation::Granted { .. } => Some(true),
+            Reservation::Uncharged => Some(false),
             Reservation::Refused { in_use, limit } => {
                 self.refused(device, bytes, api, limit, in_use);
-                false
+                None
             }
             Reservation::Allowed {
                 in_use_before,
@@ -243,7 +270,7 @@ impl Engine {
                     limit,
                     in_use_before,
                 ));
-                true
+                Some(true)
             }
         }
     }
@@ -357,24 +384,37 @@ impl Engine {
         }
     }
 
-    /// Appends a trace event, starting the trace on the first one.
+    /// Appends a trace event, starting the trace on the first one. The header names the
+    /// devices, so until the driver can name them (before `cuInit`) events are held back.
     fn emit(&self, event: Event) {
         if !self.tracing {
             return;
         }
-        if !self.trace_tried.load(Relaxed) && !self.trace_tried.swap(true, Relaxed) {
-            self.start_trace();
+        if !self.trace_started.load(Relaxed) && !self.start_trace(false) {
+            let mut early = self.early_events.lock();
+            if early.len() < EARLY_EVENTS {
+                early.push(event);
+            } else {
+                self.early_dropped.fetch_add(1, Relaxed);
+            }
+            return;
         }
         trace::record(event);
     }
 
-    /// Opens the trace file and writes its header (devices, quotas). One warning on failure.
-    fn start_trace(&self) {
-        let Ok(config) = &self.config else { return };
-        let Some(template) = &config.trace else {
-            return;
+    /// Opens the trace file and writes its header (devices, quotas), then the events held
+    /// back. Threads racing here all call `trace::start`: the first opens the file, the
+    /// others' events wait inside the trace module until it is open. One warning on
+    /// failure. Returns false (nothing done) while the driver names no device, unless
+    /// `anyway` (at exit: a trace of pre-`cuInit` failures is better than none).
+    fn start_trace(&self, anyway: bool) -> bool {
+        let Ok(config) = &self.config else {
+            return true;
         };
-        let devices = self
+        let Some(template) = &config.trace else {
+            return true;
+        };
+        let devices: Vec<_> = self
             .queries
             .devices()
             .into_iter()
@@ -388,36 +428,61 @@ impl Engine {
                     .filter(|l| *l != UNLIMITED),
             })
             .collect();
+        if devices.is_empty() && !anyway {
+            return false;
+        }
         let mode = match config.mode {
             Mode::Enforce => "enforce",
             Mode::Observe => "observe",
         };
-        if let Err(why) = trace::start(template, trace::StartInfo { mode, devices }) {
-            crate::log::line(&format!("trace: {why}; running on without a trace"));
-        }
-    }
-
-    /// Before `fork()`: take every lock a hook may hold, so none is copied half-held.
-    pub fn lock_for_fork(&self) {
-        self.pointers.lock_all();
-        self.handles.lock_all();
-        std::mem::forget(self.pools.write());
-    }
-
-    /// After `fork()`. The child starts afresh: the parent's allocations are not its own
-    /// (CUDA does not carry a context across fork), and its first event starts its own trace.
-    pub fn unlock_after_fork(&self, child: bool) {
-        // SAFETY: lock_for_fork write-locked it on this thread and forgot the guard.
-        unsafe { self.pools.force_unlock_write() };
-        self.pointers.unlock_all(child);
-        self.handles.unlock_all(child);
-        if child {
-            self.pools.write().clear();
-            for q in &self.quotas {
-                q.reset();
+        match trace::start(template, trace::StartInfo { mode, devices }) {
+            Ok(()) => {
+                for event in std::mem::take(&mut *self.early_events.lock()) {
+                    trace::record(event);
+                }
             }
-            self.trace_tried.store(false, Relaxed);
+            Err(why) => {
+                if !self.trace_warned.swap(true, Relaxed) {
+                    crate::log::line(&format!("trace: {why}; running on without a trace"));
+                }
+            }
         }
+        self.trace_started.store(true, Relaxed);
+        true
+    }
+
+    /// At exit, before the trace's summary: a trace still waiting for the driver (events
+    /// only before `cuInit`) is written now, with what the driver can tell.
+    pub fn flush_early_events(&self) {
+        if self.tracing && !self.trace_started.load(Relaxed) && !self.early_events.lock().is_empty()
+        {
+            self.start_trace(true);
+        }
+    }
+
+    /// Events that did not fit while the trace waited for the driver.
+    pub fn early_dropped(&self) -> u64 {
+        self.early_dropped.load(Relaxed)
+    }
+
+    /// After `fork()`, in the child. It starts afresh: the parent's allocations are not its
+    /// own (CUDA does not carry a context across fork), no lock is held, and its first event
+    /// starts its own trace.
+    ///
+    /// # Safety
+    /// Only in the child right after `fork()`, while it has one thread.
+    pub unsafe fn reset_in_child(&self) {
+        self.pointers.reset_in_child();
+        self.handles.reset_in_child();
+        self.pools.reset_in_child(HashMap::new());
+        for q in &self.quotas {
+            q.reset();
+        }
+        self.trace_started.store(false, Relaxed);
+        self.trace_warned.store(false, Relaxed);
+        self.early_events.reset_in_child(Vec::new());
+        OPEN_EPISODES.store(0, Relaxed);
+        EPISODE.with(|e| e.set(None));
     }
 
     fn ledger(&self, kind: Kind) -> &Ledger {
@@ -507,7 +572,7 @@ impl Engine {
         if !self.config.as_ref().is_ok_and(|c| c.virtualize) {
             return None;
         }
-        let device = self.resolve_place(place)?;
+        let device = self.resolve_place(place).ok()??;
         Some((device, self.quota(device)?))
     }
 
@@ -621,6 +686,8 @@ mod tests {
     }
 
     fn engine(limit: &str) -> (Engine, Arc<Fake>) {
+        // Refusal lines from these tests are not wanted on the test output.
+        crate::log::configure(&crate::config::LogTarget::Off);
         let fake = Arc::new(Fake {
             device: AtomicU32::new(0),
             free: AtomicU64::new(8 << 30),

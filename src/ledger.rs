@@ -2,7 +2,7 @@
 //! Sharded by key so that threads rarely meet on a lock, and O(1) whatever the number of
 //! live allocations (a peer's linked list made a free cost O(live)).
 
-use parking_lot::Mutex;
+use crate::spin::SpinLock;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -60,7 +60,8 @@ impl From<Packed> for Charge {
     }
 }
 
-type Shard = Mutex<HashMap<u64, Packed, BuildHasherDefault<KeyHasher>>>;
+type Map = HashMap<u64, Packed, BuildHasherDefault<KeyHasher>>;
+type Shard = SpinLock<Map>;
 
 pub struct Ledger {
     shards: [Shard; SHARDS],
@@ -75,7 +76,7 @@ impl Default for Ledger {
 impl Ledger {
     pub fn new() -> Self {
         Ledger {
-            shards: std::array::from_fn(|_| Mutex::new(HashMap::default())),
+            shards: std::array::from_fn(|_| SpinLock::new(Map::default())),
         }
     }
 
@@ -100,22 +101,13 @@ impl Ledger {
         self.shard(key).lock().remove(&key).map(Charge::from)
     }
 
-    /// Before `fork()`: hold every shard, so that no lock is copied into the child half-held.
-    pub fn lock_all(&self) {
+    /// In a forked child: no lock held, no entry (the parent's memory is not the child's).
+    ///
+    /// # Safety
+    /// Only in the child right after `fork()`, while it has one thread.
+    pub unsafe fn reset_in_child(&self) {
         for shard in &self.shards {
-            std::mem::forget(shard.lock());
-        }
-    }
-
-    /// After `fork()`, in both processes: release what [`Self::lock_all`] took; in the child
-    /// also forget every entry (the parent's memory is not the child's).
-    pub fn unlock_all(&self, clear: bool) {
-        for shard in &self.shards {
-            // SAFETY: lock_all locked every shard on this thread and forgot the guards.
-            unsafe { shard.force_unlock() };
-            if clear {
-                shard.lock().clear();
-            }
+            shard.reset_in_child(Map::default());
         }
     }
 
@@ -186,8 +178,9 @@ mod tests {
         };
         l.insert(0x8000, big);
         assert_eq!(l.remove(0x8000), Some(big), "a charge survives packing");
-        l.lock_all();
-        l.unlock_all(true);
+        std::mem::forget(l.shard(0x7000_1000).lock());
+        // SAFETY: this test is the ledger's only user.
+        unsafe { l.reset_in_child() };
         assert_eq!(l.live_on(1), (0, 0));
     }
 

@@ -17,6 +17,7 @@ mod proc_address;
 pub mod quota;
 mod real_driver;
 pub mod report;
+mod spin;
 mod state;
 pub mod trace;
 pub mod units;

@@ -3,7 +3,7 @@
 //! Rust's stderr lock, so hooks can log from any thread, in any state.
 
 use crate::config::LogTarget;
-use parking_lot::Mutex;
+use crate::spin::SpinLock;
 
 enum Sink {
     Stderr,
@@ -15,7 +15,7 @@ enum Sink {
     },
 }
 
-static SINK: Mutex<Sink> = Mutex::new(Sink::Stderr);
+static SINK: SpinLock<Sink> = SpinLock::new(Sink::Stderr);
 
 /// Sets the target once the configuration is known (until then lines go to stderr).
 pub fn configure(target: &LogTarget) {
@@ -61,14 +61,12 @@ pub fn line(msg: &str) {
     write_all(fd, text.as_bytes());
 }
 
-/// Around `fork()`: hold the sink's lock so that the child never inherits it half-held.
-pub fn lock_for_fork() {
-    std::mem::forget(SINK.lock());
-}
-
-pub fn unlock_after_fork() {
-    // SAFETY: lock_for_fork locked it on this thread and forgot the guard.
-    unsafe { SINK.force_unlock() };
+/// In a forked child: the sink's lock is free again, whoever held it in the parent.
+///
+/// # Safety
+/// Only in the child right after `fork()`, while it has one thread.
+pub unsafe fn reset_in_child() {
+    SINK.unlock_in_child();
 }
 
 /// A warning from any module (the trace writer, the exit handler): same as [`line`].

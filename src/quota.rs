@@ -28,6 +28,9 @@ pub enum Reservation {
     Refused { in_use: u64, limit: u64 },
     /// Over the quota but charged anyway (observe mode).
     Allowed { in_use_before: u64, limit: u64 },
+    /// Too large to count at all (the sum would pass 2^64): not charged; the driver will
+    /// refuse it (with no quota, or in observe mode).
+    Uncharged,
 }
 
 /// A snapshot for the exit summary and the trace.
@@ -82,8 +85,19 @@ impl DeviceQuota {
     pub fn reserve(&self, bytes: u64, limit: u64, enforce: bool) -> Reservation {
         let mut current = self.in_use.load(Relaxed);
         loop {
-            let after = current.saturating_add(bytes);
-            let over = after > limit;
+            let Some(after) = current.checked_add(bytes) else {
+                // More than 16 EiB in all: over any quota, and no counter can hold it.
+                return if enforce && limit != UNLIMITED {
+                    self.refusals.fetch_add(1, Relaxed);
+                    Reservation::Refused {
+                        in_use: current,
+                        limit,
+                    }
+                } else {
+                    Reservation::Uncharged
+                };
+            };
+            let over = limit != UNLIMITED && after > limit;
             if over && enforce {
                 self.refusals.fetch_add(1, Relaxed);
                 return Reservation::Refused {
@@ -95,21 +109,14 @@ impl DeviceQuota {
                 .in_use
                 .compare_exchange_weak(current, after, Relaxed, Relaxed)
             {
-                Ok(_) => {
-                    // A plain load first: the peak rarely moves, and an RMW costs more.
-                    if after > self.peak.load(Relaxed) {
-                        self.peak.fetch_max(after, Relaxed);
-                    }
-                    return if over {
-                        self.refusals.fetch_add(1, Relaxed);
-                        Reservation::Allowed {
-                            in_use_before: current,
-                            limit,
-                        }
-                    } else {
-                        Reservation::Granted { in_use: after }
+                Ok(_) if over => {
+                    self.refusals.fetch_add(1, Relaxed);
+                    return Reservation::Allowed {
+                        in_use_before: current,
+                        limit,
                     };
                 }
+                Ok(_) => return Reservation::Granted { in_use: after },
                 Err(now) => current = now,
             }
         }
@@ -120,9 +127,15 @@ impl DeviceQuota {
         self.in_use.fetch_sub(bytes, Relaxed) - bytes
     }
 
-    /// The driver succeeded: count the allocation.
+    /// The driver succeeded: count the allocation. The peak moves here, not at the
+    /// reservation, so that a request the driver then failed never counts as held.
     pub fn commit(&self) {
         self.allocations.fetch_add(1, Relaxed);
+        let now = self.in_use.load(Relaxed);
+        // A plain load first: the peak rarely moves, and an RMW costs more.
+        if now > self.peak.load(Relaxed) {
+            self.peak.fetch_max(now, Relaxed);
+        }
     }
 
     /// Memory was freed: return its bytes. Returns in-use after.
@@ -192,7 +205,8 @@ mod tests {
         let u = q.usage();
         assert_eq!(
             (u.peak, u.refusals, u.allocations, u.in_use),
-            (100, 1, 1, 0)
+            (60, 1, 1, 0),
+            "the peak counts what was held, not what was reserved then rolled back"
         );
     }
 
@@ -224,11 +238,28 @@ mod tests {
         );
         assert_eq!(unlimited.known_limit(), None);
         assert_eq!(
-            unlimited.reserve(u64::MAX, UNLIMITED, true),
+            unlimited.reserve(u64::MAX - 1, UNLIMITED, true),
+            Reservation::Granted {
+                in_use: u64::MAX - 1
+            },
+            "no quota refuses nothing"
+        );
+        assert_eq!(
+            unlimited.reserve(2, UNLIMITED, true),
+            Reservation::Uncharged
+        );
+        assert_eq!(unlimited.reserve(2, 100, false), Reservation::Uncharged);
+        assert_eq!(
+            unlimited.reserve(2, 100, true),
             Reservation::Refused {
-                in_use: 0,
-                limit: UNLIMITED
+                in_use: u64::MAX - 1,
+                limit: 100
             }
+        );
+        assert_eq!(
+            unlimited.rollback(u64::MAX - 1),
+            0,
+            "nothing else was charged"
         );
     }
 

@@ -7,8 +7,9 @@ use crate::units::human;
 /// `GPU 0 refused 4.00 GiB (4294967296 bytes) via cuMemAlloc_v2: quota 6.00 GiB, in use 3.10 GiB, 2.90 GiB left`
 pub fn quota_refusal(device: u32, bytes: u64, api: &str, limit: u64, in_use: u64) -> String {
     format!(
-        "GPU {device} refused {} ({bytes} bytes) via {api}: {}",
+        "GPU {device} refused {} ({}) via {api}: {}",
         human(bytes),
+        exact(bytes),
         quota_state(limit, in_use)
     )
 }
@@ -16,10 +17,20 @@ pub fn quota_refusal(device: u32, bytes: u64, api: &str, limit: u64, in_use: u64
 /// The observe-mode twin of [`quota_refusal`]: the request went ahead.
 pub fn would_refuse(device: u32, bytes: u64, api: &str, limit: u64, in_use: u64) -> String {
     format!(
-        "GPU {device} would refuse {} ({bytes} bytes) via {api}: {} (observe mode: allowed)",
+        "GPU {device} would refuse {} ({}) via {api}: {} (observe mode: allowed)",
         human(bytes),
+        exact(bytes),
         quota_state(limit, in_use)
     )
+}
+
+/// `4294967296 bytes`, `1 byte`.
+fn exact(bytes: u64) -> String {
+    if bytes == 1 {
+        "1 byte".to_string()
+    } else {
+        format!("{bytes} bytes")
+    }
 }
 
 fn quota_state(limit: u64, in_use: u64) -> String {
@@ -50,8 +61,9 @@ pub fn driver_refusal(
         None => format!("in use {}, no quota", human(in_use)),
     };
     format!(
-        "GPU {device}: the driver refused {} ({bytes} bytes) via {api}: {result}{free}; {quota}",
-        human(bytes)
+        "GPU {device}: the driver refused {} ({}) via {api}: {result}{free}; {quota}",
+        human(bytes),
+        exact(bytes)
     )
 }
 
@@ -162,9 +174,9 @@ pub fn summary(device: u32, usage: &Usage, live: (u64, u64)) -> String {
         None => ", no quota".to_string(),
     };
     format!(
-        "GPU {device} summary: peak {} ({} bytes){quota}, {} allocation{}, {} refusal{}, {} live at exit ({})",
+        "GPU {device} summary: peak {} ({}){quota}, {} allocation{}, {} refusal{}, {} live at exit ({})",
         human(usage.peak),
-        usage.peak,
+        exact(usage.peak),
         usage.allocations,
         if usage.allocations == 1 { "" } else { "s" },
         usage.refusals,

@@ -45,11 +45,7 @@ pub fn engine() -> &'static Engine {
         // precondition.
         unsafe {
             libc::atexit(at_exit);
-            libc::pthread_atfork(
-                Some(before_fork),
-                Some(after_fork_in_parent),
-                Some(after_fork_in_child),
-            );
+            libc::pthread_atfork(None, None, Some(after_fork_in_child));
         }
         engine
     })
@@ -68,8 +64,9 @@ extern "C" fn at_exit() {
             for line in engine.summary_lines() {
                 crate::log::line(&line);
             }
+            engine.flush_early_events();
             crate::trace::finish();
-            let dropped = crate::trace::dropped();
+            let dropped = crate::trace::dropped() + engine.early_dropped();
             if dropped > 0 {
                 crate::log::line(&format!(
                     "trace: {dropped} events dropped because the buffer was full (the summary line counts them too)"
@@ -79,25 +76,13 @@ extern "C" fn at_exit() {
     });
 }
 
-/// `fork()` copies locks as they are: take ours first, so the child gets them free.
-extern "C" fn before_fork() {
-    if let Some(engine) = ENGINE.get() {
-        crate::log::lock_for_fork();
-        engine.lock_for_fork();
-    }
-}
-
-extern "C" fn after_fork_in_parent() {
-    if let Some(engine) = ENGINE.get() {
-        engine.unlock_after_fork(false);
-        crate::log::unlock_after_fork();
-    }
-}
-
 /// The child has its own quota, summary and trace (with `%p`, its own file).
 extern "C" fn after_fork_in_child() {
     if let Some(engine) = ENGINE.get() {
-        engine.unlock_after_fork(true);
-        crate::log::unlock_after_fork();
+        // SAFETY: this is the pthread_atfork child handler: the child has one thread.
+        unsafe {
+            engine.reset_in_child();
+            crate::log::reset_in_child();
+        }
     }
 }

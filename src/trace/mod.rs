@@ -195,8 +195,14 @@ fn open(
         rank: path::rank(|name| std::env::var(name).ok()),
         start_unix_secs: start_unix_ns / 1_000_000_000,
     };
-    let file = path::expand(template, &vars)?;
-    let (fd, file) = path::create(&file)?;
+    let wanted = path::expand(template, &vars)?;
+    let (fd, file) = path::create(&wanted)?;
+    if file != wanted {
+        // Never overwritten, never followed; but the user must learn where the trace went.
+        crate::log::warn(&format!(
+            "trace: \"{wanted}\" already exists; writing the trace to \"{file}\""
+        ));
+    }
     let header = schema::Header {
         kind: schema::kind::HEADER.into(),
         schema: schema::SCHEMA_VERSION,

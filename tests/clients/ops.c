@@ -1,5 +1,26 @@
 /* The op interpreter: runs ops given as argv words against a `struct drv` and prints one
- * machine-readable line per op on stdout ("name [args] key=value ..."), flushed at once. */
+ * machine-readable line per op on stdout ("name [args] key=value ..."), flushed at once.
+ *
+ * Besides the single calls, these ops drive the reliability tests (tests/reliability_*.rs):
+ *   soak:THREADS:MS:QUOTA[:SEED[:ROUNDS]]  the concurrency soak of soak.c (one line)
+ *   stream                  cuStreamCreate (the driver's own, not hooked); a stream slot
+ *   freeon:SLOT:STREAM      cuMemFreeAsync of pointer SLOT on stream slot STREAM
+ *   t-OP / tc-OP            run OP on a new thread (joined at once): t- with no current
+ *                           context, tc- with the caller's context made current first
+ *   fork:N                  fork; the child runs the next N ops and calls exit(), the
+ *                           parent waits (at most 10 s, then kills it) and prints
+ *                           "fork N pid=P status=S" (S: the exit code, 128 + the signal,
+ *                           or -2 if it had to be killed, and then exits with status 5),
+ *                           then goes on after those N ops
+ *   forkexec:N              the same, but the child execs this program with the next N ops
+ *   setenv:KEY=VALUE        setenv (the value may contain ':')
+ *   spin:N:SIZE             N background threads allocate and free SIZE bytes until the
+ *                           process ends; returns once each has done it once
+ *   signal:SIG              kill(getpid(), SIG); prints "signal SIG survived" if still
+ *                           alive after 10 s
+ *   exitthread:CODE         a new thread calls exit(CODE) (the caller waits for it)
+ *   atexitfree              registers an atexit handler that frees every live pointer and
+ *                           releases every live handle, printing "atexitfree-ran n=N rc=R" */
 #define _GNU_SOURCE
 #include "ops.h"
 
@@ -7,11 +28,13 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -33,7 +56,8 @@ struct slots {
     size_t n, cap;
 };
 
-static struct slots ptrs, handles, reservations;
+static struct slots ptrs, handles, reservations, streams;
+static const struct drv *the_drv; /* for the atexit handler */
 static CUcontext dev_ctx[MAX_DEVICES];
 static CUmemoryPool dev_pool[MAX_DEVICES];
 static int cur_dev = 0;
@@ -251,6 +275,186 @@ static void op_threads(const struct drv *d, unsigned long nthreads, unsigned lon
     free(tids);
 }
 
+/* ---- lifecycle helpers ---- */
+
+typedef CUresult (*fn_cuStreamCreate)(CUstream *stream, unsigned int flags);
+
+/* A driver function cuquota does not hook, looked up with the client's own dlsym. */
+static void *raw_sym(const struct drv *d, const char *name) {
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    return h && d->sym ? d->sym(h, name) : NULL;
+}
+
+static int run_op(const struct drv *d, const char *word);
+
+struct on_thread {
+    const struct drv *d;
+    const char *word;
+    CUcontext ctx; /* made current first when not NULL */
+    int result;
+};
+
+static void *on_thread_main(void *p) {
+    struct on_thread *t = p;
+    if (t->ctx && CALL(t->d, cuCtxSetCurrent, t->ctx)) {
+        t->result = -1;
+        return NULL;
+    }
+    t->result = run_op(t->d, t->word);
+    return NULL;
+}
+
+static int run_on_thread(const struct drv *d, const char *word, int with_ctx) {
+    struct on_thread t = {d, word, NULL, 0};
+    pthread_t tid;
+    if (with_ctx && (CALL(d, cuCtxGetCurrent, &t.ctx) || !t.ctx))
+        return -1;
+    if (pthread_create(&tid, NULL, on_thread_main, &t)) {
+        fprintf(stderr, "ops: pthread_create failed\n");
+        exit(3);
+    }
+    pthread_join(tid, NULL);
+    return t.result;
+}
+
+struct spinner {
+    const struct drv *d;
+    CUcontext ctx;
+    size_t size;
+    int *started;
+};
+
+static void *spin_main(void *p) {
+    struct spinner *s = p;
+    const struct drv *d = s->d;
+    unsigned long i;
+    CALL(d, cuCtxSetCurrent, s->ctx);
+    for (i = 0;; i++) {
+        CUdeviceptr dp = 0;
+        if (i & 1) {
+            if (!CALL(d, cuMemAllocAsync, &dp, s->size, NULL))
+                CALL(d, cuMemFreeAsync, dp, NULL);
+        } else if (!CALL(d, cuMemAlloc_v2, &dp, s->size)) {
+            CALL(d, cuMemFree_v2, dp);
+        }
+        if (i == 1)
+            __atomic_fetch_add(s->started, 1, __ATOMIC_SEQ_CST);
+    }
+    return NULL;
+}
+
+static void op_spin(const struct drv *d, unsigned long n, size_t size) {
+    static int started;
+    struct spinner *s = calloc(n, sizeof *s);
+    CUcontext ctx = NULL;
+    unsigned long i;
+    int target = __atomic_load_n(&started, __ATOMIC_SEQ_CST) + (int)n;
+    if (!s) {
+        fprintf(stderr, "ops: out of host memory\n");
+        exit(3);
+    }
+    CALL(d, cuCtxGetCurrent, &ctx);
+    for (i = 0; i < n; i++) {
+        pthread_t tid;
+        s[i].d = d;
+        s[i].ctx = ctx;
+        s[i].size = size;
+        s[i].started = &started;
+        if (pthread_create(&tid, NULL, spin_main, &s[i])) {
+            fprintf(stderr, "ops: pthread_create failed\n");
+            exit(3);
+        }
+        pthread_detach(tid);
+    }
+    while (__atomic_load_n(&started, __ATOMIC_SEQ_CST) < target)
+        sched_yield();
+    out("spin %lu", n);
+}
+
+static void *exit_main(void *p) {
+    exit((int)(long)p);
+    return NULL;
+}
+
+static void atexit_free(void) {
+    const struct drv *d = the_drv;
+    size_t i, n = 0;
+    CUresult rc, first = 0;
+    for (i = 0; i < ptrs.n; i++) {
+        if (!ptrs.v[i].live)
+            continue;
+        n++;
+        rc = CALL(d, cuMemFree_v2, ptrs.v[i].value);
+        if (rc && !first)
+            first = rc;
+    }
+    for (i = 0; i < handles.n; i++) {
+        if (!handles.v[i].live)
+            continue;
+        n++;
+        rc = CALL(d, cuMemRelease, handles.v[i].value);
+        if (rc && !first)
+            first = rc;
+    }
+    out("atexitfree-ran n=%zu rc=%d", n, first);
+}
+
+/* Waits for a child at most 10 s (a hang is a failure to report, not to wait out); kills
+ * it after that. Returns its exit code, 128 + its signal, or -2 when it had to be killed. */
+static int wait_child(pid_t pid) {
+    struct timespec ts = {0, 1000000L};
+    int status = 0, i;
+    pid_t got = 0;
+    for (i = 0; i < 10000; i++) {
+        got = waitpid(pid, &status, WNOHANG);
+        if (got == pid || (got < 0 && errno != EINTR))
+            break;
+        nanosleep(&ts, NULL);
+    }
+    if (got != pid) {
+        kill(pid, SIGKILL);
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+            ;
+        return -2;
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status)
+                             : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : -1;
+}
+
+/* fork:N and forkexec:N at argv[0]; returns the number of words used, or -1. */
+static int op_fork(const struct drv *d, int argc, char **argv) {
+    int exec = !strncmp(argv[0], "forkexec:", 9);
+    const char *arg = argv[0] + (exec ? 9 : 5);
+    unsigned long long n;
+    int status;
+    pid_t pid;
+    if (parse_num(arg, &n) || n > (unsigned long long)(argc - 1))
+        return -1;
+    pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "ops: fork failed\n");
+        exit(3);
+    }
+    if (pid == 0) {
+        if (exec) {
+            char **args = calloc((size_t)n + 2, sizeof *args);
+            if (!args)
+                _exit(3);
+            args[0] = "/proc/self/exe";
+            memcpy(args + 1, argv + 1, (size_t)n * sizeof *args);
+            execv("/proc/self/exe", args);
+            fprintf(stderr, "ops: execv failed\n");
+            _exit(127);
+        }
+        exit(run_ops(d, (int)n, argv + 1));
+    }
+    status = wait_child(pid);
+    out("%s %llu pid=%d status=%d", exec ? "forkexec" : "fork", n, (int)pid, status);
+    if (status == -2)
+        exit(5); /* a hung child ends the run: the test has its answer */
+    return (int)n + 1;
+}
+
 /* ---- one op ---- */
 
 /* Returns 0, or -1 when the op is malformed. */
@@ -263,6 +467,19 @@ static int run_op(const struct drv *d, const char *word) {
     unsigned long long a = 0, b = 0, c = 0;
     CUresult rc;
 
+    if (!strncmp(word, "t-", 2))
+        return run_on_thread(d, word + 2, 0);
+    if (!strncmp(word, "tc-", 3))
+        return run_on_thread(d, word + 3, 1);
+    if (!strncmp(word, "setenv:", 7)) {
+        const char *eq = strchr(word + 7, '=');
+        if (!eq || eq == word + 7 || (size_t)(eq - word) >= sizeof buf)
+            return -1;
+        memcpy(buf, word + 7, (size_t)(eq - word - 7));
+        buf[eq - word - 7] = '\0';
+        out("setenv %s rc=%d", buf, setenv(buf, eq + 1, 1) ? -1 : 0);
+        return 0;
+    }
     if (strlen(word) >= sizeof buf)
         return -1;
     strcpy(buf, word);
@@ -560,6 +777,68 @@ static int run_op(const struct drv *d, const char *word) {
         if (op[0] == '_')
             _exit((int)code);
         exit((int)code);
+    } else if (!strcmp(op, "soak")) {
+        unsigned long long seed = 1, rounds = 0;
+        if (nf < 4 || nf > 6)
+            return -1;
+        if (parse_num(f[1], &a) || a == 0 || a > 256 || parse_num(f[2], &b) ||
+            parse_size(f[3], &c) || (nf >= 5 && parse_num(f[4], &seed)) ||
+            (nf == 6 && parse_num(f[5], &rounds)))
+            return -1;
+        if (soak_run(d, (unsigned long)a, (unsigned long)b, (size_t)c, (unsigned int)seed,
+                     (unsigned long)rounds))
+            return -1;
+    } else if (!strcmp(op, "stream")) {
+        CUstream st = NULL;
+        fn_cuStreamCreate create;
+        NARGS(0);
+        *(void **)&create = raw_sym(d, "cuStreamCreate");
+        rc = create ? create(&st, 0) : CUDA_ERROR_NOT_FOUND;
+        if (rc)
+            st = NULL;
+        out("stream rc=%d slot=%zu", rc,
+            push(&streams, (unsigned long long)(size_t)st, 0, rc == 0));
+    } else if (!strcmp(op, "freeon")) {
+        struct slot *s, *st;
+        NARGS(2);
+        s = get_slot(&ptrs, f[1]);
+        st = get_slot(&streams, f[2]);
+        if (!s || !st)
+            return -1;
+        rc = CALL(d, cuMemFreeAsync, s->value, (CUstream)(size_t)st->value);
+        if (!rc)
+            s->live = 0;
+        out("freeon %s %s rc=%d", f[1], f[2], rc);
+    } else if (!strcmp(op, "spin")) {
+        NARGS(2);
+        if (parse_num(f[1], &a) || a == 0 || a > 256 || parse_size(f[2], &b))
+            return -1;
+        op_spin(d, (unsigned long)a, (size_t)b);
+    } else if (!strcmp(op, "signal")) {
+        struct timespec ts = {0, 10000000L};
+        int i;
+        NARGS(1);
+        if (parse_num(f[1], &a) || a == 0 || a >= 65)
+            return -1;
+        kill(getpid(), (int)a);
+        for (i = 0; i < 1000; i++)
+            nanosleep(&ts, NULL);
+        out("signal %llu survived", a);
+    } else if (!strcmp(op, "exitthread")) {
+        long long code;
+        pthread_t tid;
+        NARGS(1);
+        if (parse_int(f[1], &code))
+            return -1;
+        out("exitthread %lld", code);
+        if (pthread_create(&tid, NULL, exit_main, (void *)(long)code)) {
+            fprintf(stderr, "ops: pthread_create failed\n");
+            exit(3);
+        }
+        pthread_join(tid, NULL);
+    } else if (!strcmp(op, "atexitfree")) {
+        NARGS(0);
+        out("atexitfree rc=%d", atexit(atexit_free));
     } else if (!strcmp(op, "kill")) {
         NARGS(0);
         out("kill");
@@ -572,8 +851,20 @@ static int run_op(const struct drv *d, const char *word) {
 }
 
 int run_ops(const struct drv *d, int argc, char **argv) {
+    static struct drv saved; /* outlives main's copy, for the atexit handler */
     int i;
+    saved = *d;
+    the_drv = &saved;
     for (i = 0; i < argc; i++) {
+        if (!strncmp(argv[i], "fork:", 5) || !strncmp(argv[i], "forkexec:", 9)) {
+            int used = op_fork(d, argc - i, argv + i);
+            if (used < 0) {
+                fprintf(stderr, "ops: malformed op \"%s\"\n", argv[i]);
+                return 2;
+            }
+            i += used - 1;
+            continue;
+        }
         if (run_op(d, argv[i])) {
             fprintf(stderr, "ops: malformed op \"%s\"\n", argv[i]);
             return 2;

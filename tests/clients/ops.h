@@ -43,4 +43,10 @@ struct drv {
  * status: 0 after running them all (whatever their rc), 2 on a malformed op. */
 int run_ops(const struct drv *d, int argc, char **argv);
 
+/* The concurrency soak (soak.c): THREADS threads for MS milliseconds (or ROUNDS rounds, if
+ * not 0) against QUOTA bytes on device 0, from the caller's current context. Prints one
+ * line; -1 when it cannot start. */
+int soak_run(const struct drv *d, unsigned long threads, unsigned long ms, size_t quota,
+             unsigned int seed, unsigned long rounds);
+
 #endif

@@ -182,25 +182,25 @@ struct ClientBuild {
 const CLIENT_BUILDS: &[ClientBuild] = &[
     ClientBuild {
         name: "linked",
-        sources: &["linked.c", "ops.c"],
+        sources: &["linked.c", "ops.c", "soak.c"],
         flags: &[],
         link_cuda: true,
     },
     ClientBuild {
         name: "dlsym",
-        sources: &["dlsym_client.c", "ops.c"],
+        sources: &["dlsym_client.c", "ops.c", "soak.c"],
         flags: &[],
         link_cuda: false,
     },
     ClientBuild {
         name: "dlsym_old",
-        sources: &["dlsym_client.c", "ops.c"],
+        sources: &["dlsym_client.c", "ops.c", "soak.c"],
         flags: &["-DOLD_DLSYM"],
         link_cuda: false,
     },
     ClientBuild {
         name: "runtime",
-        sources: &["runtime_client.c", "ops.c"],
+        sources: &["runtime_client.c", "ops.c", "soak.c"],
         flags: &[],
         link_cuda: false,
     },

@@ -1,0 +1,382 @@
+//! The concurrency soak: 16 threads making random allocations (plain, stream-ordered,
+//! from a pool, `cuMemCreate`), frees (plain, stream-ordered, `cuMemRelease`) and memory
+//! queries of sizes around the quota, through each way a program reaches the driver.
+//!
+//! Checked against the stand-in driver's own accounting (`cuShimStats`) and the trace:
+//! - the driver's in-use never exceeds the quota (sampled after every call by every
+//!   thread, and its own high-water mark at the end);
+//! - at every quiet point (all threads parked at a barrier) and at the end, the driver's
+//!   in-use and live count are exactly what the threads hold, and `cuMemGetInfo` says
+//!   exactly the quota minus that;
+//! - every refusal was over the quota at its moment: the in-use it saw plus the request is
+//!   more than the quota;
+//! - the trace has exactly one event per call, per entry point, and replaying it (the sum
+//!   of allocated minus freed bytes, in file order) gives the in-use of every quiet-point
+//!   line, the exit summary's figures and the live set.
+//!
+//! How long: `CUQUOTA_SOAK_SECS` (default 2) for the untraced run of each path. The traced
+//! run is bounded by rounds instead, so that its events (fewer than the trace buffer holds)
+//! are all written whatever the scheduler does, and the counts can be exact.
+
+mod common;
+mod reliability_util;
+
+use common::*;
+use reliability_util::*;
+use std::collections::{BTreeMap, HashMap};
+
+const THREADS: u64 = 16;
+const QUOTA: u64 = 64 * MIB;
+/// Rounds of the traced run: 16 threads × 64 calls × 30 rounds, at most two events per
+/// call (a success after refusals adds a back-off line), stays under the 65536-event buffer.
+const TRACED_ROUNDS: u64 = 30;
+
+fn soak_ms() -> u64 {
+    std::env::var("CUQUOTA_SOAK_SECS")
+        .ok()
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .map_or(2000, |s| (s * 1000.0) as u64)
+}
+
+/// The entry points each client's calls arrive at.
+struct Apis {
+    alloc: &'static str,
+    async_alloc: &'static str,
+    pool: &'static str,
+    free_async: &'static str,
+}
+
+fn apis(client: Client) -> Apis {
+    if client == Client::RuntimePerThread {
+        Apis {
+            alloc: "cuMemAlloc_v2",
+            async_alloc: "cuMemAllocAsync_ptsz",
+            pool: "cuMemAllocFromPoolAsync_ptsz",
+            free_async: "cuMemFreeAsync_ptsz",
+        }
+    } else {
+        Apis {
+            alloc: "cuMemAlloc_v2",
+            async_alloc: "cuMemAllocAsync",
+            pool: "cuMemAllocFromPoolAsync",
+            free_async: "cuMemFreeAsync",
+        }
+    }
+}
+
+/// The soak line's counters, with the client-side invariants checked.
+fn soak_line(out: &Output, index: usize) -> BTreeMap<String, u64> {
+    let line = out.op(index, "soak");
+    let n: BTreeMap<String, u64> = line
+        .kv
+        .keys()
+        .map(|k| (k.clone(), line.num(k).unwrap()))
+        .collect();
+    for key in ["other", "over", "badcheck"] {
+        assert_eq!(n[key], 0, "soak {key}:\n{out}");
+    }
+    assert!(n["rounds"] >= 1, "{out}");
+    assert!(n["max_in_use"] <= QUOTA, "{out}");
+    // The load has teeth: every kind of call happened and the quota was hit.
+    for key in [
+        "alloc",
+        "async",
+        "pool",
+        "create",
+        "oom",
+        "free",
+        "freeasync",
+        "release",
+        "info",
+    ] {
+        assert!(n[key] > 0, "no {key} calls:\n{out}");
+    }
+    n
+}
+
+/// The driver's books after the soak, and what the process was told.
+fn check_end(out: &Output, first: usize, n: &BTreeMap<String, u64>) {
+    let stats = out.check(
+        first,
+        "shimstats",
+        &[("rc", 0), ("in_use", n["live_bytes"]), ("live", n["live"])],
+    );
+    let peak = stats.num("peak").unwrap();
+    assert!(peak <= QUOTA, "the driver's peak {peak} > {QUOTA}:\n{out}");
+    out.check(
+        first + 1,
+        "info",
+        &[
+            ("rc", 0),
+            ("free", QUOTA - n["live_bytes"]),
+            ("total", QUOTA),
+        ],
+    );
+}
+
+/// The log: one refusal line per refusal, each over the quota; one summary that adds up.
+fn check_log(out: &Output, log: &str, n: &BTreeMap<String, u64>) {
+    let prefix = out.prefix();
+    let lines: Vec<&str> = log.lines().collect();
+    assert!(
+        lines.iter().all(|l| l.starts_with(&prefix)),
+        "a foreign log line:\n{log}"
+    );
+    let refused: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|l| l.starts_with(&format!("{prefix}GPU 0 refused ")))
+        .collect();
+    assert_eq!(refused.len() as u64, n["oom"], "refusal lines:\n{out}");
+    for l in &refused {
+        let bytes = bytes_in_parens(l).unwrap_or_else(|| panic!("no size in {l}"));
+        assert!(l.contains(": quota 64.00 MiB, in use "), "{l}");
+        assert!(bytes > 0, "{l}");
+    }
+    let summaries: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|l| l.starts_with(&format!("{prefix}GPU 0 summary: ")))
+        .collect();
+    assert_eq!(summaries.len(), 1, "{log}");
+    let s = summaries[0];
+    let peak = bytes_in_parens(s).unwrap();
+    assert!(peak <= QUOTA, "{s}");
+    let allocs = n["alloc"] + n["async"] + n["pool"] + n["create"];
+    assert_eq!(number_before(s, " allocations"), Some(allocs), "{s}");
+    assert_eq!(number_before(s, " refusals"), Some(n["oom"]), "{s}");
+    assert!(
+        s.ends_with(&format!(
+            " {} live at exit ({})",
+            n["live"],
+            h(n["live_bytes"])
+        )),
+        "{s}"
+    );
+}
+
+/// The traced run's trace against the soak line.
+fn check_trace(client: Client, pid: u32, trace: &Trace, n: &BTreeMap<String, u64>) {
+    let at = trace.path.display();
+    assert_eq!(trace.header["pid"], pid, "{at}");
+    assert_eq!(trace.header["devices"][0]["quota"], QUOTA, "{at}");
+    assert!(trace.of("dropped").is_empty(), "{at}: events were dropped");
+
+    // One event per call, per entry point.
+    let a = apis(client);
+    let mut counts: BTreeMap<(String, String), u64> = BTreeMap::new();
+    for e in &trace.events {
+        if e.kind != "backoff" {
+            let key = match e.kind.as_str() {
+                "refused" => format!("refused/{}", e.reason.as_deref().unwrap_or("-")),
+                k => k.to_string(),
+            };
+            *counts.entry((key, e.api.clone())).or_default() += 1;
+        }
+    }
+    let mut want: BTreeMap<(String, String), u64> = BTreeMap::new();
+    let mut put = |kind: &str, api: &str, count: u64| {
+        if count > 0 {
+            *want.entry((kind.to_string(), api.to_string())).or_default() += count;
+        }
+    };
+    put("alloc", a.alloc, n["alloc"]);
+    put("alloc", a.async_alloc, n["async"]);
+    put("alloc", a.pool, n["pool"]);
+    put("alloc", "cuMemCreate", n["create"]);
+    put("free", "cuMemFree_v2", n["free"]);
+    put("free", a.free_async, n["freeasync"]);
+    put("free", "cuMemRelease", n["release"]);
+    // The threads' queries, one per quiet point, and the `info` ops before and after.
+    put("meminfo", "cuMemGetInfo_v2", n["info"] + n["rounds"] + 2);
+    let refused: u64 = counts
+        .iter()
+        .filter(|((k, _), _)| k == "refused/quota")
+        .map(|(_, c)| c)
+        .sum();
+    assert_eq!(refused, n["oom"], "{at}: refusals");
+    counts.retain(|(k, _), _| k != "refused/quota");
+    assert_eq!(counts, want, "{at}: events per entry point");
+
+    // Every line within the quota; every refusal over it at its moment.
+    for e in &trace.events {
+        if e.kind == "dropped" {
+            continue;
+        }
+        assert_eq!(e.dev, 0, "{at}: {e:?}");
+        assert!(e.in_use <= QUOTA, "{at}: {e:?}");
+        match e.kind.as_str() {
+            "refused" => {
+                assert_eq!(e.result, "CUDA_ERROR_OUT_OF_MEMORY", "{at}: {e:?}");
+                assert!(
+                    e.in_use + e.bytes > QUOTA,
+                    "{at}: not over the quota: {e:?}"
+                );
+            }
+            "alloc" | "free" | "meminfo" | "backoff" => {
+                assert_eq!(e.result, "CUDA_SUCCESS", "{at}: {e:?}")
+            }
+            other => panic!("{at}: unexpected {other}: {e:?}"),
+        }
+    }
+
+    // Replay. Between quiet points the in_use of a line may differ from the replayed sum
+    // (the threads' atomic updates and their trace lines interleave differently), but at a
+    // quiet point (a query from the main thread, whose tid is the pid) it must be exact.
+    let mut sum: i128 = 0;
+    let mut quiet = 0;
+    let mut live: HashMap<(bool, u64), i64> = HashMap::new();
+    let mut live_bytes: HashMap<(bool, u64), u64> = HashMap::new();
+    for e in &trace.events {
+        let handle = e.api == "cuMemCreate" || e.api == "cuMemRelease";
+        match e.kind.as_str() {
+            "alloc" => {
+                sum += i128::from(e.bytes);
+                *live.entry((handle, hex(&e.ptr))).or_default() += 1;
+                live_bytes.insert((handle, hex(&e.ptr)), e.bytes);
+            }
+            "free" => {
+                sum -= i128::from(e.bytes);
+                *live.entry((handle, hex(&e.ptr))).or_default() -= 1;
+            }
+            "meminfo" if e.tid == pid => {
+                quiet += 1;
+                assert_eq!(i128::from(e.in_use), sum, "{at}: quiet point #{quiet}");
+                assert_eq!(e.told_total, QUOTA, "{at}: {e:?}");
+                assert_eq!(e.told_free, QUOTA - e.in_use, "{at}: {e:?}");
+            }
+            _ => {}
+        }
+        assert!(sum >= 0, "{at}: the replay went below zero at {e:?}");
+    }
+    assert_eq!(quiet, n["rounds"] + 2, "{at}: quiet points");
+    assert_eq!(
+        sum,
+        i128::from(n["live_bytes"]),
+        "{at}: replayed in-use at the end"
+    );
+    // Every allocation freed at most once (in any order), and what is left is the live set.
+    assert!(live.values().all(|c| *c == 0 || *c == 1), "{at}: {live:?}");
+    let left: Vec<_> = live.iter().filter(|(_, c)| **c == 1).collect();
+    assert_eq!(left.len() as u64, n["live"], "{at}: live allocations");
+    let left_bytes: u64 = left.iter().map(|(k, _)| live_bytes[*k]).sum();
+    assert_eq!(left_bytes, n["live_bytes"], "{at}");
+
+    let summary = trace.summary.as_ref().expect("a summary line");
+    assert_eq!(summary["end"], "exit");
+    assert_eq!(summary["dropped"], 0);
+    assert_eq!(summary["events"], trace.events.len() as u64, "{at}");
+    let d = &summary["devices"][0];
+    assert_eq!(d["dev"], 0);
+    assert_eq!(d["quota"], QUOTA);
+    assert!(d["peak"].as_u64().unwrap() <= QUOTA, "{at}");
+    assert_eq!(d["in_use"], n["live_bytes"], "{at}");
+    assert_eq!(
+        d["allocs"],
+        n["alloc"] + n["async"] + n["pool"] + n["create"],
+        "{at}"
+    );
+    assert_eq!(
+        d["frees"],
+        n["free"] + n["freeasync"] + n["release"],
+        "{at}"
+    );
+    assert_eq!(d["refusals"], n["oom"], "{at}");
+    assert_eq!(d["live"], n["live"], "{at}");
+    assert_eq!(d["live_bytes"], n["live_bytes"], "{at}");
+}
+
+fn soak(client: Client) {
+    let dir = scratch_dir("soak");
+    let ms = soak_ms();
+
+    // Untraced, bounded by time.
+    let log = dir.join("timed.log");
+    let ops = format!("init soak:{THREADS}:{ms}:{QUOTA}:1 shimstats:0 info");
+    let out = Run::client(client)
+        .ops(&ops)
+        .env("CUQUOTA_LIMIT", "64MiB")
+        .env("CUQUOTA_LOG", log.to_str().unwrap())
+        .run();
+    out.check_exit(0);
+    out.check(0, "init", &[("rc", 0)]);
+    let n = soak_line(&out, 1);
+    check_end(&out, 2, &n);
+    check_log(&out, &std::fs::read_to_string(&log).unwrap(), &n);
+
+    // Traced, bounded by rounds.
+    let log = dir.join("traced.log");
+    let trace = dir.join("traced.jsonl");
+    // The `info` before the soak starts the trace while nothing else runs (the start itself
+    // is the subject of `no_event_is_lost_while_the_trace_starts`).
+    let ops = format!("init info soak:{THREADS}:600000:{QUOTA}:2:{TRACED_ROUNDS} shimstats:0 info");
+    let out = Run::client(client)
+        .ops(&ops)
+        .env("CUQUOTA_LIMIT", "64MiB")
+        .env("CUQUOTA_LOG", log.to_str().unwrap())
+        .env("CUQUOTA_TRACE", trace.to_str().unwrap())
+        .run();
+    out.check_exit(0);
+    out.check(1, "info", &[("rc", 0), ("free", QUOTA)]);
+    let n = soak_line(&out, 2);
+    assert_eq!(n["rounds"], TRACED_ROUNDS, "{out}");
+    check_end(&out, 3, &n);
+    check_log(&out, &std::fs::read_to_string(&log).unwrap(), &n);
+    check_trace(client, out.pid, &read_trace(&trace, false), &n);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn soak_linked() {
+    soak(Client::Linked);
+}
+
+#[test]
+fn soak_dlsym() {
+    soak(Client::Dlsym);
+}
+
+#[test]
+fn soak_runtime() {
+    soak(Client::Runtime);
+}
+
+#[test]
+fn soak_runtime_per_thread_stream() {
+    soak(Client::RuntimePerThread);
+}
+
+/// FAILS (most runs) at the time of writing (src/engine.rs `emit`, src/trace/mod.rs
+/// `start`/`record`): the first event starts the trace; while that thread opens the file,
+/// writes the header and starts the writer, other threads' events find no trace yet
+/// (`trace_tried` is already set, `CURRENT` still null) and are dropped without being
+/// counted: no `dropped` line, `"dropped":0` in the summary. With 64 threads making their
+/// first allocations at once, a run loses up to dozens of events (in about one run in three
+/// on a 2-core machine; 20 runs here). The soak's traced run above can fail the same way. Events that
+/// arrive while the trace is starting should wait for it (or be queued), or be counted.
+#[test]
+fn no_event_is_lost_while_the_trace_starts() {
+    for _ in 0..20 {
+        let dir = scratch_dir("trace-start-race");
+        let trace = dir.join("t.jsonl");
+        let out = Run::client(Client::Linked)
+            .ops("init threads:64:2:64K")
+            .env("CUQUOTA_LIMIT", "1GiB")
+            .env("CUQUOTA_TRACE", trace.to_str().unwrap())
+            .run();
+        out.check_exit(0);
+        out.check(1, "threads", &[("ok", 128), ("oom", 0), ("other", 0)]);
+        let t = read_trace(&trace, false);
+        let dropped = t.summary.as_ref().unwrap()["dropped"].as_u64().unwrap();
+        assert_eq!(
+            (
+                t.of("alloc").len() as u64 + dropped,
+                t.of("free").len() as u64
+            ),
+            (128, 128),
+            "{}: events lost while the trace started, {dropped} counted as dropped",
+            trace.display()
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
