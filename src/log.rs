@@ -35,30 +35,37 @@ pub fn line(msg: &str) {
     let pid = unsafe { libc::getpid() };
     let text = format!("cuquota[{pid}]: {msg}\n");
     let mut sink = SINK.lock();
-    let fd = match &mut *sink {
+    let (fd, path) = match &mut *sink {
         Sink::Off => return,
-        Sink::Stderr => 2,
+        Sink::Stderr => (2, None),
         Sink::File { path, fd } => match fd {
-            Some(fd) => *fd,
+            Some(fd) => (*fd, Some(path)),
             None => match open_append(path) {
-                Some(opened) => *fd.insert(opened),
+                Some(opened) => (*fd.insert(opened), Some(path)),
                 None => {
-                    let path = std::mem::take(path);
+                    let why = std::io::Error::last_os_error();
+                    let note = format!("cannot open CUQUOTA_LOG file \"{path}\" ({why})");
                     *sink = Sink::Stderr;
-                    write_all(
-                        2,
-                        format!(
-                            "cuquota[{pid}]: cannot open CUQUOTA_LOG file \"{path}\" ({}); logging to stderr\n",
-                            std::io::Error::last_os_error()
-                        )
-                        .as_bytes(),
-                    );
-                    2
+                    to_stderr_instead(pid, &note, &text);
+                    return;
                 }
             },
         },
     };
-    write_all(fd, text.as_bytes());
+    if let Err(why) = write_all(fd, text.as_bytes()) {
+        if let Some(path) = path {
+            // The log file broke (a full disk): say so once, and keep every line on stderr.
+            let note = format!("cannot write CUQUOTA_LOG file \"{path}\" ({why})");
+            *sink = Sink::Stderr;
+            to_stderr_instead(pid, &note, &text);
+        }
+    }
+}
+
+fn to_stderr_instead(pid: i32, note: &str, text: &str) {
+    let note = format!("cuquota[{pid}]: {note}; logging to stderr\n");
+    let _ = write_all(2, note.as_bytes());
+    let _ = write_all(2, text.as_bytes());
 }
 
 /// In a forked child: the sink's lock is free again, whoever held it in the parent.
@@ -87,16 +94,21 @@ fn open_append(path: &str) -> Option<i32> {
     (fd >= 0).then_some(fd)
 }
 
-fn write_all(fd: i32, mut bytes: &[u8]) {
+fn write_all(fd: i32, mut bytes: &[u8]) -> std::io::Result<()> {
     while !bytes.is_empty() {
         // SAFETY: bytes is a live slice; write reads at most bytes.len() from it.
         let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
-        if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-            continue;
+        if n < 0 {
+            let err = std::io::Error::last_os_error();
+            if err.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(err);
         }
-        if n <= 0 {
-            return; // nowhere to report a failing log; never harm the host over it
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
         }
         bytes = &bytes[n as usize..];
     }
+    Ok(())
 }

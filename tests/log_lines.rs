@@ -208,6 +208,28 @@ fn log_to_a_file() {
 }
 
 #[test]
+fn a_log_file_that_cannot_be_written_falls_back_to_stderr_and_says_so_once() {
+    let out = run(
+        Client::Linked,
+        "init alloc:768M alloc:512M alloc:512M",
+        &[LIMIT, ("CUQUOTA_LOG", "/dev/full")],
+    );
+    out.check_rcs(&[0, 0, OUT_OF_MEMORY, OUT_OF_MEMORY]);
+    let lines = out.cuquota_lines();
+    let notes: Vec<_> = lines
+        .iter()
+        .filter(|l| l.contains("cannot write CUQUOTA_LOG file \"/dev/full\""))
+        .collect();
+    assert_eq!(notes.len(), 1, "{out}");
+    let refusals = lines
+        .iter()
+        .filter(|l| l.contains(" refused 512.00 MiB"))
+        .count();
+    assert_eq!(refusals, 2, "no line is lost:\n{out}");
+    assert!(lines.iter().any(|l| l.contains(" summary: ")), "{out}");
+}
+
+#[test]
 fn info_level_prints_the_config_once() {
     let out = run(
         Client::Linked,
