@@ -6,7 +6,7 @@
 //! writes whole lines with write(2), so a killed process leaves only complete lines, all
 //! but the last `period` of them on disk.
 
-use super::encode::{dropped_line, event_line, Stamped, Tally};
+use super::encode::{dropped_line, Encoder, Stamped, Tally};
 use super::Event;
 use parking_lot::{Condvar, Mutex};
 use std::cell::Cell;
@@ -230,6 +230,7 @@ impl Tracer {
     /// The writer thread's body.
     fn run(&'static self, tally: Tally, period: Duration) {
         let mut state = WriterState {
+            encoder: Encoder::default(),
             tally,
             out: Vec::with_capacity(1 << 20),
             batch: Vec::with_capacity(self.capacity),
@@ -271,16 +272,18 @@ impl Tracer {
             dropped_line(&mut st.out, self.now_ns(), dropped - st.dropped_written);
             st.dropped_written = dropped;
         }
-        for s in st.batch.drain(..) {
+        // By reference, then cleared: cheaper than moving each event out with `drain`.
+        for s in &st.batch {
             if st.failed {
-                continue;
+                break;
             }
-            event_line(&mut st.out, &s);
-            st.tally.add(&s);
+            st.encoder.event_line(&mut st.out, s);
+            st.tally.add(s);
             if st.out.len() >= 1 << 20 {
                 self.flush(&mut st.out, &mut st.failed);
             }
         }
+        st.batch.clear();
         self.flush(&mut st.out, &mut st.failed);
     }
 
@@ -308,6 +311,7 @@ impl Tracer {
 }
 
 struct WriterState {
+    encoder: Encoder,
     tally: Tally,
     out: Vec<u8>,
     /// The buffer swapped in and out of the queue (keeps its capacity: no reallocation).
