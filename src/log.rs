@@ -94,7 +94,8 @@ fn open_append(path: &str) -> Option<i32> {
     (fd >= 0).then_some(fd)
 }
 
-fn write_all(fd: i32, mut bytes: &[u8]) -> std::io::Result<()> {
+/// write(2) until all of `bytes` is written (retrying on EINTR); also used by the trace writer.
+pub fn write_all(fd: i32, mut bytes: &[u8]) -> std::io::Result<()> {
     while !bytes.is_empty() {
         // SAFETY: bytes is a live slice; write reads at most bytes.len() from it.
         let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };

@@ -320,24 +320,7 @@ struct WriterState {
     failed: bool,
 }
 
-pub fn write_all(fd: i32, mut bytes: &[u8]) -> std::io::Result<()> {
-    while !bytes.is_empty() {
-        // SAFETY: bytes is a live slice; write reads at most bytes.len() from it.
-        let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
-        if n < 0 {
-            let err = std::io::Error::last_os_error();
-            if err.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(err);
-        }
-        if n == 0 {
-            return Err(std::io::ErrorKind::WriteZero.into());
-        }
-        bytes = &bytes[n as usize..];
-    }
-    Ok(())
-}
+pub use crate::log::write_all;
 
 pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
