@@ -19,7 +19,7 @@ const SHARDS: usize = 64;
 /// which pick the hash table's bucket (a plain multiply would keep an aligned address's zero
 /// low bits, and every entry of a table would probe from the same few buckets).
 #[derive(Default)]
-struct KeyHasher(u64);
+pub struct KeyHasher(u64);
 
 impl Hasher for KeyHasher {
     fn finish(&self) -> u64 {

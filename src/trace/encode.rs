@@ -13,6 +13,9 @@
 use super::schema::{kind, Summary, SummaryDevice};
 use super::{Event, EventKind};
 use crate::cuda_abi::CuResult;
+use crate::ledger::KeyHasher;
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 use std::ptr;
 
 /// An event with the stamps `record` adds.
@@ -600,7 +603,7 @@ impl Tally {
             }
             EventKind::Free if ok => {
                 d.frees += 1;
-                if let Some(old) = live.remove(ev.ptr) {
+                if let Some(old) = live.remove(&ev.ptr) {
                     d.live = d.live.wrapping_sub(1);
                     d.live_bytes = d.live_bytes.wrapping_sub(old);
                 }
@@ -627,104 +630,9 @@ impl Tally {
     }
 }
 
-/// One device's live allocations, pointer → bytes: a hash table made for the writer's one
-/// insert or remove per event, at about a third of the instructions of `HashMap` (even with
-/// a cheap hasher): open addressing with linear probing, at most half full, and deletion by
-/// shifting the rest of the cluster back (no tombstones, so probes stay short).
-#[derive(Default)]
-struct LiveMap {
-    /// (pointer, bytes); a power-of-two number of slots (none before the first insert), where
-    /// `FREE` as the pointer marks a free slot.
-    slots: Box<[(u64, u64)]>,
-    len: usize,
-    /// The entry whose pointer is `FREE` itself, which cannot live in `slots`.
-    free_key: Option<u64>,
-}
-
-impl LiveMap {
-    const FREE: u64 = 0;
-
-    /// Where `ptr`'s probe starts: the two halves of its 128-bit product with an odd constant
-    /// folded together, so that every bit of the pointer reaches the low bits (an aligned
-    /// pointer's are zero).
-    #[inline(always)]
-    fn home(&self, ptr: u64) -> usize {
-        let product = u128::from(ptr) * 0x9e37_79b9_7f4a_7c15;
-        ((product as u64) ^ (product >> 64) as u64) as usize & (self.slots.len() - 1)
-    }
-
-    /// Returns the bytes of the entry `ptr` replaced, if any.
-    fn insert(&mut self, ptr: u64, bytes: u64) -> Option<u64> {
-        if ptr == Self::FREE {
-            return self.free_key.replace(bytes);
-        }
-        if 2 * (self.len + 1) > self.slots.len() {
-            self.grow();
-        }
-        let mask = self.slots.len() - 1;
-        let mut i = self.home(ptr);
-        loop {
-            let slot = &mut self.slots[i];
-            if slot.0 == ptr {
-                return Some(std::mem::replace(&mut slot.1, bytes));
-            }
-            if slot.0 == Self::FREE {
-                *slot = (ptr, bytes);
-                self.len += 1;
-                return None;
-            }
-            i = (i + 1) & mask;
-        }
-    }
-
-    /// Returns the bytes of `ptr`'s entry, if there was one.
-    fn remove(&mut self, ptr: u64) -> Option<u64> {
-        if ptr == Self::FREE {
-            return self.free_key.take();
-        }
-        if self.len == 0 {
-            return None;
-        }
-        let mask = self.slots.len() - 1;
-        let mut hole = self.home(ptr);
-        let bytes = loop {
-            match self.slots[hole] {
-                (p, bytes) if p == ptr => break bytes,
-                (Self::FREE, _) => return None,
-                _ => hole = (hole + 1) & mask,
-            }
-        };
-        // Close the hole: each later entry of the cluster whose probe from its home passes
-        // the hole (its home is not in the cyclic range after the hole up to itself) moves
-        // into it, and leaves a hole of its own.
-        let mut i = hole;
-        loop {
-            i = (i + 1) & mask;
-            let entry = self.slots[i];
-            if entry.0 == Self::FREE {
-                break;
-            }
-            let from_home = i.wrapping_sub(self.home(entry.0)) & mask;
-            if from_home >= i.wrapping_sub(hole) & mask {
-                self.slots[hole] = entry;
-                hole = i;
-            }
-        }
-        self.slots[hole].0 = Self::FREE;
-        self.len -= 1;
-        Some(bytes)
-    }
-
-    #[cold]
-    fn grow(&mut self) {
-        let size = (2 * self.slots.len()).max(16);
-        let old = std::mem::replace(&mut self.slots, vec![(Self::FREE, 0); size].into());
-        self.len = 0;
-        for (ptr, bytes) in old.iter().copied().filter(|&(ptr, _)| ptr != Self::FREE) {
-            self.insert(ptr, bytes);
-        }
-    }
-}
+/// One device's live allocations, pointer → bytes (the ledger's cheap hasher: pointers are
+/// already spread, and SipHash would cost the writer more than the rest of a line).
+type LiveMap = HashMap<u64, u64, BuildHasherDefault<KeyHasher>>;
 
 #[cfg(test)]
 mod tests {
@@ -1245,56 +1153,5 @@ mod tests {
         assert_eq!(at(EventKind::Free, 0, 5), (3, 2, 1, 30));
         assert_eq!(at(EventKind::Free, 0xa, 30), (3, 3, 0, 0));
         assert_eq!(at(EventKind::Free, 0xa, 30), (3, 4, 0, 0));
-    }
-
-    proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
-
-        /// `LiveMap` answers as `HashMap` does. Keys from a small set (0 among them), so that
-        /// they collide, clusters wrap around the table's end and removals shift entries back.
-        #[test]
-        fn live_map_is_a_map(ops in proptest::collection::vec((0u8..3, 0u64..48, 0u64..1000), 1..400)) {
-            let mut map = LiveMap::default();
-            let mut reference = std::collections::HashMap::new();
-            for (op, key, value) in ops {
-                // Some keys aligned like device pointers, some small.
-                let key = if key % 2 == 0 { key << 21 } else { key };
-                if op == 0 {
-                    proptest::prop_assert_eq!(map.remove(key), reference.remove(&key));
-                } else {
-                    proptest::prop_assert_eq!(map.insert(key, value), reference.insert(key, value));
-                }
-                let in_slots = reference.len() - usize::from(reference.contains_key(&0));
-                proptest::prop_assert_eq!(map.len, in_slots);
-            }
-            for (key, value) in reference {
-                proptest::prop_assert_eq!(map.remove(key), Some(value));
-            }
-            proptest::prop_assert_eq!(map.len, 0);
-        }
-    }
-
-    #[test]
-    fn live_map_grows_and_empties() {
-        let mut map = LiveMap::default();
-        let keys: Vec<u64> = (1..=50_000u64)
-            .map(|i| i.wrapping_mul(0x1_0000_0100))
-            .collect();
-        for (i, &k) in keys.iter().enumerate() {
-            assert_eq!(map.insert(k, i as u64), None);
-        }
-        assert_eq!(map.len, keys.len());
-        assert!(map.slots.len() >= 2 * keys.len());
-        // Every other one out, then all back in and out in reverse.
-        for (i, &k) in keys.iter().enumerate().step_by(2) {
-            assert_eq!(map.remove(k), Some(i as u64));
-            assert_eq!(map.remove(k), None);
-        }
-        for (i, &k) in keys.iter().enumerate().rev() {
-            let expected = if i % 2 == 0 { None } else { Some(i as u64) };
-            assert_eq!(map.remove(k), expected, "key {i}");
-        }
-        assert_eq!(map.len, 0);
-        assert!(map.slots.iter().all(|&(k, _)| k == LiveMap::FREE));
     }
 }
