@@ -13,7 +13,7 @@ use crate::trace::{self, Event, EventKind};
 use crate::units::{human, Size};
 use std::cell::Cell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 
 /// What the engine asks the driver besides the call being hooked.
 pub trait Queries: Sync + Send {
@@ -61,18 +61,12 @@ pub struct Engine {
     trace_started: AtomicBool,
     /// The one warning about a trace that cannot be written was given.
     trace_warned: AtomicBool,
-    /// Events before the driver could name its devices, waiting for the trace's header.
-    early_events: SpinLock<Vec<Event>>,
-    early_dropped: AtomicU64,
 }
 
 thread_local! {
     /// This thread's open run of refusals (`Copy`: no thread-local destructor).
     static EPISODE: Cell<Option<Episode>> = const { Cell::new(None) };
 }
-
-/// How many events wait for the trace to start before the header can be written.
-const EARLY_EVENTS: usize = 4096;
 
 /// How many threads have an open episode: while none does, a successful allocation skips the
 /// thread-local look-up (a `__tls_get_addr` call in a shared library) altogether.
@@ -89,8 +83,6 @@ impl Engine {
             tracing: config.as_ref().is_ok_and(|c| c.trace.is_some()),
             trace_started: AtomicBool::new(false),
             trace_warned: AtomicBool::new(false),
-            early_events: SpinLock::new(Vec::new()),
-            early_dropped: AtomicU64::new(0),
             config,
         }
     }
@@ -385,26 +377,21 @@ impl Engine {
     }
 
     /// Appends a trace event, starting the trace on the first one. The header names the
-    /// devices, so until the driver can name them (before `cuInit`) events are held back.
+    /// devices, so until the driver can name them (before `cuInit`) the trace module holds
+    /// the events back.
     fn emit(&self, event: Event) {
         if !self.tracing {
             return;
         }
         if !self.trace_started.load(Relaxed) && !self.start_trace(false) {
-            let mut early = self.early_events.lock();
-            if early.len() < EARLY_EVENTS {
-                early.push(event);
-            } else {
-                self.early_dropped.fetch_add(1, Relaxed);
-            }
-            return;
+            trace::hold();
         }
         trace::record(event);
     }
 
-    /// Opens the trace file and writes its header (devices, quotas), then the events held
-    /// back. Threads racing here all call `trace::start`: the first opens the file, the
-    /// others' events wait inside the trace module until it is open. One warning on
+    /// Opens the trace file and writes its header (devices, quotas); the trace module then
+    /// writes the events it held. Threads racing here all call `trace::start`: the first
+    /// opens the file, the others' events wait inside the trace module. One warning on
     /// failure. Returns false (nothing done) while the driver names no device, unless
     /// `anyway` (at exit: a trace of pre-`cuInit` failures is better than none).
     fn start_trace(&self, anyway: bool) -> bool {
@@ -435,16 +422,9 @@ impl Engine {
             Mode::Enforce => "enforce",
             Mode::Observe => "observe",
         };
-        match trace::start(template, trace::StartInfo { mode, devices }) {
-            Ok(()) => {
-                for event in std::mem::take(&mut *self.early_events.lock()) {
-                    trace::record(event);
-                }
-            }
-            Err(why) => {
-                if !self.trace_warned.swap(true, Relaxed) {
-                    crate::log::line(&format!("trace: {why}; running on without a trace"));
-                }
+        if let Err(why) = trace::start(template, trace::StartInfo { mode, devices }) {
+            if !self.trace_warned.swap(true, Relaxed) {
+                crate::log::line(&format!("trace: {why}; running on without a trace"));
             }
         }
         self.trace_started.store(true, Relaxed);
@@ -453,16 +433,10 @@ impl Engine {
 
     /// At exit, before the trace's summary: a trace still waiting for the driver (events
     /// only before `cuInit`) is written now, with what the driver can tell.
-    pub fn flush_early_events(&self) {
-        if self.tracing && !self.trace_started.load(Relaxed) && !self.early_events.lock().is_empty()
-        {
+    pub fn flush_held_events(&self) {
+        if self.tracing && trace::holding() {
             self.start_trace(true);
         }
-    }
-
-    /// Events that did not fit while the trace waited for the driver.
-    pub fn early_dropped(&self) -> u64 {
-        self.early_dropped.load(Relaxed)
     }
 
     /// After `fork()`, in the child. It starts afresh: the parent's allocations are not its
@@ -480,7 +454,6 @@ impl Engine {
         }
         self.trace_started.store(false, Relaxed);
         self.trace_warned.store(false, Relaxed);
-        self.early_events.reset_in_child(Vec::new());
         OPEN_EPISODES.store(0, Relaxed);
         EPISODE.with(|e| e.set(None));
     }

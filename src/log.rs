@@ -76,11 +76,6 @@ pub unsafe fn reset_in_child() {
     SINK.unlock_in_child();
 }
 
-/// A warning from any module (the trace writer, the exit handler): same as [`line`].
-pub fn warn(msg: &str) {
-    line(msg)
-}
-
 fn open_append(path: &str) -> Option<i32> {
     let c_path = std::ffi::CString::new(path).ok()?;
     // SAFETY: c_path is a valid NUL-terminated string for the duration of the call.

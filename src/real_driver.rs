@@ -13,7 +13,7 @@ pub static REAL_DLSYM: AtomicUsize = AtomicUsize::new(0);
 static DRIVER: AtomicUsize = AtomicUsize::new(0);
 static REAL: [AtomicUsize; COUNT] = [const { AtomicUsize::new(0) }; COUNT];
 
-/// The real `dlsym`, resolved on first use (the constructor resolves it early).
+/// The real `dlsym`, resolved on first use.
 pub fn real_dlsym() -> Option<DlsymFn> {
     let mut addr = REAL_DLSYM.load(Relaxed);
     if addr == 0 {

@@ -64,9 +64,9 @@ extern "C" fn at_exit() {
             for line in engine.summary_lines() {
                 crate::log::line(&line);
             }
-            engine.flush_early_events();
+            engine.flush_held_events();
             crate::trace::finish();
-            let dropped = crate::trace::dropped() + engine.early_dropped();
+            let dropped = crate::trace::dropped();
             if dropped > 0 {
                 crate::log::line(&format!(
                     "trace: {dropped} events dropped because the buffer was full (the summary line counts them too)"

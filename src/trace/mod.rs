@@ -13,8 +13,8 @@ mod path;
 mod signals;
 mod writer;
 
+use crate::spin::SpinLock;
 use encode::Stamped;
-use parking_lot::Mutex;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, Ordering};
 use std::time::Duration;
 use writer::{Options, Tracer};
@@ -74,12 +74,14 @@ static CURRENT: AtomicPtr<Tracer> = AtomicPtr::new(std::ptr::null_mut());
 const OFF: u8 = 0;
 const STARTING: u8 = 1;
 const ON: u8 = 2;
+/// Events are kept (see [`hold`]) for a trace that cannot be opened yet.
+const HOLDING: u8 = 3;
 static STATE: AtomicU8 = AtomicU8::new(OFF);
 
-/// Events recorded by other threads while `start` runs (creating the file and the writer
-/// takes a while, and the core starts the trace from the first event's thread only): handed
-/// to the tracer when it is published, so that none is lost.
-static PENDING: Mutex<Vec<Stamped>> = Mutex::new(Vec::new());
+/// Events recorded while `start` runs (creating the file and the writer takes a while) or
+/// while the trace is held back (before `cuInit`): handed to the tracer when it is published,
+/// so that none is lost. A spin lock, so that a forked child can simply clear it.
+static PENDING: SpinLock<Vec<Stamped>> = SpinLock::new(Vec::new());
 /// At most this many events wait in `PENDING`; more are dropped and counted.
 const PENDING_CAPACITY: usize = 1 << 16;
 static PENDING_DROPPED: AtomicU64 = AtomicU64::new(0);
@@ -97,18 +99,38 @@ fn current() -> Option<&'static Tracer> {
 pub fn start(template: &str, info: StartInfo) -> Result<(), String> {
     // Before any event can be stamped with a (cached) thread id.
     register_fork_reset();
-    if STATE
-        .compare_exchange(OFF, STARTING, Ordering::AcqRel, Ordering::Acquire)
-        .is_err()
-    {
+    let claimed = [OFF, HOLDING].into_iter().any(|from| {
+        STATE
+            .compare_exchange(from, STARTING, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    });
+    if !claimed {
         return Ok(());
     }
     start_claimed(template, &info)
 }
 
-/// `start` once this thread has moved STATE from OFF to STARTING.
+/// The trace cannot be opened yet (its header must name the devices, and before `cuInit`
+/// the driver cannot): keep events, stamped with their own times, until [`start`].
+pub fn hold() {
+    register_fork_reset();
+    let _ = STATE.compare_exchange(OFF, HOLDING, Ordering::AcqRel, Ordering::Acquire);
+}
+
+/// Whether events are being held for a trace not started yet.
+pub fn holding() -> bool {
+    STATE.load(Ordering::Acquire) == HOLDING
+}
+
+/// `start` once this thread has moved STATE from OFF or HOLDING to STARTING.
 fn start_claimed(template: &str, info: &StartInfo) -> Result<(), String> {
-    let opened = open(template, info, writer::monotonic_ns(), Options::default());
+    // The trace starts at its first event: one held back (before `cuInit`) keeps its time.
+    let now = writer::monotonic_ns();
+    let start = PENDING
+        .lock()
+        .first()
+        .map_or(now, |held| held.t_ns.min(now));
+    let opened = open(template, info, start, Options::default());
     let mut pending = PENDING.lock();
     let waiting = std::mem::take(&mut *pending);
     let dropped = PENDING_DROPPED.swap(0, Ordering::AcqRel);
@@ -139,7 +161,7 @@ pub fn record(ev: Event) {
     }
 }
 
-/// While another thread runs `start`: keep the event for the tracer it is making.
+/// While another thread runs `start`, or while held: keep the event for the tracer to come.
 #[cold]
 fn record_pending(ev: Event) {
     let tid = writer::thread_id();
@@ -149,7 +171,7 @@ fn record_pending(ev: Event) {
         drop(pending);
         return tracer.record(ev);
     }
-    if STATE.load(Ordering::Acquire) != STARTING {
+    if !matches!(STATE.load(Ordering::Acquire), STARTING | HOLDING) {
         return; // the start failed: events are ignored
     }
     if pending.len() >= PENDING_CAPACITY {
@@ -166,7 +188,7 @@ fn record_pending(ev: Event) {
 pub fn finish() {
     if let Some(tracer) = current() {
         if !tracer.finish(FINISH_TIMEOUT) {
-            crate::log::warn(
+            crate::log::line(
                 "trace: the writer did not finish within 1 s; the trace may lack its last events",
             );
         }
@@ -186,9 +208,12 @@ fn open(
     start_mono_ns: u64,
     options: Options,
 ) -> Result<&'static Tracer, String> {
+    // The wall clock of `start_mono_ns`, which may lie before now (held events).
+    let since_start = writer::monotonic_ns().saturating_sub(start_mono_ns);
     let start_unix_ns = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
+        .map_or(0, |d| d.as_nanos() as u64)
+        .saturating_sub(since_start);
     let vars = path::Vars {
         pid: std::process::id(),
         host: path::host_name(),
@@ -199,7 +224,7 @@ fn open(
     let (fd, file) = path::create(&wanted)?;
     if file != wanted {
         // Never overwritten, never followed; but the user must learn where the trace went.
-        crate::log::warn(&format!(
+        crate::log::line(&format!(
             "trace: \"{wanted}\" already exists; writing the trace to \"{file}\""
         ));
     }
@@ -283,13 +308,10 @@ extern "C" fn forget_after_fork() {
             libc::close(old.wake_fd);
         }
     }
-    // A thread that held PENDING at the fork does not exist here: take the lock back and
-    // forget (without dropping: it may be mid-update) what the parent had queued.
-    if PENDING.is_locked() {
-        // SAFETY: in the child only the forking thread runs, so no one else holds the lock.
-        unsafe { PENDING.force_unlock() };
-    }
-    std::mem::forget(std::mem::take(&mut *PENDING.lock()));
+    // A thread that held PENDING at the fork does not exist here: free the lock and forget
+    // (without dropping: it may be mid-update) what the parent had queued.
+    // SAFETY: this is the pthread_atfork child handler: the child has one thread.
+    unsafe { PENDING.reset_in_child(Vec::new()) };
     PENDING_DROPPED.store(0, Ordering::Relaxed);
     writer::FORK_GENERATION.fetch_add(1, Ordering::Relaxed);
     STATE.store(OFF, Ordering::Release);

@@ -300,7 +300,7 @@ impl Tracer {
         if !*failed {
             if let Err(e) = write_all(self.fd, out) {
                 *failed = true;
-                crate::log::warn(&format!(
+                crate::log::line(&format!(
                     "trace file \"{}\": write failed ({e}); the trace stops here",
                     self.path
                 ));
