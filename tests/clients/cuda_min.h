@@ -101,7 +101,7 @@ typedef CUresult (*fn_cuGetProcAddress_v2)(const char *symbol, void **pfn, int c
                                            cuuint64_t flags, int *symbol_status);
 typedef CUresult (*fn_cuGetProcAddress_v1)(const char *symbol, void **pfn, int cuda_version,
                                            cuuint64_t flags);
-/* The stand-in driver's test helper (not part of CUDA). */
+/* The shim's test helper (not part of CUDA). */
 typedef int (*fn_cuShimStats)(int dev, size_t *in_use, size_t *peak, unsigned long long *live);
 
 /* The exported symbols, for clients linked with -lcuda. The legacy unversioned ones are

@@ -34,7 +34,7 @@ struct drv {
     fn_cuMemFree_v1 cuMemFree;
     fn_cuMemGetInfo_v1 cuMemGetInfo;
     fn_cuGetErrorName cuGetErrorName;
-    /* The client's own symbol lookup (for the stand-in's cuShimStats), so that every
+    /* The client's own symbol lookup (for the shim's cuShimStats), so that every
      * client binary references only the dlsym version it means to. */
     void *(*sym)(void *handle, const char *name);
 };

@@ -4,7 +4,7 @@
  * calls: cuMemAlloc_v2, cuMemAllocAsync, cuMemAllocFromPoolAsync, cuMemCreate (device 0),
  * cuMemFree_v2, cuMemFreeAsync, cuMemRelease and cuMemGetInfo_v2, of random sizes around
  * QUOTA (the quota the process runs under on device 0). After every call a thread samples
- * the stand-in driver's own accounting (cuShimStats) and counts any moment its in-use was
+ * the shim's own accounting (cuShimStats) and counts any moment its in-use was
  * above QUOTA. Between rounds all threads wait at a barrier while the calling thread takes
  * a checkpoint with nothing in flight: the driver's in-use and live count must equal what
  * the threads hold, and cuMemGetInfo_v2 must say exactly QUOTA minus that. Rounds go on
@@ -34,7 +34,7 @@
 
 #define HELD 8
 #define OPS_PER_ROUND 64
-#define GRANULARITY (2ULL << 20) /* the stand-in's cuMemCreate granularity */
+#define GRANULARITY (2ULL << 20) /* the shim's cuMemCreate granularity */
 
 enum { ITEM_PTR, ITEM_HANDLE };
 

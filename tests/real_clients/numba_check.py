@@ -46,7 +46,7 @@ def loaded(fragment):
 def main():
     quota, chunk = int(sys.argv[1]), int(sys.argv[2])
     ctx = cuda.current_context()
-    # Which driver numba bound to (the stand-in) and the libcudart it insisted on finding.
+    # Which driver numba bound to (the shim) and the libcudart it insisted on finding.
     emit("libs", driver=loaded("libcuda.so"), cudart=loaded("libcudart.so"))
     meminfo(ctx, "start", quota, 0)
 

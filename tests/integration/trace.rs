@@ -1,9 +1,7 @@
-//! `CUQUOTA_TRACE`: traces of real processes under the interposer and the stand-in driver,
+//! `CUQUOTA_TRACE`: traces of real processes under the interposer and the shim,
 //! parsed back line by line and checked against what the workload did.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -214,7 +212,7 @@ fn sigkill_leaves_a_readable_trace() {
     assert_eq!(bytes, [MIB, 2 * MIB, 3 * MIB]);
     assert!(of_type(&all, "summary").is_empty());
 
-    let report = Command::new(env!("CARGO_BIN_EXE_cuquota"))
+    let report = Command::new(&artifacts().cli)
         .arg("report")
         .arg(&path)
         .output()
@@ -233,7 +231,7 @@ fn sigterm_flushes_and_summarises_before_dying() {
     let mut child = Command::new(Client::Linked.path())
         .args(["init", "alloc:1M", "sleep:60000"])
         .env_clear()
-        .env("LD_LIBRARY_PATH", &art.stand_in_dir)
+        .env("LD_LIBRARY_PATH", &art.shim_dir)
         .env("LD_PRELOAD", &art.interposer)
         .env("CUQUOTA_TRACE", &path)
         .stdout(std::process::Stdio::null())

@@ -1,8 +1,7 @@
 //! Many threads allocating at once never push the driver past the quota: the interposer
-//! reserves before it calls the driver, so the stand-in's own peak stays under the limit.
+//! reserves before it calls the driver, so the shim's own peak stays under the limit.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 const QUOTA: u64 = 64 * MIB;
 const THREADS: u64 = 8;

@@ -4,11 +4,8 @@
 //! quota and its log lines; an existing file is never written to; a trace that cannot be
 //! written costs one warning.
 
-mod common;
-mod reliability_util;
-
-use common::*;
-use reliability_util::*;
+use crate::common::*;
+use crate::reliability_util::*;
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -95,11 +92,10 @@ fn an_existing_file_link_or_directory_is_never_written_to() {
     assert!(std::fs::read_dir(&subdir).unwrap().next().is_none());
 }
 
-/// FAILS at the time of writing (src/trace/path.rs `create`, src/engine.rs `start_trace`):
-/// issue 6 asks for one warning when the trace path is a symbolic link or a directory.
-/// cuquota rightly writes to PATH.1 instead, but says nothing, so whoever looks at PATH
-/// finds an old file (or a directory) and no trace; one line naming the file actually
-/// written ("trace: \"PATH\" exists; writing \"PATH.1\"") would tell them.
+/// When the trace path is a symbolic link or a directory, cuquota writes to PATH.1 instead
+/// and says so in one line naming the file actually written ("trace: \"PATH\" exists;
+/// writing \"PATH.1\""), so whoever looks at PATH (an old file, or a directory) learns
+/// where the trace went.
 #[test]
 fn a_trace_written_under_another_name_says_so_once() {
     let dir = scratch_dir("files-renamed");

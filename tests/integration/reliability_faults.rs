@@ -1,15 +1,12 @@
-//! Driver faults injected into the stand-in (`CUDA_SHIM_FAIL=FUNC:WHEN:CODE`): out of
+//! Driver faults injected into the shim (`CUDA_SHIM_FAIL=FUNC:WHEN:CODE`): out of
 //! memory, invalid value, not initialised and a code cuquota does not know (12345), on every
 //! allocation entry point, on the frees and on the memory queries, through each lookup
 //! path. The code reaches the caller unchanged, a failed allocation is never charged (its
 //! reservation is returned), a failed free keeps its charge, the unknown code is written
 //! as a number, and nothing crashes. (tests/faults.rs has the first cases.)
 
-mod common;
-mod reliability_util;
-
-use common::*;
-use reliability_util::*;
+use crate::common::*;
+use crate::reliability_util::*;
 
 const LIMIT: (&str, &str) = ("CUQUOTA_LIMIT", "1GiB");
 const CODES: [u64; 4] = [OUT_OF_MEMORY, INVALID_VALUE, 3, 12345];
@@ -38,7 +35,7 @@ const ALLOCS: [(&str, &str); 6] = [
     ("async:1G", "cuMemAllocAsync"),
     ("pool:1G", "cuMemAllocFromPoolAsync"),
     ("managed:1G", "cuMemAllocManaged"),
-    // 2 Mi rows of 512 bytes: exactly 1 GiB with the stand-in's 512-byte pitch.
+    // 2 Mi rows of 512 bytes: exactly 1 GiB with the shim's 512-byte pitch.
     ("pitch:512:2097152:4", "cuMemAllocPitch_v2"),
     ("create:1G", "cuMemCreate"),
 ];
@@ -232,11 +229,9 @@ fn faults_on_every_call_from_the_nth_on() {
     );
 }
 
-/// FAILS at the time of writing (src/quota.rs, `DeviceQuota::reserve`): the peak is raised
-/// when a request is reserved, before the driver is called, and not lowered when the
-/// driver then fails it, so the exit summary reports a peak the process never held (here
-/// 2 MiB where it only ever held 1 MiB; the trace's summary, built from the events, says
-/// 1 MiB). The peak should count granted allocations only (e.g. raise it at commit).
+/// The exit summary's peak counts granted allocations only: a request reserved and then
+/// failed by the driver does not raise it (here the process only ever held 1 MiB, though
+/// 2 MiB were reserved for a moment), and the log agrees with the trace's summary.
 #[test]
 fn the_exit_summary_peak_counts_only_what_was_held() {
     let dir = scratch_dir("fault-peak");
@@ -289,12 +284,10 @@ fn a_percentage_limit_whose_device_size_cannot_be_read_fails_closed() {
     out.check(4, "info", &[("free", GIB), ("total", 4 * GIB)]);
 }
 
-/// FAILS at the time of writing (a bug in src/engine.rs, `Engine::alloc`): when the
-/// driver's `cuCtxGetDevice` fails (here with an injected unknown code), the hook cannot
-/// tell which device the allocation lands on and calls the driver without charging
-/// anything, so the quota no longer holds: three 1 GiB allocations succeed under a 1 GiB
-/// quota. Failing closed (returning the query's error, as the percentage case above does)
-/// keeps it.
+/// When the driver's `cuCtxGetDevice` fails (here with an injected unknown code), the hook
+/// cannot tell which device the allocation lands on; it must not call the driver uncharged
+/// (failing closed with the query's error, as the percentage case above does, keeps the
+/// quota), so the driver never holds more than 1 GiB after three 1 GiB requests.
 #[test]
 fn a_failing_device_query_does_not_open_the_quota() {
     for client in PATHS {

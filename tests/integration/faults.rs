@@ -1,8 +1,7 @@
-//! Driver errors (injected into the stand-in with CUDA_SHIM_FAIL) reach the caller
+//! Driver errors (injected into the shim with CUDA_SHIM_FAIL) reach the caller
 //! unchanged, and the quota's books stay right.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 const LIMIT: (&str, &str) = ("CUQUOTA_LIMIT", "1GiB");
 

@@ -5,11 +5,8 @@
 //! are inside the hooks. Every run is bounded by the harness's timeout (no hang); none may
 //! crash, and every trace left behind must be readable line by line.
 
-mod common;
-mod reliability_util;
-
-use common::*;
-use reliability_util::*;
+use crate::common::*;
+use crate::reliability_util::*;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 
@@ -330,23 +327,18 @@ const FORKS: usize = 100;
 fn forks_while_other_threads_are_in_the_hooks_do_not_hang() {
     // Eight threads call the hooks without pause while the main thread forks 100 times:
     // four allocate and free (the live-allocation table's locks), four are refused (the
-    // log's lock). Each child goes through cuquota's own locks only (the stand-in's lock
+    // log's lock). Each child goes through cuquota's own locks only (the shim's lock
     // may be held by a thread at the fork, as a real driver's would be: CUDA is not usable
     // in a forked child): a free of 0 (the table) and a refusal (the log).
     //
-    // FAILS at the time of writing, in most runs (src/ledger.rs `unlock_all`, src/engine.rs
-    // `unlock_after_fork`, src/log.rs `unlock_after_fork`): a child hangs in cuquota's
-    // pthread_atfork child handler, inside fork() itself, or at its first log line. The
-    // prepare handler holds every ledger shard and the log lock, so the other threads
-    // park on them; the child inherits each parking_lot lock with its "parked" bit set and
-    // parking_lot's queue of waiters, so `force_unlock` goes to `unlock_slow`, which either
-    // blocks on a queue lock a parent thread held at the fork, or hands the lock to a
-    // parked thread that does not exist in the child, so the next `lock()` blocks forever
-    // (both seen: gdb shows the child in `Ledger::unlock_all` → `force_unlock` →
-    // `RawMutex::unlock_slow`, or in the `lock()` after it). Any program that
-    // forks while other threads allocate (a PyTorch DataLoader with the fork start
-    // method, say) can hang. In the child the locks should be replaced by fresh ones
-    // rather than unlocked.
+    // What this guards: no child may hang in cuquota's fork child handler, inside fork()
+    // itself, or at its first log line. Other threads are parked on the ledger shards and
+    // the log lock that the prepare handler holds; a child that force-unlocked those
+    // inherited locks could block on a queue lock a parent thread held at the fork, or
+    // hand a lock to a parked thread that does not exist in the child. Any program that
+    // forks while other threads allocate (a PyTorch DataLoader with the fork start method,
+    // say) would hang, so in the child the locks are replaced by fresh ones rather than
+    // unlocked.
     let mut ops = String::from("init spin:4:1M spin:4:2G");
     for _ in 0..FORKS {
         ops.push_str(" fork:2 freeptr:0x0 create:1T:0");

@@ -1,11 +1,8 @@
-//! Odd but legal calls: each gets the driver's own answer (the stand-in's, which follows
+//! Odd but legal calls: each gets the driver's own answer (the shim's, which follows
 //! the real driver's documented behaviour), the books stay exact, and nothing panics.
 
-mod common;
-mod reliability_util;
-
-use common::*;
-use reliability_util::*;
+use crate::common::*;
+use crate::reliability_util::*;
 
 const LIMIT: (&str, &str) = ("CUQUOTA_LIMIT", "1GiB");
 const PATHS: [Client; 3] = [Client::Linked, Client::Dlsym, Client::Runtime];
@@ -63,7 +60,7 @@ fn zero_byte_allocations_get_the_drivers_answer_and_cost_nothing() {
             &[],
         );
         let want: Vec<u64> = raw.rcs();
-        assert_eq!(&want[1..], [INVALID_VALUE; 5], "the stand-in:\n{raw}");
+        assert_eq!(&want[1..], [INVALID_VALUE; 5], "the shim:\n{raw}");
         out.check_rcs(&[0, 1, 1, 1, 1, 1, 0, 0, 0]);
         out.check(6, "info", &[("free", GIB), ("total", GIB)]);
         out.check(8, "info", &[("free", 0)]);
@@ -100,13 +97,10 @@ fn an_allocation_of_usize_max_is_refused_and_changes_nothing() {
     }
 }
 
-/// FAILS at the time of writing (src/quota.rs, `DeviceQuota::reserve` and `rollback`): in
-/// observe mode a request so large that in-use + request overflows is charged as the
-/// saturated sum (u64::MAX) instead of in-use + request; when the driver then refuses it,
-/// `rollback` subtracts the request and in-use drops to 0, losing the 256 MiB still held.
-/// The later free of those 256 MiB underflows: in this debug build the hook panics (the
-/// panic is caught and the caller gets CUDA_ERROR_UNKNOWN for a free that did happen); in a
-/// release build in-use wraps to ~16 EiB, and every later query says 0 bytes free.
+/// In observe mode a request so large that in-use + request overflows (u64::MAX bytes),
+/// refused by the driver, leaves the books as they were: the 256 MiB still held stay
+/// charged, their later free neither underflows nor panics, and every query after it gives
+/// the right figures.
 #[test]
 fn usize_max_in_observe_mode_leaves_the_books_intact() {
     let out = run(
@@ -122,12 +116,9 @@ fn usize_max_in_observe_mode_leaves_the_books_intact() {
     out.check(7, "info", &[("free", GIB - 512 * MIB)]);
 }
 
-/// FAILS at the time of writing (src/quota.rs, `UNLIMITED` = u64::MAX − 1): with no quota
-/// set, a request of u64::MAX bytes saturates past "unlimited" and is refused as if over a
-/// quota, with the line "GPU 0 refused 16384.00 PiB … via cuMemAlloc_v2: quota 16384.00
-/// PiB, in use 0 B, 16384.00 PiB left" — a quota that does not exist, with room left. The
-/// caller's code (OUT_OF_MEMORY) is right; the explanation should be the driver's refusal
-/// ("… the driver refused …; in use 0 B, no quota").
+/// With no quota set, a request of u64::MAX bytes does not saturate past "unlimited" into
+/// a quota refusal: the caller gets the driver's OUT_OF_MEMORY and no log line calls it a
+/// refusal by a quota that does not exist ("GPU 0 refused …").
 #[test]
 fn usize_max_without_a_quota_is_not_called_a_quota_refusal() {
     let out = run(Client::Linked, &format!("init alloc:{MAX} info"), &[]);
@@ -289,13 +280,10 @@ fn two_devices_with_different_quotas() {
     }
 }
 
-/// FAILS at the time of writing (src/engine.rs `start_trace`): a call before `cuInit` that
-/// is traced (here a `cuMemCreate` the driver refuses with NOT_INITIALIZED) starts the
-/// trace, and its header is written while the driver cannot yet list the devices, so the
-/// header says `"devices": []` and the summary says `"quota": null` although a 1 GiB quota
-/// applies all along; `cuquota report` then shows no quota. The device list (and quotas)
-/// should come from a working driver (e.g. start the trace, or re-read the devices, once
-/// `cuInit` has succeeded).
+/// A traced call before `cuInit` (here a `cuMemCreate` the driver refuses with
+/// NOT_INITIALIZED) still gives a trace whose header lists the devices and whose summary
+/// has the 1 GiB quota that applies all along (the devices are listed once the driver
+/// can list them), so `cuquota report` shows the quota.
 #[test]
 fn a_trace_started_before_cuinit_still_names_the_devices_and_quotas() {
     let dir = scratch_dir("odd-preinit-trace");

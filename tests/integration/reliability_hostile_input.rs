@@ -9,11 +9,7 @@
 //! and src/config.rs; fuzz/ has cargo-fuzz targets for both parsers.)
 
 #[allow(dead_code)]
-#[path = "../src/trace/schema.rs"]
-mod schema;
-
-#[allow(dead_code)]
-#[path = "../src/bin/cli"]
+#[path = "../../src/bin/cli"]
 mod cli {
     pub mod fastline;
     pub mod read;
@@ -29,7 +25,7 @@ const HEADER: &str = r#"{"type":"header","schema":1,"version":"0.1.0","pid":7,"h
 /// The fast path must agree with serde_json wherever it gives an answer.
 fn agrees(line: &[u8]) {
     let fast = cli::fastline::parse(line);
-    let slow: Option<schema::EventLine> = serde_json::from_slice(line).ok();
+    let slow: Option<crate::schema::EventLine> = serde_json::from_slice(line).ok();
     match (&fast, &slow) {
         (Some(f), Some(s)) => assert_eq!(
             format!("{f:?}"),
@@ -229,7 +225,7 @@ fn item() -> impl Strategy<Value = Item> {
     prop_oneof![
         6 => canonical().prop_map(Item::Event),
         2 => event_like()
-            .prop_filter("valid", |l| serde_json::from_str::<schema::EventLine>(l).is_ok())
+            .prop_filter("valid", |l| serde_json::from_str::<crate::schema::EventLine>(l).is_ok())
             .prop_map(Item::Event),
         1 => "[^\n]{0,40}".prop_map(Item::Garbled),
         1 => (canonical(), any::<usize>()).prop_map(|(l, at)| Item::Cut(l, at)),
@@ -376,7 +372,7 @@ fn huge_lines_are_named_and_skipped() {
 // ---- the binary ------------------------------------------------------------------------
 
 fn report(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_cuquota"))
+    Command::new(&crate::common::artifacts().cli)
         .arg("report")
         .args(args)
         .env_remove("CUQUOTA_LIB")

@@ -1,7 +1,6 @@
 //! CUQUOTA_LIMIT forms, per-device limits, and CUQUOTA_VIRTUALIZE.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 #[test]
 fn per_device_limits() {

@@ -1,8 +1,7 @@
 //! The exact lines cuquota writes: refusals, observe mode, the caller's reaction, driver
 //! refusals, exit summaries, configuration errors, and where the lines go.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 const LIMIT: (&str, &str) = ("CUQUOTA_LIMIT", "1GiB");
 
@@ -272,7 +271,7 @@ fn a_process_that_never_touches_cuda_is_left_alone() {
     }
 }
 
-/// The demo: a TensorFlow-style allow_growth allocator on the 8 GiB stand-in under a
+/// The demo: a TensorFlow-style allow_growth allocator on the 8 GiB shim under a
 /// 6 GiB quota grows 2, 4, ... 2048 MiB (4094 MiB), is refused 4 GiB and shrinks by 9/10
 /// until it fits the 2050 MiB left.
 #[test]

@@ -1,17 +1,15 @@
 //! The `cuquota` command line: `report`, `export` and `plot` on synthetic traces written
 //! here (independent of the interposer), and on traces recorded from a real workload; `run`
-//! with the stand-in driver.
+//! with the shim.
 
-mod common;
-
-use common::{artifacts, scratch_dir, Client, GIB, MIB};
+use crate::common::{artifacts, scratch_dir, Client, GIB, MIB};
 use serde_json::Value;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn cuquota(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cuquota"))
+    Command::new(&artifacts().cli)
         .args(args)
         .env_remove("CUQUOTA_LIB")
         .output()
@@ -373,11 +371,11 @@ fn large_traces_stream_in_flat_memory() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-// ---- `run` and recorded traces (need the interposer and the stand-in driver) ------------
+// ---- `run` and recorded traces (need the interposer and the shim) ------------
 
 fn run_cmd(args: &[&str]) -> Command {
     let art = artifacts();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cuquota"));
+    let mut cmd = Command::new(&art.cli);
     cmd.arg("run").args(args);
     for (key, _) in std::env::vars_os() {
         let k = key.to_string_lossy();
@@ -386,7 +384,7 @@ fn run_cmd(args: &[&str]) -> Command {
         }
     }
     cmd.env("CUQUOTA_LIB", &art.interposer)
-        .env("LD_LIBRARY_PATH", &art.stand_in_dir);
+        .env("LD_LIBRARY_PATH", &art.shim_dir);
     cmd
 }
 
@@ -440,7 +438,7 @@ fn run_preloads_sets_the_variables_and_passes_the_status_through() {
 
 #[test]
 fn run_without_the_library_says_where_it_looked() {
-    let out = Command::new(env!("CARGO_BIN_EXE_cuquota"))
+    let out = Command::new(&artifacts().cli)
         .args(["run", "--", "true"])
         .env("CUQUOTA_LIB", "/nonexistent/libcuquota.so")
         .output()

@@ -1,18 +1,21 @@
-//! The integration-test harness: builds the interposer, the stand-in driver and the C test
-//! clients once per test binary, runs a client under the interposer with a clean
-//! environment and a hard timeout, and parses its one-line-per-op output.
+//! The integration-test harness: finds (or builds) the interposer, the shim and the
+//! `cuquota` CLI, builds the C test clients once per test run, runs a client under the
+//! interposer with a clean environment and a hard timeout, and parses its one-line-per-op
+//! output.
 //!
-//! Where things live (`<target>` is the directory above the profile directory holding
-//! `CARGO_BIN_EXE_cuquota`, i.e. `target/` or `$CARGO_TARGET_DIR`):
-//! - a nested `cargo build --lib -p cuquota -p cuquota-shim` (debug) into
-//!   `<target>/stand-in-build`, a target dir of its own since the outer cargo holds the
-//!   main one. It yields the interposer `libcuquota.so` (cargo does not build a
-//!   cdylib-only library for integration tests, so the one next to the `cuquota` binary
-//!   may be missing or stale) and the stand-in `libcuda.so`;
-//! - the stand-in installed as `<target>/stand-in/libcuda.so.1` (+ a `libcuda.so` link);
+//! Where things live (`<target>` is the target dir this test binary was built in: the
+//! directory above `<profile>/deps/`, i.e. `target/` or `$CARGO_TARGET_DIR`):
+//! - the build: `libcuquota.so` (the interposer), `libcuda.so` (the shim) and `cuquota`
+//!   (the CLI), all in one directory. `scripts/test.sh` builds the workspace before it runs
+//!   the tests and names that directory in `CUQUOTA_TEST_BUILD` (`<target>/debug`), so the
+//!   harness uses it as it is. Without that variable (a plain `cargo test`) the harness runs
+//!   a nested `cargo build --workspace` (debug) into `<target>/test-build`, a target dir of
+//!   its own since the outer cargo holds the lock on the main one (and cargo does not build
+//!   a cdylib-only library for integration tests);
+//! - the shim installed as `<target>/shim/libcuda.so.1` (+ a `libcuda.so` link);
 //! - the clients, compiled with gcc into `<target>/test-clients/`.
 //!
-//! A file lock makes the set-up safe when several test binaries run it at once.
+//! A file lock makes the set-up safe when several test runs do it at once.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
@@ -30,7 +33,7 @@ use std::time::{Duration, Instant, SystemTime};
 pub const KIB: u64 = 1 << 10;
 pub const MIB: u64 = 1 << 20;
 pub const GIB: u64 = 1 << 30;
-/// The stand-in driver's default device size.
+/// The shim's default device size.
 pub const DEVICE_BYTES: u64 = 8 * GIB;
 
 pub const SUCCESS: u64 = 0;
@@ -40,19 +43,28 @@ pub const OUT_OF_MEMORY: u64 = 2;
 /// How long one client may run before it is killed and the test fails.
 pub const TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Names the directory holding an already built `libcuquota.so`, `libcuda.so` and
+/// `cuquota` (set by `scripts/test.sh`).
+pub const BUILD_VAR: &str = "CUQUOTA_TEST_BUILD";
+
 // ---------------------------------------------------------------------------------------
 // Artifacts
 // ---------------------------------------------------------------------------------------
 
 pub struct Artifacts {
     pub workspace: PathBuf,
+    /// Where the harness puts what it makes (the installed shim, clients, scratch dirs).
     pub target_dir: PathBuf,
+    /// The interposer, `libcuquota.so`.
     pub interposer: PathBuf,
-    pub stand_in_dir: PathBuf,
+    /// The `cuquota` command line.
+    pub cli: PathBuf,
+    /// The directory with the shim as `libcuda.so.1`: the tests' `LD_LIBRARY_PATH`.
+    pub shim_dir: PathBuf,
     pub clients_dir: PathBuf,
 }
 
-/// Builds (once per test binary) and returns the paths of everything the tests run.
+/// Finds or builds (once per test binary) and returns the paths of everything the tests run.
 pub fn artifacts() -> &'static Artifacts {
     static ARTIFACTS: OnceLock<Artifacts> = OnceLock::new();
     ARTIFACTS.get_or_init(prepare)
@@ -60,33 +72,45 @@ pub fn artifacts() -> &'static Artifacts {
 
 fn prepare() -> Artifacts {
     let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let exe = PathBuf::from(env!("CARGO_BIN_EXE_cuquota"));
+    let exe = std::env::current_exe().expect("the test binary's path");
     let target_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("the cuquota binary lives in <target>/<profile>/")
+        .ancestors()
+        .nth(3)
+        .expect("the test binary lives in <target>/<profile>/deps/")
         .to_path_buf();
-    fs::create_dir_all(&target_dir).unwrap();
     let _lock = FileLock::acquire(&target_dir.join("cuquota-test-harness.lock"));
 
-    let build_dir = target_dir.join("stand-in-build");
-    cargo_build(&workspace, &build_dir);
-    let interposer = build_dir.join("debug/libcuquota.so");
-    assert!(interposer.is_file(), "{} is missing", interposer.display());
-    let stand_in_dir = target_dir.join("stand-in");
-    install_stand_in(&build_dir.join("debug/libcuda.so"), &stand_in_dir);
+    let build = match std::env::var_os(BUILD_VAR) {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => {
+            let build_dir = target_dir.join("test-build");
+            cargo_build(&workspace, &build_dir);
+            build_dir.join("debug")
+        }
+    };
+    let built = |name: &str| {
+        let path = build.join(name);
+        assert!(
+            path.is_file(),
+            "{} is missing: build the workspace first (`cargo build --workspace`), \
+             or unset {BUILD_VAR} to let the tests build it",
+            path.display()
+        );
+        path
+    };
+    let interposer = built("libcuquota.so");
+    let cli = built("cuquota");
+    let shim_dir = target_dir.join("shim");
+    install_shim(&built("libcuda.so"), &shim_dir);
     let clients_dir = target_dir.join("test-clients");
-    build_clients(
-        &workspace.join("tests/clients"),
-        &stand_in_dir,
-        &clients_dir,
-    );
+    build_clients(&workspace.join("tests/clients"), &shim_dir, &clients_dir);
 
     Artifacts {
         workspace,
         target_dir,
         interposer,
-        stand_in_dir,
+        cli,
+        shim_dir,
         clients_dir,
     }
 }
@@ -116,23 +140,14 @@ impl Drop for FileLock {
     }
 }
 
-/// Builds the stand-in driver and the interposer with a nested cargo, in a target dir of
-/// their own: the outer `cargo test` holds the lock on the main one. The interposer is
-/// built here too because cargo does not build a cdylib-only library for integration
-/// tests, so `libcuquota.so` next to `CARGO_BIN_EXE_cuquota` may be missing or stale.
+/// Builds the workspace (the interposer, the shim and the CLI) with a nested cargo, in a
+/// target dir of its own: the outer `cargo test` holds the lock on the main one. Only for a
+/// plain `cargo test`; `scripts/test.sh` has built them already.
 fn cargo_build(workspace: &Path, build_dir: &Path) {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(workspace)
-        .args([
-            "build",
-            "--quiet",
-            "--lib",
-            "-p",
-            "cuquota",
-            "-p",
-            "cuquota-shim",
-        ])
+        .args(["build", "--quiet", "--workspace"])
         .arg("--target-dir")
         .arg(build_dir);
     for var in [
@@ -148,20 +163,19 @@ fn cargo_build(workspace: &Path, build_dir: &Path) {
     let out = cmd.output().expect("run cargo build");
     assert!(
         out.status.success(),
-        "building the interposer and the stand-in driver failed:\n{}",
+        "building the interposer, the shim and the CLI failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
 }
 
-fn install_stand_in(built: &Path, stand_in_dir: &Path) {
-    assert!(built.is_file(), "{} is missing", built.display());
-    fs::create_dir_all(stand_in_dir).unwrap();
-    let installed = stand_in_dir.join("libcuda.so.1");
-    // Copy then rename: a client still running from an earlier binary keeps its inode.
-    let tmp = stand_in_dir.join(format!(".libcuda.so.1.{}", std::process::id()));
+fn install_shim(built: &Path, shim_dir: &Path) {
+    fs::create_dir_all(shim_dir).unwrap();
+    let installed = shim_dir.join("libcuda.so.1");
+    // Copy then rename: a client still running from an earlier test run keeps its inode.
+    let tmp = shim_dir.join(format!(".libcuda.so.1.{}", std::process::id()));
     fs::copy(built, &tmp).unwrap();
     fs::rename(&tmp, &installed).unwrap();
-    let link = stand_in_dir.join("libcuda.so");
+    let link = shim_dir.join("libcuda.so");
     if fs::read_link(&link)
         .map(|t| t != Path::new("libcuda.so.1"))
         .unwrap_or(true)
@@ -216,16 +230,16 @@ fn mtime(path: &Path) -> Option<SystemTime> {
     fs::metadata(path).and_then(|m| m.modified()).ok()
 }
 
-fn build_clients(src_dir: &Path, stand_in_dir: &Path, out_dir: &Path) {
+fn build_clients(src_dir: &Path, shim_dir: &Path, out_dir: &Path) {
     fs::create_dir_all(out_dir).unwrap();
     // Every client is rebuilt when any C file or header changed (they share ops.c and
-    // cuda_min.h), and the linked one also when the stand-in driver changed.
+    // cuda_min.h), and the linked one also when the shim changed.
     let newest_source = fs::read_dir(src_dir)
         .unwrap()
         .filter_map(|e| mtime(&e.unwrap().path()))
         .max()
         .unwrap();
-    let driver = mtime(&stand_in_dir.join("libcuda.so.1")).unwrap();
+    let driver = mtime(&shim_dir.join("libcuda.so.1")).unwrap();
     for client in CLIENT_BUILDS {
         let out = out_dir.join(client.name);
         let newest = if client.link_cuda {
@@ -246,7 +260,7 @@ fn build_clients(src_dir: &Path, stand_in_dir: &Path, out_dir: &Path) {
             .arg(&tmp);
         if client.link_cuda {
             cmd.arg("-L")
-                .arg(stand_in_dir)
+                .arg(shim_dir)
                 .args(["-Wl,--no-as-needed", "-lcuda"]);
         }
         cmd.arg("-ldl");
@@ -373,7 +387,7 @@ impl Run {
         self
     }
 
-    /// Runs without LD_PRELOAD: the raw stand-in driver.
+    /// Runs without LD_PRELOAD: the shim alone.
     pub fn no_preload(mut self) -> Run {
         self.preload = false;
         self
@@ -402,7 +416,7 @@ impl Run {
                 cmd.env_remove(&key);
             }
         }
-        cmd.env("LD_LIBRARY_PATH", &art.stand_in_dir);
+        cmd.env("LD_LIBRARY_PATH", &art.shim_dir);
         if self.preload {
             cmd.env("LD_PRELOAD", &art.interposer);
         }

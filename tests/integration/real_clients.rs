@@ -1,7 +1,7 @@
 //! Real clients that nobody on this project wrote: NVIDIA's cuda-bindings, cuda.core and
 //! numba-cuda, pinned in a virtual environment made by `scripts/real-clients-env.sh`, each
 //! running a check script from `tests/real_clients/` under the interposer against the
-//! stand-in driver (a simulated 4 GiB GPU, capped at 1 GiB).
+//! shim (a simulated 4 GiB GPU, capped at 1 GiB).
 //!
 //! The scripts fill the quota in 300 MiB pieces (3 fit, 124 MiB is left over) and check on
 //! the client's side that the next piece raises that client's out-of-memory error, that the
@@ -13,8 +13,7 @@
 //! Without the virtual environment, and with no network and no wheels to make it from,
 //! these tests fail with the script's explanation: they never pass by skipping.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -62,7 +61,7 @@ enum Mode {
     /// Under the interposer, with the per-thread default stream asked for: cuda-bindings
     /// then looks stream-ordered functions up with CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM.
     PerThread,
-    /// Without the interposer: the stand-in alone (a control for the numbers).
+    /// Without the interposer: the shim alone (a control for the numbers).
     Raw,
 }
 
@@ -309,8 +308,8 @@ fn cuda_bindings_with_the_per_thread_default_stream_uses_the_ptsz_hooks() {
 
 #[test]
 fn cuda_bindings_without_the_interposer_sees_the_whole_device() {
-    // The control: the same script and numbers with the stand-in alone, so the limits
-    // above are cuquota's and not the stand-in's.
+    // The control: the same script and numbers with the shim alone, so the limits
+    // above are cuquota's and not the shim's.
     let run = run_check("bindings_check.py", Mode::Raw);
     let out = &run.out;
     out.check(0, "total_mem", &[("bytes", DEVICE)]);
@@ -368,7 +367,7 @@ fn numba(mode: Mode) {
     let run = run_check("numba_check.py", mode);
     let out = &run.out;
     let libs = out.op(0, "libs");
-    let driver = artifacts().stand_in_dir.join("libcuda.so.1");
+    let driver = artifacts().shim_dir.join("libcuda.so.1");
     assert_eq!(libs.get("driver"), driver.to_str(), "{out}");
     let venv = python().parent().unwrap().parent().unwrap();
     assert!(

@@ -2,8 +2,7 @@
 //! glibc versions), and the CUDA runtime's cuGetProcAddress lookups (with and without
 //! per-thread default streams), and for every kind of device allocation.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 const LIMIT: (&str, &str) = ("CUQUOTA_LIMIT", "1GiB");
 
@@ -32,7 +31,7 @@ fn cumemalloc_is_capped_and_figures_are_virtualized_on_every_path() {
 }
 
 #[test]
-fn without_the_interposer_the_stand_in_gives_raw_figures() {
+fn without_the_interposer_the_shim_gives_raw_figures() {
     for client in Client::ALL {
         let out = run_raw(
             client,

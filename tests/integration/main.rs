@@ -1,0 +1,32 @@
+//! The integration tests, one test binary with one module per area. Each test starts real
+//! processes (the C clients in tests/clients, Python clients, the `cuquota` CLI) under
+//! `LD_PRELOAD` against the shim (shim/, a stand-in libcuda.so.1). `common` is the harness:
+//! it finds or builds the libraries, builds the clients, and runs them.
+//!
+//! One area: `cargo test --test integration limits::`. `scripts/test.sh` builds the
+//! workspace first and tells the harness where (`CUQUOTA_TEST_BUILD`), so nothing is built
+//! twice.
+
+mod common;
+mod reliability_util;
+
+mod cli;
+mod concurrency;
+mod faults;
+mod limits;
+mod log_lines;
+mod paths;
+mod real_clients;
+mod reliability_faults;
+mod reliability_files;
+mod reliability_hostile_input;
+mod reliability_lifecycle;
+mod reliability_odd_calls;
+mod reliability_soak;
+mod trace;
+
+// The trace schema, read by path until the format crate exists: the reader included by
+// reliability_hostile_input names it `crate::schema`.
+#[allow(dead_code)]
+#[path = "../../src/trace/schema.rs"]
+mod schema;
