@@ -1,5 +1,5 @@
 /* The benchmark client of scripts/bench.sh: times cuMemAlloc_v2 + cuMemFree_v2 (4 KiB) and
- * friends against whatever libcuda.so.1 the loader finds (the stand-in driver), with or
+ * friends against whatever libcuda.so.1 the loader finds (the shim), with or
  * without libcuquota.so preloaded — the client does not know which, so every case runs the
  * very same code. Prints "key value" lines (value in ns or per second); asserts nothing.
  *

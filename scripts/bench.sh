@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What the interposer costs: one table, every row measured in this run against the same
-# stand-in driver (release builds), each figure the median of --reps repetitions (the cases
+# shim (release builds), each figure the median of --reps repetitions (the cases
 # are interleaved within each repetition, so drift on a busy machine hits them alike).
 # A benchmark, not a test: it asserts nothing about time, and a row whose prerequisite is
 # missing (no trace support in the library, no `cuquota` CLI) reads "n/a (why)".
@@ -53,7 +53,7 @@ echo "reps:    $reps (medians); pairs of cuMemAlloc_v2 + cuMemFree_v2, 4 KiB"
 
 echo "building (release)…" >&2
 cargo build -q --release --workspace >&2
-standin=$(scripts/stand-in.sh release)
+shim_dir=$(scripts/shim.sh release)
 lib=$root/target/release/libcuquota.so
 cli=$root/target/release/cuquota
 out=$root/target/bench
@@ -64,7 +64,7 @@ trap 'rm -rf "$tmp"' EXIT
 cc=${CC:-gcc}
 $cc -O2 -Wall -o "$out/alloc_bench" bench/alloc_bench.c -ldl -lpthread
 $cc -O2 -Wall -DLINKED -o "$out/alloc_bench_linked" bench/alloc_bench.c \
-    -L"$standin" -lcuda -ldl -lpthread
+    -L"$shim_dir" -lcuda -ldl -lpthread
 $cc -O2 -Wall -o "$out/spawn_bench" bench/spawn_bench.c
 $cc -O2 -o "$out/true" bench/true.c
 $cc -O2 -Wall -o "$out/gen_trace" bench/gen_trace.c
@@ -76,8 +76,8 @@ declare -A V   # "case.key" → the values of every repetition, space-separated
 declare -A WHY # case → why it has no figures
 add() { V[$1]="${V[$1]:-} $2"; }
 
-RAW=(-u LD_PRELOAD -u CUQUOTA_LIMIT -u CUQUOTA_TRACE LD_LIBRARY_PATH="$standin")
-QUOTA=(-u LD_PRELOAD -u CUQUOTA_TRACE LD_LIBRARY_PATH="$standin" LD_PRELOAD="$lib"
+RAW=(-u LD_PRELOAD -u CUQUOTA_LIMIT -u CUQUOTA_TRACE LD_LIBRARY_PATH="$shim_dir")
+QUOTA=(-u LD_PRELOAD -u CUQUOTA_TRACE LD_LIBRARY_PATH="$shim_dir" LD_PRELOAD="$lib"
        CUQUOTA_LIMIT=$LIMIT)
 
 # run_case NAME ENV... -- COMMAND...: runs it once and adds its "key value" lines.
@@ -157,9 +157,9 @@ t_micro=$(date +%s%N)
 # ---- instruction counts (callgrind: repeatable where timings are noisy) ------------------
 
 # cg_count NAME N ENV...: instructions of `alloc_bench pair dlsym N`, per object, on the
-# calling thread: V[NAME.N.lib] libcuquota.so, .drv the stand-in driver, .ld the dynamic
+# calling thread: V[NAME.N.lib] libcuquota.so, .drv the shim, .ld the dynamic
 # loader (TLS lookups); .w everything on the trace writer thread. libc is left out: the
-# stand-in's malloc takes a different path depending on heap layout (± 250 per pair).
+# shim's malloc takes a different path depending on heap layout (± 250 per pair).
 cg_count() {
     local name=$1 n=$2 f
     shift 2
@@ -169,7 +169,7 @@ cg_count() {
     if [ -f "$f-01" ]; then
         awk -f bench/cg_objects.awk "$f-01" >"$f.objects"
         add "cg.$name.$n.lib" "$(awk '/libcuquota\.so/ {s += $1} END {print s + 0}' "$f.objects")"
-        add "cg.$name.$n.drv" "$(awk '/stand-in\/libcuda/ {s += $1} END {print s + 0}' "$f.objects")"
+        add "cg.$name.$n.drv" "$(awk '/shim\/libcuda/ {s += $1} END {print s + 0}' "$f.objects")"
         add "cg.$name.$n.ld" "$(awk '/ld-linux/ {s += $1} END {print s + 0}' "$f.objects")"
     fi
     [ -f "$f-02" ] && add "cg.$name.$n.w" "$(awk '/^totals:/ {print $2}' "$f-02")"
@@ -305,7 +305,7 @@ if [ -n "$one" ] && [ -n "$raw_one" ]; then
     added_one=$(calc "$one - $raw_one")
     for order in newest oldest; do
         v=$(median "quota_live.free_${order}_ns") r=$(median "raw_live.free_${order}_ns")
-        # Judged on what the interposer adds (the stand-in's own free slows down with many
+        # Judged on what the interposer adds (the shim's own free slows down with many
         # live blocks: cache and TLB misses); the plain ratio is shown too.
         added=$(calc "$v - $r")
         x=$(calc "$added / ($added_one > 10 ? $added_one : 10)" 2)

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# The main job on the stand-in driver: a TensorFlow-allow_growth-style allocator (regions
+# The main job on the shim: a TensorFlow-allow_growth-style allocator (regions
 # doubling from 2 MiB, ×0.9 back-off on CUDA_ERROR_OUT_OF_MEMORY) on a simulated 8 GiB GPU,
 # capped by cuquota at 6 GiB. Shows the refusal lines, the back-off explanation and the exit
 # summary, then the report and the chart made from the process's own trace.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-echo "== building cuquota, its CLI and the stand-in driver (release)"
+echo "== building cuquota, its CLI and the shim (release)"
 cargo build -q --release --workspace
-driver_dir=$(scripts/stand-in.sh release)
+driver_dir=$(scripts/shim.sh release)
 out=target/demo
 mkdir -p "$out"
 rm -f "$out"/trace-*.jsonl* "$out/memory.svg" "$out/perfetto.json"

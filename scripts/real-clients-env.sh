@@ -13,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# CUDA 13 throughout (the GPU machine's frameworks are CUDA 13 too); the stand-in driver
+# CUDA 13 throughout (the GPU machine's frameworks are CUDA 13 too); the shim
 # is run with CUDA_SHIM_DRIVER_VERSION=13000 to match. Every package of the closure is
 # pinned and installed with --no-deps, so no resolver picks a newer version on a later run.
 PINS=(
