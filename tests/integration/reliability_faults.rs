@@ -22,13 +22,6 @@ fn result_text(code: u64) -> String {
     }
 }
 
-fn no_panic(out: &Output) {
-    assert!(
-        !out.stderr.iter().any(|l| l.contains("panic")),
-        "a panic:\n{out}"
-    );
-}
-
 /// The allocation entry points: (op making 1 GiB, its driver function, how to free slot N).
 const ALLOCS: [(&str, &str); 6] = [
     ("alloc:1G", "cuMemAlloc_v2"),

@@ -12,13 +12,6 @@ use std::path::Path;
 
 const LIMIT: (&str, &str) = ("CUQUOTA_LIMIT", "1GiB");
 
-fn no_panic(out: &Output) {
-    assert!(
-        !out.stderr.iter().any(|l| l.contains("panic")),
-        "a panic:\n{out}"
-    );
-}
-
 /// The cuquota lines of process `pid` starting with `start`.
 fn lines_of<'a>(out: &'a Output, pid: u64, start: &str) -> Vec<&'a str> {
     let want = format!("cuquota[{pid}]: {start}");

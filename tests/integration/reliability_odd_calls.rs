@@ -10,13 +10,6 @@ const MAX: &str = "18446744073709551615";
 const INVALID_CONTEXT: u64 = 201;
 const NOT_INITIALIZED: u64 = 3;
 
-fn no_panic(out: &Output) {
-    assert!(
-        !out.stderr.iter().any(|l| l.contains("panic")),
-        "a panic:\n{out}"
-    );
-}
-
 #[test]
 fn frees_of_unknown_twice_freed_and_null_pointers() {
     for client in PATHS {

@@ -1,7 +1,8 @@
-//! Helpers shared by the reliability tests (tests/reliability_*.rs): reading traces back
+//! Helpers shared by the reliability tests (reliability_*.rs): reading traces back
 //! strictly, and reading cuquota's log lines.
 #![allow(dead_code)]
 
+use crate::common::Output;
 use serde::Deserialize;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -100,6 +101,14 @@ pub fn files_in(dir: &Path) -> Vec<PathBuf> {
         .collect();
     files.sort();
     files
+}
+
+/// Fails the test if any stderr line mentions a panic.
+pub fn no_panic(out: &Output) {
+    assert!(
+        !out.stderr.iter().any(|l| l.contains("panic")),
+        "a panic:\n{out}"
+    );
 }
 
 /// `"0x7f00"` → 0x7f00.
