@@ -13,6 +13,7 @@ mod reliability_util;
 mod cli;
 mod concurrency;
 mod faults;
+mod golden;
 mod limits;
 mod log_lines;
 mod paths;
