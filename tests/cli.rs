@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn cuquota(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cuquota"))
+    Command::new(common::cuquota_exe())
         .args(args)
         .env_remove("CUQUOTA_LIB")
         .output()
@@ -377,7 +377,7 @@ fn large_traces_stream_in_flat_memory() {
 
 fn run_cmd(args: &[&str]) -> Command {
     let art = artifacts();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cuquota"));
+    let mut cmd = Command::new(common::cuquota_exe());
     cmd.arg("run").args(args);
     for (key, _) in std::env::vars_os() {
         let k = key.to_string_lossy();
@@ -440,7 +440,7 @@ fn run_preloads_sets_the_variables_and_passes_the_status_through() {
 
 #[test]
 fn run_without_the_library_says_where_it_looked() {
-    let out = Command::new(env!("CARGO_BIN_EXE_cuquota"))
+    let out = Command::new(common::cuquota_exe())
         .args(["run", "--", "true"])
         .env("CUQUOTA_LIB", "/nonexistent/libcuquota.so")
         .output()

@@ -214,7 +214,7 @@ fn sigkill_leaves_a_readable_trace() {
     assert_eq!(bytes, [MIB, 2 * MIB, 3 * MIB]);
     assert!(of_type(&all, "summary").is_empty());
 
-    let report = Command::new(env!("CARGO_BIN_EXE_cuquota"))
+    let report = Command::new(common::cuquota_exe())
         .arg("report")
         .arg(&path)
         .output()

@@ -3,7 +3,7 @@
 //! environment and a hard timeout, and parses its one-line-per-op output.
 //!
 //! Where things live (`<target>` is the directory above the profile directory holding
-//! `CARGO_BIN_EXE_cuquota`, i.e. `target/` or `$CARGO_TARGET_DIR`):
+//! this test binary's `deps/`, i.e. `target/` or `$CARGO_TARGET_DIR`):
 //! - a nested `cargo build --lib -p cuquota -p cuquota-shim` (debug) into
 //!   `<target>/stand-in-build`, a target dir of its own since the outer cargo holds the
 //!   main one. It yields the interposer `libcuquota.so` (cargo does not build a
@@ -58,9 +58,27 @@ pub fn artifacts() -> &'static Artifacts {
     ARTIFACTS.get_or_init(prepare)
 }
 
+/// The `cuquota` binary of package cuquota-cli, `<target>/<profile>/cuquota`: another
+/// package's binary, so cargo does not build it for these tests; `cargo build --workspace`
+/// (as scripts/test.sh does) or `cargo build -p cuquota-cli` does.
+pub fn cuquota_exe() -> PathBuf {
+    let test = std::env::current_exe().expect("the test binary's path");
+    let profile_dir = test
+        .parent()
+        .and_then(Path::parent)
+        .expect("a test binary lives in <target>/<profile>/deps/");
+    let exe = profile_dir.join("cuquota");
+    assert!(
+        exe.is_file(),
+        "{} is missing: run `cargo build -p cuquota-cli` first",
+        exe.display()
+    );
+    exe
+}
+
 fn prepare() -> Artifacts {
     let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let exe = PathBuf::from(env!("CARGO_BIN_EXE_cuquota"));
+    let exe = cuquota_exe();
     let target_dir = exe
         .parent()
         .and_then(Path::parent)
@@ -119,7 +137,7 @@ impl Drop for FileLock {
 /// Builds the stand-in driver and the interposer with a nested cargo, in a target dir of
 /// their own: the outer `cargo test` holds the lock on the main one. The interposer is
 /// built here too because cargo does not build a cdylib-only library for integration
-/// tests, so `libcuquota.so` next to `CARGO_BIN_EXE_cuquota` may be missing or stale.
+/// tests, so `libcuquota.so` next to the `cuquota` binary may be missing or stale.
 fn cargo_build(workspace: &Path, build_dir: &Path) {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
