@@ -1,5 +1,5 @@
 /* Writes a synthetic trace of N events in cuquota's trace format (schema 1, JSON Lines:
- * src/trace/schema.rs for the fields, src/trace/encode.rs for the exact event line), for
+ * crates/format/src/schema.rs for the fields, src/trace/encode.rs for the exact event line), for
  * timing `cuquota report` and `cuquota export` on big files.
  *
  *   gen_trace N OUT

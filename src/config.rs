@@ -2,7 +2,7 @@
 //! variable, the value and a valid example: nothing is guessed, and no bad value means
 //! "unlimited".
 
-use crate::units::{parse_size, Size};
+use cuquota_format::units::{parse_size, Size};
 
 /// The most device ordinals cuquota keeps a quota for (CUDA device ordinals are small).
 pub const MAX_DEVICES: usize = 64;

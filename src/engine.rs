@@ -10,7 +10,7 @@ use crate::quota::{DeviceQuota, Reservation, UNLIMITED};
 use crate::report::{self, Episode, Recovery};
 use crate::spin::SpinLock;
 use crate::trace::{self, Event, EventKind};
-use crate::units::{human, Size};
+use cuquota_format::units::{human, Size};
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};

@@ -3,8 +3,8 @@
 //! live allocations (a peer's linked list made a free cost O(live)).
 
 use crate::spin::SpinLock;
+use cuquota_format::hash::BuildKeyHasher;
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 
 /// What one live allocation charged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -14,27 +14,6 @@ pub struct Charge {
 }
 
 const SHARDS: usize = 64;
-
-/// Keys are addresses or handles. A folded multiply spreads them into the low bits too,
-/// which pick the hash table's bucket (a plain multiply would keep an aligned address's zero
-/// low bits, and every entry of a table would probe from the same few buckets).
-#[derive(Default)]
-pub struct KeyHasher(u64);
-
-impl Hasher for KeyHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3);
-        }
-    }
-    fn write_u64(&mut self, key: u64) {
-        let product = u128::from(key) * 0x9e37_79b9_7f4a_7c15;
-        self.0 = (product as u64) ^ ((product >> 64) as u64);
-    }
-}
 
 /// A charge packed into one word (GPU ordinal in the top 8 bits, bytes below), so that an
 /// entry is 16 bytes and more of a large ledger stays in cache.
@@ -60,7 +39,7 @@ impl From<Packed> for Charge {
     }
 }
 
-type Map = HashMap<u64, Packed, BuildHasherDefault<KeyHasher>>;
+type Map = HashMap<u64, Packed, BuildKeyHasher>;
 type Shard = SpinLock<Map>;
 
 pub struct Ledger {

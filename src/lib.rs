@@ -3,7 +3,8 @@
 //!
 //! Reading order: `exports` (the C entry points) → `engine` (what each hook does) →
 //! `quota`, `ledger` (the accounting) → `proc_address`, `dlsym_entry`, `hook_table`
-//! (how programs reach the hooks) → `config`, `units`, `report`, `log`.
+//! (how programs reach the hooks) → `config`, `report`, `log`
+//! (sizes, the trace schema, the episode rule and the hasher are in `crates/format`).
 
 pub mod config;
 pub mod cuda_abi;
@@ -20,4 +21,3 @@ pub mod report;
 mod spin;
 mod state;
 pub mod trace;
-pub mod units;

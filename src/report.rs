@@ -1,8 +1,9 @@
 //! The human-readable lines: a refusal, a back-off episode, the exit summary, the
-//! configuration. Pure formatting and the episode logic; no I/O.
+//! configuration. Pure formatting; no I/O. (Episodes are grouped in `cuquota_format`.)
 
 use crate::quota::Usage;
-use crate::units::human;
+use cuquota_format::episodes;
+use cuquota_format::units::human;
 
 /// `GPU 0 refused 4.00 GiB (4294967296 bytes) via cuMemAlloc_v2: quota 6.00 GiB, in use 3.10 GiB, 2.90 GiB left`
 pub fn quota_refusal(device: u32, bytes: u64, api: &str, limit: u64, in_use: u64) -> String {
@@ -70,78 +71,11 @@ pub fn driver_refusal(
 /// The most refused sizes one episode remembers; a longer one is shown as `a → … → z`.
 pub const EPISODE_SIZES: usize = 24;
 
-/// A run of refusals on one thread and device, waiting to see whether the caller recovers.
-/// `Copy` and fixed-size so that it lives in a thread-local without a destructor.
-#[derive(Clone, Copy, Debug)]
-pub struct Episode {
-    pub device: u32,
-    sizes: [u64; EPISODE_SIZES],
-    kept: usize,
-    /// Every refusal of the episode, also those beyond `EPISODE_SIZES`.
-    pub refusals: u64,
-    last: u64,
-}
+/// A run of refusals on one thread and device, grouped by the rule shared with
+/// `cuquota report` (`cuquota_format::episodes`): the first sizes and the latest one kept.
+pub type Episode = episodes::Episode<{ EPISODE_SIZES - 1 }, 1>;
 
-/// How an episode ended.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Recovery {
-    /// Shrinking requests, then a smaller one fit.
-    BackedOff { refused: Vec<u64>, got: u64 },
-    /// The same size again (after the caller freed its cache), and it fit.
-    Retried { bytes: u64, refusals: u64 },
-}
-
-impl Episode {
-    pub fn start(device: u32, bytes: u64) -> Episode {
-        let mut sizes = [0; EPISODE_SIZES];
-        sizes[0] = bytes;
-        Episode {
-            device,
-            sizes,
-            kept: 1,
-            refusals: 1,
-            last: bytes,
-        }
-    }
-
-    /// Another refusal on the same thread. Returns false when it does not continue this
-    /// episode (another device, or a larger request): the caller starts a new one.
-    pub fn refused(&mut self, device: u32, bytes: u64) -> bool {
-        if device != self.device || bytes > self.last {
-            return false;
-        }
-        if self.kept < EPISODE_SIZES {
-            self.sizes[self.kept] = bytes;
-            self.kept += 1;
-        } else {
-            self.sizes[EPISODE_SIZES - 1] = bytes; // keep the latest as the last shown
-        }
-        self.refusals += 1;
-        self.last = bytes;
-        true
-    }
-
-    /// A success on the same thread: does it end this episode, and how?
-    pub fn succeeded(&self, device: u32, bytes: u64) -> Option<Recovery> {
-        if device != self.device || bytes > self.last {
-            return None;
-        }
-        if bytes == self.sizes[0] && bytes == self.last {
-            return Some(Recovery::Retried {
-                bytes,
-                refusals: self.refusals,
-            });
-        }
-        Some(Recovery::BackedOff {
-            refused: self.sizes[..self.kept].to_vec(),
-            got: bytes,
-        })
-    }
-
-    pub fn truncated(&self) -> bool {
-        self.refusals > self.kept as u64
-    }
-}
+pub use episodes::Recovery;
 
 /// The line that explains a recovered episode (the seed's question).
 pub fn recovery(device: u32, recovery: &Recovery, truncated: bool) -> String {
@@ -213,12 +147,11 @@ mod tests {
         let mut e = Episode::start(0, 4 * GIB);
         assert!(e.refused(0, 3_865_470_566));
         assert!(e.refused(0, 3_478_923_509));
-        assert!(!e.refused(1, GIB), "another device is another episode");
-        assert!(
-            !e.refused(0, 5 * GIB),
-            "a larger request is another episode"
+        assert_eq!(
+            e.succeeded(1, GIB),
+            None,
+            "another device is not a recovery"
         );
-        assert_eq!(e.succeeded(0, 5 * GIB), None);
         let r = e.succeeded(0, 3_131_031_158).unwrap();
         assert_eq!(
             recovery(0, &r, e.truncated()),

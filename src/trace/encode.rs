@@ -10,10 +10,10 @@
 //! ([`LineStart`]), and the thread, device, API name and high digits of the pointer
 //! ([`Segments`]). Tests compare the lines with serde_json's.
 
-use super::schema::{kind, Summary, SummaryDevice};
 use super::{Event, EventKind};
 use crate::cuda_abi::CuResult;
-use crate::ledger::KeyHasher;
+use cuquota_format::hash::KeyHasher;
+use cuquota_format::schema::{kind, Summary, SummaryDevice};
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 use std::ptr;
@@ -636,8 +636,8 @@ type LiveMap = HashMap<u64, u64, BuildHasherDefault<KeyHasher>>;
 
 #[cfg(test)]
 mod tests {
-    use super::super::schema::{parse_ptr, EventLine};
     use super::*;
+    use cuquota_format::schema::{parse_ptr, EventLine};
 
     fn stamped(kind: EventKind, ptr: u64, bytes: u64, result: u32, in_use: u64) -> Stamped {
         Stamped {

@@ -6,7 +6,7 @@
 //! action (see `signals`); after `fork()` the child forgets the parent's trace and may
 //! [`start`] its own.
 
-pub mod schema;
+use cuquota_format::schema;
 
 mod encode;
 mod path;

@@ -1,7 +1,7 @@
 //! Writer round trips: start, record, finish into a temporary file, parse every line back.
 
-use super::schema::{parse_ptr, EventLine, Header, Summary};
 use super::*;
+use cuquota_format::schema::{parse_ptr, EventLine, Header, Summary};
 use std::path::{Path, PathBuf};
 
 fn temp_dir(name: &str) -> PathBuf {

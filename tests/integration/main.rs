@@ -12,6 +12,7 @@ mod reliability_util;
 
 mod cli;
 mod concurrency;
+mod episodes;
 mod faults;
 mod golden;
 mod limits;
@@ -25,9 +26,3 @@ mod reliability_lifecycle;
 mod reliability_odd_calls;
 mod reliability_soak;
 mod trace;
-
-// The trace schema, read by path until the format crate exists: the reader included by
-// reliability_hostile_input names it `crate::schema`.
-#[allow(dead_code)]
-#[path = "../../src/trace/schema.rs"]
-mod schema;

@@ -1,21 +1,16 @@
 //! Hostile input to the trace reader behind `cuquota report`, `export` and `plot`
-//! (src/bin/cli/read.rs and its fast path, fastline.rs, included here as source): property
+//! (`cuquota_format::read` and its fast path, `cuquota_format::fastline`): property
 //! tests over generated lines and files with garbled, truncated, empty and huge lines, and
 //! the `cuquota` binary on such files. Every input either reads to the right records or
 //! gives an error naming the file and line; with `--skip-bad` the reader goes on past bad
 //! lines; an incomplete last line is skipped with a warning; nothing panics.
 //!
-//! (The size and limit parsers have their property tests next to them, in src/units.rs
-//! and src/config.rs; fuzz/ has cargo-fuzz targets for both parsers.)
+//! (The size and limit parsers have their property tests next to them, in
+//! crates/format/src/units.rs and src/config.rs; fuzz/ has cargo-fuzz targets for the size
+//! parser and this reader.)
 
-#[allow(dead_code)]
-#[path = "../../src/bin/cli"]
-mod cli {
-    pub mod fastline;
-    pub mod read;
-}
-
-use cli::read::{read, Options, Record};
+use cuquota_format::read::{read, Options, Record};
+use cuquota_format::{fastline, read, schema};
 use proptest::prelude::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -24,8 +19,8 @@ const HEADER: &str = r#"{"type":"header","schema":1,"version":"0.1.0","pid":7,"h
 
 /// The fast path must agree with serde_json wherever it gives an answer.
 fn agrees(line: &[u8]) {
-    let fast = cli::fastline::parse(line);
-    let slow: Option<crate::schema::EventLine> = serde_json::from_slice(line).ok();
+    let fast = fastline::parse(line);
+    let slow: Option<schema::EventLine> = serde_json::from_slice(line).ok();
     match (&fast, &slow) {
         (Some(f), Some(s)) => assert_eq!(
             format!("{f:?}"),
@@ -225,7 +220,7 @@ fn item() -> impl Strategy<Value = Item> {
     prop_oneof![
         6 => canonical().prop_map(Item::Event),
         2 => event_like()
-            .prop_filter("valid", |l| serde_json::from_str::<crate::schema::EventLine>(l).is_ok())
+            .prop_filter("valid", |l| serde_json::from_str::<schema::EventLine>(l).is_ok())
             .prop_map(Item::Event),
         1 => "[^\n]{0,40}".prop_map(Item::Garbled),
         1 => (canonical(), any::<usize>()).prop_map(|(l, at)| Item::Cut(l, at)),
@@ -242,7 +237,7 @@ fn temp_file(name: &str, bytes: &[u8]) -> PathBuf {
     path
 }
 
-fn count_events(path: &Path, skip_bad: bool) -> Result<(u64, cli::read::Stats), String> {
+fn count_events(path: &Path, skip_bad: bool) -> Result<(u64, read::Stats), String> {
     let options = Options {
         skip_bad,
         progress: false,

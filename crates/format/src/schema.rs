@@ -1,9 +1,21 @@
-//! The trace file format (JSON Lines, schema 1): the serde types shared by the writer in the
-//! library and the `cuquota` CLI, which includes this file by `#[path]`. Pure code only.
+//! The trace file format (JSON Lines, schema 1): the serde types the interposer's writer
+//! produces and the `cuquota` CLI reads.
 //!
 //! One JSON object per line. The first line is a [`Header`], then one line per event
 //! ([`EventLine`]), and on a clean exit (or SIGTERM/SIGINT) a [`Summary`] last. Readers must
 //! ignore fields and line types they do not know: new ones may be added within schema 1.
+//!
+//! A new event type (or field) is added in all of these places:
+//! - here: its name in [`kind`], its fields in [`EventLine`];
+//! - the fast path of the reader (`fastline.rs`): every new key, or such lines take the slow
+//!   path (still correct, three times slower);
+//! - the interposer's writer: `src/trace/mod.rs` (`EventKind`) and `src/trace/encode.rs`
+//!   (the line's prefix and fields, and its round-trip tests), and the code that emits it;
+//! - the CLI (`crates/cli`): `report.rs` (`Process::event`), `export.rs` (the Chrome trace)
+//!   and `plot.rs`, each of which skips types it does not list;
+//! - the README's trace schema section;
+//! - the tests: the golden traces and their expected reports, and the line generator of
+//!   `tests/reliability_hostile_input.rs`.
 
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;

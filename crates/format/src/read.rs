@@ -2,7 +2,7 @@
 //! and line. A last line without its newline (the process was killed mid-write) is skipped
 //! with a warning; any other bad line is an error unless `--skip-bad`.
 
-use super::fastline;
+use crate::fastline;
 use crate::schema::{kind, EventLine, Header, Summary, SCHEMA_VERSION};
 use std::fs::File;
 use std::io::{BufRead, BufReader, IsTerminal};
@@ -151,11 +151,27 @@ pub fn header(path: &Path) -> Result<Header, String> {
     }
 }
 
+/// The first `\n`, eight bytes at a time (a line is ~150 bytes; a byte loop would cost a
+/// tenth of the reader's time).
 fn find_newline(bytes: &[u8]) -> Option<usize> {
-    // SAFETY: memchr reads at most bytes.len() bytes from a live slice; a non-null result
-    // points into it.
-    let at = unsafe { libc::memchr(bytes.as_ptr().cast(), i32::from(b'\n'), bytes.len()) };
-    (!at.is_null()).then(|| at as usize - bytes.as_ptr() as usize)
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let mut chunks = bytes.chunks_exact(8);
+    for (i, chunk) in chunks.by_ref().enumerate() {
+        let word = u64::from_le_bytes(chunk.try_into().unwrap()) ^ (ONES * u64::from(b'\n'));
+        // A zero byte of `word` (a newline) sets its high bit here; bits above the first
+        // zero byte may be wrong, bits below it never are, so the lowest set bit is exact.
+        let zeros = word.wrapping_sub(ONES) & !word & HIGHS;
+        if zeros != 0 {
+            return Some(i * 8 + zeros.trailing_zeros() as usize / 8);
+        }
+    }
+    let done = bytes.len() - chunks.remainder().len();
+    chunks
+        .remainder()
+        .iter()
+        .position(|&b| b == b'\n')
+        .map(|at| done + at)
 }
 
 fn trim(line: &[u8]) -> &[u8] {
@@ -230,6 +246,19 @@ mod tests {
             Ok(())
         })?;
         Ok((events, stats))
+    }
+
+    #[test]
+    fn newlines_are_found_at_every_offset() {
+        for len in 0..40 {
+            for at in 0..=len {
+                let mut bytes = vec![b'a'; len];
+                bytes.extend_from_slice(b"\n\x8a\x0b\n");
+                bytes[..at].fill(0x8a);
+                assert_eq!(find_newline(&bytes), Some(len), "{len} {at}");
+                assert_eq!(find_newline(&bytes[..len]), None);
+            }
+        }
     }
 
     #[test]

@@ -1,13 +1,15 @@
 //! `cuquota report`: one pass over each trace, keeping O(devices + live allocations + top-k)
 //! state, then the same [`Report`] printed as text or as one JSON document.
 
-use super::read::{self, Options, Record};
-use super::timeline::Timeline;
-use crate::schema::{kind, parse_ptr, EventLine, Header, Summary};
-use crate::units::human;
+use crate::timeline::Timeline;
+use cuquota_format::episodes::Episode;
+use cuquota_format::hash::BuildKeyHasher;
+use cuquota_format::read::{self, Options, Record};
+use cuquota_format::schema::{kind, parse_ptr, EventLine, Header, Summary};
+use cuquota_format::units::human;
 use serde::Serialize;
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
@@ -89,7 +91,8 @@ pub struct DeviceReport {
 
 #[derive(Serialize, Debug, Default)]
 pub struct EpisodesReport {
-    /// Runs of refusals on one thread and device.
+    /// Runs of refusals on one thread and device (the rule of `cuquota_format::episodes`,
+    /// the same as the log's back-off lines).
     pub count: u64,
     /// Those followed by a successful allocation on that thread and device.
     pub recovered: u64,
@@ -209,12 +212,11 @@ struct Live {
 /// Largest allocations: a min-heap of (bytes, earlier first, dev, ptr, api).
 type Big = Reverse<(u64, Reverse<u64>, i32, u64, u32)>;
 
+/// A thread's open episode (grouped by the interposer's rule), and where it started.
 struct OpenEpisode {
+    episode: Episode<EPISODE_HEAD, EPISODE_TAIL>,
     t_ns: u64,
     api: u32,
-    refusals: u64,
-    head: Vec<u64>,
-    tail: VecDeque<u64>,
 }
 
 struct Process {
@@ -224,9 +226,10 @@ struct Process {
     api_names: Vec<String>,
     api_counts: Vec<u64>,
     api_ids: HashMap<String, u32>,
-    live: HashMap<(i32, u64), Live, FastHash>,
+    live: HashMap<(i32, u64), Live, BuildKeyHasher>,
     largest: BinaryHeap<Big>,
-    open: HashMap<(u32, i32), OpenEpisode>,
+    /// By thread id: a thread has at most one open episode.
+    open: HashMap<u32, OpenEpisode>,
     episodes: EpisodesReport,
     events: u64,
     dropped: u64,
@@ -346,8 +349,13 @@ impl Process {
                     self.largest.pop();
                     self.largest.push(big);
                 }
-                if let Some(open) = self.open.remove(&(e.tid, e.dev)) {
-                    self.close_episode(e.tid, e.dev, open, Some((e.bytes, t)));
+                // `as u32` (here and below): the trace's i32 ordinal, one to one.
+                let dev = e.dev as u32;
+                if let Some(open) = self.open.get(&e.tid) {
+                    if open.episode.succeeded(dev, e.bytes).is_some() {
+                        let open = self.open.remove(&e.tid).unwrap();
+                        self.close_episode(e.tid, open, Some((e.bytes, t)));
+                    }
                 }
             }
             kind::FREE if ok => {
@@ -364,23 +372,19 @@ impl Process {
                     r.refused_by_quota += 1;
                 }
                 timeline.refusal(t, e.in_use);
-                let open = self
+                let dev = e.dev as u32;
+                let continued = self
                     .open
-                    .entry((e.tid, e.dev))
-                    .or_insert_with(|| OpenEpisode {
+                    .get_mut(&e.tid)
+                    .is_some_and(|open| open.episode.refused(dev, e.bytes));
+                if !continued {
+                    let started = OpenEpisode {
+                        episode: Episode::start(dev, e.bytes),
                         t_ns: t,
                         api,
-                        refusals: 0,
-                        head: Vec::new(),
-                        tail: VecDeque::new(),
-                    });
-                open.refusals += 1;
-                if open.head.len() < EPISODE_HEAD {
-                    open.head.push(e.bytes);
-                } else {
-                    open.tail.push_back(e.bytes);
-                    if open.tail.len() > EPISODE_TAIL {
-                        open.tail.pop_front();
+                    };
+                    if let Some(ended) = self.open.insert(e.tid, started) {
+                        self.close_episode(e.tid, ended, None);
                     }
                 }
             }
@@ -389,22 +393,20 @@ impl Process {
         }
     }
 
-    fn close_episode(&mut self, tid: u32, dev: i32, open: OpenEpisode, got: Option<(u64, u64)>) {
+    fn close_episode(&mut self, tid: u32, open: OpenEpisode, got: Option<(u64, u64)>) {
         let eps = &mut self.episodes;
         eps.count += 1;
         eps.recovered += u64::from(got.is_some());
         if eps.shown.len() < EPISODES_SHOWN {
-            let kept = (open.head.len() + open.tail.len()) as u64;
-            let mut refused = open.head;
-            refused.extend(open.tail);
+            let episode = &open.episode;
             eps.shown.push(EpisodeReport {
-                dev,
+                dev: episode.device as i32,
                 tid,
                 t_ns: open.t_ns,
                 api: self.api_names[open.api as usize].clone(),
-                refusals: open.refusals,
-                refused,
-                refused_elided: open.refusals - kept,
+                refusals: episode.refusals(),
+                refused: episode.sizes().collect(),
+                refused_elided: episode.elided(),
                 got: got.map(|g| g.0),
                 got_t_ns: got.map(|g| g.1),
             });
@@ -420,8 +422,8 @@ impl Process {
         // Refusals never followed by a success: the caller gave up (or was killed).
         let mut open: Vec<_> = self.open.drain().collect();
         open.sort_by_key(|(_, o)| o.t_ns);
-        for ((tid, dev), o) in open {
-            self.close_episode(tid, dev, o, None);
+        for (tid, o) in open {
+            self.close_episode(tid, o, None);
         }
         self.episodes.shown.sort_by_key(|e| e.t_ns);
 
@@ -437,7 +439,7 @@ impl Process {
                 live_top.pop();
             }
         }
-        let alloc = |big: Big, live: &HashMap<(i32, u64), Live, FastHash>| {
+        let alloc = |big: Big, live: &HashMap<(i32, u64), Live, BuildKeyHasher>| {
             let Reverse((bytes, Reverse(t_ns), dev, ptr, api)) = big;
             AllocReport {
                 dev,
@@ -534,37 +536,6 @@ fn job(processes: &[ProcessReport]) -> JobReport {
         job.unfinished += usize::from(p.end.is_none());
     }
     job
-}
-
-/// A multiply-shift hasher for the (device, pointer) keys of the live map: SipHash would be
-/// a third of the report's time on a large trace, and these keys are not attacker-chosen.
-#[derive(Default, Clone, Copy)]
-struct FastHash;
-
-impl std::hash::BuildHasher for FastHash {
-    type Hasher = FastHasher;
-    fn build_hasher(&self) -> FastHasher {
-        FastHasher(0)
-    }
-}
-
-struct FastHasher(u64);
-
-impl std::hash::Hasher for FastHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-    fn write_i32(&mut self, n: i32) {
-        self.write_u64(n as u64);
-    }
 }
 
 // ---- text ---------------------------------------------------------------------------

@@ -5,9 +5,9 @@
 //! "GPU n quota" (bytes); an instant event on the calling thread per refusal and per back-off
 //! episode. Timestamps are µs since the earliest trace start, so several files line up.
 
-use super::read::{self, Options, Record};
-use crate::schema::{kind, EventLine, Header};
-use crate::units::human;
+use cuquota_format::read::{self, Options, Record};
+use cuquota_format::schema::{kind, EventLine, Header};
+use cuquota_format::units::human;
 use std::collections::{BTreeMap, HashSet};
 use std::fs::File;
 use std::io::{BufWriter, Write};

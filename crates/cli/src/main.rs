@@ -1,18 +1,16 @@
 //! `cuquota`: run a command under the interposer, and read the traces it writes.
 //!
-//! This binary never links the hooks (the library is a cdylib only): the trace schema and the
-//! size formatting are shared with it as source, by `#[path]`.
+//! This crate never links the hooks: it depends on `cuquota-format` (the trace schema, the
+//! reader, sizes, the episode rule), not on the interposer.
 
-#[allow(dead_code)]
-#[path = "../trace/schema.rs"]
-mod schema;
-#[allow(dead_code)]
-#[path = "../units.rs"]
-mod units;
-
-mod cli;
+mod export;
+mod plot;
+mod report;
+mod run;
+mod timeline;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use cuquota_format::read;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -99,31 +97,31 @@ fn main() -> ExitCode {
             log,
             command,
         } => {
-            let settings = cli::run::Settings {
+            let settings = run::Settings {
                 limit,
                 trace,
                 observe,
                 log,
             };
             // Only returns if the command could not be started.
-            return cli::run::exec(&settings, &command);
+            return run::exec(&settings, &command);
         }
         Command::Report {
             traces,
             json,
             skip_bad,
-        } => cli::report::run(&traces, json, &cli::read::Options::new(skip_bad)),
+        } => report::run(&traces, json, &read::Options::new(skip_bad)),
         Command::Export {
             format: Format::Chrome,
             traces,
             output,
             skip_bad,
-        } => cli::export::chrome(&traces, &output, &cli::read::Options::new(skip_bad)),
+        } => export::chrome(&traces, &output, &read::Options::new(skip_bad)),
         Command::Plot {
             traces,
             output,
             skip_bad,
-        } => cli::plot::svg(&traces, &output, &cli::read::Options::new(skip_bad)),
+        } => plot::svg(&traces, &output, &read::Options::new(skip_bad)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

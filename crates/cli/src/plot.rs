@@ -6,10 +6,10 @@
 //! Text is emitted as SVG `<text>` (plotters without its `ttf` feature): the viewer's fonts
 //! render it.
 
-use super::read::{self, Options, Record};
-use super::timeline::Timeline;
-use crate::schema::{kind, Header};
-use crate::units::human;
+use crate::timeline::Timeline;
+use cuquota_format::read::{self, Options, Record};
+use cuquota_format::schema::{kind, Header};
+use cuquota_format::units::human;
 use plotters::prelude::*;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,15 @@
+//! cuquota-format: what the interposer (`libcuquota.so`) writes and the `cuquota` CLI reads,
+//! in one place so that the two cannot drift apart. Pure code: no FFI, no global state.
+//!
+//! - [`schema`]: the trace file's lines (JSON Lines, schema 1) and its version;
+//! - [`units`]: the size parser behind `CUQUOTA_LIMIT` and the human units of every line;
+//! - [`read`] (with its fast path, `fastline`): the streaming trace reader;
+//! - [`episodes`]: the one rule that groups refusals into back-off episodes;
+//! - [`hash`]: the one hasher for maps keyed by device addresses.
+
+pub mod episodes;
+pub mod fastline;
+pub mod hash;
+pub mod read;
+pub mod schema;
+pub mod units;
