@@ -6,8 +6,8 @@
 use crate::config::{Config, ConfigError, Limits, Mode, MAX_DEVICES};
 use crate::cuda_abi::CuResult;
 use crate::ledger::{Charge, Ledger};
+use crate::messages::{self, Episode, Recovery};
 use crate::quota::{DeviceQuota, Reservation, UNLIMITED};
-use crate::report::{self, Episode, Recovery};
 use crate::spin::SpinLock;
 use crate::trace::{self, Event, EventKind};
 use crate::units::{human, Size};
@@ -255,7 +255,7 @@ impl Engine {
                 in_use_before,
                 limit,
             } => {
-                crate::log::line(&report::would_refuse(
+                crate::log::line(&messages::would_refuse(
                     device,
                     bytes,
                     api,
@@ -269,7 +269,7 @@ impl Engine {
 
     /// Refused over quota: explain, and remember it for the back-off line.
     fn refused(&self, device: u32, bytes: u64, api: &'static str, limit: u64, in_use: u64) {
-        crate::log::line(&report::quota_refusal(device, bytes, api, limit, in_use));
+        crate::log::line(&messages::quota_refusal(device, bytes, api, limit, in_use));
         note_refusal(device, bytes);
         self.emit(Event {
             kind: EventKind::Refused { by_driver: false },
@@ -310,7 +310,7 @@ impl Engine {
             _ => None,
         };
         let limit = (limit != UNLIMITED).then_some(limit);
-        crate::log::line(&report::driver_refusal(
+        crate::log::line(&messages::driver_refusal(
             device,
             bytes,
             api,
@@ -352,14 +352,14 @@ impl Engine {
         }
         if OPEN_EPISODES.load(Relaxed) > 0 {
             if let Some((recovery, truncated)) = end_episode(device, bytes) {
-                crate::log::line(&report::recovery(device, &recovery, truncated));
+                crate::log::line(&messages::recovery(device, &recovery, truncated));
                 // The trace gets the same episode: refused sizes, then the one that fit.
                 let sizes = match recovery {
                     Recovery::BackedOff { refused, got } => {
                         refused.into_iter().chain([got]).collect()
                     }
                     Recovery::Retried { bytes, refusals } => {
-                        let shown = refusals.min(report::EPISODE_SIZES as u64) as usize;
+                        let shown = refusals.min(messages::EPISODE_SIZES as u64) as usize;
                         vec![bytes; shown + 1].into_boxed_slice()
                     }
                 };
@@ -559,7 +559,7 @@ impl Engine {
                 }
                 let (n1, b1) = self.pointers.live_on(d);
                 let (n2, b2) = self.handles.live_on(d);
-                Some(report::summary(d, &q.usage(), (n1 + n2, b1 + b2)))
+                Some(messages::summary(d, &q.usage(), (n1 + n2, b1 + b2)))
             })
             .collect()
     }

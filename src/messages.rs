@@ -1,5 +1,6 @@
 //! The human-readable lines: a refusal, a back-off episode, the exit summary, the
-//! configuration. Pure formatting and the episode logic; no I/O.
+//! configuration. Pure formatting and the episode logic; no I/O. Named apart from the
+//! CLI's `report` command, which reads traces.
 
 use crate::quota::Usage;
 use crate::units::human;
