@@ -1,9 +1,10 @@
-//! The human-readable lines: a refusal, a back-off episode, the exit summary, the
-//! configuration. Pure formatting and the episode logic; no I/O. Named apart from the
-//! CLI's `report` command, which reads traces.
+//! The words of cuquota's log lines: a refusal, a back-off episode, the exit summary, the
+//! configuration. Pure formatting (and, until it moves to the format crate, the episode
+//! rule); no I/O. Named apart from the CLI's `report` command, which reads traces.
 
+use crate::config::{Config, Limits};
 use crate::quota::Usage;
-use crate::units::human;
+use crate::units::{human, Size};
 
 /// `GPU 0 refused 4.00 GiB (4294967296 bytes) via cuMemAlloc_v2: quota 6.00 GiB, in use 3.10 GiB, 2.90 GiB left`
 pub fn quota_refusal(device: u32, bytes: u64, api: &str, limit: u64, in_use: u64) -> String {
@@ -184,6 +185,37 @@ pub fn summary(device: u32, usage: &Usage, live: (u64, u64)) -> String {
         if usage.refusals == 1 { "" } else { "s" },
         live.0,
         human(live.1)
+    )
+}
+
+/// `CUQUOTA_LOG_LEVEL=info`: the effective configuration.
+pub fn config_line(c: &Config) -> String {
+    let describe = |s: Size| match s {
+        Size::Bytes(b) => format!("{} ({b} bytes)", human(b)),
+        Size::Fraction {
+            numerator,
+            denominator,
+        } => format!(
+            "{}% of the device's memory",
+            numerator as f64 * 100.0 / denominator as f64
+        ),
+    };
+    let limits = match &c.limits {
+        Limits::None => "none (observing only)".to_string(),
+        Limits::All(s) => format!("{} on every device", describe(*s)),
+        Limits::PerDevice(list) => {
+            list.iter()
+                .map(|(d, s)| format!("GPU {d} {}", describe(*s)))
+                .collect::<Vec<_>>()
+                .join(", ")
+                + ", other devices unlimited"
+        }
+    };
+    format!(
+        "config: limit {limits}; mode {}; virtualize {}; trace {}",
+        c.mode.name(),
+        if c.virtualize { "on" } else { "off" },
+        c.trace.as_deref().unwrap_or("off"),
     )
 }
 

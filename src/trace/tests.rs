@@ -31,7 +31,7 @@ fn info() -> StartInfo {
     }
 }
 
-fn ev(kind: EventKind, device: i32, ptr: u64, bytes: u64, result: u32, in_use: u64) -> Event {
+fn ev(kind: EventKind, device: u32, ptr: u64, bytes: u64, result: u32, in_use: u64) -> Event {
     Event {
         kind,
         device,
@@ -353,6 +353,8 @@ fn fork_child(body: impl FnOnce() -> i32) -> libc::pid_t {
         let pid = libc::fork();
         assert!(pid >= 0);
         if pid == 0 {
+            // What the process module's fork handler does for the trace.
+            reset_in_child();
             let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).unwrap_or(99);
             libc::_exit(code);
         }
