@@ -34,6 +34,8 @@ pub trait Queries: Sync + Send {
 /// (arrays, contexts) is a variant here and an entry in [`Kind::ALL`]; the engine keeps one
 /// ledger per entry, and everything that sums or resets goes over all of them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+// A kind indexes the ledgers: as a usize it needs no widening on the alloc/free path.
+#[repr(usize)]
 pub enum Kind {
     /// Device pointers (`cuMemAlloc`, pools, pitch).
     Pointer,
@@ -60,10 +62,10 @@ pub enum Place {
 /// What a reservation lets an allocation do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Reserved {
-    /// Charged: call the driver, then commit or roll back.
-    Charged,
     /// Too large to count: call the driver (which will refuse it), charge nothing.
     Uncharged,
+    /// Charged: call the driver, then commit or roll back.
+    Charged,
     /// Over the quota: refused (and explained) without calling the driver.
     Refused,
 }
@@ -279,8 +281,7 @@ impl Engine {
     fn refused(&self, device: u32, bytes: u64, api: &'static str, limit: u64, in_use: u64) {
         crate::log::line(&messages::quota_refusal(device, bytes, api, limit, in_use));
         episodes::refused(device, bytes);
-        let result = CuResult::OUT_OF_MEMORY.0;
-        self.emit(Event::refused(false, device, api, bytes, result, in_use));
+        self.emit(Event::refused_by_quota(device, api, bytes, in_use));
     }
 
     /// The driver failed a call we had reserved for: explain an out-of-memory.
@@ -293,14 +294,8 @@ impl Engine {
         limit: u64,
         rc: CuResult,
     ) {
-        self.emit(Event::refused(
-            true,
-            device,
-            api,
-            bytes,
-            rc.0,
-            quota.in_use(),
-        ));
+        let in_use = quota.in_use();
+        self.emit(Event::refused_by_driver(device, api, bytes, rc.0, in_use));
         if rc != CuResult::OUT_OF_MEMORY {
             return;
         }

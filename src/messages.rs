@@ -284,6 +284,31 @@ mod tests {
     }
 
     #[test]
+    fn config_line_words() {
+        let config = |vars: &[(&str, &str)]| {
+            let vars: Vec<(String, String)> = vars
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            Config::from_vars(|k| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()))
+                .unwrap()
+        };
+        assert_eq!(
+            config_line(&config(&[("CUQUOTA_LIMIT", "0:1GiB,1:25%")])),
+            "config: limit GPU 0 1.00 GiB (1073741824 bytes), GPU 1 25% of the device's memory, \
+             other devices unlimited; mode enforce; virtualize on; trace off"
+        );
+        assert_eq!(
+            config_line(&config(&[
+                ("CUQUOTA_MODE", "observe"),
+                ("CUQUOTA_VIRTUALIZE", "0"),
+                ("CUQUOTA_TRACE", "t-%p.jsonl"),
+            ])),
+            "config: limit none (observing only); mode observe; virtualize off; trace t-%p.jsonl"
+        );
+    }
+
+    #[test]
     fn summary_line() {
         let usage = Usage {
             limit: Some(6 * GIB),

@@ -49,7 +49,8 @@ pub fn engine() -> &'static Engine {
             Ok(_) => {}
         }
         let engine = Engine::new(config, Box::new(RealDriver));
-        // Before any trace event can be stamped with a (cached) thread id.
+        // Registered before any trace event exists: every forked child then resets the
+        // trace, whose cached thread ids would otherwise be the parent's.
         // SAFETY: registering plain extern "C" fns with atexit / pthread_atfork has no other
         // precondition.
         unsafe {

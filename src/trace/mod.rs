@@ -47,16 +47,24 @@ impl Event {
         Event::ok(EventKind::Free, device, api, ptr, bytes, in_use)
     }
 
-    /// A refused request: by the quota, or by the driver with `result`.
-    pub fn refused(
-        by_driver: bool,
+    /// A request the quota refused (the caller got `CUDA_ERROR_OUT_OF_MEMORY`).
+    pub fn refused_by_quota(device: u32, api: &'static str, bytes: u64, in_use: u64) -> Event {
+        let kind = EventKind::Refused { by_driver: false };
+        Event {
+            result: crate::cuda_abi::CuResult::OUT_OF_MEMORY.0,
+            ..Event::ok(kind, device, api, 0, bytes, in_use)
+        }
+    }
+
+    /// A request the driver failed with `result` (passed on to the caller).
+    pub fn refused_by_driver(
         device: u32,
         api: &'static str,
         bytes: u64,
         result: u32,
         in_use: u64,
     ) -> Event {
-        let kind = EventKind::Refused { by_driver };
+        let kind = EventKind::Refused { by_driver: true };
         Event {
             result,
             ..Event::ok(kind, device, api, 0, bytes, in_use)
