@@ -15,6 +15,16 @@ pub enum Mode {
     Observe,
 }
 
+impl Mode {
+    /// The word for it in the configuration line and the trace header.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Enforce => "enforce",
+            Mode::Observe => "observe",
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Limits {
     /// `CUQUOTA_LIMIT` unset.
@@ -22,11 +32,11 @@ pub enum Limits {
     /// One value for every device.
     All(Size),
     /// `0:6GiB,1:50%`: devices not named are unlimited.
-    PerDevice(Vec<(usize, Size)>),
+    PerDevice(Vec<(u32, Size)>),
 }
 
 impl Limits {
-    pub fn for_device(&self, device: usize) -> Option<Size> {
+    pub fn for_device(&self, device: u32) -> Option<Size> {
         match self {
             Limits::None => None,
             Limits::All(s) => Some(*s),
@@ -148,7 +158,7 @@ pub fn parse_limits(text: &str) -> Result<Limits, String> {
     if !text.contains(':') {
         return parse_size(text).map(Limits::All);
     }
-    let mut list: Vec<(usize, Size)> = Vec::new();
+    let mut list: Vec<(u32, Size)> = Vec::new();
     for entry in text.split(',') {
         let (ordinal, size) = entry
             .split_once(':')
@@ -157,10 +167,10 @@ pub fn parse_limits(text: &str) -> Result<Limits, String> {
         if ordinal.is_empty() || !ordinal.bytes().all(|b| b.is_ascii_digit()) {
             return Err(format!("\"{ordinal}\" is not a device ordinal"));
         }
-        let device: usize = ordinal
+        let device: u32 = ordinal
             .parse()
             .ok()
-            .filter(|d| *d < MAX_DEVICES)
+            .filter(|d| (*d as usize) < MAX_DEVICES)
             .ok_or_else(|| format!("device {ordinal} is beyond the {MAX_DEVICES} supported"))?;
         if list.iter().any(|(d, _)| *d == device) {
             return Err(format!("device {device} is named twice"));
@@ -293,11 +303,9 @@ mod proptests {
             fails_closed(&s);
         }
 
-        /// FAILS at the time of writing (`Config::from_vars` and `units::parse_size` put
-        /// the value in the message as it is): a value with a line break, such as
-        /// "6G\nB", makes the "one line naming the variable" two lines, and a crafted
-        /// value can forge a cuquota line after the break. Control characters should be
-        /// escaped in the message (e.g. with `{:?}`-style quoting).
+        /// A value with a line break, such as "6G\nB", still gives one line naming the
+        /// variable: control characters are escaped in the message, so a crafted value
+        /// cannot forge a cuquota line after the break.
         #[test]
         fn a_bad_value_is_reported_on_one_line(
             s in "[0-9]{1,3}[GM]?[\n\r\t\x00\x1b][A-Za-z]{0,3}",
@@ -309,7 +317,7 @@ mod proptests {
 
         #[test]
         fn per_device_lists_are_exact(
-            entries in proptest::collection::btree_map(0usize..MAX_DEVICES, (1u64..1 << 20, 0..4usize), 1..8),
+            entries in proptest::collection::btree_map(0u32..MAX_DEVICES as u32, (1u64..1 << 20, 0..4usize), 1..8),
             spaces in any::<bool>(),
         ) {
             let units = [("MiB", 1u64 << 20), ("K", 1 << 10), ("GB", 1_000_000_000), ("%", 0)];
@@ -336,7 +344,7 @@ mod proptests {
                 };
                 prop_assert_eq!(*got, want, "{}", text);
             }
-            for d in 0..MAX_DEVICES {
+            for d in 0..MAX_DEVICES as u32 {
                 prop_assert_eq!(
                     limits_for(&list, d).is_some(),
                     entries.contains_key(&d),
@@ -347,7 +355,7 @@ mod proptests {
 
         #[test]
         fn a_device_named_twice_or_out_of_range_is_an_error(
-            d in 0usize..MAX_DEVICES,
+            d in 0u32..MAX_DEVICES as u32,
             high in MAX_DEVICES..100_000usize,
         ) {
             let twice = parse_limits(&format!("{d}:1G,{d}:2G")).unwrap_err();
@@ -357,7 +365,7 @@ mod proptests {
         }
     }
 
-    fn limits_for(list: &[(usize, Size)], device: usize) -> Option<Size> {
+    fn limits_for(list: &[(u32, Size)], device: u32) -> Option<Size> {
         Limits::PerDevice(list.to_vec()).for_device(device)
     }
 }

@@ -1,19 +1,20 @@
 //! What every hook does, in plain Rust: reserve before the driver is called, commit or roll
-//! back after, keep the ledger, virtualise memory figures, and explain refusals. The driver
-//! is reached through closures and the [`Queries`] trait, so all of it is unit-tested
-//! without FFI (see the tests below); `exports.rs` supplies the real calls.
+//! back after, keep the ledgers and virtualise memory figures. The driver is reached through
+//! closures and the [`Queries`] trait, so all of it is unit-tested without FFI (see the tests
+//! below); `exports.rs` supplies the real calls. What the engine does not do itself it hands
+//! on: the words of a log line to `messages`, each thread's back-off episode to `episodes`,
+//! events to `trace` (which starts itself at the first one).
 
 use crate::config::{Config, ConfigError, Limits, Mode, MAX_DEVICES};
 use crate::cuda_abi::CuResult;
+use crate::episodes;
 use crate::ledger::{Charge, Ledger};
+use crate::messages;
 use crate::quota::{DeviceQuota, Reservation, UNLIMITED};
-use crate::report::{self, Episode, Recovery};
 use crate::spin::SpinLock;
-use crate::trace::{self, Event, EventKind};
-use cuquota_format::units::{human, Size};
-use std::cell::Cell;
+use crate::trace::{self, Event};
+use cuquota_format::units::Size;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 
 /// What the engine asks the driver besides the call being hooked.
 pub trait Queries: Sync + Send {
@@ -29,11 +30,22 @@ pub trait Queries: Sync + Send {
     }
 }
 
-/// Which ledger an allocation lives in: device pointers, or `cuMemCreate` handles.
+/// What a charge is keyed by: each kind is a key space with a ledger of its own. A new kind
+/// (arrays, contexts) is a variant here and an entry in [`Kind::ALL`]; the engine keeps one
+/// ledger per entry, and everything that sums or resets goes over all of them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+// A kind indexes the ledgers: as a usize it needs no widening on the alloc/free path.
+#[repr(usize)]
 pub enum Kind {
+    /// Device pointers (`cuMemAlloc`, pools, pitch).
     Pointer,
+    /// `cuMemCreate` handles.
     Handle,
+}
+
+impl Kind {
+    /// Every kind, in the order of their discriminants (which index the ledgers).
+    pub const ALL: [Kind; 2] = [Kind::Pointer, Kind::Handle];
 }
 
 /// Where an allocation lands.
@@ -47,42 +59,37 @@ pub enum Place {
     Uncharged,
 }
 
+/// What a reservation lets an allocation do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reserved {
+    /// Too large to count: call the driver (which will refuse it), charge nothing.
+    Uncharged,
+    /// Charged: call the driver, then commit or roll back.
+    Charged,
+    /// Over the quota: refused (and explained) without calling the driver.
+    Refused,
+}
+
 pub struct Engine {
     pub config: Result<Config, ConfigError>,
     queries: Box<dyn Queries>,
     quotas: [DeviceQuota; MAX_DEVICES],
-    pointers: Ledger,
-    handles: Ledger,
+    /// One ledger per [`Kind`], indexed by it.
+    ledgers: [Ledger; Kind::ALL.len()],
     /// Pools made with `cuMemPoolCreate` → their device.
     pools: SpinLock<HashMap<usize, u32>>,
     /// `CUQUOTA_TRACE` is set (read on every event, so a plain bool).
     tracing: bool,
-    /// The trace was started, or failed to start, in this process (reset after fork).
-    trace_started: AtomicBool,
-    /// The one warning about a trace that cannot be written was given.
-    trace_warned: AtomicBool,
 }
-
-thread_local! {
-    /// This thread's open run of refusals (`Copy`: no thread-local destructor).
-    static EPISODE: Cell<Option<Episode>> = const { Cell::new(None) };
-}
-
-/// How many threads have an open episode: while none does, a successful allocation skips the
-/// thread-local look-up (a `__tls_get_addr` call in a shared library) altogether.
-static OPEN_EPISODES: AtomicUsize = AtomicUsize::new(0);
 
 impl Engine {
     pub fn new(config: Result<Config, ConfigError>, queries: Box<dyn Queries>) -> Engine {
         Engine {
             queries,
             quotas: [const { DeviceQuota::new() }; MAX_DEVICES],
-            pointers: Ledger::new(),
-            handles: Ledger::new(),
+            ledgers: std::array::from_fn(|_| Ledger::new()),
             pools: SpinLock::new(HashMap::new()),
             tracing: config.as_ref().is_ok_and(|c| c.trace.is_some()),
-            trace_started: AtomicBool::new(false),
-            trace_warned: AtomicBool::new(false),
             config,
         }
     }
@@ -103,11 +110,15 @@ impl Engine {
         self.quotas.get(device as usize)
     }
 
+    fn ledger(&self, kind: Kind) -> &Ledger {
+        &self.ledgers[kind as usize]
+    }
+
     /// The limit of `device` in bytes ([`UNLIMITED`] for none), resolved on first use.
     fn limit(&self, device: u32, quota: &DeviceQuota) -> Result<u64, CuResult> {
         quota.limit_or_resolve(|| {
             let limits = self.config.as_ref().map_or(&Limits::None, |c| &c.limits);
-            match limits.for_device(device as usize) {
+            match limits.for_device(device) {
                 None => Ok(UNLIMITED),
                 Some(Size::Bytes(b)) => Ok(b),
                 Some(share) => self.queries.total_memory(device).map(|t| share.resolve(t)),
@@ -201,9 +212,9 @@ impl Engine {
             Err(rc) => return rc,
         };
         match self.reserve(api, device, quota, estimate, limit) {
-            None => return CuResult::OUT_OF_MEMORY,
-            Some(true) => {}
-            Some(false) => {
+            Reserved::Refused => return CuResult::OUT_OF_MEMORY,
+            Reserved::Charged => {}
+            Reserved::Uncharged => {
                 let rc = call().0;
                 if !rc.is_ok() {
                     self.driver_failed(api, device, quota, estimate, limit, rc);
@@ -234,8 +245,7 @@ impl Engine {
         rc
     }
 
-    /// Reserves or refuses; logs refusals. `None`: refused; `Some(charged)`: call the driver
-    /// (`charged` is false for a request too large to count, which the driver will refuse).
+    /// Reserves or refuses; explains refusals (and, in observe mode, what would have been).
     fn reserve(
         &self,
         api: &'static str,
@@ -243,43 +253,35 @@ impl Engine {
         quota: &DeviceQuota,
         bytes: u64,
         limit: u64,
-    ) -> Option<bool> {
+    ) -> Reserved {
         match quota.reserve(bytes, limit, self.mode() == Mode::Enforce) {
-            Reservation::Granted { .. } => Some(true),
-            Reservation::Uncharged => Some(false),
+            Reservation::Granted { .. } => Reserved::Charged,
+            Reservation::Uncharged => Reserved::Uncharged,
             Reservation::Refused { in_use, limit } => {
                 self.refused(device, bytes, api, limit, in_use);
-                None
+                Reserved::Refused
             }
             Reservation::Allowed {
                 in_use_before,
                 limit,
             } => {
-                crate::log::line(&report::would_refuse(
+                crate::log::line(&messages::would_refuse(
                     device,
                     bytes,
                     api,
                     limit,
                     in_use_before,
                 ));
-                Some(true)
+                Reserved::Charged
             }
         }
     }
 
     /// Refused over quota: explain, and remember it for the back-off line.
     fn refused(&self, device: u32, bytes: u64, api: &'static str, limit: u64, in_use: u64) {
-        crate::log::line(&report::quota_refusal(device, bytes, api, limit, in_use));
-        note_refusal(device, bytes);
-        self.emit(Event {
-            kind: EventKind::Refused { by_driver: false },
-            device: device as i32,
-            api,
-            ptr: 0,
-            bytes,
-            result: CuResult::OUT_OF_MEMORY.0,
-            in_use,
-        });
+        crate::log::line(&messages::quota_refusal(device, bytes, api, limit, in_use));
+        episodes::refused(device, bytes);
+        self.emit(Event::refused_by_quota(device, api, bytes, in_use));
     }
 
     /// The driver failed a call we had reserved for: explain an out-of-memory.
@@ -292,15 +294,8 @@ impl Engine {
         limit: u64,
         rc: CuResult,
     ) {
-        self.emit(Event {
-            kind: EventKind::Refused { by_driver: true },
-            device: device as i32,
-            api,
-            ptr: 0,
-            bytes,
-            result: rc.0,
-            in_use: quota.in_use(),
-        });
+        let in_use = quota.in_use();
+        self.emit(Event::refused_by_driver(device, api, bytes, rc.0, in_use));
         if rc != CuResult::OUT_OF_MEMORY {
             return;
         }
@@ -310,7 +305,7 @@ impl Engine {
             _ => None,
         };
         let limit = (limit != UNLIMITED).then_some(limit);
-        crate::log::line(&report::driver_refusal(
+        crate::log::line(&messages::driver_refusal(
             device,
             bytes,
             api,
@@ -319,7 +314,7 @@ impl Engine {
             limit,
             quota.in_use(),
         ));
-        note_refusal(device, bytes);
+        episodes::refused(device, bytes);
     }
 
     fn committed(
@@ -340,73 +335,40 @@ impl Engine {
             }
         }
         if self.tracing {
-            self.emit(Event {
-                kind: EventKind::Alloc,
-                device: device as i32,
+            self.emit(Event::alloc(device, api, key, bytes, quota.in_use()));
+        }
+        if let Some(ended) = episodes::allocated(device, bytes) {
+            crate::log::line(&ended.line());
+            // The trace gets the same episode: refused sizes, then the one that fit.
+            let in_use = quota.in_use();
+            self.emit(Event::backoff(
+                device,
                 api,
-                ptr: key,
+                key,
                 bytes,
-                result: 0,
-                in_use: quota.in_use(),
-            });
-        }
-        if OPEN_EPISODES.load(Relaxed) > 0 {
-            if let Some((recovery, truncated)) = end_episode(device, bytes) {
-                crate::log::line(&report::recovery(device, &recovery, truncated));
-                // The trace gets the same episode: refused sizes, then the one that fit.
-                let sizes = match recovery {
-                    Recovery::BackedOff { refused, got } => {
-                        refused.into_iter().chain([got]).collect()
-                    }
-                    Recovery::Retried { bytes, refusals } => {
-                        let shown = refusals.min(report::EPISODE_SIZES as u64) as usize;
-                        vec![bytes; shown + 1].into_boxed_slice()
-                    }
-                };
-                self.emit(Event {
-                    kind: EventKind::Backoff { sizes },
-                    device: device as i32,
-                    api,
-                    ptr: key,
-                    bytes,
-                    result: 0,
-                    in_use: quota.in_use(),
-                });
-            }
+                in_use,
+                ended.sizes(),
+            ));
         }
     }
 
-    /// Appends a trace event, starting the trace on the first one. The header names the
-    /// devices, so until the driver can name them (before `cuInit`) the trace module holds
-    /// the events back.
+    /// Appends a trace event; the trace module starts the trace at the first one.
     fn emit(&self, event: Event) {
-        if !self.tracing {
-            return;
+        if self.tracing {
+            trace::emit(event, || self.trace_header());
         }
-        if !self.trace_started.load(Relaxed) && !self.start_trace(false) {
-            trace::hold();
-        }
-        trace::record(event);
     }
 
-    /// Opens the trace file and writes its header (devices, quotas); the trace module then
-    /// writes the events it held. Threads racing here all call `trace::start`: the first
-    /// opens the file, the others' events wait inside the trace module. One warning on
-    /// failure. Returns false (nothing done) while the driver names no device, unless
-    /// `anyway` (at exit: a trace of pre-`cuInit` failures is better than none).
-    fn start_trace(&self, anyway: bool) -> bool {
-        let Ok(config) = &self.config else {
-            return true;
-        };
-        let Some(template) = &config.trace else {
-            return true;
-        };
-        let devices: Vec<_> = self
+    /// What the trace header needs: the template, the mode, and every device the driver
+    /// names with its quota (none before `cuInit`: the trace then holds its events back).
+    fn trace_header(&self) -> (&str, trace::StartInfo) {
+        let template = self.config.as_ref().ok().and_then(|c| c.trace.as_deref());
+        let devices = self
             .queries
             .devices()
             .into_iter()
             .map(|(ordinal, name, total)| trace::DeviceInfo {
-                ordinal: ordinal as i32,
+                ordinal,
                 name,
                 total: total.unwrap_or(0),
                 quota: self
@@ -415,53 +377,35 @@ impl Engine {
                     .filter(|l| *l != UNLIMITED),
             })
             .collect();
-        if devices.is_empty() && !anyway {
-            return false;
-        }
-        let mode = match config.mode {
-            Mode::Enforce => "enforce",
-            Mode::Observe => "observe",
-        };
-        if let Err(why) = trace::start(template, trace::StartInfo { mode, devices }) {
-            if !self.trace_warned.swap(true, Relaxed) {
-                crate::log::line(&format!("trace: {why}; running on without a trace"));
-            }
-        }
-        self.trace_started.store(true, Relaxed);
-        true
+        let mode = self.mode().name();
+        (
+            template.unwrap_or_default(),
+            trace::StartInfo { mode, devices },
+        )
     }
 
     /// At exit, before the trace's summary: a trace still waiting for the driver (events
     /// only before `cuInit`) is written now, with what the driver can tell.
     pub fn flush_held_events(&self) {
-        if self.tracing && trace::holding() {
-            self.start_trace(true);
+        if self.tracing {
+            trace::flush_held(|| self.trace_header());
         }
     }
 
     /// After `fork()`, in the child. It starts afresh: the parent's allocations are not its
-    /// own (CUDA does not carry a context across fork), no lock is held, and its first event
-    /// starts its own trace.
+    /// own (CUDA does not carry a context across fork), no lock is held, no quota is used.
     ///
     /// # Safety
     /// Only in the child right after `fork()`, while it has one thread.
     pub unsafe fn reset_in_child(&self) {
-        self.pointers.reset_in_child();
-        self.handles.reset_in_child();
-        self.pools.reset_in_child(HashMap::new());
+        for ledger in &self.ledgers {
+            // SAFETY: the caller's promise: the child of a fork, with one thread.
+            unsafe { ledger.reset_in_child() };
+        }
+        // SAFETY: as above.
+        unsafe { self.pools.reset_in_child(HashMap::new()) };
         for q in &self.quotas {
             q.reset();
-        }
-        self.trace_started.store(false, Relaxed);
-        self.trace_warned.store(false, Relaxed);
-        OPEN_EPISODES.store(0, Relaxed);
-        EPISODE.with(|e| e.set(None));
-    }
-
-    fn ledger(&self, kind: Kind) -> &Ledger {
-        match kind {
-            Kind::Pointer => &self.pointers,
-            Kind::Handle => &self.handles,
         }
     }
 
@@ -487,15 +431,7 @@ impl Engine {
         if let Some(q) = self.quota(charge.device) {
             let in_use = q.release(charge.bytes);
             if self.tracing {
-                self.emit(Event {
-                    kind: EventKind::Free,
-                    device: charge.device as i32,
-                    api,
-                    ptr: key,
-                    bytes: charge.bytes,
-                    result: 0,
-                    in_use,
-                });
+                self.emit(Event::free(charge.device, api, key, charge.bytes, in_use));
             }
         }
         rc
@@ -513,20 +449,8 @@ impl Engine {
             ),
             _ => (real_free, real_total),
         };
-        self.emit(Event {
-            kind: EventKind::MemInfo {
-                told_free: told.0,
-                told_total: told.1,
-                real_free,
-                real_total,
-            },
-            device: device as i32,
-            api,
-            ptr: 0,
-            bytes: 0,
-            result: 0,
-            in_use: quota.in_use(),
-        });
+        let real = (real_free, real_total);
+        self.emit(Event::mem_info(device, api, told, real, quota.in_use()));
         told
     }
 
@@ -557,78 +481,12 @@ impl Engine {
                 if !q.was_used() {
                     return None;
                 }
-                let (n1, b1) = self.pointers.live_on(d);
-                let (n2, b2) = self.handles.live_on(d);
-                Some(report::summary(d, &q.usage(), (n1 + n2, b1 + b2)))
+                let live = self.ledgers.iter().map(|l| l.live_on(d));
+                let live = live.fold((0, 0), |(n, b), (n2, b2)| (n + n2, b + b2));
+                Some(messages::summary(d, &q.usage(), live))
             })
             .collect()
     }
-
-    /// `CUQUOTA_LOG_LEVEL=info`: the effective configuration.
-    pub fn config_line(&self) -> Option<String> {
-        let c = self.config.as_ref().ok()?;
-        let describe = |s: Size| match s {
-            Size::Bytes(b) => format!("{} ({b} bytes)", human(b)),
-            Size::Fraction {
-                numerator,
-                denominator,
-            } => format!(
-                "{}% of the device's memory",
-                numerator as f64 * 100.0 / denominator as f64
-            ),
-        };
-        let limits = match &c.limits {
-            Limits::None => "none (observing only)".to_string(),
-            Limits::All(s) => format!("{} on every device", describe(*s)),
-            Limits::PerDevice(list) => {
-                list.iter()
-                    .map(|(d, s)| format!("GPU {d} {}", describe(*s)))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-                    + ", other devices unlimited"
-            }
-        };
-        Some(format!(
-            "config: limit {limits}; mode {}; virtualize {}; trace {}",
-            match c.mode {
-                Mode::Enforce => "enforce",
-                Mode::Observe => "observe",
-            },
-            if c.virtualize { "on" } else { "off" },
-            c.trace.as_deref().unwrap_or("off"),
-        ))
-    }
-}
-
-/// A refusal on this thread: open or extend its episode.
-fn note_refusal(device: u32, bytes: u64) {
-    EPISODE.with(|cell| {
-        let next = match cell.get() {
-            Some(mut e) => {
-                if e.refused(device, bytes) {
-                    e
-                } else {
-                    Episode::start(device, bytes)
-                }
-            }
-            None => {
-                OPEN_EPISODES.fetch_add(1, Relaxed);
-                Episode::start(device, bytes)
-            }
-        };
-        cell.set(Some(next));
-    });
-}
-
-/// A success on this thread while an episode is open: closes it (if on the same device) and
-/// says how it ended, if it was a recovery.
-fn end_episode(device: u32, bytes: u64) -> Option<(Recovery, bool)> {
-    EPISODE.with(|cell| {
-        let e = cell.get().filter(|e| e.device == device)?;
-        cell.set(None);
-        OPEN_EPISODES.fetch_sub(1, Relaxed);
-        e.succeeded(device, bytes).map(|r| (r, e.truncated()))
-    })
 }
 
 #[cfg(test)]
@@ -675,6 +533,13 @@ mod tests {
     }
 
     const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn every_kind_has_its_ledger() {
+        for (i, kind) in Kind::ALL.into_iter().enumerate() {
+            assert_eq!(kind as usize, i, "Kind::ALL is in discriminant order");
+        }
+    }
 
     #[test]
     fn quota_refuses_and_free_gives_room_back() {
@@ -887,7 +752,7 @@ mod tests {
         }
         let u = e.quota(0).unwrap().usage();
         assert_eq!(u.in_use, 0);
-        assert_eq!(e.pointers.live_on(0), (0, 0));
+        assert_eq!(e.ledger(Kind::Pointer).live_on(0), (0, 0));
         assert!(u.peak <= 64 * MIB);
     }
 }

@@ -13,8 +13,8 @@ use crate::cuda_abi::{
 use crate::engine::{Engine, Kind, Place};
 use crate::hook_table::Func;
 use crate::proc_address::hook_for_lookup;
+use crate::process::engine;
 use crate::real_driver;
-use crate::state::engine;
 use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -73,7 +73,9 @@ fn to_stderr_instead(pid: i32, note: &str, text: &str) {
 /// # Safety
 /// Only in the child right after `fork()`, while it has one thread.
 pub unsafe fn reset_in_child() {
-    SINK.unlock_in_child();
+    // SAFETY: the caller's promise (one thread, right after fork); a sink is usable as a
+    // parent thread left it: every change to it is one assignment.
+    unsafe { SINK.unlock_in_child() };
 }
 
 fn open_append(path: &str) -> Option<i32> {

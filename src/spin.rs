@@ -57,7 +57,9 @@ impl<T> SpinLock<T> {
     /// # Safety
     /// Only in the child right after `fork()`, before any other thread exists.
     pub unsafe fn reset_in_child(&self, fresh: T) {
-        std::ptr::write(self.data.get(), fresh);
+        // SAFETY: with one thread and the lock's holder gone, nothing else reads or writes
+        // the data; `write` leaves the old value undropped.
+        unsafe { std::ptr::write(self.data.get(), fresh) };
         self.locked.store(false, Ordering::Release);
     }
 
@@ -66,6 +68,7 @@ impl<T> SpinLock<T> {
     /// # Safety
     /// As for [`Self::reset_in_child`], and the data must be usable as it was left.
     pub unsafe fn unlock_in_child(&self) {
+        // Only an atomic store: the caller's promise is what makes it sound.
         self.locked.store(false, Ordering::Release);
     }
 }

@@ -10,7 +10,7 @@
 //! ([`LineStart`]), and the thread, device, API name and high digits of the pointer
 //! ([`Segments`]). Tests compare the lines with serde_json's.
 
-use super::{Event, EventKind};
+use super::{schema_ordinal, Event, EventKind};
 use crate::cuda_abi::CuResult;
 use cuquota_format::hash::KeyHasher;
 use cuquota_format::schema::{kind, Summary, SummaryDevice};
@@ -138,10 +138,7 @@ impl Encoder {
             w.put(b",\"tid\":");
             w.decimal(u64::from(s.tid));
             w.put(b",\"dev\":");
-            if ev.device < 0 {
-                w.put(b"-");
-            }
-            w.decimal(u64::from(ev.device.unsigned_abs()));
+            w.decimal(u64::from(ev.device));
             w.put(b",\"api\":\"");
             w.name(ev.api);
             w.put(b"\",\"ptr\":\"0x");
@@ -472,7 +469,7 @@ impl Default for Segments {
 
 impl Segments {
     fn slot(&mut self, key: &SegmentKey) -> &mut Segment {
-        let mixed = (u64::from(key.tid) | u64::from(key.dev as u32) << 32)
+        let mixed = (u64::from(key.tid) | u64::from(key.dev) << 32)
             ^ key.api.0 as u64
             ^ u64::from(key.ptr_high) << 16;
         // The top 6 bits of a multiplicative hash pick one of the 64 slots.
@@ -502,7 +499,7 @@ impl Segment {
 #[derive(Clone, Copy, PartialEq, Eq)]
 struct SegmentKey {
     tid: u32,
-    dev: i32,
+    dev: u32,
     api: (usize, usize),
     /// The pointer's high 32 bits: the same for most pointers of a process.
     ptr_high: u32,
@@ -517,7 +514,7 @@ impl SegmentKey {
         ptr_high: 0,
     };
 
-    fn new(tid: u32, dev: i32, api: &'static str, ptr_high: u32) -> SegmentKey {
+    fn new(tid: u32, dev: u32, api: &'static str, ptr_high: u32) -> SegmentKey {
         SegmentKey {
             tid,
             dev,
@@ -587,7 +584,7 @@ impl Tally {
         let ev = &s.ev;
         self.events += 1;
         let ok = ev.result == 0;
-        let DeviceTally { summary: d, live } = self.device(ev.device);
+        let DeviceTally { summary: d, live } = self.device(schema_ordinal(ev.device));
         // The live totals wrap rather than panic: only absurd sizes (a test's u64::MAX)
         // could overflow them, and the summary is garbage then either way.
         match ev.kind {
@@ -723,16 +720,16 @@ mod tests {
     fn numbers_at_the_edges() {
         for (t, tid, dev, ptr, bytes) in [
             (0, 0, 0, 0, 0),
-            (u64::MAX, u32::MAX, -1, u64::MAX, u64::MAX),
-            (10, 7, i32::MIN, 0xabc, 1_000_000),
-            (9, 1, i32::MAX, 0x7f00_0000_0000, 999),
+            (u64::MAX, u32::MAX, 63, u64::MAX, u64::MAX),
+            (10, 7, 1 << 20, 0xabc, 1_000_000),
+            (9, 1, i32::MAX as u32, 0x7f00_0000_0000, 999),
         ] {
             let mut s = stamped(EventKind::Alloc, ptr, bytes, 0, bytes);
             (s.t_ns, s.tid, s.ev.device) = (t, tid, dev);
             let ev: EventLine = serde_json::from_str(line(&s)).unwrap();
             assert_eq!(
                 (ev.t_ns, ev.tid, ev.dev, ev.bytes, ev.in_use),
-                (t, tid, dev, bytes, bytes)
+                (t, tid, schema_ordinal(dev), bytes, bytes)
             );
             assert_eq!(ev.ptr, format!("{ptr:#x}"));
         }
@@ -792,7 +789,7 @@ mod tests {
             kind: "",
             t_ns: s.t_ns,
             tid: s.tid,
-            dev: ev.device,
+            dev: schema_ordinal(ev.device),
             api: ev.api,
             ptr: format!("{:#x}", ev.ptr),
             bytes: ev.bytes,
@@ -861,7 +858,7 @@ mod tests {
     fn lines_are_what_serde_json_writes() {
         let numbers = edge_numbers();
         let results = [0, 1, 2, 201, 999, 12345, u32::MAX];
-        let devices = [0, 1, 7, 10, -1, i32::MIN, i32::MAX];
+        let devices = [0, 1, 7, 10, 63, 1 << 20, i32::MAX as u32];
         let tids = [0, 9, 123_456, u32::MAX];
         let apis = ["cuMemAlloc_v2", "cuMemFree_v2", "", "qu\"ote\\back", "ünï"];
         let mut encoder = Encoder::default();
@@ -957,7 +954,7 @@ mod tests {
                 tid: (num() % 100) as u32,
                 ev: Event {
                     kind,
-                    device: num() as i32 % 4,
+                    device: (num() % 4) as u32,
                     api: apis[(num() % 4) as usize],
                     ptr: num(),
                     bytes: num(),
@@ -1038,7 +1035,7 @@ mod tests {
                     tid: u32::MAX,
                     ev: Event {
                         kind,
-                        device: i32::MIN,
+                        device: i32::MAX as u32,
                         api,
                         ptr: u64::MAX,
                         bytes: u64::MAX,
@@ -1051,7 +1048,7 @@ mod tests {
                 // serde_json too writes \u0001 for the byte 1.
                 assert_eq!(std::str::from_utf8(&out).unwrap(), reference(&s));
                 let ev: EventLine = serde_json::from_slice(&out).unwrap();
-                assert_eq!((ev.t_ns, ev.dev, ev.api.len()), (u64::MAX, i32::MIN, 200));
+                assert_eq!((ev.t_ns, ev.dev, ev.api.len()), (u64::MAX, i32::MAX, 200));
             }
         }
         let mut out = Vec::new();
@@ -1088,7 +1085,7 @@ mod tests {
                             1 => EventKind::Free,
                             _ => EventKind::Refused { by_driver: true },
                         },
-                        device: (i % 3) as i32 - 1,
+                        device: i % 3 + 61,
                         api: apis[(i % 5) as usize],
                         // The high 32 bits (cached with the segment) zero or not.
                         ptr: (u64::from(i % 4) << 32 | u64::from(i) << 12) * u64::from(i % 7),

@@ -1,10 +1,11 @@
 //! The allocation trace (`CUQUOTA_TRACE=PATH`): a JSON Lines record of every device-memory
 //! event, written off the hot path by a background thread so that it survives a crash.
 //!
-//! Life cycle: the core calls [`start`] just before the first event, [`record`] from the
-//! hooks, and [`finish`] from its exit handler. SIGTERM/SIGINT flush before the default
-//! action (see `signals`); after `fork()` the child forgets the parent's trace and may
-//! [`start`] its own.
+//! Life cycle: the engine hands every event to [`emit`], which starts the trace at the first
+//! one (or holds events back until the driver can name the devices for the header);
+//! [`flush_held`] and [`finish`] run from the exit handler. SIGTERM/SIGINT flush before the
+//! default action (see `signals`); after `fork()` the process module calls
+//! [`reset_in_child`]: the child forgets the parent's trace and starts its own.
 
 use cuquota_format::schema;
 
@@ -23,7 +24,7 @@ use writer::{Options, Tracer};
 /// `Backoff`.
 pub struct Event {
     pub kind: EventKind,
-    pub device: i32,
+    pub device: u32,
     /// The driver entry point, e.g. `"cuMemAlloc_v2"`.
     pub api: &'static str,
     /// Device pointer or `cuMemCreate` handle (0 if none).
@@ -33,6 +34,98 @@ pub struct Event {
     pub result: u32,
     /// Bytes charged on that device after the event.
     pub in_use: u64,
+}
+
+impl Event {
+    /// A successful allocation of `bytes` at `ptr`.
+    pub fn alloc(device: u32, api: &'static str, ptr: u64, bytes: u64, in_use: u64) -> Event {
+        Event::ok(EventKind::Alloc, device, api, ptr, bytes, in_use)
+    }
+
+    /// A successful free of what `ptr` charged.
+    pub fn free(device: u32, api: &'static str, ptr: u64, bytes: u64, in_use: u64) -> Event {
+        Event::ok(EventKind::Free, device, api, ptr, bytes, in_use)
+    }
+
+    /// A request the quota refused (the caller got `CUDA_ERROR_OUT_OF_MEMORY`).
+    pub fn refused_by_quota(device: u32, api: &'static str, bytes: u64, in_use: u64) -> Event {
+        let kind = EventKind::Refused { by_driver: false };
+        Event {
+            result: crate::cuda_abi::CuResult::OUT_OF_MEMORY.0,
+            ..Event::ok(kind, device, api, 0, bytes, in_use)
+        }
+    }
+
+    /// A request the driver failed with `result` (passed on to the caller).
+    pub fn refused_by_driver(
+        device: u32,
+        api: &'static str,
+        bytes: u64,
+        result: u32,
+        in_use: u64,
+    ) -> Event {
+        let kind = EventKind::Refused { by_driver: true };
+        Event {
+            result,
+            ..Event::ok(kind, device, api, 0, bytes, in_use)
+        }
+    }
+
+    /// A `cuMemGetInfo`: what the caller was `told` and what the driver said, (free, total).
+    pub fn mem_info(
+        device: u32,
+        api: &'static str,
+        told: (u64, u64),
+        real: (u64, u64),
+        in_use: u64,
+    ) -> Event {
+        let kind = EventKind::MemInfo {
+            told_free: told.0,
+            told_total: told.1,
+            real_free: real.0,
+            real_total: real.1,
+        };
+        Event::ok(kind, device, api, 0, 0, in_use)
+    }
+
+    /// An episode of refusals that ended with the allocation of `bytes` at `ptr`; `sizes`
+    /// are the refused sizes in order, then the one that fit.
+    pub fn backoff(
+        device: u32,
+        api: &'static str,
+        ptr: u64,
+        bytes: u64,
+        in_use: u64,
+        sizes: Box<[u64]>,
+    ) -> Event {
+        Event::ok(
+            EventKind::Backoff { sizes },
+            device,
+            api,
+            ptr,
+            bytes,
+            in_use,
+        )
+    }
+
+    fn ok(
+        kind: EventKind,
+        device: u32,
+        api: &'static str,
+        ptr: u64,
+        bytes: u64,
+        in_use: u64,
+    ) -> Event {
+        Event {
+            kind,
+            device,
+            api,
+            ptr,
+            bytes,
+            result: 0,
+            in_use,
+        }
+    }
 }
 
 pub enum EventKind {
@@ -55,16 +148,24 @@ pub enum EventKind {
 }
 
 pub struct DeviceInfo {
-    pub ordinal: i32,
+    pub ordinal: u32,
     pub name: String,
     pub total: u64,
     pub quota: Option<u64>,
 }
 
+/// What the header needs; asked for only when the trace is about to start.
 pub struct StartInfo {
     /// `"enforce"` or `"observe"`.
     pub mode: &'static str,
+    /// Empty while the driver cannot name its devices (before `cuInit`).
     pub devices: Vec<DeviceInfo>,
+}
+
+/// A device ordinal as the schema writes it.
+fn schema_ordinal(device: u32) -> i32 {
+    // Ordinals are below `config::MAX_DEVICES`: the cast never wraps.
+    device as i32
 }
 
 /// The running trace of this process; null when off (never started, failed, or reset in a
@@ -76,6 +177,8 @@ const STARTING: u8 = 1;
 const ON: u8 = 2;
 /// Events are kept (see [`hold`]) for a trace that cannot be opened yet.
 const HOLDING: u8 = 3;
+/// The start failed (one warning said so): events are ignored, in this process.
+const FAILED: u8 = 4;
 static STATE: AtomicU8 = AtomicU8::new(OFF);
 
 /// Events recorded while `start` runs (creating the file and the writer takes a while) or
@@ -94,11 +197,52 @@ fn current() -> Option<&'static Tracer> {
     unsafe { CURRENT.load(Ordering::Acquire).as_ref() }
 }
 
+/// Appends `ev`, starting the trace at its first event. `header` gives the `CUQUOTA_TRACE`
+/// template and what the header says; it is asked for only when the trace is about to start.
+/// While the driver names no device (before `cuInit`) the events are held back with their
+/// own times, and each new one tries again. A trace that cannot be written is one warning,
+/// then no events.
+#[inline]
+pub fn emit<'a>(ev: Event, header: impl FnOnce() -> (&'a str, StartInfo)) {
+    if let Some(tracer) = current() {
+        tracer.record(ev);
+    } else {
+        emit_before_start(ev, header);
+    }
+}
+
+#[cold]
+fn emit_before_start<'a>(ev: Event, header: impl FnOnce() -> (&'a str, StartInfo)) {
+    if matches!(STATE.load(Ordering::Acquire), OFF | HOLDING) {
+        let (template, info) = header();
+        if info.devices.is_empty() {
+            hold();
+        } else {
+            start_or_warn(template, info);
+        }
+    }
+    record(ev);
+}
+
+/// At exit, before [`finish`]: a trace still holding events (all of them before `cuInit`)
+/// starts now with what the driver can tell; a trace of early failures beats none.
+pub fn flush_held<'a>(header: impl FnOnce() -> (&'a str, StartInfo)) {
+    if holding() {
+        let (template, info) = header();
+        start_or_warn(template, info);
+    }
+}
+
+fn start_or_warn(template: &str, info: StartInfo) {
+    if let Err(why) = start(template, info) {
+        crate::log::line(&format!("trace: {why}; running on without a trace"));
+    }
+}
+
 /// Turns tracing on. `template` is the `CUQUOTA_TRACE` value. On failure returns the message
-/// for the one warning; events are then ignored. A second call while a trace runs is a no-op.
+/// for the one warning; events are then ignored. A call while a trace runs, or after a start
+/// failed, is a no-op.
 pub fn start(template: &str, info: StartInfo) -> Result<(), String> {
-    // Before any event can be stamped with a (cached) thread id.
-    register_fork_reset();
     let claimed = [OFF, HOLDING].into_iter().any(|from| {
         STATE
             .compare_exchange(from, STARTING, Ordering::AcqRel, Ordering::Acquire)
@@ -113,7 +257,6 @@ pub fn start(template: &str, info: StartInfo) -> Result<(), String> {
 /// The trace cannot be opened yet (its header must name the devices, and before `cuInit`
 /// the driver cannot): keep events, stamped with their own times, until [`start`].
 pub fn hold() {
-    register_fork_reset();
     let _ = STATE.compare_exchange(OFF, HOLDING, Ordering::AcqRel, Ordering::Acquire);
 }
 
@@ -144,7 +287,7 @@ fn start_claimed(template: &str, info: &StartInfo) -> Result<(), String> {
             Ok(())
         }
         Err(e) => {
-            STATE.store(OFF, Ordering::Release);
+            STATE.store(FAILED, Ordering::Release);
             Err(e)
         }
     }
@@ -155,7 +298,7 @@ fn start_claimed(template: &str, info: &StartInfo) -> Result<(), String> {
 pub fn record(ev: Event) {
     if let Some(tracer) = current() {
         tracer.record(ev);
-    } else if STATE.load(Ordering::Acquire) != OFF {
+    } else if !matches!(STATE.load(Ordering::Acquire), OFF | FAILED) {
         // Starting, or published since CURRENT was read: record_pending sorts it out.
         record_pending(ev);
     }
@@ -242,7 +385,7 @@ fn open(
             .devices
             .iter()
             .map(|d| schema::HeaderDevice {
-                ordinal: d.ordinal,
+                ordinal: schema_ordinal(d.ordinal),
                 name: d.name.clone(),
                 total: d.total,
                 quota: d.quota,
@@ -265,7 +408,11 @@ fn open(
         }
         return Err(format!("cannot write trace file \"{file}\": {e}"));
     }
-    let quotas = info.devices.iter().map(|d| (d.ordinal, d.quota)).collect();
+    let quotas = info
+        .devices
+        .iter()
+        .map(|d| (schema_ordinal(d.ordinal), d.quota))
+        .collect();
     Tracer::spawn(fd, file, start_mono_ns, quotas, options)
 }
 
@@ -280,25 +427,20 @@ fn argv() -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Once per process (a forked child inherits it).
-fn register_fork_reset() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    // SAFETY: registers a plain extern "C" fn with no prepare/parent handlers.
-    ONCE.call_once(|| unsafe {
-        libc::pthread_atfork(None, None, Some(forget_after_fork));
-    });
-}
-
 /// Once per process, after the first successful start (a forked child inherits it).
 fn install_signal_flush() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(signals::install);
 }
 
-/// pthread_atfork child handler: the child has no writer thread, and must not write into the
-/// parent's file. Forget the parent's tracer (leaked, untouched: its lock may be held) and
-/// close its fds, so that the child's first event starts a trace of its own.
-extern "C" fn forget_after_fork() {
+/// In a forked child (from the process module's fork handler): the child has no writer
+/// thread, and must not write into the parent's file. Forget the parent's tracer (leaked,
+/// untouched: its lock may be held) and close its fds, so that the child's first event starts
+/// a trace of its own.
+///
+/// # Safety
+/// Only in the child right after `fork()`, while it has one thread.
+pub unsafe fn reset_in_child() {
     let old = CURRENT.swap(std::ptr::null_mut(), Ordering::AcqRel);
     // SAFETY: a non-null CURRENT is a leaked Tracer; only its plain fd fields are read.
     if let Some(old) = unsafe { old.as_ref() } {
@@ -310,7 +452,7 @@ extern "C" fn forget_after_fork() {
     }
     // A thread that held PENDING at the fork does not exist here: free the lock and forget
     // (without dropping: it may be mid-update) what the parent had queued.
-    // SAFETY: this is the pthread_atfork child handler: the child has one thread.
+    // SAFETY: the caller guarantees the child has one thread.
     unsafe { PENDING.reset_in_child(Vec::new()) };
     PENDING_DROPPED.store(0, Ordering::Relaxed);
     writer::FORK_GENERATION.fetch_add(1, Ordering::Relaxed);

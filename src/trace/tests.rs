@@ -31,7 +31,7 @@ fn info() -> StartInfo {
     }
 }
 
-fn ev(kind: EventKind, device: i32, ptr: u64, bytes: u64, result: u32, in_use: u64) -> Event {
+fn ev(kind: EventKind, device: u32, ptr: u64, bytes: u64, result: u32, in_use: u64) -> Event {
     Event {
         kind,
         device,
@@ -342,6 +342,58 @@ fn global_api_fork_and_sigterm() {
     let killed = parse(&dir.join(format!("p-{child}.jsonl")));
     assert_eq!(killed.events.len(), 1);
     assert_eq!(killed.summary.unwrap().end, "SIGTERM");
+
+    // `emit` before `cuInit` (no device named yet) holds events; the first event that can
+    // name the devices starts the trace with them, and the held one keeps its own time.
+    let held = format!("{}/held.jsonl", dir.display());
+    let held_child = fork_child(|| {
+        let none = || StartInfo {
+            mode: "enforce",
+            devices: Vec::new(),
+        };
+        emit(ev(EventKind::Alloc, 0, 0x1, 1, 0, 1), || {
+            (held.as_str(), none())
+        });
+        if !holding() {
+            return 2;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        emit(ev(EventKind::Free, 0, 0x1, 1, 0, 0), || {
+            (held.as_str(), info())
+        });
+        if holding() || current().is_none() {
+            return 3;
+        }
+        finish();
+        0
+    });
+    assert_eq!(wait(held_child), Ok(0));
+    let held = parse(Path::new(&held));
+    assert_eq!(held.header.devices.len(), 2);
+    let kinds: Vec<&str> = held.events.iter().map(|e| e.kind.as_ref()).collect();
+    assert_eq!(kinds, ["alloc", "free"]);
+    assert!(held.events[1].t_ns >= held.events[0].t_ns + 20_000_000);
+
+    // A trace that cannot be written fails once: later events neither retry nor hold.
+    let failing = fork_child(|| {
+        crate::log::configure(&crate::config::LogTarget::Off);
+        let bad = "/nonexistent-cuquota/t.jsonl";
+        emit(ev(EventKind::Alloc, 0, 0x1, 1, 0, 1), || (bad, info()));
+        let mut asked = false;
+        emit(ev(EventKind::Alloc, 0, 0x2, 1, 0, 2), || {
+            asked = true;
+            (bad, info())
+        });
+        flush_held(|| {
+            asked = true;
+            (bad, info())
+        });
+        match (asked, current().is_some(), holding()) {
+            (false, false, false) => 0,
+            _ => 2,
+        }
+    });
+    assert_eq!(wait(failing), Ok(0));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -353,6 +405,8 @@ fn fork_child(body: impl FnOnce() -> i32) -> libc::pid_t {
         let pid = libc::fork();
         assert!(pid >= 0);
         if pid == 0 {
+            // What the process module's fork handler does for the trace.
+            reset_in_child();
             let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).unwrap_or(99);
             libc::_exit(code);
         }

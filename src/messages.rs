@@ -1,9 +1,11 @@
-//! The human-readable lines: a refusal, a back-off episode, the exit summary, the
-//! configuration. Pure formatting; no I/O. (Episodes are grouped in `cuquota_format`.)
+//! The words of cuquota's log lines: a refusal, a back-off episode, the exit summary, the
+//! configuration. Pure formatting; no I/O (episodes are grouped by the rule in
+//! `cuquota_format::episodes`). Named apart from the CLI's `report` command, which reads traces.
 
+use crate::config::{Config, Limits};
 use crate::quota::Usage;
 use cuquota_format::episodes;
-use cuquota_format::units::human;
+use cuquota_format::units::{human, Size};
 
 /// `GPU 0 refused 4.00 GiB (4294967296 bytes) via cuMemAlloc_v2: quota 6.00 GiB, in use 3.10 GiB, 2.90 GiB left`
 pub fn quota_refusal(device: u32, bytes: u64, api: &str, limit: u64, in_use: u64) -> String {
@@ -120,6 +122,37 @@ pub fn summary(device: u32, usage: &Usage, live: (u64, u64)) -> String {
     )
 }
 
+/// `CUQUOTA_LOG_LEVEL=info`: the effective configuration.
+pub fn config_line(c: &Config) -> String {
+    let describe = |s: Size| match s {
+        Size::Bytes(b) => format!("{} ({b} bytes)", human(b)),
+        Size::Fraction {
+            numerator,
+            denominator,
+        } => format!(
+            "{}% of the device's memory",
+            numerator as f64 * 100.0 / denominator as f64
+        ),
+    };
+    let limits = match &c.limits {
+        Limits::None => "none (observing only)".to_string(),
+        Limits::All(s) => format!("{} on every device", describe(*s)),
+        Limits::PerDevice(list) => {
+            list.iter()
+                .map(|(d, s)| format!("GPU {d} {}", describe(*s)))
+                .collect::<Vec<_>>()
+                .join(", ")
+                + ", other devices unlimited"
+        }
+    };
+    format!(
+        "config: limit {limits}; mode {}; virtualize {}; trace {}",
+        c.mode.name(),
+        if c.virtualize { "on" } else { "off" },
+        c.trace.as_deref().unwrap_or("off"),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -181,6 +214,31 @@ mod tests {
         assert!(long.truncated());
         let line = recovery(0, &long.succeeded(0, 10).unwrap(), long.truncated());
         assert!(line.contains("→ … → 961 B and got 10 B"), "{line}");
+    }
+
+    #[test]
+    fn config_line_words() {
+        let config = |vars: &[(&str, &str)]| {
+            let vars: Vec<(String, String)> = vars
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            Config::from_vars(|k| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()))
+                .unwrap()
+        };
+        assert_eq!(
+            config_line(&config(&[("CUQUOTA_LIMIT", "0:1GiB,1:25%")])),
+            "config: limit GPU 0 1.00 GiB (1073741824 bytes), GPU 1 25% of the device's memory, \
+             other devices unlimited; mode enforce; virtualize on; trace off"
+        );
+        assert_eq!(
+            config_line(&config(&[
+                ("CUQUOTA_MODE", "observe"),
+                ("CUQUOTA_VIRTUALIZE", "0"),
+                ("CUQUOTA_TRACE", "t-%p.jsonl"),
+            ])),
+            "config: limit none (observing only); mode observe; virtualize off; trace t-%p.jsonl"
+        );
     }
 
     #[test]

@@ -1,5 +1,16 @@
-//! The process-wide engine, made at the first hooked CUDA call (never in a constructor, so
-//! a process that never uses CUDA reads no variable, prints nothing and opens no file).
+//! The life of the process around the engine, in one place: the engine is made at the first
+//! hooked CUDA call (never in a constructor, so a process that never uses CUDA reads no
+//! variable, prints nothing and opens no file); then the exit handler and the fork handler
+//! are registered, here and nowhere else.
+//!
+//! Fork takes no lock around it (no prepare or parent handler): every lock a hook can hold
+//! is a spin lock, which the child simply clears, because a parked mutex inherited mid-wait
+//! can hang the child. The child handler resets, in this order:
+//! 1. the engine (ledgers, pools, quotas) and this thread's back-off episode: the parent's
+//!    memory is not the child's;
+//! 2. the log: its lock is freed, its target kept;
+//! 3. the trace writer: the child forgets the parent's trace and starts its own at its first
+//!    event (with `%p` in the path, a file of its own).
 
 use crate::config::{Config, ConfigError, LogTarget};
 use crate::cuda_abi::CuResult;
@@ -27,20 +38,19 @@ impl Queries for RealDriver {
     }
 }
 
+/// The process-wide engine, made (and the process handlers registered) on first use.
 pub fn engine() -> &'static Engine {
     ENGINE.get_or_init(|| {
         let config = read_config();
         crate::log::configure(config.as_ref().map_or(&LogTarget::Stderr, |c| &c.log));
-        let engine = Engine::new(config, Box::new(RealDriver));
-        match &engine.config {
+        match &config {
             Err(e) => crate::log::line(&e.message),
-            Ok(c) if c.verbose => {
-                if let Some(line) = engine.config_line() {
-                    crate::log::line(&line);
-                }
-            }
+            Ok(c) if c.verbose => crate::log::line(&crate::messages::config_line(c)),
             Ok(_) => {}
         }
+        let engine = Engine::new(config, Box::new(RealDriver));
+        // Registered before any trace event exists: every forked child then resets the
+        // trace, whose cached thread ids would otherwise be the parent's.
         // SAFETY: registering plain extern "C" fns with atexit / pthread_atfork has no other
         // precondition.
         unsafe {
@@ -56,8 +66,8 @@ fn read_config() -> Result<Config, ConfigError> {
     Config::from_vars(|name| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned()))
 }
 
-/// At exit: one summary line per device used. Hooks keep working afterwards (frameworks free
-/// memory during teardown): nothing here is torn down.
+/// At exit: one summary line per device used, then the trace's end. Hooks keep working
+/// afterwards (frameworks free memory during teardown): nothing here is torn down.
 extern "C" fn at_exit() {
     let _ = std::panic::catch_unwind(|| {
         if let Some(engine) = ENGINE.get() {
@@ -76,13 +86,15 @@ extern "C" fn at_exit() {
     });
 }
 
-/// The child has its own quota, summary and trace (with `%p`, its own file).
+/// The child has its own quota, summary and trace; the order is the module's.
 extern "C" fn after_fork_in_child() {
     if let Some(engine) = ENGINE.get() {
         // SAFETY: this is the pthread_atfork child handler: the child has one thread.
-        unsafe {
-            engine.reset_in_child();
-            crate::log::reset_in_child();
-        }
+        unsafe { engine.reset_in_child() };
+        crate::episodes::reset_in_child();
+        // SAFETY: as above.
+        unsafe { crate::log::reset_in_child() };
+        // SAFETY: as above.
+        unsafe { crate::trace::reset_in_child() };
     }
 }
