@@ -23,7 +23,11 @@ pub enum Side {
 
 /// Copies `len` bytes from `src` to `dst`, "on" `stream` (0 for the synchronous calls;
 /// either way a default stream needs a current context).
-pub fn copy(
+///
+/// # Safety
+/// A `Host` or `Unified` side that is not device memory this driver allocated must be null
+/// or valid for `len` bytes (reads for `src`, writes for `dst`): the C caller's contract.
+pub unsafe fn copy(
     dst: u64,
     dst_side: Side,
     src: u64,
@@ -46,7 +50,7 @@ pub fn copy(
         }
     }
     // SAFETY: device-side ranges were just checked to lie in memory this driver allocated;
-    // host-side pointers are non-null and, by the API's contract, valid for `len` bytes.
+    // host-side pointers are non-null and valid for `len` bytes by this function's contract.
     // ptr::copy tolerates overlap.
     unsafe { ptr::copy(src as *const u8, dst as *mut u8, len) };
     Ok(())
