@@ -49,7 +49,7 @@ impl Row {
     }
 }
 
-/// The address of one of our exported functions.
+/// The address of one of the shim's exported functions.
 #[derive(Debug, PartialEq, Eq)]
 struct Address(*const ());
 

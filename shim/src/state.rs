@@ -1,4 +1,4 @@
-//! The driver's global state, one mutex around all of it, and `cuInit`.
+//! The shim's global state, one mutex around all of it, and `cuInit`.
 //!
 //! One lock keeps the bookkeeping simple and consistent (a device's charge and the record of
 //! the allocation it pays for change together). Slow system calls on the hot allocation path

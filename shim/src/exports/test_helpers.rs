@@ -1,4 +1,4 @@
-//! The shim's own test helpers (not part of CUDA): fault injection and the driver's own
+//! The shim's own test helpers (not part of CUDA): fault injection and the shim's own
 //! accounting, to cross-check an interposer against.
 
 use std::ffi::{c_char, c_int, c_uint};
@@ -31,7 +31,7 @@ exports! {
         Ok(())
     }
 
-    /// The driver's own accounting of a device: bytes in use, the peak of that, and the number
+    /// The shim's own accounting of a device: bytes in use, the peak of that, and the number
     /// of live allocations (each output may be null). Returns 0, 3 before `cuInit`, or 101 for
     /// a bad device.
     fn cuShimStats(
