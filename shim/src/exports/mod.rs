@@ -1,7 +1,7 @@
 //! Every function the shim exports, one file per area of the driver API, each a thin C-ABI
 //! wrapper around the module that implements it.
 //!
-//! An export is declared once, inside its area's [`exports!`] block: its symbol, its
+//! An export is declared once, inside its area's `exports!` block: its symbol, its
 //! prototype, the `cuGetProcAddress` row it answers to (base name, introducing version,
 //! default-stream flavour) and its body. The macro defines the `#[no_mangle]` function and
 //! the area's `ROWS`; [`TABLE`] gathers every area's rows, and is what `cuGetProcAddress`
