@@ -110,6 +110,18 @@ mod tests {
     }
 
     #[test]
+    fn environment_rules_count_from_the_first_call() {
+        load(&[FaultRule {
+            func: "fault_test_c".into(),
+            when: When::From(2),
+            code: 5,
+        }]);
+        assert_eq!(check("fault_test_c"), None);
+        assert_eq!(check("fault_test_c"), Some(5));
+        assert_eq!(check("fault_test_c"), Some(5));
+    }
+
+    #[test]
     fn every_call_until_cleared() {
         inject(Some("fault_test_b"), 0, 12345);
         assert_eq!(check("fault_test_b"), Some(12345));
