@@ -1,9 +1,9 @@
-//! Link settings for the stand-in driver.
+//! Link settings for the shim (the stand-in libcuda.so.1).
 //!
 //! * The soname is `libcuda.so.1`, like NVIDIA's driver library, so programs linked against
-//!   this stand-in record the same DT_NEEDED entry as programs linked against the real one.
+//!   the shim record the same DT_NEEDED entry as programs linked against the real one.
 //! * `-Bsymbolic` binds the library's own references to its own exports. `cuGetProcAddress`
-//!   hands out the addresses of our exported functions; without it, an LD_PRELOADed
+//!   hands out the addresses of the shim's exported functions; without it, an LD_PRELOADed
 //!   interposer that defines the same symbols could be returned instead, and a hook that
 //!   forwards to the "real" function it got from `cuGetProcAddress` would call itself.
 

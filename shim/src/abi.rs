@@ -1,4 +1,4 @@
-//! C ABI facts of the CUDA driver API that this stand-in needs: scalar types, result codes,
+//! C ABI facts of the CUDA driver API that the shim needs: scalar types, result codes,
 //! and the layouts of the few structs it reads or writes. Values follow the public `cuda.h`.
 
 use std::ffi::{c_int, c_uint, c_void};

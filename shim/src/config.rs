@@ -1,4 +1,4 @@
-//! Configuration from the environment, read once, the first time anything needs it.
+//! The shim's settings, parsed from `CUDA_SHIM_*` environment variables.
 //!
 //! * `CUDA_SHIM_DEVICES`: number of simulated devices (default 1, at most 16).
 //! * `CUDA_SHIM_MEMORY`: memory per device, one size for all or a comma list with one size
@@ -6,13 +6,12 @@
 //! * `CUDA_SHIM_DRIVER_VERSION`: what `cuDriverGetVersion` reports (default 12080).
 //! * `CUDA_SHIM_FAIL`: fault injection rules, `FUNC:WHEN:CODE,...` (see [`crate::faults`]).
 //!
-//! A bad value is reported once on stderr and makes `cuInit` fail.
-
-use std::sync::OnceLock;
+//! Parsing only: the exports read the process's settings once (`exports::settings`), report
+//! a bad value once on stderr, and make `cuInit` fail on it.
 
 pub const MAX_DEVICES: usize = 16;
 const DEFAULT_MEMORY: u64 = 8 << 30;
-const DEFAULT_DRIVER_VERSION: i32 = 12080;
+pub const DEFAULT_DRIVER_VERSION: i32 = 12080;
 
 /// When a fault rule fires, counting calls of one exported function from 1.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,28 +39,12 @@ pub struct Config {
     pub faults: Vec<FaultRule>,
 }
 
-/// The process's configuration, or the `NAME=value` text of the first bad setting.
-pub fn get() -> Result<&'static Config, &'static str> {
-    static CONFIG: OnceLock<Result<Config, String>> = OnceLock::new();
-    CONFIG
-        .get_or_init(|| {
-            let parsed = parse(|name| std::env::var_os(name));
-            if let Err(bad) = &parsed {
-                eprintln!("cuda-shim: bad {bad}");
-            }
-            parsed
-        })
-        .as_ref()
-        .map_err(String::as_str)
-}
-
-/// The driver version to report; the default when the configuration is bad.
-pub fn driver_version() -> i32 {
-    get().map_or(DEFAULT_DRIVER_VERSION, |c| c.driver_version)
-}
-
-/// Parses the settings that `lookup` returns. An error names the bad setting as `NAME=value`.
-pub fn parse(lookup: impl Fn(&str) -> Option<std::ffi::OsString>) -> Result<Config, String> {
+/// Parses the settings that `lookup` returns; a fault rule may only name a function for
+/// which `is_exported` holds. An error names the bad setting as `NAME=value`.
+pub fn parse(
+    lookup: impl Fn(&str) -> Option<std::ffi::OsString>,
+    is_exported: impl Fn(&str) -> bool,
+) -> Result<Config, String> {
     let var = |name: &str| -> Result<Option<String>, String> {
         match lookup(name) {
             None => Ok(None),
@@ -104,7 +87,7 @@ pub fn parse(lookup: impl Fn(&str) -> Option<std::ffi::OsString>) -> Result<Conf
 
     let faults = match var("CUDA_SHIM_FAIL")? {
         None => Vec::new(),
-        Some(v) => parse_faults(&v).ok_or_else(|| bad("CUDA_SHIM_FAIL", &v))?,
+        Some(v) => parse_faults(&v, is_exported).ok_or_else(|| bad("CUDA_SHIM_FAIL", &v))?,
     };
 
     Ok(Config {
@@ -141,9 +124,9 @@ pub fn parse_size(text: &str) -> Option<u64> {
     number.checked_mul(multiplier)
 }
 
-/// Parses `FUNC:WHEN:CODE,...`; an empty list means no rules. FUNC must be a symbol this
-/// library exports, so that a misspelt name is reported instead of silently never firing.
-fn parse_faults(text: &str) -> Option<Vec<FaultRule>> {
+/// Parses `FUNC:WHEN:CODE,...`; an empty list means no rules. FUNC must be a symbol the
+/// shim exports, so that a misspelt name is reported instead of silently never firing.
+fn parse_faults(text: &str, is_exported: impl Fn(&str) -> bool) -> Option<Vec<FaultRule>> {
     if text.trim().is_empty() {
         return Some(Vec::new());
     }
@@ -151,7 +134,7 @@ fn parse_faults(text: &str) -> Option<Vec<FaultRule>> {
         .map(|rule| {
             let mut parts = rule.trim().split(':');
             let (func, when, code) = (parts.next()?, parts.next()?, parts.next()?);
-            if parts.next().is_some() || !crate::proc_address::is_exported(func) {
+            if parts.next().is_some() || !is_exported(func) {
                 return None;
             }
             Some(FaultRule {
@@ -182,12 +165,15 @@ mod tests {
     use std::collections::HashMap;
     use std::ffi::OsString;
 
+    /// The exported functions these tests name in fault rules.
+    const EXPORTED: &[&str] = &["cuMemAlloc_v2", "cuMemGetInfo_v2", "cuMemCreate"];
+
     fn parse_with(vars: &[(&str, &str)]) -> Result<Config, String> {
         let map: HashMap<String, OsString> = vars
             .iter()
             .map(|(k, v)| (k.to_string(), OsString::from(v)))
             .collect();
-        parse(|name| map.get(name).cloned())
+        parse(|name| map.get(name).cloned(), |f| EXPORTED.contains(&f))
     }
 
     #[test]

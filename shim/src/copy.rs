@@ -13,7 +13,7 @@ use crate::streams;
 /// What kind of memory one side of a copy is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Side {
-    /// Must lie in device-accessible memory the driver knows about.
+    /// Must lie in device-accessible memory the shim knows about.
     Device,
     /// Any host memory.
     Host,
@@ -23,7 +23,11 @@ pub enum Side {
 
 /// Copies `len` bytes from `src` to `dst`, "on" `stream` (0 for the synchronous calls;
 /// either way a default stream needs a current context).
-pub fn copy(
+///
+/// # Safety
+/// A `Host` or `Unified` side that is not device memory the shim allocated must be null
+/// or valid for `len` bytes (reads for `src`, writes for `dst`): the C caller's contract.
+pub unsafe fn copy(
     dst: u64,
     dst_side: Side,
     src: u64,
@@ -45,8 +49,8 @@ pub fn copy(
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
     }
-    // SAFETY: device-side ranges were just checked to lie in memory this driver allocated;
-    // host-side pointers are non-null and, by the API's contract, valid for `len` bytes.
+    // SAFETY: device-side ranges were just checked to lie in memory the shim allocated;
+    // host-side pointers are non-null and valid for `len` bytes by this function's contract.
     // ptr::copy tolerates overlap.
     unsafe { ptr::copy(src as *const u8, dst as *mut u8, len) };
     Ok(())
@@ -75,7 +79,7 @@ pub fn memset(
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
     }
-    // SAFETY: `dst..dst+len` was just checked to lie in writable memory this driver
+    // SAFETY: `dst..dst+len` was just checked to lie in writable memory the shim
     // allocated, and `dst` is aligned for the element type.
     unsafe {
         match element_size {

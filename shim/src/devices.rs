@@ -58,6 +58,8 @@ impl Device {
     }
 }
 
+/// What `cuDeviceGetName` reports. The wording predates the name "the shim" and stays:
+/// programs and tests may compare it.
 pub fn name(ordinal: usize) -> String {
     format!("cuquota stand-in GPU {ordinal}")
 }

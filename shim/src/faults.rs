@@ -1,5 +1,6 @@
 //! Fault injection: make chosen calls of an exported function return a chosen code without
-//! doing anything. Rules come from `CUDA_SHIM_FAIL` at load and from `cuShimInjectFault`.
+//! doing anything. Rules come from `CUDA_SHIM_FAIL` (loaded with the settings, before the
+//! first call is counted) and from `cuShimInjectFault`.
 //!
 //! Calls are counted per exported symbol (e.g. `cuMemAlloc_v2` and `cuMemAlloc` separately),
 //! across all threads, and only for symbols that have rules. `cuShimInjectFault` replaces a
@@ -7,11 +8,10 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, Once};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::abi::CUresult;
-use crate::config::{self, When};
-use crate::state::lock_ignoring_poison;
+use crate::config::{FaultRule, When};
 
 /// The rules of one exported function and how many times it has been called since they
 /// were set.
@@ -23,30 +23,35 @@ struct FunctionFaults {
 static RULES: Mutex<BTreeMap<String, FunctionFaults>> = Mutex::new(BTreeMap::new());
 /// False while there are no rules at all, so that the common case takes no lock.
 static ANY_RULES: AtomicBool = AtomicBool::new(false);
-static LOAD_FROM_ENV: Once = Once::new();
+
+/// Locks the rules even if a panic (caught at the FFI boundary) poisoned the lock: each
+/// update is a few plain assignments, so there is no half-done invariant to protect.
+fn lock_rules() -> MutexGuard<'static, BTreeMap<String, FunctionFaults>> {
+    RULES.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Adds the rules of `CUDA_SHIM_FAIL`, once, before any call is counted.
+pub fn load(env_rules: &[FaultRule]) {
+    let mut rules = lock_rules();
+    for rule in env_rules {
+        rules
+            .entry(rule.func.clone())
+            .or_insert(FunctionFaults {
+                calls: 0,
+                rules: Vec::new(),
+            })
+            .rules
+            .push((rule.when, rule.code));
+    }
+    ANY_RULES.store(!rules.is_empty(), Ordering::Release);
+}
 
 /// Counts a call of `func` and returns the code to fail it with, if a rule says so.
 pub fn check(func: &str) -> Option<CUresult> {
-    LOAD_FROM_ENV.call_once(|| {
-        if let Ok(cfg) = config::get() {
-            let mut rules = lock_ignoring_poison(&RULES);
-            for rule in &cfg.faults {
-                rules
-                    .entry(rule.func.clone())
-                    .or_insert(FunctionFaults {
-                        calls: 0,
-                        rules: Vec::new(),
-                    })
-                    .rules
-                    .push((rule.when, rule.code));
-            }
-            ANY_RULES.store(!rules.is_empty(), Ordering::Release);
-        }
-    });
     if !ANY_RULES.load(Ordering::Acquire) {
         return None;
     }
-    let mut rules = lock_ignoring_poison(&RULES);
+    let mut rules = lock_rules();
     let faults = rules.get_mut(func)?;
     faults.calls += 1;
     let call = faults.calls;
@@ -61,11 +66,10 @@ pub fn check(func: &str) -> Option<CUresult> {
 }
 
 /// Replaces the rules of `func` with one: fail its `nth` call from now on (0: every call)
-/// with `code`. Code 0 removes the rules of `func`; `func` None removes every rule.
+/// with `code`. Code 0 removes the rules of `func`; `func` None removes every rule. The
+/// caller loads the environment's rules first, so that they cannot overwrite these.
 pub fn inject(func: Option<&str>, nth: u32, code: CUresult) {
-    // Make sure the environment's rules are loaded first, so they cannot overwrite these.
-    check("");
-    let mut rules = lock_ignoring_poison(&RULES);
+    let mut rules = lock_rules();
     match func {
         None => rules.clear(),
         Some(func) if code == 0 => {
@@ -103,6 +107,18 @@ mod tests {
         assert_eq!(check("fault_test_a"), Some(7));
         assert_eq!(check("fault_test_a"), None);
         assert_eq!(check("fault_test_other"), None);
+    }
+
+    #[test]
+    fn environment_rules_count_from_the_first_call() {
+        load(&[FaultRule {
+            func: "fault_test_c".into(),
+            when: When::From(2),
+            code: 5,
+        }]);
+        assert_eq!(check("fault_test_c"), None);
+        assert_eq!(check("fault_test_c"), Some(5));
+        assert_eq!(check("fault_test_c"), Some(5));
     }
 
     #[test]

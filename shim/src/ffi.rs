@@ -1,46 +1,11 @@
-//! The FFI boundary: the wrapper every export runs its body in, and the only code that
-//! touches pointers handed in by C callers.
+//! Pointers handed in by C callers: the helpers through which the exports read and write
+//! them. Each rejects null; beyond that, a pointer is trusted to follow the driver API's
+//! documented contract, which is each helper's safety requirement.
 
 use std::ffi::{c_char, c_int, CStr};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::NonNull;
 
 use crate::abi::*;
-use crate::{faults, state};
-
-/// Whether an export needs `cuInit` to have succeeded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Needs {
-    Init,
-    Nothing,
-}
-
-/// Runs the body of the export `symbol`: an injected fault first, then the initialization
-/// check, then the body, with any panic caught and reported as `CUDA_ERROR_UNKNOWN`.
-pub fn entry(symbol: &str, needs: Needs, body: impl FnOnce() -> Result<(), CUresult>) -> CUresult {
-    let result = catch_unwind(AssertUnwindSafe(|| {
-        if let Some(code) = faults::check(symbol) {
-            return code;
-        }
-        if needs == Needs::Init && !state::is_initialized() {
-            return CUDA_ERROR_NOT_INITIALIZED;
-        }
-        match body() {
-            Ok(()) => CUDA_SUCCESS,
-            Err(code) => code,
-        }
-    }));
-    result.unwrap_or(CUDA_ERROR_UNKNOWN)
-}
-
-/// Runs a test helper's body (no fault injection, no init check), catching panics.
-pub fn helper(body: impl FnOnce() -> Result<(), CUresult>) -> c_int {
-    match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(Ok(())) => 0,
-        Ok(Err(code)) => code as c_int,
-        Err(_) => CUDA_ERROR_UNKNOWN as c_int,
-    }
-}
 
 /// A caller's output parameter, checked to be non-null.
 pub struct Out<T>(NonNull<T>);

@@ -1,4 +1,4 @@
-//! The driver's global state, one mutex around all of it, and `cuInit`.
+//! The shim's global state, one mutex around all of it, and `cuInit`.
 //!
 //! One lock keeps the bookkeeping simple and consistent (a device's charge and the record of
 //! the allocation it pays for change together). Slow system calls on the hot allocation path
@@ -6,10 +6,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::abi::*;
-use crate::config;
 use crate::context::Context;
 use crate::devices::Device;
 use crate::memory::{Allocation, HostAllocation};
@@ -44,17 +43,11 @@ static STATE: Mutex<State> = Mutex::new(State {
 
 static INITIALIZED: AtomicBool = AtomicBool::new(false);
 
-/// Locks the global state.
+/// Locks the global state, even if a panic (caught at the FFI boundary) poisoned the lock:
+/// every update of the state is a few plain assignments, so there is no half-done invariant
+/// to protect.
 pub fn lock() -> MutexGuard<'static, State> {
-    lock_ignoring_poison(&STATE)
-}
-
-/// Locks a mutex even if a panic (caught at the FFI boundary) poisoned it: every update of
-/// the state is a few plain assignments, so there is no half-done invariant to protect.
-pub fn lock_ignoring_poison<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    STATE.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A new opaque handle value for a context, stream, event, pool or physical allocation.
@@ -70,18 +63,18 @@ pub fn is_initialized() -> bool {
     INITIALIZED.load(Ordering::Acquire)
 }
 
-/// `cuInit`: creates the simulated devices (once; later calls just succeed).
-pub fn initialize(flags: u32) -> Result<(), CUresult> {
-    let cfg = config::get().map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
+/// `cuInit` with good settings: creates the simulated devices, one of each size in `memory`
+/// (once; later calls just succeed).
+pub fn initialize(memory: &[u64], flags: u32) -> Result<(), CUresult> {
     if flags != 0 {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    if cfg.memory.is_empty() {
+    if memory.is_empty() {
         return Err(CUDA_ERROR_NO_DEVICE);
     }
     let mut state = lock();
     if state.devices.is_empty() {
-        for &total in &cfg.memory {
+        for &total in memory {
             let ordinal = state.devices.len();
             let default_pool = crate::pools::create_default(&mut state, ordinal);
             state.devices.push(Device::new(total, default_pool));

@@ -1,4 +1,4 @@
-//! Drives the built stand-in driver from C: compiles `tests/c/smoke.c` with gcc against
+//! Drives the built shim from C: compiles `tests/c/smoke.c` with gcc against
 //! `libcuda.so` (installed in a temp dir as `libcuda.so.1` plus a `libcuda.so` link, as users
 //! install it) and runs one scenario per test, each in its own process and environment.
 

@@ -1,4 +1,4 @@
-/* Exercises the stand-in libcuda.so.1 through its C ABI. Usage: smoke SCENARIO.
+/* Exercises the shim (the stand-in libcuda.so.1) through its C ABI. Usage: smoke SCENARIO.
  * Declares the few driver API types it needs itself (no NVIDIA headers). Exits 0 when every
  * check passes; otherwise prints the failing check and exits 1. */
 #define _GNU_SOURCE
@@ -671,7 +671,7 @@ static void scenario_interpose(void) {
     OK(cuGetProcAddress("cuMemAlloc", (void **)&alloc, 12000, 0));
     CHECK(alloc == dlsym(libcuda(), "cuMemAlloc_v2"));
     CHECK((void *)alloc != dlsym(RTLD_DEFAULT, "cuMemAlloc_v2"));
-    OK(alloc(&b, 100)); /* the driver's own function: not the hook */
+    OK(alloc(&b, 100)); /* the shim's own function: not the hook */
     CHECK(*hook_calls == 1);
     CHECK(live(0) == 2);
 }

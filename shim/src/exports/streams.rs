@@ -1,0 +1,186 @@
+//! Streams and events. Work completes as it is issued, so these mostly check handles.
+
+use std::ffi::{c_int, c_uint};
+
+use super::{h, handle_ptr};
+use crate::abi::*;
+use crate::ffi::Out;
+use crate::streams;
+
+exports! {
+    fn cuStreamCreate(stream: *mut Handle, flags: c_uint) as cuStreamCreate since 2000 {
+        let out = Out::new(stream)?;
+        out.write(handle_ptr(streams::create(flags, 0)?));
+        Ok(())
+    }
+
+    fn cuStreamCreateWithPriority(
+        stream: *mut Handle,
+        flags: c_uint,
+        priority: c_int,
+    ) as cuStreamCreateWithPriority since 5050 {
+        let out = Out::new(stream)?;
+        out.write(handle_ptr(streams::create(flags, priority)?));
+        Ok(())
+    }
+
+    fn cuStreamDestroy(stream: Handle) as cuStreamDestroy since 2000 {
+        streams::destroy(h(stream))
+    }
+
+    fn cuStreamDestroy_v2(stream: Handle) as cuStreamDestroy since 4000 {
+        streams::destroy(h(stream))
+    }
+
+    fn cuStreamSynchronize(stream: Handle) as cuStreamSynchronize since 2000 {
+        streams::check(h(stream))
+    }
+
+    fn cuStreamSynchronize_ptsz(stream: Handle) as cuStreamSynchronize since 7000 Ptsz {
+        streams::check(h(stream))
+    }
+
+    fn cuStreamQuery(stream: Handle) as cuStreamQuery since 2000 {
+        streams::check(h(stream))
+    }
+
+    fn cuStreamQuery_ptsz(stream: Handle) as cuStreamQuery since 7000 Ptsz {
+        streams::check(h(stream))
+    }
+
+    fn cuStreamWaitEvent(
+        stream: Handle,
+        event: Handle,
+        _flags: c_uint,
+    ) as cuStreamWaitEvent since 3020 {
+        streams::check_event_and_stream(h(event), h(stream))
+    }
+
+    fn cuStreamWaitEvent_ptsz(
+        stream: Handle,
+        event: Handle,
+        _flags: c_uint,
+    ) as cuStreamWaitEvent since 7000 Ptsz {
+        streams::check_event_and_stream(h(event), h(stream))
+    }
+
+    fn cuStreamGetFlags(stream: Handle, flags: *mut c_uint) as cuStreamGetFlags since 5050 {
+        stream_flags(stream, Out::new(flags)?)
+    }
+
+    fn cuStreamGetFlags_ptsz(
+        stream: Handle,
+        flags: *mut c_uint,
+    ) as cuStreamGetFlags since 7000 Ptsz {
+        stream_flags(stream, Out::new(flags)?)
+    }
+
+    fn cuStreamGetPriority(stream: Handle, priority: *mut c_int) as cuStreamGetPriority since 5050 {
+        stream_priority(stream, Out::new(priority)?)
+    }
+
+    fn cuStreamGetPriority_ptsz(
+        stream: Handle,
+        priority: *mut c_int,
+    ) as cuStreamGetPriority since 7000 Ptsz {
+        stream_priority(stream, Out::new(priority)?)
+    }
+
+    fn cuStreamIsCapturing(stream: Handle, status: *mut c_int) as cuStreamIsCapturing since 10000 {
+        stream_is_capturing(stream, Out::new(status)?)
+    }
+
+    fn cuStreamIsCapturing_ptsz(
+        stream: Handle,
+        status: *mut c_int,
+    ) as cuStreamIsCapturing since 10000 Ptsz {
+        stream_is_capturing(stream, Out::new(status)?)
+    }
+
+    fn cuEventCreate(event: *mut Handle, flags: c_uint) as cuEventCreate since 2000 {
+        let out = Out::new(event)?;
+        out.write(handle_ptr(streams::create_event(flags)?));
+        Ok(())
+    }
+
+    fn cuEventRecord(event: Handle, stream: Handle) as cuEventRecord since 2000 {
+        streams::check_event_and_stream(h(event), h(stream))
+    }
+
+    fn cuEventRecord_ptsz(event: Handle, stream: Handle) as cuEventRecord since 7000 Ptsz {
+        streams::check_event_and_stream(h(event), h(stream))
+    }
+
+    fn cuEventRecordWithFlags(
+        event: Handle,
+        stream: Handle,
+        _flags: c_uint,
+    ) as cuEventRecordWithFlags since 11010 {
+        streams::check_event_and_stream(h(event), h(stream))
+    }
+
+    fn cuEventRecordWithFlags_ptsz(
+        event: Handle,
+        stream: Handle,
+        _flags: c_uint,
+    ) as cuEventRecordWithFlags since 11010 Ptsz {
+        streams::check_event_and_stream(h(event), h(stream))
+    }
+
+    fn cuEventQuery(event: Handle) as cuEventQuery since 2000 {
+        streams::check_event(h(event))
+    }
+
+    fn cuEventSynchronize(event: Handle) as cuEventSynchronize since 2000 {
+        streams::check_event(h(event))
+    }
+
+    fn cuEventDestroy(event: Handle) as cuEventDestroy since 2000 {
+        streams::destroy_event(h(event))
+    }
+
+    fn cuEventDestroy_v2(event: Handle) as cuEventDestroy since 4000 {
+        streams::destroy_event(h(event))
+    }
+
+    fn cuEventElapsedTime(
+        ms: *mut f32,
+        start: Handle,
+        end: Handle,
+    ) as cuEventElapsedTime since 2000 {
+        elapsed_time(Out::new(ms)?, start, end)
+    }
+
+    fn cuEventElapsedTime_v2(
+        ms: *mut f32,
+        start: Handle,
+        end: Handle,
+    ) as cuEventElapsedTime since 12080 {
+        elapsed_time(Out::new(ms)?, start, end)
+    }
+}
+
+fn stream_flags(stream: Handle, out: Out<c_uint>) -> Result<(), CUresult> {
+    out.write(streams::properties(h(stream))?.0);
+    Ok(())
+}
+
+fn stream_priority(stream: Handle, out: Out<c_int>) -> Result<(), CUresult> {
+    out.write(streams::properties(h(stream))?.1);
+    Ok(())
+}
+
+/// Nothing is ever captured: every stream reports `CU_STREAM_CAPTURE_STATUS_NONE`.
+fn stream_is_capturing(stream: Handle, out: Out<c_int>) -> Result<(), CUresult> {
+    streams::check(h(stream))?;
+    out.write(0);
+    Ok(())
+}
+
+/// Work completes as it is issued, so no time ever passes between two events.
+fn elapsed_time(out: Out<f32>, start: Handle, end: Handle) -> Result<(), CUresult> {
+    streams::check_event(h(start))?;
+    streams::check_event(h(end))?;
+    out.write(0.0);
+    Ok(())
+}
