@@ -446,9 +446,12 @@ impl Engine {
     /// # Safety
     /// Only in the child right after `fork()`, while it has one thread.
     pub unsafe fn reset_in_child(&self) {
-        self.pointers.reset_in_child();
-        self.handles.reset_in_child();
-        self.pools.reset_in_child(HashMap::new());
+        // SAFETY: our own contract, passed on: the child right after fork, one thread.
+        unsafe {
+            self.pointers.reset_in_child();
+            self.handles.reset_in_child();
+            self.pools.reset_in_child(HashMap::new());
+        }
         for q in &self.quotas {
             q.reset();
         }

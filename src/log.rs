@@ -73,7 +73,8 @@ fn to_stderr_instead(pid: i32, note: &str, text: &str) {
 /// # Safety
 /// Only in the child right after `fork()`, while it has one thread.
 pub unsafe fn reset_in_child() {
-    SINK.unlock_in_child();
+    // SAFETY: our own contract, passed on; the sink is usable as a parent thread left it.
+    unsafe { SINK.unlock_in_child() };
 }
 
 fn open_append(path: &str) -> Option<i32> {

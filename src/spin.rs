@@ -57,7 +57,9 @@ impl<T> SpinLock<T> {
     /// # Safety
     /// Only in the child right after `fork()`, before any other thread exists.
     pub unsafe fn reset_in_child(&self, fresh: T) {
-        std::ptr::write(self.data.get(), fresh);
+        // SAFETY: one thread (our contract), so nothing else reads or writes the data; the
+        // old value is overwritten without being dropped.
+        unsafe { std::ptr::write(self.data.get(), fresh) };
         self.locked.store(false, Ordering::Release);
     }
 
