@@ -135,11 +135,10 @@ c_function_types!(A B);
 c_function_types!(A B C);
 c_function_types!(A B C D);
 c_function_types!(A B C D E);
-c_function_types!(A B C D E G);
+c_function_types!(A B C D E F);
 
 /// The real function of one symbol, typed with its C prototype. Made only by `library!`,
 /// where the symbol and its prototype are written on one line.
-#[repr(transparent)]
 pub struct Real<F: CFunction> {
     symbol: Symbol,
     prototype: PhantomData<F>,
@@ -200,10 +199,13 @@ impl<F: CFunction> Real<F> {
 /// ```text
 /// library! {
 ///     LIBCUDA = c"libcuda.so.1", names "cu";
-///     // symbol          cuGetProcAddress name @ since, stream: prototype
+///     // symbol: cuGetProcAddress name @ since, stream: prototype
 ///     cuMemAlloc_v2: "cuMemAlloc" @ 3020, Plain: fn(*mut CuDevicePtr, usize) -> CuResult;
 /// }
 /// ```
+///
+/// The version facts are for `cuGetProcAddress`; a library without such a lookup leaves
+/// them out (`nvmlInit_v2: fn() -> NvmlReturn;`: its own name, version 0, plain).
 ///
 /// Each line becomes a `pub static` [`Real`] slot named as the symbol, and the prototype a
 /// `pub type` of the same name (types and values have separate namespaces), so that
@@ -211,7 +213,7 @@ impl<F: CFunction> Real<F> {
 macro_rules! library {
     (
         $(#[$doc:meta])* $library:ident = $soname:literal, names $prefix:literal;
-        $( $symbol:ident: $base:literal @ $since:literal, $stream:ident:
+        $( $symbol:ident: $($base:literal @ $since:literal, $stream:ident:)?
             fn($($arg:ty),* $(,)?) -> $ret:ty; )*
     ) => {
         $(#[$doc])*
@@ -225,15 +227,21 @@ macro_rules! library {
                 $crate::lookup::Real::new(
                     &$library,
                     concat!(stringify!($symbol), "\0"),
-                    $base,
-                    $since,
-                    $crate::lookup::Stream::$stream,
+                    $crate::lookup::library!(@base $symbol $($base)?),
+                    $crate::lookup::library!(@since $($since)?),
+                    $crate::lookup::library!(@stream $($stream)?),
                 );
         )*
         /// Every function of the table, in table order.
         #[allow(dead_code)]
         pub static FUNCTIONS: &[&$crate::lookup::Symbol] = &[$($symbol.symbol(),)*];
     };
+    (@base $symbol:ident) => { stringify!($symbol) };
+    (@base $symbol:ident $base:literal) => { $base };
+    (@since) => { 0 };
+    (@since $since:literal) => { $since };
+    (@stream) => { $crate::lookup::Stream::Plain };
+    (@stream $stream:ident) => { $crate::lookup::Stream::$stream };
 }
 pub(crate) use library;
 
@@ -435,5 +443,45 @@ pub fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
         // are passed on as they came.
         Some(f) => unsafe { f(handle, name) },
         None => std::ptr::null_mut(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A second library is one more table: here a made-up slice of NVML.
+    mod nvml {
+        crate::lookup::library! {
+            LIBNVML = c"libnvidia-ml.so.1", names "nvml";
+            nvmlInit_v2: fn() -> u32;
+            nvmlDeviceGetCount_v2: fn(*mut u32) -> u32;
+        }
+    }
+
+    #[allow(non_snake_case)]
+    unsafe extern "C" fn nvmlInit_v2() -> u32 {
+        0
+    }
+
+    static NVML_HOOKS: Hooks = hooks!(LIBNVML in self::nvml: nvmlInit_v2);
+
+    #[test]
+    fn a_table_without_version_facts() {
+        let f = nvml::nvmlDeviceGetCount_v2.symbol();
+        assert_eq!(f.name(), "nvmlDeviceGetCount_v2");
+        assert_eq!((f.base, f.since, f.stream), (f.name(), 0, Stream::Plain));
+        assert_eq!(nvml::FUNCTIONS.len(), 2);
+    }
+
+    #[test]
+    fn only_hooked_names_of_the_library_are_routed() {
+        let hook = hooked_symbol(b"nvmlInit_v2", &NVML_HOOKS).expect("hooked");
+        assert_eq!(hook.address(), nvmlInit_v2 as *const () as usize);
+        assert!(hooked_symbol(b"nvmlDeviceGetCount_v2", &NVML_HOOKS).is_none());
+        assert!(hooked_symbol(b"cuInit", &NVML_HOOKS).is_none());
+        // The library is not loaded in a unit test, so no address is the real function.
+        assert_eq!(hook_for_symbol(b"nvmlInit_v2", 1, &[&NVML_HOOKS]), None);
+        assert_eq!(nvml::nvmlInit_v2.get(), None);
     }
 }
