@@ -6,8 +6,8 @@
 //! `dlsym@GLIBC_2.34` and `dlsym@GLIBC_2.2.5` alike.
 
 use crate::exports::CUDA_HOOKS;
-use crate::lookup;
-use std::ffi::{c_char, c_void, CStr};
+use crate::{ffi, lookup};
+use std::ffi::{c_char, c_void};
 
 /// Every library whose functions we hook, for `dlsym` on its handle.
 static HOOKED_LIBRARIES: &[&lookup::Hooks] = &[&CUDA_HOOKS];
@@ -64,11 +64,13 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut
 /// real function of a name we hook.
 extern "C" fn dlsym_explicit(handle: *mut c_void, name: *const c_char) -> *mut c_void {
     let found = lookup::dlsym(handle, name);
-    if found.is_null() || name.is_null() {
+    if found.is_null() {
         return found;
     }
-    // SAFETY: dlsym just read `name` as a C string, so it is one.
-    let name = unsafe { CStr::from_ptr(name) }.to_bytes();
+    // SAFETY: dlsym just read `name` as a C string and found it, so it is one.
+    let Some(name) = (unsafe { ffi::c_str(name) }) else {
+        return found;
+    };
     std::panic::catch_unwind(|| lookup::hook_for_symbol(name, found as usize, HOOKED_LIBRARIES))
         .ok()
         .flatten()
