@@ -107,19 +107,20 @@ pub fn devices() -> Vec<(u32, String, Option<u64>)> {
     (0..count.max(0) as u32)
         .map(|d| {
             let mut buf = [0 as c_char; 256];
-            let name = match get_name {
-                // SAFETY: buf holds 256 bytes and the driver writes a NUL-terminated name.
-                Some(f)
-                    if unsafe { f(buf.as_mut_ptr(), buf.len() as i32, d as CuDevice) }.is_ok() =>
-                {
-                    // The last byte stays 0 whatever the driver wrote.
-                    buf[255] = 0;
-                    // SAFETY: buf is NUL-terminated (just made sure of it).
-                    unsafe { CStr::from_ptr(buf.as_ptr()) }
-                        .to_string_lossy()
-                        .into_owned()
-                }
-                _ => String::from("?"),
+            let named = match get_name {
+                // SAFETY: buf holds 256 bytes, the length passed; the driver writes the name there.
+                Some(f) => unsafe { f(buf.as_mut_ptr(), buf.len() as i32, d as CuDevice) }.is_ok(),
+                None => false,
+            };
+            let name = if named {
+                // The last byte stays 0 whatever the driver wrote.
+                buf[255] = 0;
+                // SAFETY: buf is NUL-terminated (its last byte is 0).
+                unsafe { CStr::from_ptr(buf.as_ptr()) }
+                    .to_string_lossy()
+                    .into_owned()
+            } else {
+                String::from("?")
             };
             (d, name, total_memory(d).ok())
         })
