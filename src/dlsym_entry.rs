@@ -5,7 +5,12 @@
 //! may swap in a hook. Being unversioned, this definition serves callers linked against
 //! `dlsym@GLIBC_2.34` and `dlsym@GLIBC_2.2.5` alike.
 
+use crate::exports::CUDA_HOOKS;
+use crate::{ffi, lookup};
 use std::ffi::{c_char, c_void};
+
+/// Every library whose functions we hook, for `dlsym` on its handle.
+static HOOKED_LIBRARIES: &[&lookup::Hooks] = &[&CUDA_HOOKS];
 
 #[cfg(target_arch = "x86_64")]
 #[unsafe(naked)]
@@ -37,9 +42,9 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut
         "jmp rax",
         "4:",
         "ret",
-        explicit = sym crate::proc_address::dlsym_explicit,
-        real = sym crate::real_driver::REAL_DLSYM,
-        resolve = sym crate::real_driver::resolve_real_dlsym,
+        explicit = sym dlsym_explicit,
+        real = sym crate::lookup::REAL_DLSYM,
+        resolve = sym crate::lookup::resolve_real_dlsym,
     )
 }
 
@@ -49,8 +54,25 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut
 #[no_mangle]
 pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
     if handle.is_null() || handle as isize == -1 {
-        crate::real_driver::dlsym(handle, name)
+        lookup::dlsym(handle, name)
     } else {
-        crate::proc_address::dlsym_explicit(handle, name)
+        dlsym_explicit(handle, name)
     }
+}
+
+/// `dlsym` with an explicit handle: the real answer, or our hook where the answer is the
+/// real function of a name we hook.
+extern "C" fn dlsym_explicit(handle: *mut c_void, name: *const c_char) -> *mut c_void {
+    let found = lookup::dlsym(handle, name);
+    if found.is_null() {
+        return found;
+    }
+    // SAFETY: dlsym just read `name` as a C string and found it, so it is one.
+    let Some(name) = (unsafe { ffi::c_str(name) }) else {
+        return found;
+    };
+    std::panic::catch_unwind(|| lookup::hook_for_symbol(name, found as usize, HOOKED_LIBRARIES))
+        .ok()
+        .flatten()
+        .map_or(found, |hook| hook as *mut c_void)
 }

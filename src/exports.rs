@@ -1,9 +1,17 @@
-//! Every C entry point cuquota exports, each a thin call into the engine.
+//! Every C entry point cuquota exports, each a thin call into the engine, and the table of
+//! them that the routing (`lookup`) hands out for `dlsym` and `cuGetProcAddress`.
+//!
+//! A hook is named as the driver symbol it stands in for; its real function is the slot of
+//! that name in `real_driver`, and `CUDA_HOOKS` checks that both have one prototype. Adding
+//! a plainly hooked function: its line in `real_driver`'s table, the hook here, and its
+//! name in `CUDA_HOOKS`.
 //!
 //! These are `unsafe extern "C"` because they are the CUDA driver's own prototypes: the
 //! caller promises what the driver documentation asks (valid out-pointers, a valid
-//! `CUmemAllocationProp`), and we read and write those pointers exactly where the real driver
-//! would, only after the real call succeeded. No panic leaves these functions.
+//! `CUmemAllocationProp`), and we read and write those pointers (through `ffi`) exactly
+//! where the real driver would, only after the real call succeeded. Calls to the real
+//! function pass the caller's arguments on unchanged, so they carry the caller's promise.
+//! No panic leaves these functions.
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
 use crate::cuda_abi::{
@@ -11,13 +19,40 @@ use crate::cuda_abi::{
     CuMemoryPool, CuResult, CuStream, CU_MEM_LOCATION_TYPE_DEVICE,
 };
 use crate::engine::{Engine, Kind, Place};
-use crate::hook_table::Func;
-use crate::proc_address::hook_for_lookup;
+use crate::ffi::{self, written, Out};
+use crate::lookup::{self, hooks, CFunction, Hooks, Real};
 use crate::process::engine;
-use crate::real_driver;
+use crate::real_driver as real;
 use std::cell::Cell;
-use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// Our hook for each hooked function of the CUDA driver.
+pub static CUDA_HOOKS: Hooks = hooks!(LIBCUDA in crate::real_driver:
+    cuInit,
+    cuMemAlloc_v2,
+    cuMemAlloc,
+    cuMemAllocPitch_v2,
+    cuMemAllocPitch,
+    cuMemAllocManaged,
+    cuMemAllocAsync,
+    cuMemAllocAsync_ptsz,
+    cuMemAllocFromPoolAsync,
+    cuMemAllocFromPoolAsync_ptsz,
+    cuMemFree_v2,
+    cuMemFree,
+    cuMemFreeAsync,
+    cuMemFreeAsync_ptsz,
+    cuMemCreate,
+    cuMemRelease,
+    cuMemPoolCreate,
+    cuMemGetInfo_v2,
+    cuMemGetInfo,
+    cuDeviceTotalMem_v2,
+    cuDeviceTotalMem,
+    cuGetProcAddress,
+    cuGetProcAddress_v2,
+);
 
 thread_local! {
     /// Set while this thread runs a hook: if the driver calls back into an exported hook,
@@ -48,15 +83,15 @@ fn guard(body: impl FnOnce() -> CuResult) -> CuResult {
     catch_unwind(AssertUnwindSafe(body)).unwrap_or(CuResult::UNKNOWN)
 }
 
-/// The frame of every charged hook: resolve the real function (`F` is its prototype), pass
-/// nested calls straight through, fail closed on a bad configuration, else run `charged`.
-fn hook<F: Copy>(
-    func: Func,
+/// The frame of every charged hook: resolve the real function, pass nested calls straight
+/// through, fail closed on a bad configuration, else run `charged`.
+fn hook<F: CFunction>(
+    real: &'static Real<F>,
     charged: impl FnOnce(F, &'static Engine) -> CuResult,
     plain: impl FnOnce(F) -> CuResult,
 ) -> CuResult {
     guard(|| {
-        let Some(real) = real_driver::function::<F>(func) else {
+        let Some(real) = real.get() else {
             return CuResult::NOT_FOUND;
         };
         let Some(_in_hook) = InHook::enter() else {
@@ -70,72 +105,61 @@ fn hook<F: Copy>(
     })
 }
 
-/// The new pointer after a successful call (0 if the caller passed no out-pointer).
-unsafe fn out<T: Copy + Into<u64>>(rc: CuResult, p: *const T) -> (CuResult, u64) {
-    let value = if rc.is_ok() && !p.is_null() {
-        (*p).into()
-    } else {
-        0
-    };
-    (rc, value)
+/// The call's result and the new pointer (0 if the call failed or had no out-pointer).
+///
+/// # Safety
+/// `p` is the caller's out-pointer: null or valid for reads (see `ffi::Out::new`).
+unsafe fn out<T: Copy + Into<u64>>(rc: CuResult, p: *mut T) -> (CuResult, u64) {
+    // SAFETY: passed on from the caller.
+    (rc, unsafe { written(rc.is_ok(), p) })
 }
-
-type Init = unsafe extern "C" fn(c_uint) -> CuResult;
 
 #[no_mangle]
 pub unsafe extern "C" fn cuInit(flags: c_uint) -> CuResult {
     hook(
-        Func::Init,
-        |real: Init, _| real(flags),
-        |real: Init| real(flags),
+        &real::cuInit,
+        // SAFETY: the caller's argument, passed on.
+        |real, _| unsafe { real(flags) },
+        // SAFETY: the caller's argument, passed on.
+        |real| unsafe { real(flags) },
     )
 }
 
 // ---- allocation ------------------------------------------------------------------------
 
-type Alloc = unsafe extern "C" fn(*mut CuDevicePtr, usize) -> CuResult;
-type AllocV1 = unsafe extern "C" fn(*mut CuDevicePtrV1, c_uint) -> CuResult;
-type AllocManaged = unsafe extern "C" fn(*mut CuDevicePtr, usize, c_uint) -> CuResult;
-type AllocAsync = unsafe extern "C" fn(*mut CuDevicePtr, usize, CuStream) -> CuResult;
-type AllocPool = unsafe extern "C" fn(*mut CuDevicePtr, usize, CuMemoryPool, CuStream) -> CuResult;
-type Pitch = unsafe extern "C" fn(*mut CuDevicePtr, *mut usize, usize, usize, c_uint) -> CuResult;
-type PitchV1 =
-    unsafe extern "C" fn(*mut CuDevicePtrV1, *mut c_uint, c_uint, c_uint, c_uint) -> CuResult;
-type Create =
-    unsafe extern "C" fn(*mut CuMemHandle, usize, *const CuMemAllocationProp, u64) -> CuResult;
-type PoolCreate = unsafe extern "C" fn(*mut CuMemoryPool, *const CuMemPoolPropsHead) -> CuResult;
-
 /// A device-pointer allocation on the current context's device.
-unsafe fn alloc_on<F: Copy>(
-    func: Func,
+fn alloc_on<F: CFunction>(
+    real: &'static Real<F>,
     place: impl FnOnce(&Engine) -> Place,
     bytes: u64,
     call: impl Fn(F) -> (CuResult, u64),
 ) -> CuResult {
     hook(
-        func,
-        |real: F, e| e.alloc(func.symbol(), Kind::Pointer, place(e), bytes, || call(real)),
-        |real: F| call(real).0,
+        real,
+        |f, e| e.alloc(real.name(), Kind::Pointer, place(e), bytes, || call(f)),
+        |f| call(f).0,
     )
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CuDevicePtr, bytes: usize) -> CuResult {
     alloc_on(
-        Func::MemAlloc,
+        &real::cuMemAlloc_v2,
         |_| Place::Current,
         bytes as u64,
-        |real: Alloc| out(real(dptr, bytes), dptr),
+        // SAFETY: the caller's arguments, passed on; `dptr` is its out-pointer.
+        |real| unsafe { out(real(dptr, bytes), dptr) },
     )
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemAlloc(dptr: *mut CuDevicePtrV1, bytes: c_uint) -> CuResult {
     alloc_on(
-        Func::MemAllocLegacy,
+        &real::cuMemAlloc,
         |_| Place::Current,
         bytes.into(),
-        |real: AllocV1| out(real(dptr, bytes), dptr),
+        // SAFETY: the caller's arguments, passed on; `dptr` is its out-pointer.
+        |real| unsafe { out(real(dptr, bytes), dptr) },
     )
 }
 
@@ -146,24 +170,28 @@ pub unsafe extern "C" fn cuMemAllocManaged(
     flags: c_uint,
 ) -> CuResult {
     alloc_on(
-        Func::MemAllocManaged,
+        &real::cuMemAllocManaged,
         |_| Place::Current,
         bytes as u64,
-        |real: AllocManaged| out(real(dptr, bytes, flags), dptr),
+        // SAFETY: the caller's arguments, passed on; `dptr` is its out-pointer.
+        |real| unsafe { out(real(dptr, bytes, flags), dptr) },
     )
 }
 
+/// # Safety
+/// The caller's arguments of `cuMemAllocAsync(_ptsz)`.
 unsafe fn alloc_async(
-    func: Func,
+    real: &'static Real<real::cuMemAllocAsync>,
     dptr: *mut CuDevicePtr,
     bytes: usize,
     stream: CuStream,
 ) -> CuResult {
     alloc_on(
-        func,
+        real,
         |_| Place::Current,
         bytes as u64,
-        |real: AllocAsync| out(real(dptr, bytes, stream), dptr),
+        // SAFETY: the caller's arguments, passed on; `dptr` is its out-pointer.
+        |real| unsafe { out(real(dptr, bytes, stream), dptr) },
     )
 }
 
@@ -173,7 +201,8 @@ pub unsafe extern "C" fn cuMemAllocAsync(
     bytes: usize,
     stream: CuStream,
 ) -> CuResult {
-    alloc_async(Func::MemAllocAsync, dptr, bytes, stream)
+    // SAFETY: the caller's arguments, passed on.
+    unsafe { alloc_async(&real::cuMemAllocAsync, dptr, bytes, stream) }
 }
 
 #[no_mangle]
@@ -182,21 +211,25 @@ pub unsafe extern "C" fn cuMemAllocAsync_ptsz(
     bytes: usize,
     stream: CuStream,
 ) -> CuResult {
-    alloc_async(Func::MemAllocAsyncPtsz, dptr, bytes, stream)
+    // SAFETY: the caller's arguments, passed on.
+    unsafe { alloc_async(&real::cuMemAllocAsync_ptsz, dptr, bytes, stream) }
 }
 
+/// # Safety
+/// The caller's arguments of `cuMemAllocFromPoolAsync(_ptsz)`.
 unsafe fn alloc_from_pool(
-    func: Func,
+    real: &'static Real<real::cuMemAllocFromPoolAsync>,
     dptr: *mut CuDevicePtr,
     bytes: usize,
     pool: CuMemoryPool,
     stream: CuStream,
 ) -> CuResult {
     alloc_on(
-        func,
+        real,
         |e| e.pool_place(pool as usize),
         bytes as u64,
-        |real: AllocPool| out(real(dptr, bytes, pool, stream), dptr),
+        // SAFETY: the caller's arguments, passed on; `dptr` is its out-pointer.
+        |real| unsafe { out(real(dptr, bytes, pool, stream), dptr) },
     )
 }
 
@@ -207,7 +240,8 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
     pool: CuMemoryPool,
     stream: CuStream,
 ) -> CuResult {
-    alloc_from_pool(Func::MemAllocFromPool, dptr, bytes, pool, stream)
+    // SAFETY: the caller's arguments, passed on.
+    unsafe { alloc_from_pool(&real::cuMemAllocFromPoolAsync, dptr, bytes, pool, stream) }
 }
 
 #[no_mangle]
@@ -217,7 +251,16 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsz(
     pool: CuMemoryPool,
     stream: CuStream,
 ) -> CuResult {
-    alloc_from_pool(Func::MemAllocFromPoolPtsz, dptr, bytes, pool, stream)
+    // SAFETY: the caller's arguments, passed on.
+    unsafe {
+        alloc_from_pool(
+            &real::cuMemAllocFromPoolAsync_ptsz,
+            dptr,
+            bytes,
+            pool,
+            stream,
+        )
+    }
 }
 
 #[no_mangle]
@@ -228,31 +271,26 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(
     height: usize,
     element: c_uint,
 ) -> CuResult {
-    let call = |real: Pitch| {
-        let rc = real(dptr, pitch, width, height, element);
-        let (rc, ptr) = out(rc, dptr);
-        (
-            rc,
-            ptr,
-            if rc.is_ok() && !pitch.is_null() {
-                *pitch as u64
-            } else {
-                0
-            },
-        )
+    let call = |real: real::cuMemAllocPitch_v2| {
+        // SAFETY: the caller's arguments, passed on; `dptr` and `pitch` are its out-pointers.
+        unsafe {
+            let (rc, ptr) = out(real(dptr, pitch, width, height, element), dptr);
+            let pitch = Out::new(pitch).filter(|_| rc.is_ok());
+            (rc, ptr, pitch.map_or(0, |p| p.get() as u64))
+        }
     };
     hook(
-        Func::MemAllocPitch,
-        |real: Pitch, e| {
+        &real::cuMemAllocPitch_v2,
+        |real, e| {
             e.alloc_pitch(
-                Func::MemAllocPitch.symbol(),
+                real::cuMemAllocPitch_v2.name(),
                 width as u64,
                 height as u64,
                 || call(real),
                 free_plain,
             )
         },
-        |real: Pitch| call(real).0,
+        |real| call(real).0,
     )
 }
 
@@ -264,37 +302,31 @@ pub unsafe extern "C" fn cuMemAllocPitch(
     height: c_uint,
     element: c_uint,
 ) -> CuResult {
-    let call = |real: PitchV1| {
-        let rc = real(dptr, pitch, width, height, element);
-        let (rc, ptr) = out(rc, dptr);
-        (
-            rc,
-            ptr,
-            if rc.is_ok() && !pitch.is_null() {
-                u64::from(*pitch)
-            } else {
-                0
-            },
-        )
+    let call = |real: real::cuMemAllocPitch| {
+        // SAFETY: the caller's arguments, passed on; `dptr` and `pitch` are its out-pointers.
+        unsafe {
+            let (rc, ptr) = out(real(dptr, pitch, width, height, element), dptr);
+            (rc, ptr, written(rc.is_ok(), pitch))
+        }
     };
     hook(
-        Func::MemAllocPitchLegacy,
-        |real: PitchV1, e| {
+        &real::cuMemAllocPitch,
+        |real, e| {
             e.alloc_pitch(
-                Func::MemAllocPitchLegacy.symbol(),
+                real::cuMemAllocPitch.name(),
                 width.into(),
                 height.into(),
                 || call(real),
                 free_plain,
             )
         },
-        |real: PitchV1| call(real).0,
+        |real| call(real).0,
     )
 }
 
 /// Frees an allocation the caller never got (a pitch allocation over quota).
 fn free_plain(ptr: u64) {
-    if let Some(real) = real_driver::function::<Free>(Func::MemFree) {
+    if let Some(real) = real::cuMemFree_v2.get() {
         // SAFETY: ptr was just returned by the driver and is known to nobody else.
         unsafe { real(ptr) };
     }
@@ -307,26 +339,28 @@ pub unsafe extern "C" fn cuMemCreate(
     prop: *const CuMemAllocationProp,
     flags: u64,
 ) -> CuResult {
-    let call = |real: Create| out(real(handle, size, prop, flags), handle);
+    // SAFETY: the caller's arguments, passed on; `handle` is its out-pointer.
+    let call = |real: real::cuMemCreate| unsafe { out(real(handle, size, prop, flags), handle) };
     // The properties name the device: no current context is needed.
-    let place = match prop.as_ref() {
+    // SAFETY: `prop` is null or the caller's valid CUmemAllocationProp.
+    let place = match unsafe { ffi::input(prop) } {
         Some(p) if p.location.kind == CU_MEM_LOCATION_TYPE_DEVICE && p.location.id >= 0 => {
             Place::Device(p.location.id as u32)
         }
         _ => Place::Uncharged,
     };
     hook(
-        Func::MemCreate,
-        |real: Create, e| {
+        &real::cuMemCreate,
+        |real, e| {
             e.alloc(
-                Func::MemCreate.symbol(),
+                real::cuMemCreate.name(),
                 Kind::Handle,
                 place,
                 size as u64,
                 || call(real),
             )
         },
-        |real: Create| call(real).0,
+        |real| call(real).0,
     )
 }
 
@@ -335,158 +369,173 @@ pub unsafe extern "C" fn cuMemPoolCreate(
     pool: *mut CuMemoryPool,
     props: *const CuMemPoolPropsHead,
 ) -> CuResult {
-    let device = props
-        .as_ref()
+    // SAFETY: `props` is null or the caller's valid CUmemPoolProps.
+    let device = unsafe { ffi::input(props) }
         .filter(|p| p.location.kind == CU_MEM_LOCATION_TYPE_DEVICE && p.location.id >= 0)
         .map(|p| p.location.id as u32);
     hook(
-        Func::MemPoolCreate,
-        |real: PoolCreate, e| {
-            let rc = real(pool, props);
-            if rc.is_ok() && !pool.is_null() {
-                e.pool_created(*pool as usize, device);
+        &real::cuMemPoolCreate,
+        |real, e| {
+            // SAFETY: the caller's arguments, passed on.
+            let rc = unsafe { real(pool, props) };
+            // SAFETY: `pool` is the caller's out-pointer, null or valid.
+            if let (true, Some(pool)) = (rc.is_ok(), unsafe { Out::new(pool) }) {
+                e.pool_created(pool.get() as usize, device);
             }
             rc
         },
-        |real: PoolCreate| real(pool, props),
+        // SAFETY: the caller's arguments, passed on.
+        |real| unsafe { real(pool, props) },
     )
 }
 
 // ---- free ------------------------------------------------------------------------------
 
-type Free = unsafe extern "C" fn(CuDevicePtr) -> CuResult;
-type FreeV1 = unsafe extern "C" fn(CuDevicePtrV1) -> CuResult;
-type FreeAsync = unsafe extern "C" fn(CuDevicePtr, CuStream) -> CuResult;
-type Release = unsafe extern "C" fn(CuMemHandle) -> CuResult;
-
-fn free_of<F: Copy>(func: Func, kind: Kind, key: u64, call: impl Fn(F) -> CuResult) -> CuResult {
+fn free_of<F: CFunction>(
+    real: &'static Real<F>,
+    kind: Kind,
+    key: u64,
+    call: impl Fn(F) -> CuResult,
+) -> CuResult {
     hook(
-        func,
-        |real: F, e| e.free(func.symbol(), kind, key, || call(real)),
-        |real: F| call(real),
+        real,
+        |f, e| e.free(real.name(), kind, key, || call(f)),
+        &call,
     )
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemFree_v2(ptr: CuDevicePtr) -> CuResult {
-    free_of(Func::MemFree, Kind::Pointer, ptr, |real: Free| real(ptr))
+    // SAFETY: the caller's argument, passed on.
+    free_of(&real::cuMemFree_v2, Kind::Pointer, ptr, |real| unsafe {
+        real(ptr)
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemFree(ptr: CuDevicePtrV1) -> CuResult {
-    free_of(
-        Func::MemFreeLegacy,
-        Kind::Pointer,
-        ptr.into(),
-        |real: FreeV1| real(ptr),
-    )
+    // SAFETY: the caller's argument, passed on.
+    free_of(&real::cuMemFree, Kind::Pointer, ptr.into(), |real| unsafe {
+        real(ptr)
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemFreeAsync(ptr: CuDevicePtr, stream: CuStream) -> CuResult {
-    free_of(Func::MemFreeAsync, Kind::Pointer, ptr, |real: FreeAsync| {
+    // SAFETY: the caller's arguments, passed on.
+    free_of(&real::cuMemFreeAsync, Kind::Pointer, ptr, |real| unsafe {
         real(ptr, stream)
     })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemFreeAsync_ptsz(ptr: CuDevicePtr, stream: CuStream) -> CuResult {
+    // SAFETY: the caller's arguments, passed on.
     free_of(
-        Func::MemFreeAsyncPtsz,
+        &real::cuMemFreeAsync_ptsz,
         Kind::Pointer,
         ptr,
-        |real: FreeAsync| real(ptr, stream),
+        |real| unsafe { real(ptr, stream) },
     )
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemRelease(handle: CuMemHandle) -> CuResult {
-    free_of(Func::MemRelease, Kind::Handle, handle, |real: Release| {
+    // SAFETY: the caller's argument, passed on.
+    free_of(&real::cuMemRelease, Kind::Handle, handle, |real| unsafe {
         real(handle)
     })
 }
 
 // ---- memory figures --------------------------------------------------------------------
 
-type MemInfo = unsafe extern "C" fn(*mut usize, *mut usize) -> CuResult;
-type MemInfoV1 = unsafe extern "C" fn(*mut c_uint, *mut c_uint) -> CuResult;
-type TotalMem = unsafe extern "C" fn(*mut usize, CuDevice) -> CuResult;
-type TotalMemV1 = unsafe extern "C" fn(*mut c_uint, CuDevice) -> CuResult;
-
 #[no_mangle]
 pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CuResult {
     hook(
-        Func::MemGetInfo,
-        |real: MemInfo, e| {
-            let rc = real(free, total);
-            if rc.is_ok() && !free.is_null() && !total.is_null() {
-                let (f, t) = e.memory_info(Func::MemGetInfo.symbol(), *free as u64, *total as u64);
-                (*free, *total) = (f as usize, t as usize);
+        &real::cuMemGetInfo_v2,
+        |real, e| {
+            // SAFETY: the caller's arguments, passed on; both are its out-pointers.
+            let (rc, outs) = unsafe { (real(free, total), (Out::new(free), Out::new(total))) };
+            if let (true, (Some(free), Some(total))) = (rc.is_ok(), outs) {
+                let (f, t) = e.memory_info(
+                    real::cuMemGetInfo_v2.name(),
+                    free.get() as u64,
+                    total.get() as u64,
+                );
+                free.set(f as usize);
+                total.set(t as usize);
             }
             rc
         },
-        |real: MemInfo| real(free, total),
+        // SAFETY: the caller's arguments, passed on.
+        |real| unsafe { real(free, total) },
     )
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemGetInfo(free: *mut c_uint, total: *mut c_uint) -> CuResult {
     hook(
-        Func::MemGetInfoLegacy,
-        |real: MemInfoV1, e| {
-            let rc = real(free, total);
-            if rc.is_ok() && !free.is_null() && !total.is_null() {
+        &real::cuMemGetInfo,
+        |real, e| {
+            // SAFETY: the caller's arguments, passed on; both are its out-pointers.
+            let (rc, outs) = unsafe { (real(free, total), (Out::new(free), Out::new(total))) };
+            if let (true, (Some(free), Some(total))) = (rc.is_ok(), outs) {
                 // Never more than the driver said, so the values still fit in 32 bits.
                 let (f, t) = e.memory_info(
-                    Func::MemGetInfoLegacy.symbol(),
-                    (*free).into(),
-                    (*total).into(),
+                    real::cuMemGetInfo.name(),
+                    free.get().into(),
+                    total.get().into(),
                 );
-                (*free, *total) = (f as c_uint, t as c_uint);
+                free.set(f as c_uint);
+                total.set(t as c_uint);
             }
             rc
         },
-        |real: MemInfoV1| real(free, total),
+        // SAFETY: the caller's arguments, passed on.
+        |real| unsafe { real(free, total) },
     )
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, device: CuDevice) -> CuResult {
     hook(
-        Func::DeviceTotalMem,
-        |real: TotalMem, e| {
-            let rc = real(bytes, device);
-            if rc.is_ok() && !bytes.is_null() && device >= 0 {
-                *bytes = e.total_memory(device as u32, *bytes as u64) as usize;
+        &real::cuDeviceTotalMem_v2,
+        |real, e| {
+            // SAFETY: the caller's arguments, passed on; `bytes` is its out-pointer.
+            let (rc, out) = unsafe { (real(bytes, device), Out::new(bytes)) };
+            if let (true, Some(out), Ok(device)) = (rc.is_ok(), out, u32::try_from(device)) {
+                out.set(e.total_memory(device, out.get() as u64) as usize);
             }
             rc
         },
-        |real: TotalMem| real(bytes, device),
+        // SAFETY: the caller's arguments, passed on.
+        |real| unsafe { real(bytes, device) },
     )
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuDeviceTotalMem(bytes: *mut c_uint, device: CuDevice) -> CuResult {
     hook(
-        Func::DeviceTotalMemLegacy,
-        |real: TotalMemV1, e| {
-            let rc = real(bytes, device);
-            if rc.is_ok() && !bytes.is_null() && device >= 0 {
-                *bytes = e.total_memory(device as u32, (*bytes).into()) as c_uint;
+        &real::cuDeviceTotalMem,
+        |real, e| {
+            // SAFETY: the caller's arguments, passed on; `bytes` is its out-pointer.
+            let (rc, out) = unsafe { (real(bytes, device), Out::new(bytes)) };
+            if let (true, Some(out), Ok(device)) = (rc.is_ok(), out, u32::try_from(device)) {
+                out.set(e.total_memory(device, out.get().into()) as c_uint);
             }
             rc
         },
-        |real: TotalMemV1| real(bytes, device),
+        // SAFETY: the caller's arguments, passed on.
+        |real| unsafe { real(bytes, device) },
     )
 }
 
 // ---- lookups ---------------------------------------------------------------------------
 
-type GetProc = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64) -> CuResult;
-type GetProcV2 =
-    unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> CuResult;
-
 /// After the real lookup succeeded: swap in our hook where the driver gave a hooked variant.
+///
+/// # Safety
+/// The caller's arguments of `cuGetProcAddress(_v2)`.
 unsafe fn swap_in_hook(
     rc: CuResult,
     symbol: *const c_char,
@@ -494,12 +543,17 @@ unsafe fn swap_in_hook(
     version: c_int,
     flags: u64,
 ) {
-    if !rc.is_ok() || symbol.is_null() || pfn.is_null() || (*pfn).is_null() {
+    // SAFETY: `symbol` is null or the caller's C string; `pfn` null or its out-pointer.
+    let (base, pfn) = unsafe { (ffi::c_str(symbol), Out::new(pfn)) };
+    let (true, Some(base), Some(pfn)) = (rc.is_ok(), base, pfn) else {
+        return;
+    };
+    let found = pfn.get();
+    if found.is_null() {
         return;
     }
-    let base = CStr::from_ptr(symbol).to_bytes();
-    if let Some(hook) = hook_for_lookup(base, *pfn as usize, version, flags) {
-        *pfn = hook as *mut c_void;
+    if let Some(hook) = lookup::hook_for_lookup(base, found as usize, version, flags, &CUDA_HOOKS) {
+        pfn.set(hook as *mut c_void);
     }
 }
 
@@ -511,12 +565,15 @@ pub unsafe extern "C" fn cuGetProcAddress(
     flags: u64,
 ) -> CuResult {
     guard(|| {
-        let Some(real) = real_driver::function::<GetProc>(Func::GetProcAddress) else {
+        let Some(real) = real::cuGetProcAddress.get() else {
             return CuResult::NOT_FOUND;
         };
-        let rc = real(symbol, pfn, version, flags);
-        swap_in_hook(rc, symbol, pfn, version, flags);
-        rc
+        // SAFETY: the caller's arguments, passed on, then read back as the driver wrote them.
+        unsafe {
+            let rc = real(symbol, pfn, version, flags);
+            swap_in_hook(rc, symbol, pfn, version, flags);
+            rc
+        }
     })
 }
 
@@ -529,11 +586,70 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
     status: *mut c_int,
 ) -> CuResult {
     guard(|| {
-        let Some(real) = real_driver::function::<GetProcV2>(Func::GetProcAddressV2) else {
+        let Some(real) = real::cuGetProcAddress_v2.get() else {
             return CuResult::NOT_FOUND;
         };
-        let rc = real(symbol, pfn, version, flags, status);
-        swap_in_hook(rc, symbol, pfn, version, flags);
-        rc
+        // SAFETY: the caller's arguments, passed on, then read back as the driver wrote them.
+        unsafe {
+            let rc = real(symbol, pfn, version, flags, status);
+            swap_in_hook(rc, symbol, pfn, version, flags);
+            rc
+        }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lookup::{hooked_symbol, variant_by_rules};
+
+    fn symbol(name: &[u8]) -> Option<&'static str> {
+        hooked_symbol(name, &CUDA_HOOKS).map(|h| h.real.name())
+    }
+
+    #[test]
+    fn exact_names() {
+        assert_eq!(symbol(b"cuMemAlloc_v2"), Some("cuMemAlloc_v2"));
+        assert_eq!(symbol(b"cuMemAlloc"), Some("cuMemAlloc"));
+        assert_eq!(symbol(b"cuCtxGetDevice"), None, "called, not hooked");
+        assert_eq!(symbol(b"malloc"), None);
+        assert_eq!(symbol(b"cuGetExportTable"), None);
+    }
+
+    fn by_rules(base: &[u8], version: u32, per_thread: bool) -> Option<&'static str> {
+        variant_by_rules(base, version, per_thread, &CUDA_HOOKS).map(|h| h.real.name())
+    }
+
+    #[test]
+    fn version_and_flag_rules() {
+        assert_eq!(by_rules(b"cuMemAlloc", 3020, false), Some("cuMemAlloc_v2"));
+        assert_eq!(by_rules(b"cuMemAlloc", 12000, true), Some("cuMemAlloc_v2"));
+        assert_eq!(by_rules(b"cuMemAlloc", 2000, false), Some("cuMemAlloc"));
+        assert_eq!(
+            by_rules(b"cuMemAllocAsync", 11020, true),
+            Some("cuMemAllocAsync_ptsz")
+        );
+        assert_eq!(
+            by_rules(b"cuMemAllocAsync", 12000, false),
+            Some("cuMemAllocAsync")
+        );
+        assert_eq!(by_rules(b"cuMemAllocAsync", 11000, false), None);
+        assert_eq!(
+            by_rules(b"cuGetProcAddress", 11030, false),
+            Some("cuGetProcAddress")
+        );
+        assert_eq!(
+            by_rules(b"cuGetProcAddress", 12000, false),
+            Some("cuGetProcAddress_v2")
+        );
+        assert_eq!(by_rules(b"cuLaunchKernel", 12000, false), None);
+    }
+
+    #[test]
+    fn every_hook_is_listed_once() {
+        let mut names: Vec<_> = CUDA_HOOKS.hooks.iter().map(|h| h.real.name()).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), CUDA_HOOKS.hooks.len());
+    }
 }

@@ -1,11 +1,23 @@
 //! cuquota: an LD_PRELOAD library that puts a per-device byte quota on the device memory of
 //! any CUDA process, reports the quota as the device's memory, and explains every refusal.
 //!
-//! Reading order: `exports` (the C entry points) → `process` (the engine's making, exit and
-//! fork) → `engine` (what each hook does) → `quota`, `ledger` (the accounting) → `episodes`
-//! (back-off runs per thread) → `proc_address`, `dlsym_entry`, `hook_table` (how programs
-//! reach the hooks) → `trace` → `config`, `messages`, `log` (sizes, the trace schema, the
-//! episode rule and the hasher are in `crates/format`).
+//! Reading order, by layer; each module imports only from modules below it (no import
+//! circle), and sizes, the trace schema, the episode rule and the hasher come from
+//! `crates/format` (`cuquota_format`):
+//! - entry points: `dlsym_entry` (our `dlsym`), `exports` (the C entry points, and
+//!   `CUDA_HOOKS`, the table of them), `process` (the one engine, made at the first hooked
+//!   call; the exit handler and the fork handler, which resets everything in one order);
+//! - lookup: `real_driver` (every driver function cuquota resolves, declared once with its
+//!   prototype; the questions the engine asks the driver), `lookup` (finding a function in
+//!   a real library; routing `dlsym` and `cuGetProcAddress` to the hooks it is handed);
+//! - engine, beside lookup (neither imports the other): `engine` (reserve, call, commit or
+//!   roll back; the virtualised figures), `episodes` (each thread's run of refusals),
+//!   `trace` (the trace file, started at its first event), `messages` (the words of the log
+//!   lines), `log` (where they go), `config` (the environment variables);
+//! - books: `quota` (per-GPU counters), `ledger` (live allocations);
+//! - words: `cuda_abi` (the driver's types), `ffi` (caller pointers), `spin` (the lock a
+//!   forked child can clear).
+#![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod config;
 pub mod cuda_abi;
@@ -13,11 +25,11 @@ mod dlsym_entry;
 pub mod engine;
 mod episodes;
 mod exports;
-pub mod hook_table;
+mod ffi;
 pub mod ledger;
 pub mod log;
+mod lookup;
 pub mod messages;
-mod proc_address;
 mod process;
 pub mod quota;
 mod real_driver;

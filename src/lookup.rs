@@ -1,0 +1,487 @@
+//! How cuquota finds functions in a real library, and how a program's lookups of them get
+//! our hooks. One module for every library cuquota sits in front of: a library is a table
+//! (its soname and one line per function, see `library!`), the machinery is here.
+//!
+//! The three ways a program reaches a function:
+//! - by the exported symbol: the dynamic linker binds it to our export of the same name;
+//! - by `dlsym` on the library's handle: [`hook_for_symbol`];
+//! - by `cuGetProcAddress(_v2)` (CUDA only): [`hook_for_lookup`], using each function's
+//!   version facts (the name callers ask for, the version that introduced the variant,
+//!   whether it is the per-thread default stream `_ptsz` variant).
+//!
+//! A hook is handed out only where the answer is the real library's own function for a name
+//! we hook, so every other name, library and handle passes through untouched. This module
+//! does not know the hooks: each library's hooks come in as a [`Hooks`] table, built where
+//! the hooks are.
+
+use crate::cuda_abi::CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+use std::ffi::{c_char, c_void, CStr};
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+// ---- libraries and their functions ---------------------------------------------------------
+
+/// A real library cuquota resolves functions in. It is never loaded by us (RTLD_NOLOAD):
+/// every hook is reached only after the program loaded the library, so none of its start-up
+/// code ever runs inside one of our calls. Matched by soname, so a program's
+/// `dlopen("libcuda.so")` counts too.
+pub struct Library {
+    soname: &'static CStr,
+    /// What every function name of the library starts with: a cheap "not ours" for `dlsym`.
+    pub prefix: &'static str,
+    handle: AtomicUsize,
+}
+
+impl Library {
+    pub const fn new(soname: &'static CStr, prefix: &'static str) -> Library {
+        Library {
+            soname,
+            prefix,
+            handle: AtomicUsize::new(0),
+        }
+    }
+
+    /// The library's handle, if the process has loaded it.
+    fn handle(&self) -> Option<*mut c_void> {
+        let handle = self.handle.load(Relaxed);
+        if handle != 0 {
+            return Some(handle as *mut c_void);
+        }
+        // SAFETY: a NUL-terminated soname; with RTLD_NOLOAD nothing is loaded or initialised.
+        let handle = unsafe {
+            libc::dlopen(
+                self.soname.as_ptr(),
+                libc::RTLD_NOW | libc::RTLD_LOCAL | libc::RTLD_NOLOAD,
+            )
+        };
+        if handle.is_null() {
+            return None;
+        }
+        self.handle.store(handle as usize, Relaxed);
+        Some(handle)
+    }
+}
+
+/// Which default stream a variant was built for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stream {
+    /// The plain symbol (legacy default stream), or a function without a stream.
+    Plain,
+    /// `_ptsz`: the per-thread default stream.
+    PerThread,
+}
+
+/// One function of a library, without its type: its name, its version facts, and the real
+/// address once resolved.
+pub struct Symbol {
+    library: &'static Library,
+    /// The exported name followed by a NUL.
+    name_nul: &'static str,
+    name: &'static str,
+    /// The name callers give `cuGetProcAddress`, e.g. `cuMemAlloc` for `cuMemAlloc_v2`.
+    pub base: &'static str,
+    /// The CUDA version (1000·major + 10·minor) that introduced this variant.
+    pub since: u32,
+    pub stream: Stream,
+    address: AtomicUsize,
+}
+
+impl Symbol {
+    /// The exported symbol, e.g. `cuMemAlloc_v2`.
+    #[inline]
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The real library's address of this function, or None if the library (or the
+    /// function) is not there.
+    #[inline]
+    pub fn address(&self) -> Option<usize> {
+        match self.address.load(Relaxed) {
+            0 => self.resolve(),
+            cached => Some(cached),
+        }
+    }
+
+    #[cold]
+    fn resolve(&self) -> Option<usize> {
+        let handle = self.library.handle()?;
+        let found = dlsym(handle, self.name_nul.as_ptr().cast()) as usize;
+        if found == 0 {
+            return None;
+        }
+        self.address.store(found, Relaxed);
+        Some(found)
+    }
+}
+
+/// A C function pointer type: what a [`Real`] slot may hold. Sealed: only `unsafe extern
+/// "C" fn` types implement it, so a slot can hold nothing else.
+pub trait CFunction: Copy + sealed::Sealed {}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+macro_rules! c_function_types {
+    ($($arg:ident)*) => {
+        impl<R, $($arg),*> sealed::Sealed for unsafe extern "C" fn($($arg),*) -> R {}
+        impl<R, $($arg),*> CFunction for unsafe extern "C" fn($($arg),*) -> R {}
+    };
+}
+c_function_types!();
+c_function_types!(A);
+c_function_types!(A B);
+c_function_types!(A B C);
+c_function_types!(A B C D);
+c_function_types!(A B C D E);
+c_function_types!(A B C D E F);
+
+/// The real function of one symbol, typed with its C prototype. Made only by `library!`,
+/// where the symbol and its prototype are written on one line.
+pub struct Real<F: CFunction> {
+    symbol: Symbol,
+    prototype: PhantomData<F>,
+}
+
+impl<F: CFunction> Real<F> {
+    /// Use `library!`, which writes the name once.
+    #[doc(hidden)]
+    pub const fn new(
+        library: &'static Library,
+        name_nul: &'static str,
+        base: &'static str,
+        since: u32,
+        stream: Stream,
+    ) -> Real<F> {
+        let bytes = name_nul.as_bytes();
+        assert!(!bytes.is_empty() && bytes[bytes.len() - 1] == 0);
+        let (name, _) = name_nul.split_at(bytes.len() - 1);
+        const { assert!(std::mem::size_of::<F>() == std::mem::size_of::<usize>()) };
+        Real {
+            symbol: Symbol {
+                library,
+                name_nul,
+                name,
+                base,
+                since,
+                stream,
+                address: AtomicUsize::new(0),
+            },
+            prototype: PhantomData,
+        }
+    }
+
+    #[inline]
+    pub const fn symbol(&'static self) -> &'static Symbol {
+        &self.symbol
+    }
+
+    /// The exported symbol, e.g. `cuMemAlloc_v2`.
+    #[inline]
+    pub fn name(&self) -> &'static str {
+        self.symbol.name
+    }
+
+    /// The real function, or None if the library lacks it.
+    #[inline]
+    pub fn get(&self) -> Option<F> {
+        // SAFETY: the address is the library's own function of this name, and F is the
+        // prototype `library!` declared for that name (a C function pointer, pointer-sized).
+        self.symbol
+            .address()
+            .map(|a| unsafe { std::mem::transmute_copy::<usize, F>(&a) })
+    }
+}
+
+/// Declares a library and every function cuquota resolves in it, one line each:
+///
+/// ```text
+/// library! {
+///     LIBCUDA = c"libcuda.so.1", names "cu";
+///     // symbol: cuGetProcAddress name @ since, stream: prototype
+///     cuMemAlloc_v2: "cuMemAlloc" @ 3020, Plain: fn(*mut CuDevicePtr, usize) -> CuResult;
+/// }
+/// ```
+///
+/// The version facts are for `cuGetProcAddress`; a library without such a lookup leaves
+/// them out (`nvmlInit_v2: fn() -> NvmlReturn;`: its own name, version 0, plain).
+///
+/// Each line becomes a `pub static` [`Real`] slot named as the symbol, and the prototype a
+/// `pub type` of the same name (types and values have separate namespaces), so that
+/// `Real<real_driver::cuMemAlloc_v2>` is the type of `real_driver::cuMemAlloc_v2`.
+macro_rules! library {
+    (
+        $(#[$doc:meta])* $library:ident = $soname:literal, names $prefix:literal;
+        $( $symbol:ident: $($base:literal @ $since:literal, $stream:ident:)?
+            fn($($arg:ty),* $(,)?) -> $ret:ty; )*
+    ) => {
+        $(#[$doc])*
+        pub static $library: $crate::lookup::Library =
+            $crate::lookup::Library::new($soname, $prefix);
+        $(
+            #[allow(non_camel_case_types)]
+            pub type $symbol = unsafe extern "C" fn($($arg),*) -> $ret;
+            #[allow(non_upper_case_globals)]
+            pub static $symbol: $crate::lookup::Real<$symbol> =
+                $crate::lookup::Real::new(
+                    &$library,
+                    concat!(stringify!($symbol), "\0"),
+                    $crate::lookup::library!(@base $symbol $($base)?),
+                    $crate::lookup::library!(@since $($since)?),
+                    $crate::lookup::library!(@stream $($stream)?),
+                );
+        )*
+        /// Every function of the table, in table order.
+        #[allow(dead_code)]
+        pub static FUNCTIONS: &[&$crate::lookup::Symbol] = &[$($symbol.symbol(),)*];
+    };
+    (@base $symbol:ident) => { stringify!($symbol) };
+    (@base $symbol:ident $base:literal) => { $base };
+    (@since) => { 0 };
+    (@since $since:literal) => { $since };
+    (@stream) => { $crate::lookup::Stream::Plain };
+    (@stream $stream:ident) => { $crate::lookup::Stream::$stream };
+}
+pub(crate) use library;
+
+// ---- hooks: what the routing hands out -------------------------------------------------------
+
+/// One of our hooks and the real function it stands in for.
+pub struct Hook {
+    pub real: &'static Symbol,
+    address: HookAddress,
+}
+
+/// The address of one of our hooks.
+struct HookAddress(*const ());
+
+// SAFETY: the address of code in this library; never written through, valid for the life of
+// the process, so sharing it between threads is harmless.
+unsafe impl Sync for HookAddress {}
+
+impl Hook {
+    /// Use `hooks!`, which checks that the hook has the real function's prototype.
+    #[doc(hidden)]
+    pub const fn new(real: &'static Symbol, address: *const ()) -> Hook {
+        Hook {
+            real,
+            address: HookAddress(address),
+        }
+    }
+
+    pub fn address(&self) -> usize {
+        self.address.0 as usize
+    }
+}
+
+/// Compiles only if `hook` has the prototype of `real`.
+#[doc(hidden)]
+pub const fn same_prototype<F: CFunction>(_real: &Real<F>, _hook: F) {}
+
+/// The hooks of one library.
+pub struct Hooks {
+    pub library: &'static Library,
+    pub hooks: &'static [Hook],
+}
+
+/// `hooks!(LIBRARY in path::to::table: hook, hook, …)`: the [`Hooks`] of a library. Each
+/// hook is a function named as the symbol it stands in for, and the compiler checks that
+/// it has the prototype of that symbol's slot in the table.
+macro_rules! hooks {
+    ($library:ident in $table:path: $($hook:ident),* $(,)?) => {{
+        use $table as table;
+        $crate::lookup::Hooks {
+            library: &table::$library,
+            hooks: &[$({
+                const _: () = $crate::lookup::same_prototype(&table::$hook, $hook);
+                $crate::lookup::Hook::new(table::$hook.symbol(), $hook as *const ())
+            },)*],
+        }
+    }};
+}
+pub(crate) use hooks;
+
+// ---- the three lookup paths ----------------------------------------------------------------
+
+/// `dlsym(handle, name)` returned `found`: the hook to hand out instead, if `found` is the
+/// real library's function `name` and we hook it.
+pub fn hook_for_symbol(name: &[u8], found: usize, libraries: &[&Hooks]) -> Option<usize> {
+    let hook = libraries.iter().find_map(|l| hooked_symbol(name, l))?;
+    (hook.real.address() == Some(found)).then(|| hook.address())
+}
+
+/// The hook for the exported name `name`, if we hook it. Cheap for the names of other
+/// libraries: they rarely start with the library's prefix.
+pub fn hooked_symbol<'a>(name: &[u8], hooks: &'a Hooks) -> Option<&'a Hook> {
+    if !name.starts_with(hooks.library.prefix.as_bytes()) {
+        return None;
+    }
+    hooks
+        .hooks
+        .iter()
+        .find(|h| h.real.name().as_bytes() == name)
+}
+
+/// The hooked variants a `cuGetProcAddress` query for `base` may return.
+fn hooked_variants<'a>(base: &'a [u8], hooks: &'a Hooks) -> impl Iterator<Item = &'a Hook> {
+    let candidate = base.starts_with(hooks.library.prefix.as_bytes());
+    hooks
+        .hooks
+        .iter()
+        .filter(move |h| candidate && h.real.base.as_bytes() == base)
+}
+
+/// After a successful `cuGetProcAddress(base, version, flags)` that returned `found`: the hook
+/// for exactly the variant the driver gave, or None to leave the answer alone.
+pub fn hook_for_lookup(
+    base: &[u8],
+    found: usize,
+    version: i32,
+    flags: u64,
+    hooks: &Hooks,
+) -> Option<usize> {
+    let mut known = false;
+    for hook in hooked_variants(base, hooks) {
+        known = true;
+        if hook.real.address() == Some(found) {
+            return Some(hook.address());
+        }
+    }
+    if !known {
+        return None;
+    }
+    // The driver may hand out an address that is none of its exports. Then the documented
+    // rules name the variant — unless the address is another exported function (a variant
+    // newer than this build knows), which must pass through untouched.
+    let per_thread = flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM != 0;
+    let hook = variant_by_rules(base, u32::try_from(version).ok()?, per_thread, hooks)?;
+    match exported_name_at(found) {
+        Some(name) if name != hook.real.name().as_bytes() => None,
+        _ => Some(hook.address()),
+    }
+}
+
+/// The variant the driver's documented rules give for (base, version, flags): the newest one
+/// introduced at or before `version`, the `_ptsz` one when flags ask for the per-thread
+/// default stream. Used only when the driver hands out an address that is none of its
+/// exports, to know which hook fits.
+pub fn variant_by_rules<'a>(
+    base: &'a [u8],
+    version: u32,
+    per_thread: bool,
+    hooks: &'a Hooks,
+) -> Option<&'a Hook> {
+    let wanted = if per_thread {
+        Stream::PerThread
+    } else {
+        Stream::Plain
+    };
+    let eligible = || hooked_variants(base, hooks).filter(|h| h.real.since <= version);
+    let with_stream = eligible()
+        .filter(|h| h.real.stream == wanted)
+        .max_by_key(|h| h.real.since);
+    with_stream.or_else(|| {
+        eligible()
+            .filter(|h| h.real.stream == Stream::Plain)
+            .max_by_key(|h| h.real.since)
+    })
+}
+
+/// The exported symbol that starts exactly at `addr`, if any.
+fn exported_name_at(addr: usize) -> Option<Vec<u8>> {
+    // SAFETY: Dl_info is plain data (pointers and integers); all-zero is a valid value.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr only reads the address and fills `info`.
+    let ok = unsafe { libc::dladdr(addr as *const c_void, &mut info) } != 0;
+    if !ok || info.dli_sname.is_null() || info.dli_saddr as usize != addr {
+        return None;
+    }
+    // SAFETY: dladdr returned a NUL-terminated symbol name owned by the loader.
+    Some(
+        unsafe { CStr::from_ptr(info.dli_sname) }
+            .to_bytes()
+            .to_vec(),
+    )
+}
+
+// ---- the real dlsym ------------------------------------------------------------------------
+
+type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
+
+/// The real `dlsym`, as a plain address: the `dlsym` trampoline reads it too. Our own
+/// lookups never go through our `dlsym`: this one comes from `dlvsym(RTLD_NEXT, …)`.
+pub static REAL_DLSYM: AtomicUsize = AtomicUsize::new(0);
+
+/// The real `dlsym`, resolved on first use.
+fn real_dlsym() -> Option<DlsymFn> {
+    let mut addr = REAL_DLSYM.load(Relaxed);
+    if addr == 0 {
+        for version in [c"GLIBC_2.34", c"GLIBC_2.2.5"] {
+            // SAFETY: dlvsym with RTLD_NEXT and valid C strings; it is not hooked by us.
+            addr = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) }
+                as usize;
+            if addr != 0 {
+                break;
+            }
+        }
+        REAL_DLSYM.store(addr, Relaxed);
+    }
+    // SAFETY: a non-zero address came from the dynamic linker for `dlsym` itself.
+    (addr != 0).then(|| unsafe { std::mem::transmute::<usize, DlsymFn>(addr) })
+}
+
+/// `extern "C"` entry used by the trampoline when `REAL_DLSYM` is not resolved yet.
+pub extern "C" fn resolve_real_dlsym() -> usize {
+    real_dlsym().map_or(0, |f| f as usize)
+}
+
+/// Calls the real `dlsym`.
+pub fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
+    match real_dlsym() {
+        // SAFETY: the real dlsym accepts any handle and name a caller may pass ours; they
+        // are passed on as they came.
+        Some(f) => unsafe { f(handle, name) },
+        None => std::ptr::null_mut(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A second library is one more table: here a made-up slice of NVML.
+    mod nvml {
+        crate::lookup::library! {
+            LIBNVML = c"libnvidia-ml.so.1", names "nvml";
+            nvmlInit_v2: fn() -> u32;
+            nvmlDeviceGetCount_v2: fn(*mut u32) -> u32;
+        }
+    }
+
+    #[allow(non_snake_case)]
+    unsafe extern "C" fn nvmlInit_v2() -> u32 {
+        0
+    }
+
+    static NVML_HOOKS: Hooks = hooks!(LIBNVML in self::nvml: nvmlInit_v2);
+
+    #[test]
+    fn a_table_without_version_facts() {
+        let f = nvml::nvmlDeviceGetCount_v2.symbol();
+        assert_eq!(f.name(), "nvmlDeviceGetCount_v2");
+        assert_eq!((f.base, f.since, f.stream), (f.name(), 0, Stream::Plain));
+        assert_eq!(nvml::FUNCTIONS.len(), 2);
+    }
+
+    #[test]
+    fn only_hooked_names_of_the_library_are_routed() {
+        let hook = hooked_symbol(b"nvmlInit_v2", &NVML_HOOKS).expect("hooked");
+        assert_eq!(hook.address(), nvmlInit_v2 as *const () as usize);
+        assert!(hooked_symbol(b"nvmlDeviceGetCount_v2", &NVML_HOOKS).is_none());
+        assert!(hooked_symbol(b"cuInit", &NVML_HOOKS).is_none());
+        // The library is not loaded in a unit test, so no address is the real function.
+        assert_eq!(hook_for_symbol(b"nvmlInit_v2", 1, &[&NVML_HOOKS]), None);
+        assert!(nvml::nvmlInit_v2.get().is_none());
+    }
+}
