@@ -4,7 +4,8 @@
 //! A hook is named as the driver symbol it stands in for; its real function is the slot of
 //! that name in `real_driver`, and `CUDA_HOOKS` checks that both have one prototype. Adding
 //! a plainly hooked function: its line in `real_driver`'s table, the hook here, and its
-//! name in `CUDA_HOOKS`.
+//! name in `CUDA_HOOKS` (the compiler says when the line is missing or the prototypes differ,
+//! `every_exported_hook_is_in_the_table` when the name is).
 //!
 //! These are `unsafe extern "C"` because they are the CUDA driver's own prototypes: the
 //! caller promises what the driver documentation asks (valid out-pointers, a valid
@@ -651,5 +652,25 @@ mod tests {
         names.sort();
         names.dedup();
         assert_eq!(names.len(), CUDA_HOOKS.hooks.len());
+    }
+
+    /// A hook missing from `CUDA_HOOKS` would still catch calls through the exported symbol,
+    /// but `dlsym` and `cuGetProcAddress` would hand out the real function: every exported
+    /// hook of this file must be in the table.
+    #[test]
+    fn every_exported_hook_is_in_the_table() {
+        let source = include_str!("exports.rs");
+        let exported: Vec<&str> = source
+            .split("pub unsafe extern \"C\" fn ")
+            .skip(1)
+            .filter_map(|rest| rest.split('(').next())
+            .collect();
+        assert!(exported.len() >= 20, "found {exported:?}");
+        for name in exported {
+            assert!(
+                symbol(name.as_bytes()).is_some(),
+                "{name} is exported here but missing from CUDA_HOOKS"
+            );
+        }
     }
 }
