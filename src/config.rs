@@ -3,6 +3,8 @@
 //! "unlimited".
 
 use cuquota_format::units::{parse_size, Size};
+use std::ffi::OsString;
+use std::path::PathBuf;
 
 /// The most device ordinals cuquota keeps a quota for (CUDA device ordinals are small).
 pub const MAX_DEVICES: usize = 64;
@@ -49,7 +51,8 @@ impl Limits {
 pub enum LogTarget {
     Stderr,
     Off,
-    File(String),
+    /// The path exactly as given (bytes, not necessarily UTF-8).
+    File(PathBuf),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -61,8 +64,8 @@ pub struct Config {
     pub log: LogTarget,
     /// `CUQUOTA_LOG_LEVEL=info`: print the effective configuration once.
     pub verbose: bool,
-    /// `CUQUOTA_TRACE`: the trace path template.
-    pub trace: Option<String>,
+    /// `CUQUOTA_TRACE`: the trace path template, exactly as given (bytes).
+    pub trace: Option<OsString>,
 }
 
 /// A bad variable: printed once, and every CUDA call cuquota hooks then fails.
@@ -74,8 +77,16 @@ pub struct ConfigError {
 const LIMIT_EXAMPLES: &str = "e.g. CUQUOTA_LIMIT=6GiB, 6144MiB, 75% or 0:6GiB,1:50%";
 
 impl Config {
-    /// Reads the variables through `var` (the environment in the library, a map in tests).
+    /// Reads the variables through `var` (a map in tests).
     pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        Config::from_os_vars(|name| var(name).map(OsString::from))
+    }
+
+    /// Reads the variables through `raw` (the environment in the library). Paths are kept as
+    /// the bytes given; other values that are not UTF-8 fail to parse (read lossily, so they
+    /// are errors rather than unset).
+    pub fn from_os_vars(raw: impl Fn(&str) -> Option<OsString>) -> Result<Config, ConfigError> {
+        let var = |name: &str| raw(name).map(|v| v.to_string_lossy().into_owned());
         let limits = match var("CUQUOTA_LIMIT") {
             None => Limits::None,
             Some(v) => parse_limits(&v).map_err(|why| ConfigError {
@@ -97,18 +108,21 @@ impl Config {
             Some("0") | Some("off") | Some("false") | Some("no") => false,
             Some(v) => return Err(bad("CUQUOTA_VIRTUALIZE", v, "1 or 0")),
         };
-        let log = match var("CUQUOTA_LOG").as_deref() {
-            None | Some("stderr") => LogTarget::Stderr,
-            Some("off") => LogTarget::Off,
-            Some("") => return Err(bad("CUQUOTA_LOG", "", "a file path, stderr or off")),
-            Some(path) => LogTarget::File(path.to_string()),
+        let log = match raw("CUQUOTA_LOG") {
+            None => LogTarget::Stderr,
+            Some(v) if v == "stderr" => LogTarget::Stderr,
+            Some(v) if v == "off" => LogTarget::Off,
+            Some(v) if v.is_empty() => {
+                return Err(bad("CUQUOTA_LOG", "", "a file path, stderr or off"))
+            }
+            Some(path) => LogTarget::File(path.into()),
         };
         let verbose = match var("CUQUOTA_LOG_LEVEL").as_deref() {
             None | Some("warn") => false,
             Some("info") => true,
             Some(v) => return Err(bad("CUQUOTA_LOG_LEVEL", v, "warn or info")),
         };
-        let trace = match var("CUQUOTA_TRACE") {
+        let trace = match raw("CUQUOTA_TRACE") {
             Some(t) if t.is_empty() => {
                 return Err(bad(
                     "CUQUOTA_TRACE",

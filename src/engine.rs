@@ -361,7 +361,7 @@ impl Engine {
 
     /// What the trace header needs: the template, the mode, and every device the driver
     /// names with its quota (none before `cuInit`: the trace then holds its events back).
-    fn trace_header(&self) -> (&str, trace::StartInfo) {
+    fn trace_header(&self) -> (&std::ffi::OsStr, trace::StartInfo) {
         let template = self.config.as_ref().ok().and_then(|c| c.trace.as_deref());
         let devices = self
             .queries

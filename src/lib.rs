@@ -15,8 +15,8 @@
 //!   `trace` (the trace file, started at its first event), `messages` (the words of the log
 //!   lines), `log` (where they go), `config` (the environment variables);
 //! - books: `quota` (per-GPU counters), `ledger` (live allocations);
-//! - words: `cuda_abi` (the driver's types), `ffi` (caller pointers), `spin` (the lock a
-//!   forked child can clear).
+//! - words: `cuda_abi` (the driver's types), `ffi` (caller pointers), `output` (cuquota's
+//!   own writes: bounded, never SIGPIPE), `spin` (the lock a forked child can clear).
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod config;
@@ -30,6 +30,7 @@ pub mod ledger;
 pub mod log;
 mod lookup;
 pub mod messages;
+mod output;
 mod process;
 pub mod quota;
 mod real_driver;

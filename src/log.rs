@@ -3,14 +3,18 @@
 //! Rust's stderr lock, so hooks can log from any thread, in any state.
 
 use crate::config::LogTarget;
+use crate::output::{describe_open_error, open_append, write_all};
 use crate::spin::SpinLock;
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
 
 enum Sink {
     Stderr,
     Off,
     /// Opened on the first line, so that a process that never logs creates no file.
     File {
-        path: String,
+        path: PathBuf,
         fd: Option<i32>,
     },
 }
@@ -29,7 +33,9 @@ pub fn configure(target: &LogTarget) {
     };
 }
 
-/// Writes `cuquota[PID]: msg`.
+/// Writes `cuquota[PID]: msg`. Never blocks for long and never raises SIGPIPE (see
+/// `output`): a log file that cannot be opened or written (a FIFO nobody reads, a reader
+/// that left, a full disk) costs one note, and every line after it goes to stderr.
 pub fn line(msg: &str) {
     // SAFETY: getpid has no preconditions. Read per line: a forked child logs its own pid.
     let pid = unsafe { libc::getpid() };
@@ -39,12 +45,14 @@ pub fn line(msg: &str) {
         Sink::Off => return,
         Sink::Stderr => (2, None),
         Sink::File { path, fd } => match fd {
-            Some(fd) => (*fd, Some(path)),
-            None => match open_append(path) {
-                Some(opened) => (*fd.insert(opened), Some(path)),
-                None => {
-                    let why = std::io::Error::last_os_error();
-                    let note = format!("cannot open CUQUOTA_LOG file \"{path}\" ({why})");
+            Some(fd) => (*fd, Some(path.display().to_string())),
+            None => match open_log(path) {
+                Ok(opened) => (*fd.insert(opened), Some(path.display().to_string())),
+                Err(why) => {
+                    let note = format!(
+                        "cannot open CUQUOTA_LOG file \"{}\" ({why})",
+                        path.display()
+                    );
                     *sink = Sink::Stderr;
                     to_stderr_instead(pid, &note, &text);
                     return;
@@ -54,7 +62,7 @@ pub fn line(msg: &str) {
     };
     if let Err(why) = write_all(fd, text.as_bytes()) {
         if let Some(path) = path {
-            // The log file broke (a full disk): say so once, and keep every line on stderr.
+            // The log file broke (a full disk, a reader gone): say so once, then stderr.
             let note = format!("cannot write CUQUOTA_LOG file \"{path}\" ({why})");
             *sink = Sink::Stderr;
             to_stderr_instead(pid, &note, &text);
@@ -68,6 +76,13 @@ fn to_stderr_instead(pid: i32, note: &str, text: &str) {
     let _ = write_all(2, text.as_bytes());
 }
 
+/// Opens the log file for appending (non-blocking: a FIFO with no reader fails at once).
+fn open_log(path: &std::path::Path) -> Result<i32, String> {
+    let c_path = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| "the path contains a NUL byte".to_string())?;
+    open_append(&c_path, 0o644).map_err(|e| describe_open_error(&e))
+}
+
 /// In a forked child: the sink's lock is free again, whoever held it in the parent.
 ///
 /// # Safety
@@ -76,37 +91,4 @@ pub unsafe fn reset_in_child() {
     // SAFETY: the caller's promise (one thread, right after fork); a sink is usable as a
     // parent thread left it: every change to it is one assignment.
     unsafe { SINK.unlock_in_child() };
-}
-
-fn open_append(path: &str) -> Option<i32> {
-    let c_path = std::ffi::CString::new(path).ok()?;
-    // SAFETY: c_path is a valid NUL-terminated string for the duration of the call.
-    let fd = unsafe {
-        libc::open(
-            c_path.as_ptr(),
-            libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT | libc::O_CLOEXEC,
-            0o644,
-        )
-    };
-    (fd >= 0).then_some(fd)
-}
-
-/// write(2) until all of `bytes` is written (retrying on EINTR); also used by the trace writer.
-pub fn write_all(fd: i32, mut bytes: &[u8]) -> std::io::Result<()> {
-    while !bytes.is_empty() {
-        // SAFETY: bytes is a live slice; write reads at most bytes.len() from it.
-        let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
-        if n < 0 {
-            let err = std::io::Error::last_os_error();
-            if err.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(err);
-        }
-        if n == 0 {
-            return Err(std::io::ErrorKind::WriteZero.into());
-        }
-        bytes = &bytes[n as usize..];
-    }
-    Ok(())
 }

@@ -149,7 +149,9 @@ pub fn config_line(c: &Config) -> String {
         "config: limit {limits}; mode {}; virtualize {}; trace {}",
         c.mode.name(),
         if c.virtualize { "on" } else { "off" },
-        c.trace.as_deref().unwrap_or("off"),
+        c.trace
+            .as_deref()
+            .map_or("off".into(), |t| t.to_string_lossy()),
     )
 }
 

@@ -63,7 +63,7 @@ pub fn engine() -> &'static Engine {
 
 fn read_config() -> Result<Config, ConfigError> {
     // Non-UTF-8 values are kept (lossily) so that they fail to parse rather than read as unset.
-    Config::from_vars(|name| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned()))
+    Config::from_os_vars(|name| std::env::var_os(name))
 }
 
 /// At exit: one summary line per device used, then the trace's end. Hooks keep working

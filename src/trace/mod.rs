@@ -8,6 +8,7 @@
 //! [`reset_in_child`]: the child forgets the parent's trace and starts its own.
 
 use cuquota_format::schema;
+use std::ffi::OsStr;
 
 mod encode;
 mod path;
@@ -203,7 +204,7 @@ fn current() -> Option<&'static Tracer> {
 /// own times, and each new one tries again. A trace that cannot be written is one warning,
 /// then no events.
 #[inline]
-pub fn emit<'a>(ev: Event, header: impl FnOnce() -> (&'a str, StartInfo)) {
+pub fn emit<'a>(ev: Event, header: impl FnOnce() -> (&'a OsStr, StartInfo)) {
     if let Some(tracer) = current() {
         tracer.record(ev);
     } else {
@@ -212,7 +213,7 @@ pub fn emit<'a>(ev: Event, header: impl FnOnce() -> (&'a str, StartInfo)) {
 }
 
 #[cold]
-fn emit_before_start<'a>(ev: Event, header: impl FnOnce() -> (&'a str, StartInfo)) {
+fn emit_before_start<'a>(ev: Event, header: impl FnOnce() -> (&'a OsStr, StartInfo)) {
     if matches!(STATE.load(Ordering::Acquire), OFF | HOLDING) {
         let (template, info) = header();
         if info.devices.is_empty() {
@@ -226,14 +227,14 @@ fn emit_before_start<'a>(ev: Event, header: impl FnOnce() -> (&'a str, StartInfo
 
 /// At exit, before [`finish`]: a trace still holding events (all of them before `cuInit`)
 /// starts now with what the driver can tell; a trace of early failures beats none.
-pub fn flush_held<'a>(header: impl FnOnce() -> (&'a str, StartInfo)) {
+pub fn flush_held<'a>(header: impl FnOnce() -> (&'a OsStr, StartInfo)) {
     if holding() {
         let (template, info) = header();
         start_or_warn(template, info);
     }
 }
 
-fn start_or_warn(template: &str, info: StartInfo) {
+fn start_or_warn(template: &OsStr, info: StartInfo) {
     if let Err(why) = start(template, info) {
         crate::log::line(&format!("trace: {why}; running on without a trace"));
     }
@@ -242,7 +243,7 @@ fn start_or_warn(template: &str, info: StartInfo) {
 /// Turns tracing on. `template` is the `CUQUOTA_TRACE` value. On failure returns the message
 /// for the one warning; events are then ignored. A call while a trace runs, or after a start
 /// failed, is a no-op.
-pub fn start(template: &str, info: StartInfo) -> Result<(), String> {
+pub fn start(template: impl AsRef<OsStr>, info: StartInfo) -> Result<(), String> {
     let claimed = [OFF, HOLDING].into_iter().any(|from| {
         STATE
             .compare_exchange(from, STARTING, Ordering::AcqRel, Ordering::Acquire)
@@ -251,7 +252,7 @@ pub fn start(template: &str, info: StartInfo) -> Result<(), String> {
     if !claimed {
         return Ok(());
     }
-    start_claimed(template, &info)
+    start_claimed(template.as_ref(), &info)
 }
 
 /// The trace cannot be opened yet (its header must name the devices, and before `cuInit`
@@ -266,7 +267,7 @@ pub fn holding() -> bool {
 }
 
 /// `start` once this thread has moved STATE from OFF or HOLDING to STARTING.
-fn start_claimed(template: &str, info: &StartInfo) -> Result<(), String> {
+fn start_claimed(template: &OsStr, info: &StartInfo) -> Result<(), String> {
     // The trace starts at its first event: one held back (before `cuInit`) keeps its time.
     let now = writer::monotonic_ns();
     let start = PENDING
@@ -346,7 +347,7 @@ pub fn dropped() -> u64 {
 /// Creates the file, writes the header and starts a writer. Separate from the global state
 /// so that tests can run several tracers in one process.
 fn open(
-    template: &str,
+    template: impl AsRef<OsStr>,
     info: &StartInfo,
     start_mono_ns: u64,
     options: Options,
@@ -363,12 +364,14 @@ fn open(
         rank: path::rank(|name| std::env::var(name).ok()),
         start_unix_secs: start_unix_ns / 1_000_000_000,
     };
-    let wanted = path::expand(template, &vars)?;
+    let wanted = path::expand(template.as_ref(), &vars)?;
     let (fd, file) = path::create(&wanted)?;
+    let shown = file.to_string_lossy().into_owned();
     if file != wanted {
         // Never overwritten, never followed; but the user must learn where the trace went.
         crate::log::line(&format!(
-            "trace: \"{wanted}\" already exists; writing the trace to \"{file}\""
+            "trace: \"{}\" already exists; writing the trace to \"{shown}\"",
+            wanted.to_string_lossy()
         ));
     }
     let header = schema::Header {
@@ -406,14 +409,14 @@ fn open(
             }
             libc::close(fd);
         }
-        return Err(format!("cannot write trace file \"{file}\": {e}"));
+        return Err(format!("cannot write trace file \"{shown}\": {e}"));
     }
     let quotas = info
         .devices
         .iter()
         .map(|d| (schema_ordinal(d.ordinal), d.quota))
         .collect();
-    Tracer::spawn(fd, file, start_mono_ns, quotas, options)
+    Tracer::spawn(fd, shown, start_mono_ns, quotas, options)
 }
 
 fn argv() -> Vec<String> {

@@ -1,8 +1,9 @@
 //! Where the trace goes: the `CUQUOTA_TRACE` template (`%p %h %r %t %%`) and the exclusive,
 //! owner-only creation of the file (never overwriting, never following a symbolic link).
 
-use std::ffi::CString;
+use std::ffi::{CString, OsStr, OsString};
 use std::io;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 
 /// The values a template may name.
 pub struct Vars {
@@ -43,25 +44,31 @@ pub fn host_name() -> String {
 }
 
 /// Expands `%p` (pid), `%h` (host), `%r` (rank), `%t` (start, unix seconds) and `%%`.
-/// Any other `%` sequence is an error rather than a guess.
-pub fn expand(template: &str, vars: &Vars) -> Result<String, String> {
-    let mut out = String::with_capacity(template.len() + 16);
-    let mut chars = template.chars();
-    while let Some(c) = chars.next() {
-        if c != '%' {
-            out.push(c);
+/// Any other `%` sequence is an error rather than a guess. Works on bytes: a path that is not
+/// UTF-8 is used exactly as given.
+pub fn expand(template: &OsStr, vars: &Vars) -> Result<OsString, String> {
+    let bytes = template.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len() + 16);
+    let mut rest = bytes.iter();
+    while let Some(&b) = rest.next() {
+        if b != b'%' {
+            out.push(b);
             continue;
         }
-        match chars.next() {
-            Some('p') => out.push_str(&vars.pid.to_string()),
-            Some('h') => out.push_str(&vars.host),
-            Some('r') => out.push_str(&vars.rank.to_string()),
-            Some('t') => out.push_str(&vars.start_unix_secs.to_string()),
-            Some('%') => out.push('%'),
+        match rest.next() {
+            Some(b'p') => out.extend_from_slice(vars.pid.to_string().as_bytes()),
+            Some(b'h') => out.extend_from_slice(vars.host.as_bytes()),
+            Some(b'r') => out.extend_from_slice(vars.rank.to_string().as_bytes()),
+            Some(b't') => out.extend_from_slice(vars.start_unix_secs.to_string().as_bytes()),
+            Some(b'%') => out.push(b'%'),
             other => {
-                let seq = other.map(|c| format!("%{c}")).unwrap_or_else(|| "%".into());
+                let seq = match other {
+                    Some(&c) => format!("%{}", String::from_utf8_lossy(&[c])),
+                    None => "%".into(),
+                };
                 return Err(format!(
-                    "CUQUOTA_TRACE=\"{template}\": unknown \"{seq}\" (use %p, %h, %r, %t or %%)"
+                    "CUQUOTA_TRACE=\"{}\": unknown \"{seq}\" (use %p, %h, %r, %t or %%)",
+                    template.to_string_lossy()
                 ));
             }
         }
@@ -69,7 +76,7 @@ pub fn expand(template: &str, vars: &Vars) -> Result<String, String> {
     if out.is_empty() {
         return Err("CUQUOTA_TRACE is empty".into());
     }
-    Ok(out)
+    Ok(OsString::from_vec(out))
 }
 
 /// How many suffixes (`PATH.1` … `PATH.N`) are tried before giving up.
@@ -79,15 +86,16 @@ const MAX_SUFFIX: u32 = 999;
 /// symbolic link already has that name. Returns the open fd and the path used.
 /// A character device or FIFO that already exists (`/dev/null`, `/dev/full`, a named pipe)
 /// is opened for writing instead: writing to it overwrites nothing.
-pub fn create(path: &str) -> Result<(i32, String), String> {
+pub fn create(path: impl AsRef<OsStr>) -> Result<(i32, OsString), String> {
+    let path = path.as_ref();
+    let shown = path.to_string_lossy();
     for n in 0..=MAX_SUFFIX {
-        let candidate = if n == 0 {
-            path.to_string()
-        } else {
-            format!("{path}.{n}")
-        };
+        let mut candidate = path.to_os_string();
+        if n > 0 {
+            candidate.push(format!(".{n}"));
+        }
         let c_path = CString::new(candidate.as_bytes())
-            .map_err(|_| format!("trace path \"{path}\" contains a NUL byte"))?;
+            .map_err(|_| format!("trace path \"{shown}\" contains a NUL byte"))?;
         // SAFETY: c_path is a valid NUL-terminated string for the duration of the call.
         // O_EXCL with O_CREAT fails on any existing name, a dangling symlink included.
         let fd = unsafe {
@@ -102,14 +110,17 @@ pub fn create(path: &str) -> Result<(i32, String), String> {
         }
         let err = io::Error::last_os_error();
         if err.raw_os_error() != Some(libc::EEXIST) {
-            return Err(format!("cannot create trace file \"{candidate}\": {err}"));
+            return Err(format!(
+                "cannot create trace file \"{}\": {err}",
+                candidate.to_string_lossy()
+            ));
         }
         if let Some(fd) = open_existing_stream(&c_path)? {
             return Ok((fd, candidate));
         }
     }
     Err(format!(
-        "cannot create trace file \"{path}\": it and {path}.1 … {path}.{MAX_SUFFIX} all exist"
+        "cannot create trace file \"{shown}\": it and {shown}.1 … {shown}.{MAX_SUFFIX} all exist"
     ))
 }
 
@@ -174,14 +185,17 @@ mod tests {
     fn template_expansion() {
         let v = vars();
         assert_eq!(
-            expand("/t/%h-%r-%p-%t.jsonl", &v).unwrap(),
+            expand("/t/%h-%r-%p-%t.jsonl".as_ref(), &v).unwrap(),
             "/t/node7-3-4242-1700000000.jsonl"
         );
-        assert_eq!(expand("100%%.%p", &v).unwrap(), "100%.4242");
-        assert_eq!(expand("plain", &v).unwrap(), "plain");
-        assert!(expand("a%x", &v).unwrap_err().contains("\"%x\""));
-        assert!(expand("a%", &v).unwrap_err().contains("\"%\""));
-        assert!(expand("", &v).is_err());
+        assert_eq!(expand("100%%.%p".as_ref(), &v).unwrap(), "100%.4242");
+        assert_eq!(expand("plain".as_ref(), &v).unwrap(), "plain");
+        assert!(expand("a%x".as_ref(), &v).unwrap_err().contains("\"%x\""));
+        assert!(expand("a%".as_ref(), &v).unwrap_err().contains("\"%\""));
+        assert!(expand("".as_ref(), &v).is_err());
+        // Bytes that are not UTF-8 stay exactly as given.
+        let raw = OsStr::from_bytes(b"/t/\xff\xfe-%p");
+        assert_eq!(expand(raw, &v).unwrap().as_bytes(), b"/t/\xff\xfe-4242");
     }
 
     #[test]
@@ -225,10 +239,10 @@ mod tests {
         std::fs::write(path, "keep").unwrap();
         let (fd, used) = create(path).unwrap();
         close(fd);
-        assert_eq!(used, format!("{path}.1"));
+        assert_eq!(used, OsString::from(format!("{path}.1")));
         let (fd, used) = create(path).unwrap();
         close(fd);
-        assert_eq!(used, format!("{path}.2"));
+        assert_eq!(used, OsString::from(format!("{path}.2")));
         assert_eq!(std::fs::read_to_string(path).unwrap(), "keep");
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -247,15 +261,15 @@ mod tests {
 
         let (fd, used) = create(link.to_str().unwrap()).unwrap();
         close(fd);
-        assert!(used.ends_with("t.jsonl.1"));
+        assert!(used.to_str().unwrap().ends_with("t.jsonl.1"));
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "victim");
         let (fd, used) = create(dangling.to_str().unwrap()).unwrap();
         close(fd);
-        assert!(used.ends_with("d.jsonl.1"));
+        assert!(used.to_str().unwrap().ends_with("d.jsonl.1"));
         assert!(!dir.join("nowhere").exists());
         let (fd, used) = create(sub.to_str().unwrap()).unwrap();
         close(fd);
-        assert!(used.ends_with("sub.1"));
+        assert!(used.to_str().unwrap().ends_with("sub.1"));
         let _ = std::fs::remove_dir_all(&dir);
     }
 

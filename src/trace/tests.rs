@@ -298,7 +298,7 @@ fn global_api_fork_and_sigterm() {
     let early_child = fork_child(|| {
         STATE.store(STARTING, Ordering::Release);
         record(ev(EventKind::Alloc, 0, 0xf0, 5, 0, 5));
-        if start_claimed(&starting, &info()).is_err() {
+        if start_claimed(starting.as_ref(), &info()).is_err() {
             return 2;
         }
         record(ev(EventKind::Free, 0, 0xf0, 5, 0, 0));
@@ -352,14 +352,14 @@ fn global_api_fork_and_sigterm() {
             devices: Vec::new(),
         };
         emit(ev(EventKind::Alloc, 0, 0x1, 1, 0, 1), || {
-            (held.as_str(), none())
+            (held.as_ref(), none())
         });
         if !holding() {
             return 2;
         }
         std::thread::sleep(Duration::from_millis(20));
         emit(ev(EventKind::Free, 0, 0x1, 1, 0, 0), || {
-            (held.as_str(), info())
+            (held.as_ref(), info())
         });
         if holding() || current().is_none() {
             return 3;
@@ -378,15 +378,17 @@ fn global_api_fork_and_sigterm() {
     let failing = fork_child(|| {
         crate::log::configure(&crate::config::LogTarget::Off);
         let bad = "/nonexistent-cuquota/t.jsonl";
-        emit(ev(EventKind::Alloc, 0, 0x1, 1, 0, 1), || (bad, info()));
+        emit(ev(EventKind::Alloc, 0, 0x1, 1, 0, 1), || {
+            (bad.as_ref(), info())
+        });
         let mut asked = false;
         emit(ev(EventKind::Alloc, 0, 0x2, 1, 0, 2), || {
             asked = true;
-            (bad, info())
+            (bad.as_ref(), info())
         });
         flush_held(|| {
             asked = true;
-            (bad, info())
+            (bad.as_ref(), info())
         });
         match (asked, current().is_some(), holding()) {
             (false, false, false) => 0,

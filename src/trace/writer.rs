@@ -320,7 +320,7 @@ struct WriterState {
     failed: bool,
 }
 
-pub use crate::log::write_all;
+pub use crate::output::write_all;
 
 pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {

@@ -20,7 +20,9 @@
  *                           alive after 10 s
  *   exitthread:CODE         a new thread calls exit(CODE) (the caller waits for it)
  *   atexitfree              registers an atexit handler that frees every live pointer and
- *                           releases every live handle, printing "atexitfree-ran n=N rc=R" */
+ *                           releases every live handle, printing "atexitfree-ran n=N rc=R"
+ *   waitgone:PATH           waits (at most 30 s) until PATH does not exist (PATH may hold
+ *                           ':'; it is everything after the first one) */
 #define _GNU_SOURCE
 #include "ops.h"
 
@@ -478,6 +480,18 @@ static int run_op(const struct drv *d, const char *word) {
         memcpy(buf, word + 7, (size_t)(eq - word - 7));
         buf[eq - word - 7] = '\0';
         out("setenv %s rc=%d", buf, setenv(buf, eq + 1, 1) ? -1 : 0);
+        return 0;
+    }
+    if (!strncmp(word, "waitgone:", 9)) {
+        /* Waits (at most 30 s) until the file named after the colon no longer exists: the
+         * test's way to say "go on" at a point it chooses. */
+        int waited = 0;
+        while (access(word + 9, F_OK) == 0 && waited < 30000) {
+            struct timespec ts = {0, 1000000L};
+            nanosleep(&ts, NULL);
+            waited++;
+        }
+        out("waitgone gone=%d", access(word + 9, F_OK) != 0);
         return 0;
     }
     if (strlen(word) >= sizeof buf)

@@ -19,6 +19,7 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::fmt;
 use std::fs;
 use std::io::Read;
@@ -338,8 +339,10 @@ impl Client {
 pub struct Run {
     program: PathBuf,
     args: Vec<String>,
-    env: Vec<(String, String)>,
+    env: Vec<(OsString, OsString)>,
     preload: bool,
+    /// stderr is a pipe whose reader is already gone (so writes to it fail with EPIPE).
+    broken_stderr: bool,
     cwd: Option<PathBuf>,
     timeout: Duration,
 }
@@ -359,6 +362,7 @@ impl Run {
             args: Vec::new(),
             env: Vec::new(),
             preload: true,
+            broken_stderr: false,
             cwd: None,
             timeout: TIMEOUT,
         }
@@ -376,7 +380,19 @@ impl Run {
     }
 
     pub fn env(mut self, key: &str, value: &str) -> Run {
-        self.env.push((key.to_string(), value.to_string()));
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// A variable whose value need not be UTF-8.
+    pub fn env_os(mut self, key: &str, value: impl Into<OsString>) -> Run {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Gives the program a stderr pipe whose reading end is closed before it starts.
+    pub fn broken_stderr(mut self) -> Run {
+        self.broken_stderr = true;
         self
     }
 
@@ -404,7 +420,11 @@ impl Run {
         cmd.args(&self.args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+            .stderr(if self.broken_stderr {
+                broken_pipe()
+            } else {
+                Stdio::piped()
+            });
         for (key, _) in std::env::vars_os() {
             let k = key.to_string_lossy();
             if k.starts_with("CUQUOTA_")
@@ -433,7 +453,10 @@ impl Run {
             .unwrap_or_else(|e| panic!("start {description}: {e}"));
         let pid = child.id();
         let stdout = reader(child.stdout.take().unwrap());
-        let stderr = reader(child.stderr.take().unwrap());
+        let stderr = match child.stderr.take() {
+            Some(pipe) => reader(pipe),
+            None => thread::spawn(String::new),
+        };
         let deadline = Instant::now() + self.timeout;
         let (status, timed_out) = loop {
             if let Some(status) = child.try_wait().unwrap() {
@@ -462,7 +485,7 @@ impl Run {
     fn describe(&self) -> String {
         let mut s = String::new();
         for (k, v) in &self.env {
-            s.push_str(&format!("{k}={v:?} "));
+            s.push_str(&format!("{}={v:?} ", k.to_string_lossy()));
         }
         if !self.preload {
             s.push_str("(no LD_PRELOAD) ");
@@ -473,6 +496,18 @@ impl Run {
             s.push_str(a);
         }
         s
+    }
+}
+
+/// The writing end of a pipe whose reading end is already closed.
+fn broken_pipe() -> Stdio {
+    let mut fds = [0; 2];
+    // SAFETY: fds has room for the two descriptors pipe2 returns.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: the reading end is ours and closed once; the writing end is owned by Stdio.
+    unsafe {
+        libc::close(fds[0]);
+        Stdio::from(<std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fds[1]))
     }
 }
 

@@ -218,3 +218,160 @@ fn a_pipe_whose_reader_leaves_mid_run_is_one_warning_and_no_sigpipe() {
         "{out}"
     );
 }
+
+// ---- the log, stderr and file names ------------------------------------------------------
+
+fn mkfifo(path: &Path) {
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a valid C string; mkfifo has no other precondition.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+}
+
+/// `CUQUOTA_LOG` naming a FIFO nobody reads: the first line would block the refusing hook
+/// forever if the log were opened blocking. It is one note, and the lines go to stderr.
+#[test]
+fn a_log_fifo_without_reader_is_one_note_and_blocks_nothing() {
+    let dir = scratch_dir("files-log-fifo");
+    let fifo = dir.join("log.fifo");
+    mkfifo(&fifo);
+    let out = Run::client(Client::Linked)
+        .ops(OPS)
+        .envs(&[LIMIT, ("CUQUOTA_LOG", fifo.to_str().unwrap())])
+        .run();
+    job_ran_on(&out);
+    let notes: Vec<_> = out
+        .cuquota_lines()
+        .into_iter()
+        .filter(|l| l.contains("cannot open CUQUOTA_LOG file"))
+        .collect();
+    assert_eq!(notes.len(), 1, "{out}");
+    assert!(notes[0].contains("a FIFO with no reader"), "{out}");
+    assert!(notes[0].ends_with("; logging to stderr"), "{out}");
+}
+
+/// A `CUQUOTA_LOG` FIFO whose reader leaves after the first line: the next line meets a
+/// broken pipe, which must not kill the program (SIGPIPE); one note, then stderr.
+#[test]
+fn a_log_fifo_whose_reader_leaves_costs_one_note_and_no_sigpipe() {
+    let dir = scratch_dir("files-log-fifo-gone");
+    let fifo = dir.join("log.fifo");
+    mkfifo(&fifo);
+    let go_on = dir.join("go-on");
+    std::fs::write(&go_on, "").unwrap();
+    let c_path = std::ffi::CString::new(fifo.as_os_str().as_bytes()).unwrap();
+    // Open the reading end first (non-blocking, so no writer is needed), then block on it.
+    // SAFETY: a valid C string; the fd is owned by the File below.
+    let fd = unsafe {
+        libc::open(
+            c_path.as_ptr(),
+            libc::O_RDONLY | libc::O_NONBLOCK | libc::O_CLOEXEC,
+        )
+    };
+    assert!(fd >= 0);
+    // SAFETY: fd is ours.
+    unsafe { libc::fcntl(fd, libc::F_SETFL, 0) };
+    // SAFETY: fd is open and owned by nothing else.
+    let mut reader = unsafe { <std::fs::File as std::os::unix::io::FromRawFd>::from_raw_fd(fd) };
+    // A writing end of our own, so that the read waits for the job's first line instead of
+    // seeing end-of-file first; closed with the reader.
+    let writer = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+    let first = {
+        let go_on = go_on.clone();
+        std::thread::spawn(move || {
+            let mut line = Vec::new();
+            let mut byte = [0u8];
+            while reader.read(&mut byte).unwrap() == 1 && byte[0] != b'\n' {
+                line.push(byte[0]);
+            }
+            drop(reader);
+            drop(writer);
+            // Only now may the job log again: its next line meets the closed pipe.
+            std::fs::remove_file(&go_on).unwrap();
+            String::from_utf8(line).unwrap()
+        })
+    };
+    let out = Run::client(Client::Linked)
+        .ops(&format!(
+            "init alloc:1G alloc:1 waitgone:{} alloc:2 info",
+            go_on.display()
+        ))
+        .envs(&[LIMIT, ("CUQUOTA_LOG", fifo.to_str().unwrap())])
+        .run();
+    out.check_exit(0);
+    out.check_rcs(&[0, 0, OUT_OF_MEMORY, OUT_OF_MEMORY, 0]);
+    out.check(3, "waitgone", &[("gone", 1)]);
+    let first = first.join().unwrap();
+    assert!(
+        first.ends_with(
+            "GPU 0 refused 1 B (1 byte) via cuMemAlloc_v2: quota 1.00 GiB, in use 1.00 GiB, 0 B left"
+        ),
+        "{first}"
+    );
+    let notes: Vec<_> = out
+        .cuquota_lines()
+        .into_iter()
+        .filter(|l| l.contains("cannot write CUQUOTA_LOG file"))
+        .collect();
+    assert_eq!(notes.len(), 1, "{out}");
+    assert!(notes[0].contains("Broken pipe"), "{out}");
+    // The line that met the broken pipe is not lost: it went to stderr after the note.
+    out.check_log(
+        "GPU 0 refused 2 B (2 bytes) via cuMemAlloc_v2: quota 1.00 GiB, in use 1.00 GiB, 0 B left",
+    );
+}
+
+/// stderr is a pipe whose reader is gone (`prog 2>&1 | head -1` after head left): the
+/// refusal line and the exit summary fail with EPIPE, and neither may kill the program.
+#[test]
+fn a_broken_stderr_never_kills_the_program() {
+    let out = Run::client(Client::Linked)
+        .ops(OPS)
+        .envs(&[LIMIT])
+        .broken_stderr()
+        .run();
+    out.check_exit(0);
+    out.check_rcs(&[0, 0, OUT_OF_MEMORY, 0]);
+    out.check(3, "info", &[("free", 0), ("total", GIB)]);
+}
+
+/// File names from the environment are bytes: a name that is not UTF-8 is used as given,
+/// not rewritten with U+FFFD.
+#[test]
+fn paths_that_are_not_utf8_are_used_as_given() {
+    use std::ffi::OsString;
+    use std::os::unix::ffi::OsStringExt;
+    let dir = scratch_dir("files-bytes");
+    let name = |tail: &[u8]| {
+        let mut bytes = dir.as_os_str().as_bytes().to_vec();
+        bytes.extend_from_slice(tail);
+        OsString::from_vec(bytes)
+    };
+    let trace = name(b"/trace-\xff\xfe.jsonl");
+    let log = name(b"/log-\xe9.txt");
+    let out = Run::client(Client::Linked)
+        .ops(OPS)
+        .envs(&[LIMIT])
+        .env_os("CUQUOTA_TRACE", trace.clone())
+        .env_os("CUQUOTA_LOG", log.clone())
+        .run();
+    out.check_exit(0);
+    out.check_rcs(&[0, 0, OUT_OF_MEMORY, 0]);
+    let mut names: Vec<OsString> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            OsString::from_vec(b"log-\xe9.txt".to_vec()),
+            OsString::from_vec(b"trace-\xff\xfe.jsonl".to_vec())
+        ]
+    );
+    complete_trace(Path::new(&trace), out.pid);
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        logged.contains("GPU 0 refused 1 B (1 byte) via cuMemAlloc_v2"),
+        "{logged}"
+    );
+}
