@@ -160,3 +160,39 @@ fn mipmap_levels_go_with_their_array() {
         assert_eq!(shim(&out, 8), (0, PAGE, 0), "{out}");
     }
 }
+
+#[test]
+fn the_trace_records_arrays_at_their_true_size() {
+    let dir = scratch_dir("trace-arrays");
+    let path = dir.join("t.jsonl");
+    let out = run(
+        Client::Dlsym,
+        "init array:1000:1000:1:1 array:1040:1000:1:1 arrdestroy:0",
+        &[
+            ("CUQUOTA_LIMIT", "2MiB"),
+            ("CUQUOTA_TRACE", path.to_str().unwrap()),
+        ],
+    );
+    // The second is over the quota only at its true size: refused after the driver.
+    out.check_rcs(&[0, 0, OUT_OF_MEMORY, 0]);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let events: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|e: &serde_json::Value| e["type"] != "header" && e["type"] != "summary")
+        .collect();
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["alloc", "refused", "free"], "{text}");
+    let handle = out.op(1, "array").get("handle").unwrap().to_string();
+    for (e, bytes, in_use) in [
+        (&events[0], 16 * PAGE, 16 * PAGE),
+        (&events[1], 24 * PAGE, 16 * PAGE),
+        (&events[2], 16 * PAGE, 0),
+    ] {
+        assert_eq!(e["bytes"], bytes, "{e}");
+        assert_eq!(e["in_use"], in_use, "{e}");
+    }
+    assert_eq!(events[0]["api"], "cuArrayCreate_v2");
+    assert_eq!(events[0]["ptr"], handle.as_str());
+    assert_eq!(events[2]["api"], "cuArrayDestroy");
+}
