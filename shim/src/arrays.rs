@@ -104,6 +104,8 @@ fn is_unbacked(desc: &Array3DDescriptor) -> bool {
 struct Array {
     desc: Array3DDescriptor,
     device: usize,
+    /// The context it was made in: it goes when that context is destroyed.
+    context: usize,
     /// Device bytes charged for it (0 if unbacked, or a level of a mipmapped array).
     charged: u64,
     /// The mipmapped array it is a level of: it goes with that one, not by itself.
@@ -113,6 +115,7 @@ struct Array {
 struct Mipmapped {
     desc: Array3DDescriptor,
     device: usize,
+    context: usize,
     levels: u32,
     charged: u64,
     /// The handles `cuMipmappedArrayGetLevel` gave out, by level.
@@ -134,20 +137,27 @@ impl Arrays {
     }
 }
 
-/// Charges the current context's device for a new array; returns (device, bytes).
-fn charge_new(
-    state: &mut State,
-    desc: &Array3DDescriptor,
-    levels: u32,
-) -> Result<(usize, u64), CUresult> {
-    let device = context::current_device(state)?;
+/// Where a new array lives and what it is charged.
+struct Owner {
+    device: usize,
+    context: usize,
+    charged: u64,
+}
+
+/// Charges the current context's device for a new array.
+fn charge_new(state: &mut State, desc: &Array3DDescriptor, levels: u32) -> Result<Owner, CUresult> {
+    let (context, device) = context::current(state).map(|(h, c)| (h, c.device))?;
     check(desc)?;
     let bytes = layout_bytes(desc, levels)?;
-    if is_unbacked(desc) {
-        return Ok((device, 0));
+    let charged = if is_unbacked(desc) { 0 } else { bytes };
+    if charged > 0 {
+        state.devices[device].charge(charged)?;
     }
-    state.devices[device].charge(bytes)?;
-    Ok((device, bytes))
+    Ok(Owner {
+        device,
+        context,
+        charged,
+    })
 }
 
 /// `cuArrayCreate_v2`: a 1D or 2D array, as `cuArray3DCreate` with no depth and no flags.
@@ -165,12 +175,13 @@ pub fn create_2d(desc: &ArrayDescriptor) -> Result<usize, CUresult> {
 /// `cuArray3DCreate_v2`.
 pub fn create(desc: &Array3DDescriptor) -> Result<usize, CUresult> {
     let mut state = state::lock();
-    let (device, charged) = charge_new(&mut state, desc, 1)?;
+    let owner = charge_new(&mut state, desc, 1)?;
     let handle = state::new_handle();
     let array = Array {
         desc: *desc,
-        device,
-        charged,
+        device: owner.device,
+        context: owner.context,
+        charged: owner.charged,
         parent: None,
     };
     state.arrays.arrays.insert(handle, array);
@@ -251,13 +262,14 @@ pub fn create_mipmapped(desc: &Array3DDescriptor, levels: u32) -> Result<usize, 
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let mut state = state::lock();
-    let (device, charged) = charge_new(&mut state, desc, levels)?;
+    let owner = charge_new(&mut state, desc, levels)?;
     let handle = state::new_handle();
     let mipmapped = Mipmapped {
         desc: *desc,
-        device,
+        device: owner.device,
+        context: owner.context,
         levels,
-        charged,
+        charged: owner.charged,
         level_arrays: BTreeMap::new(),
     };
     state.arrays.mipmapped.insert(handle, mipmapped);
@@ -287,6 +299,7 @@ pub fn level(handle: usize, level: u32) -> Result<usize, CUresult> {
             ..mipmapped.desc
         },
         device: mipmapped.device,
+        context: mipmapped.context,
         charged: 0,
         parent: Some(handle),
     };
@@ -334,6 +347,30 @@ pub fn mipmapped_requirements(
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     requirements(&mipmapped.desc, mipmapped.levels)
+}
+
+/// A context was destroyed (or a primary context reset): its arrays go with it, as every
+/// allocation of a context does.
+pub fn context_ended(state: &mut State, context: usize) {
+    let arrays = &mut state.arrays;
+    let mut freed: Vec<(usize, u64)> = Vec::new();
+    arrays.arrays.retain(|_, a| {
+        let stays = a.context != context;
+        if !stays && a.charged > 0 {
+            freed.push((a.device, a.charged));
+        }
+        stays
+    });
+    arrays.mipmapped.retain(|_, m| {
+        let stays = m.context != context;
+        if !stays && m.charged > 0 {
+            freed.push((m.device, m.charged));
+        }
+        stays
+    });
+    for (device, bytes) in freed {
+        state.devices[device].uncharge(bytes);
+    }
 }
 
 #[cfg(test)]
@@ -389,6 +426,47 @@ mod tests {
         let layered = desc(64, 64, 10, 1, ARRAY3D_LAYERED);
         assert_eq!(level_dims(&layered, 3), (8, 8, 10));
         assert_eq!(level_dims(&desc(64, 64, 32, 1, 0), 3), (8, 8, 4));
+    }
+
+    #[test]
+    fn a_context_takes_its_arrays_with_it() {
+        let mut state = State {
+            devices: vec![crate::devices::Device::new(1 << 30, 0)],
+            contexts: Default::default(),
+            streams: Default::default(),
+            events: Default::default(),
+            allocations: Default::default(),
+            host_allocations: Default::default(),
+            pools: Default::default(),
+            vmm: crate::vmm::Vmm::new(),
+            arrays: Arrays::new(),
+        };
+        let d = desc(1000, 1000, 0, 1, 0);
+        for (handle, context) in [(1, 10), (2, 20), (3, 10)] {
+            state.devices[0].charge(PAGE).unwrap();
+            let array = Array {
+                desc: d,
+                device: 0,
+                context,
+                charged: PAGE,
+                parent: None,
+            };
+            state.arrays.arrays.insert(handle, array);
+        }
+        state.devices[0].charge(2 * PAGE).unwrap();
+        let mipmapped = Mipmapped {
+            desc: d,
+            device: 0,
+            context: 10,
+            levels: 2,
+            charged: 2 * PAGE,
+            level_arrays: BTreeMap::new(),
+        };
+        state.arrays.mipmapped.insert(4, mipmapped);
+        context_ended(&mut state, 10);
+        assert_eq!((state.devices[0].in_use, state.devices[0].live), (PAGE, 1));
+        assert_eq!(state.arrays.arrays.keys().collect::<Vec<_>>(), [&2]);
+        assert!(state.arrays.mipmapped.is_empty());
     }
 
     #[test]
