@@ -196,3 +196,43 @@ fn the_trace_records_arrays_at_their_true_size() {
     assert_eq!(events[0]["ptr"], handle.as_str());
     assert_eq!(events[2]["api"], "cuArrayDestroy");
 }
+
+/// tests/clients/array_sizes.c (also the gpu-check "arrays" workload): for each shape, the
+/// drop in free memory across the creation and the requirements of its deferred-mapping twin.
+fn array_sizes(preload: bool) -> Vec<(String, u64, u64)> {
+    let mut run =
+        Run::program(artifacts().clients_dir.join("array_sizes")).env("CUQUOTA_LIMIT", "4GiB");
+    if !preload {
+        run = run.no_preload();
+    }
+    let out = run.run();
+    out.check_exit(0);
+    let shapes: Vec<_> = out
+        .ops()
+        .into_iter()
+        .filter(|l| l.op == "shape")
+        .map(|l| {
+            for k in ["rc", "twin_rc", "destroy_rc"] {
+                assert_eq!(l.num(k), Some(0), "{}\n{out}", l.raw);
+            }
+            let n = |k| l.num(k).unwrap();
+            (l.args[0].clone(), n("drop"), n("twin"))
+        })
+        .collect();
+    assert_eq!(shapes.len(), 5, "{out}");
+    shapes
+}
+
+#[test]
+fn a_deferred_mapping_twin_tells_what_an_array_takes() {
+    // The shim alone: its free memory drops by what the twin's requirements say.
+    for (name, drop, twin) in array_sizes(false) {
+        assert_eq!(drop, twin, "{name}");
+        assert!(twin > 0 && twin % PAGE == 0, "{name}: {twin}");
+    }
+    // Under cuquota (4 GiB quota): the virtualised free memory drops by the same, so
+    // cuquota charged each array exactly what the driver holds for it.
+    for (name, drop, twin) in array_sizes(true) {
+        assert_eq!(drop, twin, "{name}");
+    }
+}
