@@ -3,8 +3,8 @@
 //! and the key under which the true size the driver gave that shape is remembered.
 
 use crate::cuda_abi::{
-    CuArray3DDescriptor, CuArrayDescriptor, CUDA_ARRAY3D_CUBEMAP, CUDA_ARRAY3D_DEFERRED_MAPPING,
-    CUDA_ARRAY3D_LAYERED, CUDA_ARRAY3D_SPARSE,
+    CuArray3DDescriptor, CuArray3DDescriptorV1, CuArrayDescriptor, CuArrayDescriptorV1,
+    CUDA_ARRAY3D_CUBEMAP, CUDA_ARRAY3D_DEFERRED_MAPPING, CUDA_ARRAY3D_LAYERED, CUDA_ARRAY3D_SPARSE,
 };
 
 /// Everything of an array's creation that decides its layout.
@@ -32,6 +32,29 @@ impl ArrayShape {
             flags: 0,
             levels: 1,
         }
+    }
+
+    /// The legacy `cuArrayCreate`.
+    pub fn from_2d_v1(d: &CuArrayDescriptorV1) -> ArrayShape {
+        ArrayShape::from_2d(&CuArrayDescriptor {
+            width: d.width as usize,
+            height: d.height as usize,
+            format: d.format,
+            num_channels: d.num_channels,
+        })
+    }
+
+    /// The legacy `cuArray3DCreate`.
+    pub fn from_3d_v1(d: &CuArray3DDescriptorV1) -> ArrayShape {
+        let d = CuArray3DDescriptor {
+            width: d.width as usize,
+            height: d.height as usize,
+            depth: d.depth as usize,
+            format: d.format,
+            num_channels: d.num_channels,
+            flags: d.flags,
+        };
+        ArrayShape::from_3d(&d, 1)
     }
 
     /// `cuArray3DCreate_v2` (`levels` 1) or `cuMipmappedArrayCreate`.

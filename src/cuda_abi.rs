@@ -213,6 +213,28 @@ pub struct CuArray3DDescriptor {
     pub flags: u32,
 }
 
+/// `CUDA_ARRAY_DESCRIPTOR_v1` of the legacy `cuArrayCreate`: 32-bit dimensions.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CuArrayDescriptorV1 {
+    pub width: u32,
+    pub height: u32,
+    pub format: u32,
+    pub num_channels: u32,
+}
+
+/// `CUDA_ARRAY3D_DESCRIPTOR_v1` of the legacy `cuArray3DCreate`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CuArray3DDescriptorV1 {
+    pub width: u32,
+    pub height: u32,
+    pub depth: u32,
+    pub format: u32,
+    pub num_channels: u32,
+    pub flags: u32,
+}
+
 /// `CUDA_ARRAY_MEMORY_REQUIREMENTS_v1`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -249,5 +271,7 @@ mod tests {
         assert_eq!(std::mem::size_of::<CuArray3DDescriptor>(), 40);
         assert_eq!(std::mem::offset_of!(CuArray3DDescriptor, flags), 32);
         assert_eq!(std::mem::size_of::<CuArrayMemoryRequirements>(), 32);
+        assert_eq!(std::mem::size_of::<CuArrayDescriptorV1>(), 16);
+        assert_eq!(std::mem::size_of::<CuArray3DDescriptorV1>(), 24);
     }
 }

@@ -17,9 +17,9 @@
 
 use crate::array_shape::ArrayShape;
 use crate::cuda_abi::{
-    CuArray, CuArray3DDescriptor, CuArrayDescriptor, CuArrayMemoryRequirements, CuDevice,
-    CuDevicePtr, CuDevicePtrV1, CuMemAllocationProp, CuMemHandle, CuMemPoolPropsHead, CuMemoryPool,
-    CuResult, CuStream, CU_MEM_LOCATION_TYPE_DEVICE,
+    CuArray, CuArray3DDescriptor, CuArray3DDescriptorV1, CuArrayDescriptor, CuArrayDescriptorV1,
+    CuArrayMemoryRequirements, CuDevice, CuDevicePtr, CuDevicePtrV1, CuMemAllocationProp,
+    CuMemHandle, CuMemPoolPropsHead, CuMemoryPool, CuResult, CuStream, CU_MEM_LOCATION_TYPE_DEVICE,
 };
 use crate::engine::{Engine, Kind, Place};
 use crate::ffi::{self, written, Out};
@@ -58,6 +58,8 @@ pub static CUDA_HOOKS: Hooks = hooks!(LIBCUDA in crate::real_driver:
     // arrays
     cuArrayCreate_v2,
     cuArray3DCreate_v2,
+    cuArrayCreate,
+    cuArray3DCreate,
     cuArrayDestroy,
     cuMipmappedArrayCreate,
     cuMipmappedArrayDestroy,
@@ -733,6 +735,48 @@ pub unsafe extern "C" fn cuArray3DCreate_v2(
     };
     create_array(
         &real::cuArray3DCreate_v2,
+        shape,
+        handle,
+        // SAFETY: the caller's arguments, passed on.
+        |real| unsafe { real(handle, desc) },
+        |device| array_size_from_driver(shape, device),
+        destroy_array,
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuArrayCreate(
+    handle: *mut CuArray,
+    desc: *const CuArrayDescriptorV1,
+) -> CuResult {
+    // SAFETY: `desc` is null or the caller's valid descriptor.
+    let Some(shape) = (unsafe { ffi::input(desc) }).map(ArrayShape::from_2d_v1) else {
+        // SAFETY: the caller's arguments, passed on.
+        return plain(&real::cuArrayCreate, |real| unsafe { real(handle, desc) });
+    };
+    create_array(
+        &real::cuArrayCreate,
+        shape,
+        handle,
+        // SAFETY: the caller's arguments, passed on.
+        |real| unsafe { real(handle, desc) },
+        |device| array_size_from_driver(shape, device),
+        destroy_array,
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuArray3DCreate(
+    handle: *mut CuArray,
+    desc: *const CuArray3DDescriptorV1,
+) -> CuResult {
+    // SAFETY: `desc` is null or the caller's valid descriptor.
+    let Some(shape) = (unsafe { ffi::input(desc) }).map(ArrayShape::from_3d_v1) else {
+        // SAFETY: the caller's arguments, passed on.
+        return plain(&real::cuArray3DCreate, |real| unsafe { real(handle, desc) });
+    };
+    create_array(
+        &real::cuArray3DCreate,
         shape,
         handle,
         // SAFETY: the caller's arguments, passed on.

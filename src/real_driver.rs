@@ -4,9 +4,9 @@
 //! `cudaTypedefs.h`; whether a function is hooked is said where the hooks are (`exports`).
 
 use crate::cuda_abi::{
-    CuArray, CuArray3DDescriptor, CuArrayDescriptor, CuArrayMemoryRequirements, CuDevice,
-    CuDevicePtr, CuDevicePtrV1, CuMemAllocationProp, CuMemHandle, CuMemPoolPropsHead, CuMemoryPool,
-    CuResult, CuStream,
+    CuArray, CuArray3DDescriptor, CuArray3DDescriptorV1, CuArrayDescriptor, CuArrayDescriptorV1,
+    CuArrayMemoryRequirements, CuDevice, CuDevicePtr, CuDevicePtrV1, CuMemAllocationProp,
+    CuMemHandle, CuMemPoolPropsHead, CuMemoryPool, CuResult, CuStream,
 };
 use crate::lookup::library;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
@@ -58,6 +58,10 @@ library! {
         fn(*mut CuArray, *const CuArrayDescriptor) -> CuResult;
     cuArray3DCreate_v2: "cuArray3DCreate" @ 3020, Plain:
         fn(*mut CuArray, *const CuArray3DDescriptor) -> CuResult;
+    cuArrayCreate: "cuArrayCreate" @ 2000, Plain:
+        fn(*mut CuArray, *const CuArrayDescriptorV1) -> CuResult;
+    cuArray3DCreate: "cuArray3DCreate" @ 2000, Plain:
+        fn(*mut CuArray, *const CuArray3DDescriptorV1) -> CuResult;
     cuArrayDestroy: "cuArrayDestroy" @ 2000, Plain: fn(CuArray) -> CuResult;
     cuMipmappedArrayCreate: "cuMipmappedArrayCreate" @ 5000, Plain:
         fn(*mut CuArray, *const CuArray3DDescriptor, c_uint) -> CuResult;

@@ -119,6 +119,28 @@ pub struct Array3DDescriptor {
     pub flags: c_uint,
 }
 
+/// `CUDA_ARRAY_DESCRIPTOR_v1` of the legacy `cuArrayCreate`: 32-bit dimensions.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ArrayDescriptorV1 {
+    pub width: c_uint,
+    pub height: c_uint,
+    pub format: u32,
+    pub num_channels: c_uint,
+}
+
+/// `CUDA_ARRAY3D_DESCRIPTOR_v1` of the legacy `cuArray3DCreate`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Array3DDescriptorV1 {
+    pub width: c_uint,
+    pub height: c_uint,
+    pub depth: c_uint,
+    pub format: u32,
+    pub num_channels: c_uint,
+    pub flags: c_uint,
+}
+
 /// `CUDA_ARRAY_MEMORY_REQUIREMENTS_v1`: 32 bytes.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -139,3 +161,5 @@ pub const ARRAY3D_ALL_FLAGS: u32 = 0x1ff;
 const _: () = assert!(std::mem::size_of::<ArrayDescriptor>() == 24);
 const _: () = assert!(std::mem::size_of::<Array3DDescriptor>() == 40);
 const _: () = assert!(std::mem::size_of::<ArrayMemoryRequirements>() == 32);
+const _: () = assert!(std::mem::size_of::<ArrayDescriptorV1>() == 16);
+const _: () = assert!(std::mem::size_of::<Array3DDescriptorV1>() == 24);

@@ -128,6 +128,23 @@ typedef struct {
 } CUDA_ARRAY_MEMORY_REQUIREMENTS;
 typedef CUresult (*fn_cuArrayCreate_v2)(CUarray *array, const CUDA_ARRAY_DESCRIPTOR *desc);
 typedef CUresult (*fn_cuArray3DCreate_v2)(CUarray *array, const CUDA_ARRAY3D_DESCRIPTOR *desc);
+/* The legacy descriptors (32-bit dimensions) of cuArrayCreate / cuArray3DCreate. */
+typedef struct {
+    unsigned int Width;
+    unsigned int Height;
+    int Format;
+    unsigned int NumChannels;
+} CUDA_ARRAY_DESCRIPTOR_v1;
+typedef struct {
+    unsigned int Width;
+    unsigned int Height;
+    unsigned int Depth;
+    int Format;
+    unsigned int NumChannels;
+    unsigned int Flags;
+} CUDA_ARRAY3D_DESCRIPTOR_v1;
+typedef CUresult (*fn_cuArrayCreate_v1)(CUarray *array, const CUDA_ARRAY_DESCRIPTOR_v1 *desc);
+typedef CUresult (*fn_cuArray3DCreate_v1)(CUarray *array, const CUDA_ARRAY3D_DESCRIPTOR_v1 *desc);
 typedef CUresult (*fn_cuArrayDestroy)(CUarray array);
 typedef CUresult (*fn_cuMipmappedArrayCreate)(CUmipmappedArray *array,
                                               const CUDA_ARRAY3D_DESCRIPTOR *desc,
@@ -183,6 +200,10 @@ extern CUresult cuArrayDestroy(CUarray array);
 extern CUresult cuMipmappedArrayCreate(CUmipmappedArray *array, const CUDA_ARRAY3D_DESCRIPTOR *desc,
                                        unsigned int levels);
 extern CUresult cuMipmappedArrayDestroy(CUmipmappedArray array);
+extern CUresult cuArrayCreate(CUarray *array, const CUDA_ARRAY_DESCRIPTOR_v1 *desc)
+    __attribute__((weak));
+extern CUresult cuArray3DCreate(CUarray *array, const CUDA_ARRAY3D_DESCRIPTOR_v1 *desc)
+    __attribute__((weak));
 extern CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytes) __attribute__((weak));
 extern CUresult cuMemFree(CUdeviceptr_v1 dptr) __attribute__((weak));
 extern CUresult cuMemGetInfo(unsigned int *free_bytes, unsigned int *total_bytes)

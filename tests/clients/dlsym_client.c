@@ -67,6 +67,8 @@ int main(int argc, char **argv) {
     GET(cuArrayDestroy, "cuArrayDestroy");
     GET(cuMipmappedArrayCreate, "cuMipmappedArrayCreate");
     GET(cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy");
+    GET(cuArrayCreate, "cuArrayCreate");
+    GET(cuArray3DCreate, "cuArray3DCreate");
 #undef GET
     d.sym = sym;
     return run_ops(&d, argc - 1, argv + 1);

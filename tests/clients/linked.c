@@ -46,6 +46,8 @@ int main(int argc, char **argv) {
         .cuArrayDestroy = cuArrayDestroy,
         .cuMipmappedArrayCreate = cuMipmappedArrayCreate,
         .cuMipmappedArrayDestroy = cuMipmappedArrayDestroy,
+        .cuArrayCreate = cuArrayCreate,
+        .cuArray3DCreate = cuArray3DCreate,
         .sym = sym,
     };
     return run_ops(&d, argc - 1, argv + 1);

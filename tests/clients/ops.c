@@ -25,6 +25,8 @@
  * CUDA arrays (FMT is a CUarray_format number, FLAGS a CUDA_ARRAY3D_* mask, both decimal):
  *   array:W:H:FMT:CH        cuArrayCreate_v2; an array slot
  *   array3d:W:H:D:FMT:CH:FLAGS              cuArray3DCreate_v2; an array slot
+ *   larray:W:H:FMT:CH / larray3d:W:H:D:FMT:CH:FLAGS   the same with the legacy
+ *                           cuArrayCreate / cuArray3DCreate (32-bit dimensions)
  *   mipmap:W:H:D:FMT:CH:FLAGS:LEVELS        cuMipmappedArrayCreate; a mipmap slot
  *   arrdestroy:SLOT / mipdestroy:SLOT       cuArrayDestroy / cuMipmappedArrayDestroy
  *   arrreq:SLOT / mipreq:SLOT               cu(Mipmapped)ArrayGetMemoryRequirements on the
@@ -850,6 +852,28 @@ static int run_op(const struct drv *d, const char *word) {
         NARGS(0);
         out("atexitfree rc=%d", atexit(atexit_free));
     /* ---- CUDA arrays ---- */
+    } else if (!strcmp(op, "larray") || !strcmp(op, "larray3d")) {
+        unsigned long long v[6] = {0};
+        int i, want = !strcmp(op, "larray") ? 4 : 6;
+        void *arr = NULL;
+        NARGS(want);
+        for (i = 0; i < want; i++)
+            if (parse_num(f[i + 1], &v[i]) || v[i] > UINT_MAX)
+                return -1;
+        if (want == 4) {
+            CUDA_ARRAY_DESCRIPTOR_v1 d1 = {(unsigned int)v[0], (unsigned int)v[1], (int)v[2],
+                                           (unsigned int)v[3]};
+            rc = CALL(d, cuArrayCreate, (CUarray *)&arr, &d1);
+        } else {
+            CUDA_ARRAY3D_DESCRIPTOR_v1 d1 = {(unsigned int)v[0], (unsigned int)v[1],
+                                             (unsigned int)v[2], (int)v[3],
+                                             (unsigned int)v[4], (unsigned int)v[5]};
+            rc = CALL(d, cuArray3DCreate, (CUarray *)&arr, &d1);
+        }
+        if (rc)
+            arr = NULL;
+        out("%s %llu %llu rc=%d slot=%zu handle=%p", op, v[0], v[1], rc,
+            push(&arrays, (unsigned long long)(size_t)arr, 0, rc == 0), arr);
     } else if (!strcmp(op, "array") || !strcmp(op, "array3d") || !strcmp(op, "mipmap")) {
         unsigned long long v[7] = {0};
         int i, want = !strcmp(op, "array") ? 4 : !strcmp(op, "array3d") ? 6 : 7;

@@ -40,6 +40,8 @@ struct drv {
     fn_cuArrayDestroy cuArrayDestroy;
     fn_cuMipmappedArrayCreate cuMipmappedArrayCreate;
     fn_cuMipmappedArrayDestroy cuMipmappedArrayDestroy;
+    fn_cuArrayCreate_v1 cuArrayCreate;     /* legacy; may be NULL */
+    fn_cuArray3DCreate_v1 cuArray3DCreate; /* legacy; may be NULL */
     /* The client's own symbol lookup (for the shim's cuShimStats), so that every
      * client binary references only the dlsym version it means to. */
     void *(*sym)(void *handle, const char *name);

@@ -86,6 +86,8 @@ int main(int argc, char **argv) {
     GET(cuArrayDestroy, "cuArrayDestroy", 2000);
     GET(cuMipmappedArrayCreate, "cuMipmappedArrayCreate", 5000);
     GET(cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy", 5000);
+    GET(cuArrayCreate, "cuArrayCreate", 2000);
+    GET(cuArray3DCreate, "cuArray3DCreate", 2000);
     /* The legacy 32-bit forms, as a pre-3.2 caller would get them. */
     GET(cuMemAlloc, "cuMemAlloc", 2000);
     GET(cuMemFree, "cuMemFree", 2000);

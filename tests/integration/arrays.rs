@@ -109,6 +109,30 @@ fn arrays_over_the_quota_are_refused_before_or_after_the_driver() {
 }
 
 #[test]
+fn the_legacy_32_bit_creations_are_charged_too() {
+    for client in Client::ALL {
+        let out = run(
+            client,
+            "init larray:1000:1000:1:1 info larray3d:100:100:10:32:1:0 info \
+             larray:1040:1000:1:1 info arrdestroy:0 arrdestroy:1 info shimstats:0",
+            &[("CUQUOTA_LIMIT", "2MiB")],
+        );
+        out.check_exit(0);
+        ok(&out, 1);
+        assert_eq!(charged(&out, 2 * MIB, 2), 16 * PAGE, "{out}");
+        ok(&out, 3);
+        assert_eq!(charged(&out, 2 * MIB, 4), 24 * PAGE, "{out}");
+        // 1 040 000 elements are over the 512 KiB left: refused, the driver never asked
+        out.check(5, "larray", &[("rc", OUT_OF_MEMORY)]);
+        assert_eq!(charged(&out, 2 * MIB, 6), 24 * PAGE, "{out}");
+        ok(&out, 7);
+        ok(&out, 8);
+        assert_eq!(charged(&out, 2 * MIB, 9), 0, "{out}");
+        assert_eq!(shim(&out, 10), (0, 24 * PAGE, 0), "{out}");
+    }
+}
+
+#[test]
 fn sparse_and_deferred_mapping_arrays_are_not_charged() {
     // Each is 64 MiB of elements, over the 16 MiB quota if it were charged.
     for client in Client::ALL {

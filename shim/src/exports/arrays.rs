@@ -26,6 +26,42 @@ exports! {
         Ok(())
     }
 
+    /// Legacy: 32-bit dimensions.
+    fn cuArrayCreate(
+        handle: *mut CUarray,
+        desc: *const ArrayDescriptorV1,
+    ) as cuArrayCreate since 2000 {
+        let out = Out::new(handle)?;
+        let d = ffi::read(desc)?;
+        let desc = ArrayDescriptor {
+            width: d.width as usize,
+            height: d.height as usize,
+            format: d.format,
+            num_channels: d.num_channels,
+        };
+        out.write(handle_ptr(arrays::create_2d(&desc)?));
+        Ok(())
+    }
+
+    /// Legacy: 32-bit dimensions.
+    fn cuArray3DCreate(
+        handle: *mut CUarray,
+        desc: *const Array3DDescriptorV1,
+    ) as cuArray3DCreate since 2000 {
+        let out = Out::new(handle)?;
+        let d = ffi::read(desc)?;
+        let desc = Array3DDescriptor {
+            width: d.width as usize,
+            height: d.height as usize,
+            depth: d.depth as usize,
+            format: d.format,
+            num_channels: d.num_channels,
+            flags: d.flags,
+        };
+        out.write(handle_ptr(arrays::create(&desc)?));
+        Ok(())
+    }
+
     fn cuArrayDestroy(array: CUarray) as cuArrayDestroy since 2000 {
         arrays::destroy(h(array))
     }
