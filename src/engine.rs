@@ -194,8 +194,8 @@ impl Engine {
         self.alloc_settled(api, Kind::Pointer, Place::Current, estimate, call, undo)
     }
 
-    /// An array creation (`cuArrayCreate_v2`, `cuArray3DCreate_v2`, `cuMipmappedArrayCreate`)
-    /// on the current context's device. The driver lays the array out (row padding, pages),
+    /// An array creation (`cuArrayCreate(_v2)`, `cuArray3DCreate(_v2)`,
+    /// `cuMipmappedArrayCreate`) on the current context's device. The driver lays the array out (row padding, pages),
     /// and answers what that takes only for a deferred-mapping array; so reserve what this
     /// shape took before on this device, else [`ArrayShape::estimate`], call `create`, then
     /// learn the true size once per device and shape from `true_size` (which asks the driver
