@@ -15,6 +15,11 @@
 #   cupy-async        the same with cupy.cuda.MemoryAsyncPool
 #   bfc-growth        tests/clients/bfc_growth.c (the demo's allow_growth workload) on the real
 #                     driver under 3/4 of the quota: refusals, the back-off line, success
+#   arrays            tests/clients/array_sizes.c: for five large CUDA array shapes (2D, 3D,
+#                     layered, cubemap, mipmapped), the driver's free-memory drop across the
+#                     creation matches the memory requirements of a deferred-mapping array of
+#                     the same shape (how cuquota learns an array's size), and under cuquota
+#                     the trace charges each array exactly that
 #   overhead          10,000 cudaMalloc/cudaFree pairs of 1 MiB (cupy.cuda.runtime) with and
 #                     without cuquota; the ratio must stay under 1.5
 #
@@ -47,9 +52,9 @@ BUDGET=290
 MIN_CHECK=20
 declare -A LIMIT=(
   [torch-default]=90 [torch-expandable]=90 [torch-async]=90 [jax]=120
-  [cupy-default]=60 [cupy-async]=60 [bfc-growth]=60 [overhead]=120
+  [cupy-default]=60 [cupy-async]=60 [bfc-growth]=60 [arrays]=60 [overhead]=120
 )
-read -r -a checks <<<"${CHECKS:-torch-default torch-expandable torch-async jax cupy-default cupy-async bfc-growth overhead}"
+read -r -a checks <<<"${CHECKS:-torch-default torch-expandable torch-async jax cupy-default cupy-async bfc-growth arrays overhead}"
 
 py=python3
 work=$PWD/target/gpu-check
@@ -96,6 +101,15 @@ if [[ " ${checks[*]} " == *" bfc-growth "* ]]; then
   show gcc -O2 -Wall -o "$work/bfc-growth/bfc_growth" tests/clients/bfc_growth.c -ldl
   if [ $dry = 0 ] && ! gcc -O2 -Wall -o "$work/bfc-growth/bfc_growth" tests/clients/bfc_growth.c -ldl; then
     echo "gpu-check: gcc failed; bfc-growth will fail" >&2
+  fi
+fi
+
+# So is the arrays workload.
+if [[ " ${checks[*]} " == *" arrays "* ]]; then
+  mkdir -p "$work/arrays"
+  show gcc -O2 -Wall -Itests/clients -o "$work/arrays/array_sizes" tests/clients/array_sizes.c -ldl
+  if [ $dry = 0 ] && ! gcc -O2 -Wall -Itests/clients -o "$work/arrays/array_sizes" tests/clients/array_sizes.c -ldl; then
+    echo "gpu-check: gcc failed; arrays will fail" >&2
   fi
 fi
 

@@ -475,6 +475,46 @@ def bfc_check(args):
     return numbers, problems
 
 
+def array_lines(child):
+    """{shape: {rc, drop, twin, twin_rc, destroy_rc}} from tests/clients/array_sizes.c."""
+    shapes = {}
+    for line in child.stdout.splitlines():
+        words = line.split()
+        if words[:1] == ["shape"] and len(words) > 2:
+            shapes[words[1]] = {k: int(v) for k, v in (w.split("=", 1) for w in words[2:])}
+    return shapes
+
+
+def arrays_check(args):
+    binary = os.path.join(args.work, "array_sizes")
+    raw = run_child(args, [binary], preload=False, trace=False, name="arrays-raw")
+    hooked = run_child(args, [binary], name="arrays-cuquota")
+    if raw is None:
+        return {}, []
+    problems = []
+    shapes, charged = array_lines(raw), array_lines(hooked)
+    expect(problems, raw.rc == 0 and len(shapes) == 5, f"raw run: exit {raw.rc}, {len(shapes)} shapes: {raw.tail()}")
+    numbers = {"shapes": shapes}
+    for name, s in shapes.items():
+        if s["twin_rc"] != 0:
+            problems.append(f"{name}: the driver gives no requirements for a deferred-mapping twin (rc {s['twin_rc']}): cuquota charges the estimate")
+            continue
+        # The driver's free memory moves in pages of its own: allow 4 MiB or 2 %.
+        slack = max(4 * MIB, s["twin"] // 50)
+        expect(problems, abs(s["drop"] - s["twin"]) <= slack, f"{name}: free memory dropped {s['drop']}, the twin says {s['twin']}")
+        numbers[f"{name}_drop_minus_twin"] = s["drop"] - s["twin"]
+    # Under cuquota the virtualised free memory drops by exactly what it charged, and the
+    # trace charges each array its twin's size and credits it at the destroy.
+    expect(problems, hooked.rc == 0, f"under cuquota: exit {hooked.rc}: {hooked.tail()}")
+    allocs = [e for e in hooked.kinds("alloc") if e["api"] in ("cuArray3DCreate_v2", "cuMipmappedArrayCreate")]
+    frees = [e for e in hooked.kinds("free") if e["api"] in ("cuArrayDestroy", "cuMipmappedArrayDestroy")]
+    expect(problems, [e["bytes"] for e in allocs] == [s["twin"] for s in shapes.values()], f"charged {[e['bytes'] for e in allocs]}, twins {[s['twin'] for s in shapes.values()]}")
+    expect(problems, len(frees) == len(allocs), f"{len(allocs)} arrays charged, {len(frees)} credited")
+    for name, s in charged.items():
+        expect(problems, s["drop"] == s["twin"], f"{name} under cuquota: told free dropped {s['drop']}, charged {s['twin']}")
+    return numbers, problems
+
+
 def overhead_check(args):
     raw = python_child(args, "overhead", preload=False, trace=False, name="overhead-raw")
     hooked = python_child(args, "overhead", trace=False, name="overhead-cuquota")
@@ -509,6 +549,7 @@ CHECKS = {
     "cupy-default": lambda a: cupy_check(a, "default"),
     "cupy-async": lambda a: cupy_check(a, "async"),
     "bfc-growth": bfc_check,
+    "arrays": arrays_check,
     "overhead": overhead_check,
 }
 

@@ -186,6 +186,70 @@ pub const CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM: u64 = 1 << 1;
 /// `CUdriverProcAddressQueryResult` values.
 pub const CU_GET_PROC_ADDRESS_SUCCESS: i32 = 0;
 
+// ---- CUDA arrays ----------------------------------------------------------------------
+
+/// `CUarray` and `CUmipmappedArray`: opaque handles.
+pub type CuArray = *mut c_void;
+
+/// `CUDA_ARRAY_DESCRIPTOR_v2`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CuArrayDescriptor {
+    pub width: usize,
+    pub height: usize,
+    pub format: u32,
+    pub num_channels: u32,
+}
+
+/// `CUDA_ARRAY3D_DESCRIPTOR_v2`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CuArray3DDescriptor {
+    pub width: usize,
+    pub height: usize,
+    pub depth: usize,
+    pub format: u32,
+    pub num_channels: u32,
+    pub flags: u32,
+}
+
+/// `CUDA_ARRAY_DESCRIPTOR_v1` of the legacy `cuArrayCreate`: 32-bit dimensions.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CuArrayDescriptorV1 {
+    pub width: u32,
+    pub height: u32,
+    pub format: u32,
+    pub num_channels: u32,
+}
+
+/// `CUDA_ARRAY3D_DESCRIPTOR_v1` of the legacy `cuArray3DCreate`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CuArray3DDescriptorV1 {
+    pub width: u32,
+    pub height: u32,
+    pub depth: u32,
+    pub format: u32,
+    pub num_channels: u32,
+    pub flags: u32,
+}
+
+/// `CUDA_ARRAY_MEMORY_REQUIREMENTS_v1`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CuArrayMemoryRequirements {
+    pub size: usize,
+    pub alignment: usize,
+    pub reserved: [u32; 4],
+}
+
+/// `CUDA_ARRAY3D_*` flags.
+pub const CUDA_ARRAY3D_LAYERED: u32 = 0x01;
+pub const CUDA_ARRAY3D_CUBEMAP: u32 = 0x04;
+pub const CUDA_ARRAY3D_SPARSE: u32 = 0x40;
+pub const CUDA_ARRAY3D_DEFERRED_MAPPING: u32 = 0x80;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,5 +267,11 @@ mod tests {
         assert_eq!(std::mem::size_of::<CuMemAllocationProp>(), 32);
         assert_eq!(std::mem::offset_of!(CuMemAllocationProp, location), 8);
         assert_eq!(std::mem::offset_of!(CuMemPoolPropsHead, location), 8);
+        assert_eq!(std::mem::size_of::<CuArrayDescriptor>(), 24);
+        assert_eq!(std::mem::size_of::<CuArray3DDescriptor>(), 40);
+        assert_eq!(std::mem::offset_of!(CuArray3DDescriptor, flags), 32);
+        assert_eq!(std::mem::size_of::<CuArrayMemoryRequirements>(), 32);
+        assert_eq!(std::mem::size_of::<CuArrayDescriptorV1>(), 16);
+        assert_eq!(std::mem::size_of::<CuArray3DDescriptorV1>(), 24);
     }
 }

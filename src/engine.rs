@@ -5,6 +5,7 @@
 //! on: the words of a log line to `messages`, each thread's back-off episode to `episodes`,
 //! events to `trace` (which starts itself at the first one).
 
+use crate::array_shape::ArrayShape;
 use crate::config::{Config, ConfigError, Limits, Mode, MAX_DEVICES};
 use crate::cuda_abi::CuResult;
 use crate::episodes;
@@ -41,11 +42,13 @@ pub enum Kind {
     Pointer,
     /// `cuMemCreate` handles.
     Handle,
+    /// CUDA arrays and mipmapped arrays (`CUarray`, `CUmipmappedArray` handles).
+    Array,
 }
 
 impl Kind {
     /// Every kind, in the order of their discriminants (which index the ledgers).
-    pub const ALL: [Kind; 2] = [Kind::Pointer, Kind::Handle];
+    pub const ALL: [Kind; 3] = [Kind::Pointer, Kind::Handle, Kind::Array];
 }
 
 /// Where an allocation lands.
@@ -58,6 +61,9 @@ pub enum Place {
     /// Not device memory (`cuMemCreate` on the host): not charged.
     Uncharged,
 }
+
+/// How many (device, array shape) sizes the engine remembers at most.
+const ARRAY_SIZES_KEPT: usize = 4096;
 
 /// What a reservation lets an allocation do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,6 +84,8 @@ pub struct Engine {
     ledgers: [Ledger; Kind::ALL.len()],
     /// Pools made with `cuMemPoolCreate` → their device.
     pools: SpinLock<HashMap<usize, u32>>,
+    /// What the driver gave each array shape on each device (see [`Engine::alloc_array`]).
+    array_sizes: SpinLock<HashMap<(u32, ArrayShape), u64>>,
     /// `CUQUOTA_TRACE` is set (read on every event, so a plain bool).
     tracing: bool,
 }
@@ -89,6 +97,7 @@ impl Engine {
             quotas: [const { DeviceQuota::new() }; MAX_DEVICES],
             ledgers: std::array::from_fn(|_| Ledger::new()),
             pools: SpinLock::new(HashMap::new()),
+            array_sizes: SpinLock::new(HashMap::new()),
             tracing: config.as_ref().is_ok_and(|c| c.trace.is_some()),
             config,
         }
@@ -183,6 +192,47 @@ impl Engine {
         };
         let estimate = width.saturating_mul(height);
         self.alloc_settled(api, Kind::Pointer, Place::Current, estimate, call, undo)
+    }
+
+    /// An array creation (`cuArrayCreate(_v2)`, `cuArray3DCreate(_v2)`,
+    /// `cuMipmappedArrayCreate`) on the current context's device. The driver lays the array out (row padding, pages),
+    /// and answers what that takes only for a deferred-mapping array; so reserve what this
+    /// shape took before on this device, else [`ArrayShape::estimate`], call `create`, then
+    /// learn the true size once per device and shape from `true_size` (which asks the driver
+    /// about a deferred-mapping array of the same shape; `None`: it cannot say, and the
+    /// estimate stands) and settle to it. If the true size does not fit, `undo` destroys the
+    /// array and the caller is refused. Sparse and deferred-mapping arrays are not charged.
+    pub fn alloc_array(
+        &self,
+        api: &'static str,
+        shape: ArrayShape,
+        create: impl FnOnce() -> (CuResult, u64),
+        true_size: impl FnOnce(u32) -> Option<u64>,
+        undo: impl FnOnce(u64),
+    ) -> CuResult {
+        if !shape.is_backed() {
+            return create().0;
+        }
+        // (Without a context the creation fails, and alloc_settled passes that on.)
+        let device = self.queries.current_device().ok();
+        let cached = device.and_then(|d| self.array_sizes.lock().get(&(d, shape)).copied());
+        let estimate = cached.unwrap_or_else(|| shape.estimate());
+        let call = || {
+            let (rc, key) = create();
+            let size = match (rc.is_ok(), cached, device) {
+                (true, None, Some(d)) => true_size(d).inspect(|&bytes| {
+                    let mut sizes = self.array_sizes.lock();
+                    // A program that makes endless shapes must not grow this without end.
+                    if sizes.len() >= ARRAY_SIZES_KEPT {
+                        sizes.clear();
+                    }
+                    sizes.insert((d, shape), bytes);
+                }),
+                _ => cached,
+            };
+            (rc, key, size.unwrap_or(estimate))
+        };
+        self.alloc_settled(api, Kind::Array, Place::Current, estimate, call, undo)
     }
 
     /// Reserve `estimate`, call the driver, then charge what it actually gave (the third
@@ -404,6 +454,8 @@ impl Engine {
         }
         // SAFETY: as above.
         unsafe { self.pools.reset_in_child(HashMap::new()) };
+        // SAFETY: as above.
+        unsafe { self.array_sizes.reset_in_child(HashMap::new()) };
         for q in &self.quotas {
             q.reset();
         }
@@ -492,6 +544,7 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cuda_abi::{CUDA_ARRAY3D_DEFERRED_MAPPING, CUDA_ARRAY3D_SPARSE};
     use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
     use std::sync::Arc;
 
@@ -635,6 +688,61 @@ mod tests {
         );
         assert_eq!((rc, undone), (CuResult::OUT_OF_MEMORY, 0x200));
         assert_eq!(e.memory_info("m", 8 << 30, 8 << 30).0, MIB);
+    }
+
+    #[test]
+    fn arrays_settle_to_the_drivers_size_which_is_remembered_per_shape() {
+        let (e, _) = engine("2MiB");
+        let shape = |w: u64, flags: u32| ArrayShape {
+            width: w,
+            height: 1000,
+            depth: 0,
+            format: 1,
+            channels: 1,
+            flags,
+            levels: 1,
+        };
+        let asked = std::cell::Cell::new(0);
+        let truth = |bytes: u64| {
+            let asked = &asked;
+            move |_device: u32| {
+                asked.set(asked.get() + 1);
+                Some(bytes)
+            }
+        };
+        let no_undo = |_| panic!("no undo");
+        // 1 000 000 estimated, 1 MiB true: settled up
+        let ok = |p: u64| move || (CuResult::SUCCESS, p);
+        let rc = e.alloc_array("a", shape(1000, 0), ok(0x10), truth(MIB), no_undo);
+        assert_eq!((rc, asked.get()), (CuResult::SUCCESS, 1));
+        assert_eq!(e.memory_info("m", 8 << 30, 8 << 30).0, MIB);
+        // the same shape again: reserved at its true size at once, the driver not asked
+        let rc = e.alloc_array("a", shape(1000, 0), ok(0x20), truth(0), no_undo);
+        assert_eq!((rc, asked.get()), (CuResult::SUCCESS, 1));
+        assert_eq!(e.memory_info("m", 8 << 30, 8 << 30).0, 0);
+        e.free("f", Kind::Array, 0x20, || CuResult::SUCCESS);
+        // 1 040 000 estimated fits the 1 MiB left, 1.5 MiB true does not: destroyed, refused
+        let mut undone = 0;
+        let big = shape(1040, 0);
+        let rc = e.alloc_array("a", big, ok(0x30), truth(3 * MIB / 2), |a| undone = a);
+        assert_eq!((rc, undone), (CuResult::OUT_OF_MEMORY, 0x30));
+        assert_eq!(e.memory_info("m", 8 << 30, 8 << 30).0, MIB);
+        // now known: refused before the driver is called
+        let rc = e.alloc_array("a", big, || panic!("not called"), truth(0), no_undo);
+        assert_eq!(rc, CuResult::OUT_OF_MEMORY);
+        // deferred-mapping and sparse arrays are not charged, whatever their size
+        for flags in [CUDA_ARRAY3D_DEFERRED_MAPPING, CUDA_ARRAY3D_SPARSE] {
+            let rc = e.alloc_array("a", shape(1 << 30, flags), ok(0x40), truth(0), no_undo);
+            assert_eq!(rc, CuResult::SUCCESS);
+        }
+        assert_eq!(e.memory_info("m", 8 << 30, 8 << 30).0, MIB);
+        // a driver that cannot say: the estimate is charged; destroy credits it
+        let rc = e.alloc_array("a", shape(10, 0), ok(0x50), |_| None, no_undo);
+        assert_eq!(rc, CuResult::SUCCESS);
+        assert_eq!(e.memory_info("m", 8 << 30, 8 << 30).0, MIB - 10_000);
+        e.free("f", Kind::Array, 0x50, || CuResult::SUCCESS);
+        e.free("f", Kind::Array, 0x10, || CuResult::SUCCESS);
+        assert_eq!(e.memory_info("m", 8 << 30, 8 << 30).0, 2 * MIB);
     }
 
     #[test]

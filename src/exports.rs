@@ -15,9 +15,11 @@
 //! No panic leaves these functions.
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
+use crate::array_shape::ArrayShape;
 use crate::cuda_abi::{
-    CuDevice, CuDevicePtr, CuDevicePtrV1, CuMemAllocationProp, CuMemHandle, CuMemPoolPropsHead,
-    CuMemoryPool, CuResult, CuStream, CU_MEM_LOCATION_TYPE_DEVICE,
+    CuArray, CuArray3DDescriptor, CuArray3DDescriptorV1, CuArrayDescriptor, CuArrayDescriptorV1,
+    CuArrayMemoryRequirements, CuDevice, CuDevicePtr, CuDevicePtrV1, CuMemAllocationProp,
+    CuMemHandle, CuMemPoolPropsHead, CuMemoryPool, CuResult, CuStream, CU_MEM_LOCATION_TYPE_DEVICE,
 };
 use crate::engine::{Engine, Kind, Place};
 use crate::ffi::{self, written, Out};
@@ -53,6 +55,14 @@ pub static CUDA_HOOKS: Hooks = hooks!(LIBCUDA in crate::real_driver:
     cuDeviceTotalMem,
     cuGetProcAddress,
     cuGetProcAddress_v2,
+    // arrays
+    cuArrayCreate_v2,
+    cuArray3DCreate_v2,
+    cuArrayCreate,
+    cuArray3DCreate,
+    cuArrayDestroy,
+    cuMipmappedArrayCreate,
+    cuMipmappedArrayDestroy,
 );
 
 thread_local! {
@@ -596,6 +606,238 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
             swap_in_hook(rc, symbol, pfn, version, flags);
             rc
         }
+    })
+}
+
+// ---- arrays ----------------------------------------------------------------------------
+
+/// An array creation: charged what the driver lays out for it (see `Engine::alloc_array`).
+/// `call` creates the array; `probe` asks the driver what the shape takes on a device;
+/// `undo` destroys an array whose true size does not fit.
+fn create_array<F: CFunction>(
+    real: &'static Real<F>,
+    shape: ArrayShape,
+    handle: *mut CuArray,
+    call: impl Fn(F) -> CuResult,
+    probe: impl FnOnce(u32) -> Option<u64>,
+    undo: fn(u64),
+) -> CuResult {
+    hook(
+        real,
+        |f, e| {
+            let create = || {
+                let rc = call(f);
+                // SAFETY: `handle` is the caller's out-pointer, null or valid.
+                let key = match (rc.is_ok(), unsafe { Out::new(handle) }) {
+                    (true, Some(out)) => out.get() as u64,
+                    _ => 0,
+                };
+                (rc, key)
+            };
+            e.alloc_array(real.name(), shape, create, probe, undo)
+        },
+        &call,
+    )
+}
+
+/// What the driver gives an array of `shape` on `device`: the memory requirements of a
+/// deferred-mapping array of the same shape, made and destroyed for the question (the
+/// documented query answers for those only). None when the driver cannot say (no deferred
+/// mapping on this device or driver).
+fn array_size_from_driver(shape: ArrayShape, device: u32) -> Option<u64> {
+    let desc = shape.deferred();
+    let mut array: CuArray = std::ptr::null_mut();
+    let mut req = CuArrayMemoryRequirements::default();
+    let rc = if shape.levels == 1 {
+        let (create, query, destroy) = (
+            real::cuArray3DCreate_v2.get()?,
+            real::cuArrayGetMemoryRequirements.get()?,
+            real::cuArrayDestroy.get()?,
+        );
+        // SAFETY: valid descriptor and out-pointers; the array is ours and destroyed here.
+        unsafe {
+            if !create(&mut array, &desc).is_ok() {
+                return None;
+            }
+            let rc = query(&mut req, array, device as CuDevice);
+            destroy(array);
+            rc
+        }
+    } else {
+        let (create, query, destroy) = (
+            real::cuMipmappedArrayCreate.get()?,
+            real::cuMipmappedArrayGetMemoryRequirements.get()?,
+            real::cuMipmappedArrayDestroy.get()?,
+        );
+        // SAFETY: as above.
+        unsafe {
+            if !create(&mut array, &desc, shape.levels).is_ok() {
+                return None;
+            }
+            let rc = query(&mut req, array, device as CuDevice);
+            destroy(array);
+            rc
+        }
+    };
+    rc.is_ok().then_some(req.size as u64)
+}
+
+/// Destroys an array the caller never got (its true size was over the quota).
+fn destroy_array(array: u64) {
+    if let Some(real) = real::cuArrayDestroy.get() {
+        // SAFETY: the driver just made this array and nobody else knows it.
+        unsafe { real(array as usize as CuArray) };
+    }
+}
+
+fn destroy_mipmapped(array: u64) {
+    if let Some(real) = real::cuMipmappedArrayDestroy.get() {
+        // SAFETY: as for destroy_array.
+        unsafe { real(array as usize as CuArray) };
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuArrayCreate_v2(
+    handle: *mut CuArray,
+    desc: *const CuArrayDescriptor,
+) -> CuResult {
+    // SAFETY: `desc` is null or the caller's valid descriptor.
+    let Some(shape) = (unsafe { ffi::input(desc) }).map(ArrayShape::from_2d) else {
+        // Nothing to describe: the driver's own answer.
+        // SAFETY: the caller's arguments, passed on.
+        return plain(&real::cuArrayCreate_v2, |real| unsafe {
+            real(handle, desc)
+        });
+    };
+    create_array(
+        &real::cuArrayCreate_v2,
+        shape,
+        handle,
+        // SAFETY: the caller's arguments, passed on.
+        |real| unsafe { real(handle, desc) },
+        |device| array_size_from_driver(shape, device),
+        destroy_array,
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuArray3DCreate_v2(
+    handle: *mut CuArray,
+    desc: *const CuArray3DDescriptor,
+) -> CuResult {
+    // SAFETY: `desc` is null or the caller's valid descriptor.
+    let Some(shape) = (unsafe { ffi::input(desc) }).map(|d| ArrayShape::from_3d(d, 1)) else {
+        // SAFETY: the caller's arguments, passed on.
+        return plain(&real::cuArray3DCreate_v2, |real| unsafe {
+            real(handle, desc)
+        });
+    };
+    create_array(
+        &real::cuArray3DCreate_v2,
+        shape,
+        handle,
+        // SAFETY: the caller's arguments, passed on.
+        |real| unsafe { real(handle, desc) },
+        |device| array_size_from_driver(shape, device),
+        destroy_array,
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuArrayCreate(
+    handle: *mut CuArray,
+    desc: *const CuArrayDescriptorV1,
+) -> CuResult {
+    // SAFETY: `desc` is null or the caller's valid descriptor.
+    let Some(shape) = (unsafe { ffi::input(desc) }).map(ArrayShape::from_2d_v1) else {
+        // SAFETY: the caller's arguments, passed on.
+        return plain(&real::cuArrayCreate, |real| unsafe { real(handle, desc) });
+    };
+    create_array(
+        &real::cuArrayCreate,
+        shape,
+        handle,
+        // SAFETY: the caller's arguments, passed on.
+        |real| unsafe { real(handle, desc) },
+        |device| array_size_from_driver(shape, device),
+        destroy_array,
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuArray3DCreate(
+    handle: *mut CuArray,
+    desc: *const CuArray3DDescriptorV1,
+) -> CuResult {
+    // SAFETY: `desc` is null or the caller's valid descriptor.
+    let Some(shape) = (unsafe { ffi::input(desc) }).map(ArrayShape::from_3d_v1) else {
+        // SAFETY: the caller's arguments, passed on.
+        return plain(&real::cuArray3DCreate, |real| unsafe { real(handle, desc) });
+    };
+    create_array(
+        &real::cuArray3DCreate,
+        shape,
+        handle,
+        // SAFETY: the caller's arguments, passed on.
+        |real| unsafe { real(handle, desc) },
+        |device| array_size_from_driver(shape, device),
+        destroy_array,
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMipmappedArrayCreate(
+    handle: *mut CuArray,
+    desc: *const CuArray3DDescriptor,
+    levels: c_uint,
+) -> CuResult {
+    // SAFETY: `desc` is null or the caller's valid descriptor.
+    let shape = unsafe { ffi::input(desc) }.map(|d| ArrayShape::from_3d(d, levels));
+    let Some(shape) = shape.filter(|_| levels > 0) else {
+        // SAFETY: the caller's arguments, passed on.
+        return plain(&real::cuMipmappedArrayCreate, |real| unsafe {
+            real(handle, desc, levels)
+        });
+    };
+    create_array(
+        &real::cuMipmappedArrayCreate,
+        shape,
+        handle,
+        // SAFETY: the caller's arguments, passed on.
+        |real| unsafe { real(handle, desc, levels) },
+        |device| array_size_from_driver(shape, device),
+        destroy_mipmapped,
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuArrayDestroy(array: CuArray) -> CuResult {
+    // SAFETY: the caller's argument, passed on.
+    free_of(
+        &real::cuArrayDestroy,
+        Kind::Array,
+        array as u64,
+        |real| unsafe { real(array) },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMipmappedArrayDestroy(array: CuArray) -> CuResult {
+    free_of(
+        &real::cuMipmappedArrayDestroy,
+        Kind::Array,
+        array as u64,
+        // SAFETY: the caller's argument, passed on.
+        |real| unsafe { real(array) },
+    )
+}
+
+/// A call passed to the driver unchanged (no panic leaves it).
+fn plain<F: CFunction>(real: &'static Real<F>, call: impl FnOnce(F) -> CuResult) -> CuResult {
+    guard(|| match real.get() {
+        Some(f) => call(f),
+        None => CuResult::NOT_FOUND,
     })
 }
 

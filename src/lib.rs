@@ -15,10 +15,12 @@
 //!   `trace` (the trace file, started at its first event), `messages` (the words of the log
 //!   lines), `log` (where they go), `config` (the environment variables);
 //! - books: `quota` (per-GPU counters), `ledger` (live allocations);
-//! - words: `cuda_abi` (the driver's types), `ffi` (caller pointers), `output` (cuquota's
-//!   own writes: bounded, never SIGPIPE), `spin` (the lock a forked child can clear).
+//! - words: `cuda_abi` (the driver's types), `array_shape` (a CUDA array's shape and its
+//!   estimated size), `ffi` (caller pointers), `output` (cuquota's own writes: bounded,
+//!   never SIGPIPE), `spin` (the lock a forked child can clear).
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod array_shape;
 pub mod config;
 pub mod cuda_abi;
 mod dlsym_entry;

@@ -4,8 +4,9 @@
 //! `cudaTypedefs.h`; whether a function is hooked is said where the hooks are (`exports`).
 
 use crate::cuda_abi::{
-    CuDevice, CuDevicePtr, CuDevicePtrV1, CuMemAllocationProp, CuMemHandle, CuMemPoolPropsHead,
-    CuMemoryPool, CuResult, CuStream,
+    CuArray, CuArray3DDescriptor, CuArray3DDescriptorV1, CuArrayDescriptor, CuArrayDescriptorV1,
+    CuArrayMemoryRequirements, CuDevice, CuDevicePtr, CuDevicePtrV1, CuMemAllocationProp,
+    CuMemHandle, CuMemPoolPropsHead, CuMemoryPool, CuResult, CuStream,
 };
 use crate::lookup::library;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
@@ -52,6 +53,23 @@ library! {
     cuCtxGetDevice: "cuCtxGetDevice" @ 2000, Plain: fn(*mut CuDevice) -> CuResult;
     cuDeviceGetCount: "cuDeviceGetCount" @ 2000, Plain: fn(*mut c_int) -> CuResult;
     cuDeviceGetName: "cuDeviceGetName" @ 2000, Plain: fn(*mut c_char, c_int, CuDevice) -> CuResult;
+    // arrays (hooked: the creations and destructions; called: the memory requirements)
+    cuArrayCreate_v2: "cuArrayCreate" @ 3020, Plain:
+        fn(*mut CuArray, *const CuArrayDescriptor) -> CuResult;
+    cuArray3DCreate_v2: "cuArray3DCreate" @ 3020, Plain:
+        fn(*mut CuArray, *const CuArray3DDescriptor) -> CuResult;
+    cuArrayCreate: "cuArrayCreate" @ 2000, Plain:
+        fn(*mut CuArray, *const CuArrayDescriptorV1) -> CuResult;
+    cuArray3DCreate: "cuArray3DCreate" @ 2000, Plain:
+        fn(*mut CuArray, *const CuArray3DDescriptorV1) -> CuResult;
+    cuArrayDestroy: "cuArrayDestroy" @ 2000, Plain: fn(CuArray) -> CuResult;
+    cuMipmappedArrayCreate: "cuMipmappedArrayCreate" @ 5000, Plain:
+        fn(*mut CuArray, *const CuArray3DDescriptor, c_uint) -> CuResult;
+    cuMipmappedArrayDestroy: "cuMipmappedArrayDestroy" @ 5000, Plain: fn(CuArray) -> CuResult;
+    cuArrayGetMemoryRequirements: "cuArrayGetMemoryRequirements" @ 11060, Plain:
+        fn(*mut CuArrayMemoryRequirements, CuArray, CuDevice) -> CuResult;
+    cuMipmappedArrayGetMemoryRequirements: "cuMipmappedArrayGetMemoryRequirements" @ 11060, Plain:
+        fn(*mut CuArrayMemoryRequirements, CuArray, CuDevice) -> CuResult;
 }
 
 /// The device of the calling thread's current context, from the real driver.

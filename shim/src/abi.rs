@@ -91,3 +91,75 @@ pub struct Uuid {
 const _: () = assert!(std::mem::size_of::<MemAllocationProp>() == 32);
 const _: () = assert!(std::mem::size_of::<MemAccessDesc>() == 12);
 const _: () = assert!(std::mem::size_of::<Uuid>() == 16);
+
+// ---- CUDA arrays --------------------------------------------------------------------------
+
+/// `CUarray` and `CUmipmappedArray`: opaque handles.
+pub type CUarray = *mut c_void;
+
+/// `CUDA_ARRAY_DESCRIPTOR_v2`: 24 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ArrayDescriptor {
+    pub width: usize,
+    pub height: usize,
+    pub format: u32,
+    pub num_channels: c_uint,
+}
+
+/// `CUDA_ARRAY3D_DESCRIPTOR_v2`: 40 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Array3DDescriptor {
+    pub width: usize,
+    pub height: usize,
+    pub depth: usize,
+    pub format: u32,
+    pub num_channels: c_uint,
+    pub flags: c_uint,
+}
+
+/// `CUDA_ARRAY_DESCRIPTOR_v1` of the legacy `cuArrayCreate`: 32-bit dimensions.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ArrayDescriptorV1 {
+    pub width: c_uint,
+    pub height: c_uint,
+    pub format: u32,
+    pub num_channels: c_uint,
+}
+
+/// `CUDA_ARRAY3D_DESCRIPTOR_v1` of the legacy `cuArray3DCreate`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Array3DDescriptorV1 {
+    pub width: c_uint,
+    pub height: c_uint,
+    pub depth: c_uint,
+    pub format: u32,
+    pub num_channels: c_uint,
+    pub flags: c_uint,
+}
+
+/// `CUDA_ARRAY_MEMORY_REQUIREMENTS_v1`: 32 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ArrayMemoryRequirements {
+    pub size: usize,
+    pub alignment: usize,
+    pub reserved: [c_uint; 4],
+}
+
+/// `CUDA_ARRAY3D_*` flags.
+pub const ARRAY3D_LAYERED: u32 = 0x01;
+pub const ARRAY3D_CUBEMAP: u32 = 0x04;
+pub const ARRAY3D_SPARSE: u32 = 0x40;
+pub const ARRAY3D_DEFERRED_MAPPING: u32 = 0x80;
+/// Every flag bit `cuda.h` defines (up to `CUDA_ARRAY3D_VIDEO_ENCODE_DECODE`).
+pub const ARRAY3D_ALL_FLAGS: u32 = 0x1ff;
+
+const _: () = assert!(std::mem::size_of::<ArrayDescriptor>() == 24);
+const _: () = assert!(std::mem::size_of::<Array3DDescriptor>() == 40);
+const _: () = assert!(std::mem::size_of::<ArrayMemoryRequirements>() == 32);
+const _: () = assert!(std::mem::size_of::<ArrayDescriptorV1>() == 16);
+const _: () = assert!(std::mem::size_of::<Array3DDescriptorV1>() == 24);

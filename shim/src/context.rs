@@ -137,8 +137,8 @@ pub fn create(device: CUdevice, flags: u32) -> Result<usize, CUresult> {
     Ok(handle)
 }
 
-/// `cuCtxDestroy`: forgets a created context (its memory stays allocated) and pops it if
-/// it is current on this thread.
+/// `cuCtxDestroy`: forgets a created context and its arrays (its other memory stays
+/// allocated) and pops it if it is current on this thread.
 pub fn destroy(handle: usize) -> Result<(), CUresult> {
     {
         let mut state = state::lock();
@@ -146,6 +146,7 @@ pub fn destroy(handle: usize) -> Result<(), CUresult> {
             Some(c) if !c.primary => state.contexts.remove(&handle),
             _ => return Err(CUDA_ERROR_INVALID_CONTEXT),
         };
+        crate::arrays::context_ended(&mut state, handle);
         ANY_DESTROYED.store(true, Ordering::Release);
     }
     if current_handle() == Some(handle) {
@@ -216,9 +217,13 @@ pub fn primary_release(device: CUdevice) -> Result<(), CUresult> {
     Ok(())
 }
 
-/// `cuDevicePrimaryCtxReset`: drops every reference. Frees nothing.
+/// `cuDevicePrimaryCtxReset`: drops every reference, and the context's arrays.
 pub fn primary_reset(device: CUdevice) -> Result<(), CUresult> {
-    state::lock().device_mut(device)?.primary_refs = 0;
+    let mut state = state::lock();
+    state.device_mut(device)?.primary_refs = 0;
+    if let Some(primary) = state.device(device)?.primary_context {
+        crate::arrays::context_ended(&mut state, primary);
+    }
     Ok(())
 }
 

@@ -33,7 +33,7 @@
 //!    helpers through which caller pointers are read and written).
 //! 4. The simulated devices: `state` (the one lock around everything, handles, `cuInit`)
 //!    and the modules whose records it holds, in order of use: `devices`, `context`,
-//!    `streams`, `vmm`, `memory` and `pools` (a stream-ordered allocation is a
+//!    `streams`, `vmm`, `arrays`, `memory` and `pools` (a stream-ordered allocation is a
 //!    memory allocation charged to its pool, so these two call each other), `copy`.
 //!    `state` names their record types and they take its lock, so this layer is one unit.
 //! 5. Entry points: `exports`, every C function the shim exports, one file per area,
@@ -43,6 +43,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod abi;
+mod arrays;
 mod config;
 mod context;
 mod copy;

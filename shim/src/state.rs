@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::abi::*;
+use crate::arrays::Arrays;
 use crate::context::Context;
 use crate::devices::Device;
 use crate::memory::{Allocation, HostAllocation};
@@ -28,6 +29,8 @@ pub struct State {
     pub host_allocations: BTreeMap<usize, HostAllocation>,
     pub pools: BTreeMap<usize, Pool>,
     pub vmm: Vmm,
+    /// CUDA arrays and mipmapped arrays (see `arrays`).
+    pub arrays: Arrays,
 }
 
 static STATE: Mutex<State> = Mutex::new(State {
@@ -39,6 +42,7 @@ static STATE: Mutex<State> = Mutex::new(State {
     host_allocations: BTreeMap::new(),
     pools: BTreeMap::new(),
     vmm: Vmm::new(),
+    arrays: Arrays::new(),
 });
 
 static INITIALIZED: AtomicBool = AtomicBool::new(false);

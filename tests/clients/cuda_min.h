@@ -101,6 +101,63 @@ typedef CUresult (*fn_cuGetProcAddress_v2)(const char *symbol, void **pfn, int c
                                            cuuint64_t flags, int *symbol_status);
 typedef CUresult (*fn_cuGetProcAddress_v1)(const char *symbol, void **pfn, int cuda_version,
                                            cuuint64_t flags);
+/* ---- CUDA arrays ---- */
+typedef struct cuquota_array_opaque *CUarray;
+typedef struct cuquota_mipmapped_array_opaque *CUmipmappedArray;
+/* CUDA_ARRAY_DESCRIPTOR_v2 */
+typedef struct {
+    size_t Width;
+    size_t Height;
+    int Format;
+    unsigned int NumChannels;
+} CUDA_ARRAY_DESCRIPTOR;
+/* CUDA_ARRAY3D_DESCRIPTOR_v2 */
+typedef struct {
+    size_t Width;
+    size_t Height;
+    size_t Depth;
+    int Format;
+    unsigned int NumChannels;
+    unsigned int Flags;
+} CUDA_ARRAY3D_DESCRIPTOR;
+/* CUDA_ARRAY_MEMORY_REQUIREMENTS_v1 */
+typedef struct {
+    size_t size;
+    size_t alignment;
+    unsigned int reserved[4];
+} CUDA_ARRAY_MEMORY_REQUIREMENTS;
+typedef CUresult (*fn_cuArrayCreate_v2)(CUarray *array, const CUDA_ARRAY_DESCRIPTOR *desc);
+typedef CUresult (*fn_cuArray3DCreate_v2)(CUarray *array, const CUDA_ARRAY3D_DESCRIPTOR *desc);
+/* The legacy descriptors (32-bit dimensions) of cuArrayCreate / cuArray3DCreate. */
+typedef struct {
+    unsigned int Width;
+    unsigned int Height;
+    int Format;
+    unsigned int NumChannels;
+} CUDA_ARRAY_DESCRIPTOR_v1;
+typedef struct {
+    unsigned int Width;
+    unsigned int Height;
+    unsigned int Depth;
+    int Format;
+    unsigned int NumChannels;
+    unsigned int Flags;
+} CUDA_ARRAY3D_DESCRIPTOR_v1;
+typedef CUresult (*fn_cuArrayCreate_v1)(CUarray *array, const CUDA_ARRAY_DESCRIPTOR_v1 *desc);
+typedef CUresult (*fn_cuArray3DCreate_v1)(CUarray *array, const CUDA_ARRAY3D_DESCRIPTOR_v1 *desc);
+typedef CUresult (*fn_cuArrayDestroy)(CUarray array);
+typedef CUresult (*fn_cuMipmappedArrayCreate)(CUmipmappedArray *array,
+                                              const CUDA_ARRAY3D_DESCRIPTOR *desc,
+                                              unsigned int levels);
+typedef CUresult (*fn_cuMipmappedArrayDestroy)(CUmipmappedArray array);
+typedef CUresult (*fn_cuMipmappedArrayGetLevel)(CUarray *level_array, CUmipmappedArray array,
+                                                unsigned int level);
+typedef CUresult (*fn_cuArrayGetMemoryRequirements)(CUDA_ARRAY_MEMORY_REQUIREMENTS *req,
+                                                    CUarray array, CUdevice dev);
+typedef CUresult (*fn_cuMipmappedArrayGetMemoryRequirements)(CUDA_ARRAY_MEMORY_REQUIREMENTS *req,
+                                                             CUmipmappedArray array,
+                                                             CUdevice dev);
+
 /* The shim's test helper (not part of CUDA). */
 typedef int (*fn_cuShimStats)(int dev, size_t *in_use, size_t *peak, unsigned long long *live);
 
@@ -136,6 +193,17 @@ extern CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size);
 extern CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes);
 extern CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev);
 extern CUresult cuGetErrorName(CUresult error, const char **name);
+/* arrays */
+extern CUresult cuArrayCreate_v2(CUarray *array, const CUDA_ARRAY_DESCRIPTOR *desc);
+extern CUresult cuArray3DCreate_v2(CUarray *array, const CUDA_ARRAY3D_DESCRIPTOR *desc);
+extern CUresult cuArrayDestroy(CUarray array);
+extern CUresult cuMipmappedArrayCreate(CUmipmappedArray *array, const CUDA_ARRAY3D_DESCRIPTOR *desc,
+                                       unsigned int levels);
+extern CUresult cuMipmappedArrayDestroy(CUmipmappedArray array);
+extern CUresult cuArrayCreate(CUarray *array, const CUDA_ARRAY_DESCRIPTOR_v1 *desc)
+    __attribute__((weak));
+extern CUresult cuArray3DCreate(CUarray *array, const CUDA_ARRAY3D_DESCRIPTOR_v1 *desc)
+    __attribute__((weak));
 extern CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytes) __attribute__((weak));
 extern CUresult cuMemFree(CUdeviceptr_v1 dptr) __attribute__((weak));
 extern CUresult cuMemGetInfo(unsigned int *free_bytes, unsigned int *total_bytes)

@@ -61,6 +61,14 @@ int main(int argc, char **argv) {
     GET(cuMemFree, "cuMemFree");
     GET(cuMemGetInfo, "cuMemGetInfo");
     GET(cuGetErrorName, "cuGetErrorName");
+    /* arrays */
+    GET(cuArrayCreate_v2, "cuArrayCreate_v2");
+    GET(cuArray3DCreate_v2, "cuArray3DCreate_v2");
+    GET(cuArrayDestroy, "cuArrayDestroy");
+    GET(cuMipmappedArrayCreate, "cuMipmappedArrayCreate");
+    GET(cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy");
+    GET(cuArrayCreate, "cuArrayCreate");
+    GET(cuArray3DCreate, "cuArray3DCreate");
 #undef GET
     d.sym = sym;
     return run_ops(&d, argc - 1, argv + 1);

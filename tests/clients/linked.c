@@ -40,6 +40,14 @@ int main(int argc, char **argv) {
         .cuMemFree = cuMemFree,
         .cuMemGetInfo = cuMemGetInfo,
         .cuGetErrorName = cuGetErrorName,
+        /* arrays */
+        .cuArrayCreate_v2 = cuArrayCreate_v2,
+        .cuArray3DCreate_v2 = cuArray3DCreate_v2,
+        .cuArrayDestroy = cuArrayDestroy,
+        .cuMipmappedArrayCreate = cuMipmappedArrayCreate,
+        .cuMipmappedArrayDestroy = cuMipmappedArrayDestroy,
+        .cuArrayCreate = cuArrayCreate,
+        .cuArray3DCreate = cuArray3DCreate,
         .sym = sym,
     };
     return run_ops(&d, argc - 1, argv + 1);

@@ -34,6 +34,14 @@ struct drv {
     fn_cuMemFree_v1 cuMemFree;
     fn_cuMemGetInfo_v1 cuMemGetInfo;
     fn_cuGetErrorName cuGetErrorName;
+    /* arrays */
+    fn_cuArrayCreate_v2 cuArrayCreate_v2;
+    fn_cuArray3DCreate_v2 cuArray3DCreate_v2;
+    fn_cuArrayDestroy cuArrayDestroy;
+    fn_cuMipmappedArrayCreate cuMipmappedArrayCreate;
+    fn_cuMipmappedArrayDestroy cuMipmappedArrayDestroy;
+    fn_cuArrayCreate_v1 cuArrayCreate;     /* legacy; may be NULL */
+    fn_cuArray3DCreate_v1 cuArray3DCreate; /* legacy; may be NULL */
     /* The client's own symbol lookup (for the shim's cuShimStats), so that every
      * client binary references only the dlsym version it means to. */
     void *(*sym)(void *handle, const char *name);

@@ -80,6 +80,14 @@ int main(int argc, char **argv) {
     GET(cuMemUnmap, "cuMemUnmap", 10020);
     GET(cuMemAddressFree, "cuMemAddressFree", 10020);
     GET(cuGetErrorName, "cuGetErrorName", 6000);
+    /* arrays */
+    GET(cuArrayCreate_v2, "cuArrayCreate", 3020);
+    GET(cuArray3DCreate_v2, "cuArray3DCreate", 3020);
+    GET(cuArrayDestroy, "cuArrayDestroy", 2000);
+    GET(cuMipmappedArrayCreate, "cuMipmappedArrayCreate", 5000);
+    GET(cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy", 5000);
+    GET(cuArrayCreate, "cuArrayCreate", 2000);
+    GET(cuArray3DCreate, "cuArray3DCreate", 2000);
     /* The legacy 32-bit forms, as a pre-3.2 caller would get them. */
     GET(cuMemAlloc, "cuMemAlloc", 2000);
     GET(cuMemFree, "cuMemFree", 2000);

@@ -225,6 +225,12 @@ const CLIENT_BUILDS: &[ClientBuild] = &[
         flags: &[],
         link_cuda: false,
     },
+    ClientBuild {
+        name: "array_sizes",
+        sources: &["array_sizes.c"],
+        flags: &[],
+        link_cuda: false,
+    },
 ];
 
 fn mtime(path: &Path) -> Option<SystemTime> {

@@ -10,6 +10,7 @@
 mod common;
 mod reliability_util;
 
+mod arrays;
 mod cli;
 mod concurrency;
 mod episodes;

@@ -96,6 +96,7 @@ macro_rules! exports {
     };
 }
 
+mod arrays;
 mod context;
 mod copy;
 mod devices;
@@ -116,6 +117,7 @@ pub static TABLE: Table = Table::new(&[
     copy::ROWS,
     pools::ROWS,
     vmm::ROWS,
+    arrays::ROWS,
     test_helpers::ROWS,
 ]);
 
