@@ -1,13 +1,15 @@
 //! The life of the process around the engine, in one place: the engine is made at the first
 //! hooked CUDA call (never in a constructor, so a process that never uses CUDA reads no
-//! variable, prints nothing and opens no file); then the exit handler and the fork handler
-//! are registered, here and nowhere else.
+//! variable, prints nothing and opens no file); the exit handler and the fork handler are
+//! registered here and nowhere else, before the engine is begun, so that a child forked at
+//! any moment — while another thread is still making the engine, too — starts clean.
 //!
 //! Fork takes no lock around it (no prepare or parent handler): every lock a hook can hold
 //! is a spin lock, which the child simply clears, because a parked mutex inherited mid-wait
 //! can hang the child. The child handler resets, in this order:
-//! 1. the engine (ledgers, pools, quotas) and this thread's back-off episode: the parent's
-//!    memory is not the child's;
+//! 1. the engine: if a parent thread was still making it, the child makes its own at its
+//!    first call; if it was made, its ledgers, pools and quotas are emptied (the parent's
+//!    memory is not the child's), and this thread's back-off episode is forgotten;
 //! 2. the log: its lock is freed, its target kept;
 //! 3. the trace writer: the child forgets the parent's trace and starts its own at its first
 //!    event (with `%p` in the path, a file of its own).
@@ -16,9 +18,18 @@ use crate::config::{Config, ConfigError, LogTarget};
 use crate::cuda_abi::CuResult;
 use crate::engine::{Engine, Queries};
 use crate::real_driver;
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, Ordering};
 
-static ENGINE: OnceLock<Engine> = OnceLock::new();
+/// The engine, once made (leaked: it lives as long as the process, exit handler included).
+static ENGINE: AtomicPtr<Engine> = AtomicPtr::new(std::ptr::null_mut());
+/// Whether a thread is making the engine (`MAKING`) or nobody has begun (`EMPTY`). A
+/// `OnceLock` here would hang a child forked mid-making: its "running" state would wait
+/// for a thread the child does not have.
+static MAKING_STATE: AtomicU8 = AtomicU8::new(EMPTY);
+const EMPTY: u8 = 0;
+const MAKING: u8 = 1;
+/// The exit and fork handlers were registered.
+static HANDLERS: AtomicBool = AtomicBool::new(false);
 
 /// The real driver behind the engine's questions.
 struct RealDriver;
@@ -39,26 +50,61 @@ impl Queries for RealDriver {
 }
 
 /// The process-wide engine, made (and the process handlers registered) on first use.
+#[inline]
 pub fn engine() -> &'static Engine {
-    ENGINE.get_or_init(|| {
-        let config = read_config();
-        crate::log::configure(config.as_ref().map_or(&LogTarget::Stderr, |c| &c.log));
-        match &config {
-            Err(e) => crate::log::line(&e.message),
-            Ok(c) if c.verbose => crate::log::line(&crate::messages::config_line(c)),
-            Ok(_) => {}
+    // SAFETY: ENGINE holds null or a leaked Engine that is never freed.
+    match unsafe { ENGINE.load(Ordering::Acquire).as_ref() } {
+        Some(engine) => engine,
+        None => make_engine(),
+    }
+}
+
+#[cold]
+fn make_engine() -> &'static Engine {
+    register_handlers();
+    loop {
+        // SAFETY: as in `engine`.
+        if let Some(engine) = unsafe { ENGINE.load(Ordering::Acquire).as_ref() } {
+            return engine;
         }
-        let engine = Engine::new(config, Box::new(RealDriver));
-        // Registered before any trace event exists: every forked child then resets the
-        // trace, whose cached thread ids would otherwise be the parent's.
-        // SAFETY: registering plain extern "C" fns with atexit / pthread_atfork has no other
-        // precondition.
-        unsafe {
-            libc::atexit(at_exit);
-            libc::pthread_atfork(None, None, Some(after_fork_in_child));
+        if MAKING_STATE
+            .compare_exchange(EMPTY, MAKING, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            let engine: &'static Engine = Box::leak(Box::new(new_engine()));
+            ENGINE.store((engine as *const Engine).cast_mut(), Ordering::Release);
+            return engine;
         }
-        engine
-    })
+        // Another thread is making it (reading the environment, perhaps writing a line):
+        // wait for it, giving the core away.
+        std::thread::yield_now();
+    }
+}
+
+fn new_engine() -> Engine {
+    let config = read_config();
+    crate::log::configure(config.as_ref().map_or(&LogTarget::Stderr, |c| &c.log));
+    match &config {
+        Err(e) => crate::log::line(&e.message),
+        Ok(c) if c.verbose => crate::log::line(&crate::messages::config_line(c)),
+        Ok(_) => {}
+    }
+    Engine::new(config, Box::new(RealDriver))
+}
+
+/// Once, before the engine is begun: the exit handler, and the fork handler (so a child
+/// forked while the engine is being made, or while a hook holds a lock, is reset too, and
+/// every child resets the trace, whose cached thread ids would otherwise be the parent's).
+fn register_handlers() {
+    if HANDLERS.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    // SAFETY: registering plain extern "C" fns with atexit / pthread_atfork has no other
+    // precondition.
+    unsafe {
+        libc::atexit(at_exit);
+        libc::pthread_atfork(None, None, Some(after_fork_in_child));
+    }
 }
 
 fn read_config() -> Result<Config, ConfigError> {
@@ -70,7 +116,8 @@ fn read_config() -> Result<Config, ConfigError> {
 /// afterwards (frameworks free memory during teardown): nothing here is torn down.
 extern "C" fn at_exit() {
     let _ = std::panic::catch_unwind(|| {
-        if let Some(engine) = ENGINE.get() {
+        // SAFETY: as in `engine`.
+        if let Some(engine) = unsafe { ENGINE.load(Ordering::Acquire).as_ref() } {
             for line in engine.summary_lines() {
                 crate::log::line(&line);
             }
@@ -88,13 +135,18 @@ extern "C" fn at_exit() {
 
 /// The child has its own quota, summary and trace; the order is the module's.
 extern "C" fn after_fork_in_child() {
-    if let Some(engine) = ENGINE.get() {
-        // SAFETY: this is the pthread_atfork child handler: the child has one thread.
-        unsafe { engine.reset_in_child() };
-        crate::episodes::reset_in_child();
-        // SAFETY: as above.
-        unsafe { crate::log::reset_in_child() };
-        // SAFETY: as above.
-        unsafe { crate::trace::reset_in_child() };
+    // SAFETY: as in `engine`.
+    match unsafe { ENGINE.load(Ordering::Acquire).as_ref() } {
+        Some(engine) => {
+            // SAFETY: this is the pthread_atfork child handler: the child has one thread.
+            unsafe { engine.reset_in_child() };
+            crate::episodes::reset_in_child();
+        }
+        // The thread that was making the engine is not in the child: it makes its own.
+        None => MAKING_STATE.store(EMPTY, Ordering::Release),
     }
+    // SAFETY: as above.
+    unsafe { crate::log::reset_in_child() };
+    // SAFETY: as above.
+    unsafe { crate::trace::reset_in_child() };
 }

@@ -21,6 +21,7 @@
  *   exitthread:CODE         a new thread calls exit(CODE) (the caller waits for it)
  *   atexitfree              registers an atexit handler that frees every live pointer and
  *                           releases every live handle, printing "atexitfree-ran n=N rc=R"
+ *   bg-OP                   run OP on a new thread that is never joined
  *   waitgone:PATH           waits (at most 30 s) until PATH does not exist (PATH may hold
  *                           ':'; it is everything after the first one)
  *
@@ -331,6 +332,28 @@ static int run_on_thread(const struct drv *d, const char *word, int with_ctx) {
     return t.result;
 }
 
+/* bg-OP: OP on a new thread that is never joined (the program goes on at once). */
+static void *in_background_main(void *p) {
+    struct on_thread *t = p;
+    t->result = run_op(t->d, t->word);
+    return NULL;
+}
+
+static int run_in_background(const struct drv *d, const char *word) {
+    struct on_thread *t = calloc(1, sizeof *t); /* lives as long as the thread */
+    pthread_t tid;
+    if (!t)
+        exit(3);
+    t->d = d;
+    t->word = word;
+    if (pthread_create(&tid, NULL, in_background_main, t)) {
+        fprintf(stderr, "ops: pthread_create failed\n");
+        exit(3);
+    }
+    pthread_detach(tid);
+    return 0;
+}
+
 struct spinner {
     const struct drv *d;
     CUcontext ctx;
@@ -485,6 +508,8 @@ static int run_op(const struct drv *d, const char *word) {
         return run_on_thread(d, word + 2, 0);
     if (!strncmp(word, "tc-", 3))
         return run_on_thread(d, word + 3, 1);
+    if (!strncmp(word, "bg-", 3))
+        return run_in_background(d, word + 3);
     if (!strncmp(word, "setenv:", 7)) {
         const char *eq = strchr(word + 7, '=');
         if (!eq || eq == word + 7 || (size_t)(eq - word) >= sizeof buf)

@@ -361,3 +361,51 @@ fn forks_while_other_threads_are_in_the_hooks_do_not_hang() {
         .iter()
         .all(|(op, rc)| *rc == if op == "create" { OUT_OF_MEMORY } else { 0 }));
 }
+
+/// A child forked while another thread is still making cuquota's engine (here: blocked for
+/// up to 500 ms writing its configuration line into a full log FIFO) must make its own at
+/// its first call. A one-time initialiser inherited mid-run would wait in the child for a
+/// thread the child does not have: the child would hang.
+#[test]
+fn a_child_forked_during_start_up_starts_its_own_engine() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = scratch_dir("lifecycle-fork-start-up");
+    let fifo = dir.join("log.fifo");
+    let c_path = std::ffi::CString::new(fifo.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a valid C string; mkfifo and open have no other precondition.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+    // SAFETY: as above.
+    let reader = unsafe { libc::open(c_path.as_ptr(), libc::O_RDONLY | libc::O_NONBLOCK) };
+    assert!(reader >= 0);
+    // SAFETY: as above.
+    let writer = unsafe { libc::open(c_path.as_ptr(), libc::O_WRONLY | libc::O_NONBLOCK) };
+    assert!(writer >= 0);
+    // Fill the FIFO: nobody reads it, so the job's first log line finds no room.
+    let chunk = [b'x'; 4096];
+    // SAFETY: chunk is a live buffer of its length.
+    while unsafe { libc::write(writer, chunk.as_ptr().cast(), chunk.len()) } > 0 {}
+    let out = run(
+        Client::Linked,
+        "bg-init sleep:100 fork:1 freeptr:0x0 sleep:1000",
+        &[
+            LIMIT,
+            ("CUQUOTA_LOG", fifo.to_str().unwrap()),
+            ("CUQUOTA_LOG_LEVEL", "info"),
+        ],
+    );
+    // SAFETY: our descriptors, closed once.
+    unsafe {
+        libc::close(reader);
+        libc::close(writer);
+    }
+    // The background thread's line may come before or after it.
+    let fork = *out
+        .ops()
+        .iter()
+        .find(|l| l.op == "fork")
+        .unwrap_or_else(|| panic!("no fork line:\n{out}"));
+    // -2: the child hung and was killed after 10 s.
+    assert_eq!(fork.num("status"), Some(0), "the child hung:\n{out}");
+    out.check_exit(0);
+    no_panic(&out);
+}
