@@ -14,7 +14,8 @@
 //!   roll back; the virtualised figures), `episodes` (each thread's run of refusals),
 //!   `trace` (the trace file, started at its first event), `messages` (the words of the log
 //!   lines), `log` (where they go), `config` (the environment variables);
-//! - books: `quota` (per-GPU counters), `ledger` (live allocations);
+//! - books: `quota` (per-GPU counters), `ledger` (live allocations), `vmm` (references
+//!   and mappings of `cuMemCreate` allocations);
 //! - words: `cuda_abi` (the driver's types), `ffi` (caller pointers), `spin` (the lock a
 //!   forked child can clear).
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -35,3 +36,4 @@ pub mod quota;
 mod real_driver;
 mod spin;
 pub mod trace;
+pub mod vmm;
