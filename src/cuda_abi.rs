@@ -180,6 +180,13 @@ pub struct CuMemPoolPropsHead {
     pub location: CuMemLocation,
 }
 
+/// `CUipcMemHandle`: 64 opaque bytes, passed by value.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CuIpcMemHandle {
+    pub reserved: [u8; 64],
+}
+
 /// `cuGetProcAddress` flags.
 pub const CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM: u64 = 1 << 1;
 
@@ -203,5 +210,6 @@ mod tests {
         assert_eq!(std::mem::size_of::<CuMemAllocationProp>(), 32);
         assert_eq!(std::mem::offset_of!(CuMemAllocationProp, location), 8);
         assert_eq!(std::mem::offset_of!(CuMemPoolPropsHead, location), 8);
+        assert_eq!(std::mem::size_of::<CuIpcMemHandle>(), 64);
     }
 }

@@ -4,8 +4,8 @@
 //! `cudaTypedefs.h`; whether a function is hooked is said where the hooks are (`exports`).
 
 use crate::cuda_abi::{
-    CuDevice, CuDevicePtr, CuDevicePtrV1, CuMemAllocationProp, CuMemHandle, CuMemPoolPropsHead,
-    CuMemoryPool, CuResult, CuStream,
+    CuDevice, CuDevicePtr, CuDevicePtrV1, CuIpcMemHandle, CuMemAllocationProp, CuMemHandle,
+    CuMemPoolPropsHead, CuMemoryPool, CuResult, CuStream,
 };
 use crate::lookup::library;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
@@ -52,6 +52,23 @@ library! {
     cuCtxGetDevice: "cuCtxGetDevice" @ 2000, Plain: fn(*mut CuDevice) -> CuResult;
     cuDeviceGetCount: "cuDeviceGetCount" @ 2000, Plain: fn(*mut c_int) -> CuResult;
     cuDeviceGetName: "cuDeviceGetName" @ 2000, Plain: fn(*mut c_char, c_int, CuDevice) -> CuResult;
+    // -- VMM lifetimes and imports --
+    cuMemMap: "cuMemMap" @ 10020, Plain:
+        fn(CuDevicePtr, usize, usize, CuMemHandle, u64) -> CuResult;
+    cuMemUnmap: "cuMemUnmap" @ 10020, Plain: fn(CuDevicePtr, usize) -> CuResult;
+    cuMemAddressFree: "cuMemAddressFree" @ 10020, Plain: fn(CuDevicePtr, usize) -> CuResult;
+    cuMemRetainAllocationHandle: "cuMemRetainAllocationHandle" @ 11000, Plain:
+        fn(*mut CuMemHandle, *mut c_void) -> CuResult;
+    cuMemImportFromShareableHandle: "cuMemImportFromShareableHandle" @ 10020, Plain:
+        fn(*mut CuMemHandle, *mut c_void, c_int) -> CuResult;
+    cuIpcOpenMemHandle_v2: "cuIpcOpenMemHandle" @ 11000, Plain:
+        fn(*mut CuDevicePtr, CuIpcMemHandle, c_uint) -> CuResult;
+    cuIpcOpenMemHandle: "cuIpcOpenMemHandle" @ 4010, Plain:
+        fn(*mut CuDevicePtr, CuIpcMemHandle, c_uint) -> CuResult;
+    cuMemPoolImportPointer: "cuMemPoolImportPointer" @ 11020, Plain:
+        fn(*mut CuDevicePtr, CuMemoryPool, *mut c_void) -> CuResult;
+    cuExternalMemoryGetMappedBuffer: "cuExternalMemoryGetMappedBuffer" @ 10000, Plain:
+        fn(*mut CuDevicePtr, *mut c_void, *const c_void) -> CuResult;
 }
 
 /// The device of the calling thread's current context, from the real driver.

@@ -61,6 +61,10 @@ int main(int argc, char **argv) {
     GET(cuMemFree, "cuMemFree");
     GET(cuMemGetInfo, "cuMemGetInfo");
     GET(cuGetErrorName, "cuGetErrorName");
+    GET(cuMemSetAccess, "cuMemSetAccess");
+    GET(cuMemRetainAllocationHandle, "cuMemRetainAllocationHandle");
+    GET(cuMemExportToShareableHandle, "cuMemExportToShareableHandle");
+    GET(cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle");
 #undef GET
     d.sym = sym;
     return run_ops(&d, argc - 1, argv + 1);

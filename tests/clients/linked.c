@@ -40,6 +40,10 @@ int main(int argc, char **argv) {
         .cuMemFree = cuMemFree,
         .cuMemGetInfo = cuMemGetInfo,
         .cuGetErrorName = cuGetErrorName,
+        .cuMemSetAccess = cuMemSetAccess,
+        .cuMemRetainAllocationHandle = cuMemRetainAllocationHandle,
+        .cuMemExportToShareableHandle = cuMemExportToShareableHandle,
+        .cuMemImportFromShareableHandle = cuMemImportFromShareableHandle,
         .sym = sym,
     };
     return run_ops(&d, argc - 1, argv + 1);

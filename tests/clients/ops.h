@@ -34,6 +34,11 @@ struct drv {
     fn_cuMemFree_v1 cuMemFree;
     fn_cuMemGetInfo_v1 cuMemGetInfo;
     fn_cuGetErrorName cuGetErrorName;
+    /* VMM lifetimes and imports */
+    fn_cuMemSetAccess cuMemSetAccess;
+    fn_cuMemRetainAllocationHandle cuMemRetainAllocationHandle;
+    fn_cuMemExportToShareableHandle cuMemExportToShareableHandle;
+    fn_cuMemImportFromShareableHandle cuMemImportFromShareableHandle;
     /* The client's own symbol lookup (for the shim's cuShimStats), so that every
      * client binary references only the dlsym version it means to. */
     void *(*sym)(void *handle, const char *name);

@@ -80,6 +80,10 @@ int main(int argc, char **argv) {
     GET(cuMemUnmap, "cuMemUnmap", 10020);
     GET(cuMemAddressFree, "cuMemAddressFree", 10020);
     GET(cuGetErrorName, "cuGetErrorName", 6000);
+    GET(cuMemSetAccess, "cuMemSetAccess", 10020);
+    GET(cuMemRetainAllocationHandle, "cuMemRetainAllocationHandle", 11000);
+    GET(cuMemExportToShareableHandle, "cuMemExportToShareableHandle", 10020);
+    GET(cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle", 10020);
     /* The legacy 32-bit forms, as a pre-3.2 caller would get them. */
     GET(cuMemAlloc, "cuMemAlloc", 2000);
     GET(cuMemFree, "cuMemFree", 2000);
