@@ -974,12 +974,21 @@ mod tests {
         let failed = e.vmm_unmap("u", 0x1000_0000, 512 * MIB, || CuResult::INVALID_VALUE);
         assert_eq!(failed, CuResult::INVALID_VALUE);
         assert_eq!(free_bytes(&e), 0);
-        assert_eq!(e.vmm_unmap("u", 0x1000_0000, 512 * MIB, ok), CuResult::SUCCESS);
+        assert_eq!(
+            e.vmm_unmap("u", 0x1000_0000, 512 * MIB, ok),
+            CuResult::SUCCESS
+        );
         assert_eq!(free_bytes(&e), 512 * MIB, "the last unmap credits");
         // unmap first, then the release credits, once
         assert_eq!(create(&e, 3, 512 * MIB), CuResult::SUCCESS);
-        assert_eq!(e.vmm_map("m", 0x7000_0000, 512 * MIB, 3, ok), CuResult::SUCCESS);
-        assert_eq!(e.vmm_unmap("u", 0x7000_0000, 512 * MIB, ok), CuResult::SUCCESS);
+        assert_eq!(
+            e.vmm_map("m", 0x7000_0000, 512 * MIB, 3, ok),
+            CuResult::SUCCESS
+        );
+        assert_eq!(
+            e.vmm_unmap("u", 0x7000_0000, 512 * MIB, ok),
+            CuResult::SUCCESS
+        );
         assert_eq!(free_bytes(&e), 0);
         assert_eq!(e.vmm_release("r", 3, ok), CuResult::SUCCESS);
         assert_eq!(free_bytes(&e), 512 * MIB);
@@ -1002,13 +1011,19 @@ mod tests {
         // an imported handle: mapping, retaining, unmapping and releasing it credit nothing
         assert_eq!(create(&e, 1, 256 * MIB), CuResult::SUCCESS);
         e.imported_handle("i", 0x77);
-        assert_eq!(e.vmm_map("m", 0x1000_0000, 64 * MIB, 0x77, ok), CuResult::SUCCESS);
+        assert_eq!(
+            e.vmm_map("m", 0x1000_0000, 64 * MIB, 0x77, ok),
+            CuResult::SUCCESS
+        );
         assert_eq!(
             e.vmm_retain("t", 0x1000_0000, || (CuResult::SUCCESS, 0x77)),
             CuResult::SUCCESS
         );
         assert_eq!(e.vmm_release("r", 0x77, ok), CuResult::SUCCESS);
-        assert_eq!(e.vmm_unmap("u", 0x1000_0000, 64 * MIB, ok), CuResult::SUCCESS);
+        assert_eq!(
+            e.vmm_unmap("u", 0x1000_0000, 64 * MIB, ok),
+            CuResult::SUCCESS
+        );
         assert_eq!(e.vmm_release("r", 0x77, ok), CuResult::SUCCESS);
         assert_eq!(free_bytes(&e), 768 * MIB);
         // an imported pointer at an address the ledger still holds: that entry was stale
@@ -1020,6 +1035,10 @@ mod tests {
         e.imported_pointer("o", p);
         assert_eq!(free_bytes(&e), 768 * MIB);
         assert_eq!(e.free("f", Kind::Pointer, p, ok), CuResult::SUCCESS);
-        assert_eq!(free_bytes(&e), 768 * MIB, "the import's free credits nothing");
+        assert_eq!(
+            free_bytes(&e),
+            768 * MIB,
+            "the import's free credits nothing"
+        );
     }
 }

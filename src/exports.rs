@@ -459,7 +459,6 @@ pub unsafe extern "C" fn cuMemFreeAsync_ptsz(ptr: CuDevicePtr, stream: CuStream)
     )
 }
 
-
 // ---- VMM lifetimes and imports ----------------------------------------------------------
 //
 // A `cuMemCreate` allocation is charged until it is both released and unmapped (the
@@ -488,7 +487,11 @@ pub unsafe extern "C" fn cuMemMap(
     let call = |real: real::cuMemMap| unsafe { real(ptr, size, offset, handle, flags) };
     hook(
         &real::cuMemMap,
-        |real, e| e.vmm_map(real::cuMemMap.name(), ptr, size as u64, handle, || call(real)),
+        |real, e| {
+            e.vmm_map(real::cuMemMap.name(), ptr, size as u64, handle, || {
+                call(real)
+            })
+        },
         call,
     )
 }
@@ -512,7 +515,11 @@ pub unsafe extern "C" fn cuMemAddressFree(ptr: CuDevicePtr, size: usize) -> CuRe
     let call = |real: real::cuMemAddressFree| unsafe { real(ptr, size) };
     hook(
         &real::cuMemAddressFree,
-        |real, e| e.vmm_unmap(real::cuMemAddressFree.name(), ptr, size as u64, || call(real)),
+        |real, e| {
+            e.vmm_unmap(real::cuMemAddressFree.name(), ptr, size as u64, || {
+                call(real)
+            })
+        },
         call,
     )
 }

@@ -235,7 +235,11 @@ mod tests {
         let u = b.unmap_begin(0x1000_0000, MB2);
         assert_eq!(u.ended, vec![H]);
         assert!(!b.knows(H));
-        assert_eq!(b.release(H), None, "a second release is the driver's to refuse");
+        assert_eq!(
+            b.release(H),
+            None,
+            "a second release is the driver's to refuse"
+        );
     }
 
     #[test]
@@ -244,7 +248,10 @@ mod tests {
         b.created(H);
         b.map_begin(H);
         b.map_done(0x4000_0000, MB2, H, true);
-        assert!(b.unmap_begin(0x4000_0000, MB2).ended.is_empty(), "still referenced");
+        assert!(
+            b.unmap_begin(0x4000_0000, MB2).ended.is_empty(),
+            "still referenced"
+        );
         assert_eq!(b.release(H), Some(true));
         assert_eq!(b.release(H), None);
         assert!(b.unmap_begin(0x4000_0000, MB2).ended.is_empty());

@@ -198,9 +198,7 @@ pub fn export(handle: u64, kind: i32, flags: u64) -> Result<c_int, CUresult> {
     }
     let state = state::lock();
     let fd = match state.vmm.handles.get(&handle) {
-        Some(p) if p.refs > 0 && p.prop.requested_handle_types & HANDLE_TYPE_POSIX_FD != 0 => {
-            p.fd
-        }
+        Some(p) if p.refs > 0 && p.prop.requested_handle_types & HANDLE_TYPE_POSIX_FD != 0 => p.fd,
         _ => return Err(CUDA_ERROR_INVALID_VALUE),
     };
     // SAFETY: `fd` is the allocation's open descriptor; dup makes a new one.

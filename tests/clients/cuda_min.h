@@ -81,7 +81,21 @@ typedef CUresult (*fn_cuMemExportToShareableHandle)(void *shareable,
                                                     int type, unsigned long long flags);
 typedef CUresult (*fn_cuMemImportFromShareableHandle)(CUmemGenericAllocationHandle *handle,
                                                       void *os_handle, int type);
+/* CUipcMemHandle */
+typedef struct {
+    char reserved[64];
+} CUipcMemHandle;
+typedef CUresult (*fn_cuIpcOpenMemHandle)(CUdeviceptr *dptr, CUipcMemHandle handle,
+                                          unsigned int flags);
+typedef CUresult (*fn_cuMemPoolImportPointer)(CUdeviceptr *dptr, CUmemoryPool pool, void *data);
+typedef CUresult (*fn_cuExternalMemoryGetMappedBuffer)(CUdeviceptr *dptr, void *memory,
+                                                       const void *desc);
 #ifdef CUDA_MIN_EXTERN
+extern CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *dptr, CUipcMemHandle handle,
+                                      unsigned int flags);
+extern CUresult cuMemPoolImportPointer(CUdeviceptr *dptr, CUmemoryPool pool, void *data);
+extern CUresult cuExternalMemoryGetMappedBuffer(CUdeviceptr *dptr, void *memory,
+                                                const void *desc);
 extern CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
                                size_t count);
 extern CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr);

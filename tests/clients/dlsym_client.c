@@ -65,6 +65,9 @@ int main(int argc, char **argv) {
     GET(cuMemRetainAllocationHandle, "cuMemRetainAllocationHandle");
     GET(cuMemExportToShareableHandle, "cuMemExportToShareableHandle");
     GET(cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle");
+    GET(cuIpcOpenMemHandle, "cuIpcOpenMemHandle_v2");
+    GET(cuMemPoolImportPointer, "cuMemPoolImportPointer");
+    GET(cuExternalMemoryGetMappedBuffer, "cuExternalMemoryGetMappedBuffer");
 #undef GET
     d.sym = sym;
     return run_ops(&d, argc - 1, argv + 1);

@@ -44,6 +44,9 @@ int main(int argc, char **argv) {
         .cuMemRetainAllocationHandle = cuMemRetainAllocationHandle,
         .cuMemExportToShareableHandle = cuMemExportToShareableHandle,
         .cuMemImportFromShareableHandle = cuMemImportFromShareableHandle,
+        .cuIpcOpenMemHandle = cuIpcOpenMemHandle_v2,
+        .cuMemPoolImportPointer = cuMemPoolImportPointer,
+        .cuExternalMemoryGetMappedBuffer = cuExternalMemoryGetMappedBuffer,
         .sym = sym,
     };
     return run_ops(&d, argc - 1, argv + 1);

@@ -468,6 +468,9 @@ static int op_fork(const struct drv *d, int argc, char **argv) {
  *   export:H                cuMemExportToShareableHandle (POSIX fd); the fd goes in $OPS_FD
  *                           (inherited by a forkexec child)
  *   import:SIZE             cuMemImportFromShareableHandle of $OPS_FD: a handle slot of SIZE
+ *   ipcopen / poolimport / extbuf   cuIpcOpenMemHandle(_v2) of a zero handle,
+ *                           cuMemPoolImportPointer and cuExternalMemoryGetMappedBuffer with
+ *                           null objects: a pointer slot if one comes back
  * Returns -1 for an op it does not know. */
 static int vmm_op(const struct drv *d, char **f, int nf) {
     const char *op = f[0];
@@ -557,6 +560,26 @@ static int vmm_op(const struct drv *d, char **f, int nf) {
             hd = 0;
         slot = push(&handles, hd, a, rc == 0);
         out("import %llu rc=%d slot=%zu handle=0x%llx", a, rc, slot, hd);
+    } else if (!strcmp(op, "ipcopen") || !strcmp(op, "poolimport") || !strcmp(op, "extbuf")) {
+        CUdeviceptr dp = 0;
+        size_t slot;
+        if (nf != 1)
+            return -1;
+        if (!strcmp(op, "ipcopen")) {
+            CUipcMemHandle ipc;
+            memset(&ipc, 0, sizeof ipc);
+            rc = CALL(d, cuIpcOpenMemHandle, &dp, ipc, 1);
+        } else if (!strcmp(op, "poolimport")) {
+            char data[64] = {0};
+            rc = CALL(d, cuMemPoolImportPointer, &dp, dev_pool[cur_dev], data);
+        } else {
+            char desc[64] = {0};
+            rc = CALL(d, cuExternalMemoryGetMappedBuffer, &dp, NULL, desc);
+        }
+        if (rc)
+            dp = 0;
+        slot = push(&ptrs, dp, 0, rc == 0);
+        out("%s rc=%d slot=%zu ptr=0x%llx", op, rc, slot, dp);
     } else {
         return -1;
     }

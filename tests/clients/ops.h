@@ -39,6 +39,9 @@ struct drv {
     fn_cuMemRetainAllocationHandle cuMemRetainAllocationHandle;
     fn_cuMemExportToShareableHandle cuMemExportToShareableHandle;
     fn_cuMemImportFromShareableHandle cuMemImportFromShareableHandle;
+    fn_cuIpcOpenMemHandle cuIpcOpenMemHandle;
+    fn_cuMemPoolImportPointer cuMemPoolImportPointer;
+    fn_cuExternalMemoryGetMappedBuffer cuExternalMemoryGetMappedBuffer;
     /* The client's own symbol lookup (for the shim's cuShimStats), so that every
      * client binary references only the dlsym version it means to. */
     void *(*sym)(void *handle, const char *name);

@@ -84,6 +84,9 @@ int main(int argc, char **argv) {
     GET(cuMemRetainAllocationHandle, "cuMemRetainAllocationHandle", 11000);
     GET(cuMemExportToShareableHandle, "cuMemExportToShareableHandle", 10020);
     GET(cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle", 10020);
+    GET(cuIpcOpenMemHandle, "cuIpcOpenMemHandle", 11000);
+    GET(cuMemPoolImportPointer, "cuMemPoolImportPointer", 11020);
+    GET(cuExternalMemoryGetMappedBuffer, "cuExternalMemoryGetMappedBuffer", 10000);
     /* The legacy 32-bit forms, as a pre-3.2 caller would get them. */
     GET(cuMemAlloc, "cuMemAlloc", 2000);
     GET(cuMemFree, "cuMemFree", 2000);

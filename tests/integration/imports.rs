@@ -27,8 +27,7 @@ fn an_imported_allocation_is_charged_to_the_exporter_only() {
         }
         // the child: its own 512 MiB, then the import, which costs it nothing
         let child = [
-            "init", "create", "import", "reserve", "map", "access", "retain", "release",
-            "release",
+            "init", "create", "import", "reserve", "map", "access", "retain", "release", "release",
         ];
         for (i, name) in child.iter().enumerate() {
             out.check(6 + i, name, &[("rc", 0)]);
@@ -63,5 +62,22 @@ fn shareable_handles_the_shim_cannot_simulate_are_refused_honestly() {
         out.check(4, "export", &[("rc", 0)]);
         out.check(5, "import", &[("rc", 801)]);
         out.check(6, "info", &[("free", GIB - 4 * MIB)]);
+    }
+}
+
+/// IPC, pool-pointer and external-memory imports cannot be simulated (the shim's device
+/// memory is private to its process): on every path the driver's own answer comes back,
+/// and nothing is charged.
+#[test]
+fn pointer_imports_get_the_drivers_answer_and_charge_nothing() {
+    for client in Client::ALL {
+        let out = run(
+            client,
+            "init alloc:2M ipcopen poolimport extbuf info",
+            &[LIMIT],
+        );
+        out.check_exit(0);
+        out.check_rcs(&[0, 0, 801, 801, 801, 0]);
+        out.check(5, "info", &[("free", GIB - 2 * MIB)]);
     }
 }

@@ -36,8 +36,20 @@ fn released_but_mapped_memory_stays_charged() {
     for client in Client::ALL {
         let mut steps: Vec<(&str, &[(&str, u64)])> = vec![("init", OK)];
         let rounds: [[&str; 5]; 2] = [
-            ["reserve:512M", "create:512M", "map:0:0", "access:0:0:512M", "release:0"],
-            ["reserve:512M", "create:512M", "map:1:1", "access:1:0:512M", "release:1"],
+            [
+                "reserve:512M",
+                "create:512M",
+                "map:0:0",
+                "access:0:0:512M",
+                "release:0",
+            ],
+            [
+                "reserve:512M",
+                "create:512M",
+                "map:1:1",
+                "access:1:0:512M",
+                "release:1",
+            ],
         ];
         for round in &rounds {
             steps.extend(round.iter().map(|w| (*w, OK)));

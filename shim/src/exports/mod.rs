@@ -99,6 +99,7 @@ macro_rules! exports {
 mod context;
 mod copy;
 mod devices;
+mod imports;
 mod init;
 mod memory;
 mod pools;
@@ -116,6 +117,7 @@ pub static TABLE: Table = Table::new(&[
     copy::ROWS,
     pools::ROWS,
     vmm::ROWS,
+    imports::ROWS,
     test_helpers::ROWS,
 ]);
 
