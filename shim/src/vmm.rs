@@ -112,7 +112,7 @@ pub fn granularity(prop: &MemAllocationProp, option: i32) -> Result<usize, CUres
 fn memfd(size: usize, device: Option<usize>) -> Option<c_int> {
     let name = match device {
         Some(d) => format!("{MEMFD_PREFIX}{d}\0"),
-        None => String::from("cuquota-shim-host\0"),
+        None => format!("{HOST_MEMFD}\0"),
     };
     // SAFETY: the name is a NUL-terminated string; the call creates a new file descriptor.
     let fd = unsafe { libc::memfd_create(name.as_ptr().cast(), libc::MFD_CLOEXEC) };
@@ -180,6 +180,8 @@ fn destroy_if_unused(state: &mut State, handle: u64) {
 
 /// The name of a device allocation's memfd, before the ordinal.
 const MEMFD_PREFIX: &str = "cuquota-shim-dev";
+/// The name of a host allocation's memfd.
+const HOST_MEMFD: &str = "cuquota-shim-host";
 
 /// `CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`, the one shareable handle type simulated (a
 /// file descriptor can honestly be passed between processes; Win32 and fabric handles
@@ -209,12 +211,23 @@ pub fn export(handle: u64, kind: i32, flags: u64) -> Result<c_int, CUresult> {
     Ok(exported)
 }
 
-/// The device a shim memfd was made on, from its name (`/memfd:cuquota-shim-devN (deleted)`).
-fn memfd_device(fd: c_int) -> Option<i32> {
+/// Where a shim memfd's memory is, from its name (`/memfd:cuquota-shim-devN (deleted)`,
+/// `/memfd:cuquota-shim-host (deleted)`); None for any other file.
+fn memfd_location(fd: c_int) -> Option<MemLocation> {
     let link = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok()?;
     let name = link.to_str()?.strip_prefix("/memfd:")?;
     let name = name.strip_suffix(" (deleted)").unwrap_or(name);
-    name.strip_prefix(MEMFD_PREFIX)?.parse().ok()
+    if name == HOST_MEMFD {
+        return Some(MemLocation {
+            kind: LOCATION_HOST,
+            id: 0,
+        });
+    }
+    let id = name.strip_prefix(MEMFD_PREFIX)?.parse().ok()?;
+    Some(MemLocation {
+        kind: LOCATION_DEVICE,
+        id,
+    })
 }
 
 /// (device, inode) of an open file, to recognise one of this process's own allocations.
@@ -230,8 +243,8 @@ fn file_id(fd: c_int) -> Option<(u64, u64, usize)> {
 }
 
 /// `cuMemImportFromShareableHandle` of a POSIX file descriptor another process of the shim
-/// exported: a new handle to that memory, with one reference. The memory belongs to the
-/// exporting process's device and is charged there, not here. Importing this process's own
+/// exported: a new handle to that memory (at the location it was made at), with one
+/// reference. The memory belongs to the exporting process and is charged there, not here. Importing this process's own
 /// export is not simulated (`CUDA_ERROR_NOT_SUPPORTED`): the shim cannot say what the real
 /// driver's handle would then be.
 pub fn import(os_handle: usize, kind: i32) -> Result<u64, CUresult> {
@@ -240,7 +253,7 @@ pub fn import(os_handle: usize, kind: i32) -> Result<u64, CUresult> {
     }
     let fd = c_int::try_from(os_handle).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
     let (dev, ino, size) = file_id(fd).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-    let device = memfd_device(fd).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    let location = memfd_location(fd).ok_or(CUDA_ERROR_INVALID_VALUE)?;
     if size == 0 || !is_granular(size) {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
@@ -265,10 +278,7 @@ pub fn import(os_handle: usize, kind: i32) -> Result<u64, CUresult> {
         prop: StoredProp {
             kind: ALLOCATION_PINNED,
             requested_handle_types: HANDLE_TYPE_POSIX_FD,
-            location: MemLocation {
-                kind: LOCATION_DEVICE,
-                id: device,
-            },
+            location,
             win32_handle_metadata: 0,
             alloc_flags: [0; 8],
         },
@@ -600,5 +610,25 @@ mod tests {
         assert_eq!(vmm.tiling(0x1000, 0x1800), None);
         assert_eq!(vmm.tiling(0x1000, 0x5000), None);
         assert_eq!(vmm.tiling(0x4000, 0x1000), None);
+    }
+
+    #[test]
+    fn a_memfd_names_its_device() {
+        let fd = memfd(VMM_GRANULARITY, Some(3)).unwrap();
+        let dev3 = MemLocation {
+            kind: LOCATION_DEVICE,
+            id: 3,
+        };
+        assert_eq!(memfd_location(fd), Some(dev3));
+        assert_eq!(file_id(fd).map(|(_, _, size)| size), Some(VMM_GRANULARITY));
+        let host = memfd(VMM_GRANULARITY, None).unwrap();
+        let on_host = memfd_location(host).map(|l| l.kind);
+        assert_eq!(on_host, Some(LOCATION_HOST));
+        // SAFETY: both descriptors were made here and are closed once.
+        unsafe {
+            libc::close(fd);
+            libc::close(host);
+        }
+        assert_eq!(memfd_location(-1), None);
     }
 }
