@@ -55,8 +55,11 @@ impl VmmBooks {
     }
 
     /// `cuMemCreate` gave `handle`: one reference, no mapping. A stale entry of the same
-    /// value (an allocation whose end we never saw) is replaced.
+    /// value (an allocation whose end we never saw) goes, with its mappings.
     pub fn created(&mut self, handle: u64) {
+        if self.handles.contains_key(&handle) {
+            self.forget(handle);
+        }
         self.handles.insert(handle, Held { refs: 1, maps: 0 });
     }
 
@@ -353,5 +356,12 @@ mod tests {
         b.map_done(0x6000_0000, MB2, G, true);
         b.release(G);
         assert_eq!(b.map_done(0x6000_0000, MB2, 0x99, false), vec![G]);
+        // a handle value the driver gives again: the stale entry's mappings go with it
+        b.created(H);
+        b.map_begin(H);
+        b.map_done(0x7000_0000, MB2, H, true);
+        b.created(H);
+        assert!(b.unmap_begin(0x7000_0000, MB2).ended.is_empty());
+        assert_eq!(b.release(H), Some(true), "the new allocation has no mapping");
     }
 }
