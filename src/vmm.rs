@@ -362,6 +362,10 @@ mod tests {
         b.map_done(0x7000_0000, MB2, H, true);
         b.created(H);
         assert!(b.unmap_begin(0x7000_0000, MB2).ended.is_empty());
-        assert_eq!(b.release(H), Some(true), "the new allocation has no mapping");
+        assert_eq!(
+            b.release(H),
+            Some(true),
+            "the new allocation has no mapping"
+        );
     }
 }
