@@ -22,6 +22,10 @@
 #                     the trace charges each array exactly that
 #   overhead          10,000 cudaMalloc/cudaFree pairs of 1 MiB (cupy.cuda.runtime) with and
 #                     without cuquota; the ratio must stay under 1.5
+#   vmm               ctypes on libcuda: without cuquota, memory made by cuMemCreate is freed
+#                     only once released and unmapped (retain + release frees nothing mapped;
+#                     what cuMemAddressFree of a mapped range does is recorded); under cuquota
+#                     the samples' create-map-release pattern fits exactly quota / 512 MiB
 #
 # One PASS/FAIL line per check with its numbers, then "N passed, M failed"; with $OUT set,
 # everything measured also goes to $OUT/gpu-check.json. Exit status 0 only if all pass.
@@ -53,8 +57,9 @@ MIN_CHECK=20
 declare -A LIMIT=(
   [torch-default]=90 [torch-expandable]=90 [torch-async]=90 [jax]=120
   [cupy-default]=60 [cupy-async]=60 [bfc-growth]=60 [arrays]=60 [overhead]=120
+  [vmm]=40
 )
-read -r -a checks <<<"${CHECKS:-torch-default torch-expandable torch-async jax cupy-default cupy-async bfc-growth arrays overhead}"
+read -r -a checks <<<"${CHECKS:-torch-default torch-expandable torch-async jax cupy-default cupy-async bfc-growth arrays overhead vmm}"
 
 py=python3
 work=$PWD/target/gpu-check

@@ -173,12 +173,167 @@ def child_overhead():
     result(seconds=best, pairs=OVERHEAD_PAIRS)
 
 
+# ---- VMM lifetimes (ctypes on libcuda.so.1; no framework) ----
+
+SEGMENT = 512 * MIB
+
+
+class Driver:
+    """The few driver calls the VMM check makes, through ctypes; every call must succeed
+    unless `ok` is given a list of acceptable results."""
+
+    def __init__(self):
+        import ctypes
+
+        self.c = ctypes
+        self.lib = ctypes.CDLL("libcuda.so.1")
+        self.call("cuInit", 0)
+        dev = ctypes.c_int()
+        self.call("cuDeviceGet", ctypes.byref(dev), 0)
+        ctx = ctypes.c_void_p()
+        self.call("cuDevicePrimaryCtxRetain", ctypes.byref(ctx), dev)
+        self.call("cuCtxSetCurrent", ctx)
+
+        class Location(ctypes.Structure):
+            _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+
+        class Prop(ctypes.Structure):
+            _fields_ = [
+                ("type", ctypes.c_int),
+                ("handle_types", ctypes.c_int),
+                ("location", Location),
+                ("win32", ctypes.c_void_p),
+                ("flags", ctypes.c_ubyte * 8),
+            ]
+
+        class Access(ctypes.Structure):
+            _fields_ = [("location", Location), ("flags", ctypes.c_int)]
+
+        self.prop = Prop(type=1, location=Location(type=1, id=0))
+        self.access = Access(location=Location(type=1, id=0), flags=3)
+
+    def call(self, name, *args, ok=(0,)):
+        """`ok=None` accepts any result."""
+        rc = getattr(self.lib, name)(*args)
+        if ok is not None and rc not in ok:
+            raise RuntimeError(f"{name} returned {rc}")
+        return rc
+
+    def free(self):
+        free, total = self.c.c_size_t(), self.c.c_size_t()
+        self.call("cuMemGetInfo_v2", self.c.byref(free), self.c.byref(total))
+        return free.value
+
+    def create(self, size, ok=(0,)):
+        h = self.c.c_ulonglong()
+        rc = self.call("cuMemCreate", self.c.byref(h), self.c.c_size_t(size), self.c.byref(self.prop), self.c.c_ulonglong(0), ok=ok)
+        return h.value if rc == 0 else None
+
+    def reserve(self, size):
+        va = self.c.c_ulonglong()
+        self.call("cuMemAddressReserve", self.c.byref(va), self.c.c_size_t(size), self.c.c_size_t(0), self.c.c_ulonglong(0), self.c.c_ulonglong(0))
+        return va.value
+
+    def map(self, va, size, h):
+        u64, sz = self.c.c_ulonglong, self.c.c_size_t
+        self.call("cuMemMap", u64(va), sz(size), sz(0), u64(h), u64(0))
+        self.call("cuMemSetAccess", u64(va), sz(size), self.c.byref(self.access), sz(1))
+
+    def unmap(self, va, size):
+        self.call("cuMemUnmap", self.c.c_ulonglong(va), self.c.c_size_t(size))
+
+    def release(self, h):
+        self.call("cuMemRelease", self.c.c_ulonglong(h))
+
+    def retain(self, va):
+        h = self.c.c_ulonglong()
+        self.call("cuMemRetainAllocationHandle", self.c.byref(h), self.c.c_void_p(va))
+        return h.value
+
+    def address_free(self, va, size, ok=(0,)):
+        return self.call("cuMemAddressFree", self.c.c_ulonglong(va), self.c.c_size_t(size), ok=ok)
+
+    def samples_pattern(self, size, ok=(0,)):
+        """cuMemCreate, reserve, map, set access, cuMemRelease: (va) or None if refused."""
+        h = self.create(size, ok=ok)
+        if h is None:
+            return None
+        va = self.reserve(size)
+        self.map(va, size, h)
+        self.release(h)
+        return va
+
+
+def child_vmm_raw():
+    """The real driver's VMM lifetimes, without cuquota: when does the memory come back?"""
+    d = Driver()
+    held = lambda base: base - d.free()
+    base = d.free()
+    va = d.samples_pattern(SEGMENT)
+    after_release = held(base)
+    d.unmap(va, SEGMENT)
+    after_unmap = held(base)
+    d.address_free(va, SEGMENT)
+    # retain + release around a mapped allocation (NCCL's free path)
+    h = d.create(SEGMENT)
+    va = d.reserve(SEGMENT)
+    d.map(va, SEGMENT, h)
+    d.release(d.retain(va + 4096))
+    d.release(h)
+    after_retain_release = held(base)
+    d.unmap(va, SEGMENT)
+    after_retain_unmap = held(base)
+    d.address_free(va, SEGMENT)
+    # freeing a reservation that is still mapped
+    va = d.samples_pattern(SEGMENT)
+    rc = d.address_free(va, SEGMENT, ok=None)
+    after_address_free = held(base)
+    if rc != 0:
+        d.unmap(va, SEGMENT)
+        d.address_free(va, SEGMENT)
+    result(
+        after_release=after_release,
+        after_unmap=after_unmap,
+        after_retain_release=after_retain_release,
+        after_retain_unmap=after_retain_unmap,
+        address_free_mapped_rc=rc,
+        after_address_free=after_address_free,
+    )
+
+
+def child_vmm(quota):
+    """Under cuquota: the samples' pattern fills exactly the quota, unmaps give it back."""
+    d = Driver()
+    fit = quota // SEGMENT
+    mapped = []
+    refused = 0
+    for _ in range(fit + 2):
+        va = d.samples_pattern(SEGMENT, ok=(0, 2))
+        if va is None:
+            refused += 1
+        else:
+            mapped.append(va)
+    for va in mapped:
+        d.unmap(va, SEGMENT)
+        d.address_free(va, SEGMENT)
+    again = 0
+    for _ in range(fit):
+        va = d.samples_pattern(SEGMENT, ok=(0, 2))
+        if va is not None:
+            again += 1
+            d.unmap(va, SEGMENT)
+            d.address_free(va, SEGMENT)
+    result(fit=fit, mapped=len(mapped), refused=refused, again=again)
+
+
 CHILDREN = {
     "torch": lambda a: child_torch(a.quota),
     "jax": lambda a: child_jax(a.quota),
     "cupy-default": lambda a: child_cupy(a.quota, "default"),
     "cupy-async": lambda a: child_cupy(a.quota, "async"),
     "overhead": lambda a: child_overhead(),
+    "vmm-raw": lambda a: child_vmm_raw(),
+    "vmm": lambda a: child_vmm(a.quota),
 }
 
 # ---------------------------------------------------------------------------------------
@@ -541,6 +696,31 @@ def overhead_check(args):
     return numbers, problems
 
 
+def vmm_check(args):
+    """The real driver frees a cuMemCreate allocation only once it is released and unmapped
+    (what the shim models and cuquota charges); under cuquota the samples' pattern fits
+    exactly quota / 512 MiB times, and the unmaps give it all back."""
+    raw = python_child(args, "vmm-raw", preload=False, trace=False, name="vmm-raw")
+    hooked = python_child(args, "vmm", name="vmm")
+    if raw is None:
+        return {}, []
+    problems = []
+    if not (check_child_ran(raw, problems) and check_child_ran(hooked, problems)):
+        return {}, problems
+    r, h = raw.result, hooked.result
+    numbers = {**{f"raw_{k}": v for k, v in r.items()}, **h}
+    # The card's free memory moves in pages; a margin of 64 MiB tells held from freed.
+    held = lambda n: n >= SEGMENT - 64 * MIB
+    expect(problems, held(r["after_release"]), "released but mapped memory was freed at the release")
+    expect(problems, not held(r["after_unmap"]), "the unmap did not free it")
+    expect(problems, held(r["after_retain_release"]), "retain + release freed mapped memory")
+    expect(problems, not held(r["after_retain_unmap"]), "the unmap after retain + release did not free it")
+    expect(problems, h["mapped"] == h["fit"], f"{h['mapped']} of {h['fit']} samples-pattern creations fit")
+    expect(problems, h["refused"] == 2, f"{h['refused']} refusals, not 2")
+    expect(problems, h["again"] == h["fit"], f"after the unmaps only {h['again']} fit again")
+    return numbers, problems
+
+
 CHECKS = {
     "torch-default": lambda a: torch_check(a, None, "torch-default"),
     "torch-expandable": lambda a: torch_check(a, "expandable_segments:True", "torch-expandable"),
@@ -551,6 +731,7 @@ CHECKS = {
     "bfc-growth": bfc_check,
     "arrays": arrays_check,
     "overhead": overhead_check,
+    "vmm": vmm_check,
 }
 
 

@@ -180,6 +180,13 @@ pub struct CuMemPoolPropsHead {
     pub location: CuMemLocation,
 }
 
+/// `CUipcMemHandle`: 64 opaque bytes, passed by value.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CuIpcMemHandle {
+    pub reserved: [u8; 64],
+}
+
 /// `cuGetProcAddress` flags.
 pub const CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM: u64 = 1 << 1;
 
@@ -273,5 +280,6 @@ mod tests {
         assert_eq!(std::mem::size_of::<CuArrayMemoryRequirements>(), 32);
         assert_eq!(std::mem::size_of::<CuArrayDescriptorV1>(), 16);
         assert_eq!(std::mem::size_of::<CuArray3DDescriptorV1>(), 24);
+        assert_eq!(std::mem::size_of::<CuIpcMemHandle>(), 64);
     }
 }

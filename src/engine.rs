@@ -14,6 +14,7 @@ use crate::messages;
 use crate::quota::{DeviceQuota, Reservation, UNLIMITED};
 use crate::spin::SpinLock;
 use crate::trace::{self, Event};
+use crate::vmm::VmmBooks;
 use cuquota_format::units::Size;
 use std::collections::HashMap;
 
@@ -86,6 +87,9 @@ pub struct Engine {
     pools: SpinLock<HashMap<usize, u32>>,
     /// What the driver gave each array shape on each device (see [`Engine::alloc_array`]).
     array_sizes: SpinLock<HashMap<(u32, ArrayShape), u64>>,
+    /// References and mappings of `cuMemCreate` allocations (their charges are in the
+    /// handle ledger).
+    vmm: SpinLock<VmmBooks>,
     /// `CUQUOTA_TRACE` is set (read on every event, so a plain bool).
     tracing: bool,
 }
@@ -98,6 +102,7 @@ impl Engine {
             ledgers: std::array::from_fn(|_| Ledger::new()),
             pools: SpinLock::new(HashMap::new()),
             array_sizes: SpinLock::new(HashMap::new()),
+            vmm: SpinLock::new(VmmBooks::new()),
             tracing: config.as_ref().is_ok_and(|c| c.trace.is_some()),
             config,
         }
@@ -456,6 +461,7 @@ impl Engine {
         unsafe { self.pools.reset_in_child(HashMap::new()) };
         // SAFETY: as above.
         unsafe { self.array_sizes.reset_in_child(HashMap::new()) };
+        unsafe { self.vmm.reset_in_child(VmmBooks::new()) };
         for q in &self.quotas {
             q.reset();
         }
@@ -538,6 +544,186 @@ impl Engine {
                 Some(messages::summary(d, &q.usage(), live))
             })
             .collect()
+    }
+}
+
+// ---- VMM lifetimes and imports ---------------------------------------------------------
+//
+// A `cuMemCreate` allocation is charged (in the handle ledger) until its last reference is
+// released and its last mapping unmapped; `VmmBooks` says when that is. As in `free`, what a
+// call would end leaves the ledger before the driver is called and comes back if it fails.
+// Imports are never charged: the exporting process pays.
+
+impl Engine {
+    /// `cuMemCreate` succeeded (charged or not): its handle has one reference.
+    pub fn vmm_created(&self, handle: u64) {
+        self.vmm.lock().created(handle);
+    }
+
+    /// `cuMemRelease`.
+    pub fn vmm_release(
+        &self,
+        api: &'static str,
+        handle: u64,
+        call: impl FnOnce() -> CuResult,
+    ) -> CuResult {
+        let taken = {
+            let mut books = self.vmm.lock();
+            match books.release(handle) {
+                Some(true) => self.take_handles(&[handle]),
+                Some(false) => Vec::new(),
+                // Ours, with no reference left (released, still mapped): the driver's to
+                // refuse, and it ends nothing.
+                None if books.knows(handle) => {
+                    drop(books);
+                    return call();
+                }
+                None => {
+                    drop(books);
+                    // Not in the books: whatever the ledger has under it goes as before.
+                    return self.free(api, Kind::Handle, handle, call);
+                }
+            }
+        };
+        let rc = call();
+        if rc.is_ok() {
+            self.credit_all(api, taken);
+        } else {
+            self.vmm.lock().add_ref(handle);
+            self.restore(taken);
+        }
+        rc
+    }
+
+    /// `cuMemMap(base, size, .., handle, ..)`.
+    pub fn vmm_map(
+        &self,
+        api: &'static str,
+        base: u64,
+        size: u64,
+        handle: u64,
+        call: impl FnOnce() -> CuResult,
+    ) -> CuResult {
+        let ours = self.vmm.lock().map_begin(handle);
+        let rc = call();
+        let taken = {
+            let mut books = self.vmm.lock();
+            if rc.is_ok() {
+                let stale = books.map_done(base, size, handle, ours);
+                self.take_handles(&stale)
+            } else if ours && books.map_failed(handle) {
+                self.take_handles(&[handle])
+            } else {
+                Vec::new()
+            }
+        };
+        self.credit_all(api, taken);
+        rc
+    }
+
+    /// `cuMemUnmap(base, size)`, and `cuMemAddressFree` of a reservation: every mapping
+    /// inside the range ends.
+    pub fn vmm_unmap(
+        &self,
+        api: &'static str,
+        base: u64,
+        size: u64,
+        call: impl FnOnce() -> CuResult,
+    ) -> CuResult {
+        let (unmapped, taken) = {
+            let mut books = self.vmm.lock();
+            let unmapped = books.unmap_begin(base, size);
+            let taken = self.take_handles(&unmapped.ended);
+            (unmapped, taken)
+        };
+        let rc = call();
+        if rc.is_ok() {
+            self.credit_all(api, taken);
+        } else {
+            self.restore(taken);
+            self.vmm.lock().unmap_undo(unmapped);
+        }
+        rc
+    }
+
+    /// `cuMemRetainAllocationHandle(.., address)`; `call` returns the handle it gave.
+    pub fn vmm_retain(
+        &self,
+        api: &'static str,
+        address: u64,
+        call: impl FnOnce() -> (CuResult, u64),
+    ) -> CuResult {
+        let counted = self.vmm.lock().retain_begin(address);
+        let (rc, got) = call();
+        let taken = {
+            let mut books = self.vmm.lock();
+            let mut ended = Vec::new();
+            match counted {
+                Some(h) if rc.is_ok() && h == got => {}
+                Some(h) => {
+                    if books.retain_failed(h) {
+                        ended.push(h);
+                    }
+                    if rc.is_ok() {
+                        books.retained(got);
+                    }
+                }
+                None if rc.is_ok() => books.retained(got),
+                None => {}
+            }
+            self.take_handles(&ended)
+        };
+        self.credit_all(api, taken);
+        rc
+    }
+
+    /// `cuMemImportFromShareableHandle` gave `handle`: another process's memory, never
+    /// charged here. An entry of ours under that value is stale (the driver reused it).
+    pub fn imported_handle(&self, api: &'static str, handle: u64) {
+        self.vmm.lock().forget(handle);
+        let stale = self.take_handles(&[handle]);
+        self.credit_all(api, stale);
+    }
+
+    /// An import gave device pointer `ptr` (IPC, a pool's exported pointer, external
+    /// memory): never charged, so its free credits nothing. An entry under that address is
+    /// stale (the driver reused it) and is given back now, so no later free of the import
+    /// can credit it.
+    pub fn imported_pointer(&self, api: &'static str, ptr: u64) {
+        if let Some(stale) = self.ledger(Kind::Pointer).remove(ptr) {
+            self.credit(api, ptr, stale);
+        }
+    }
+
+    /// Takes the charges of ended handles out of the handle ledger (host memory has none).
+    fn take_handles(&self, ended: &[u64]) -> Vec<(u64, Charge)> {
+        let ledger = self.ledger(Kind::Handle);
+        ended
+            .iter()
+            .filter_map(|&h| ledger.remove(h).map(|c| (h, c)))
+            .collect()
+    }
+
+    fn restore(&self, taken: Vec<(u64, Charge)>) {
+        for (h, c) in taken {
+            self.ledger(Kind::Handle).insert(h, c);
+        }
+    }
+
+    fn credit_all(&self, api: &'static str, taken: Vec<(u64, Charge)>) {
+        for (key, charge) in taken {
+            self.credit(api, key, charge);
+        }
+    }
+
+    /// Gives a charge back that the driver no longer holds.
+    fn credit(&self, api: &'static str, key: u64, charge: Charge) {
+        if let Some(q) = self.quota(charge.device) {
+            let in_use = q.release(charge.bytes);
+            if self.tracing {
+                self.emit(Event::free(charge.device, api, key, charge.bytes, in_use));
+            }
+        }
     }
 }
 
@@ -862,5 +1048,167 @@ mod tests {
         assert_eq!(u.in_use, 0);
         assert_eq!(e.ledger(Kind::Pointer).live_on(0), (0, 0));
         assert!(u.peak <= 64 * MIB);
+    }
+
+    // ---- VMM lifetimes and imports ----
+
+    fn create(e: &Engine, handle: u64, bytes: u64) -> CuResult {
+        let rc = e.alloc("c", Kind::Handle, Place::Device(0), bytes, || {
+            (CuResult::SUCCESS, handle)
+        });
+        if rc.is_ok() {
+            e.vmm_created(handle);
+        }
+        rc
+    }
+
+    fn free_bytes(e: &Engine) -> u64 {
+        e.memory_info("m", 8 << 30, 8 << 30).0
+    }
+
+    #[test]
+    fn vmm_memory_stays_charged_while_mapped() {
+        let (e, _) = engine("1GiB");
+        let ok = || CuResult::SUCCESS;
+        // the samples' pattern: create, map, release
+        for (h, base) in [(1, 0x1000_0000), (2, 0x4000_0000)] {
+            assert_eq!(create(&e, h, 512 * MIB), CuResult::SUCCESS);
+            assert_eq!(e.vmm_map("m", base, 512 * MIB, h, ok), CuResult::SUCCESS);
+            assert_eq!(e.vmm_release("r", h, ok), CuResult::SUCCESS);
+        }
+        assert_eq!(free_bytes(&e), 0, "released but mapped: still charged");
+        assert_eq!(create(&e, 3, 512 * MIB), CuResult::OUT_OF_MEMORY);
+        // retain + release around the unmap (NCCL's free path)
+        let got = e.vmm_retain("t", 0x1000_0000 + 4096, || (CuResult::SUCCESS, 1));
+        assert_eq!(got, CuResult::SUCCESS);
+        assert_eq!(e.vmm_release("r", 1, ok), CuResult::SUCCESS);
+        assert_eq!(free_bytes(&e), 0, "mapped memory is not credited");
+        // a failed unmap keeps everything
+        let failed = e.vmm_unmap("u", 0x1000_0000, 512 * MIB, || CuResult::INVALID_VALUE);
+        assert_eq!(failed, CuResult::INVALID_VALUE);
+        assert_eq!(free_bytes(&e), 0);
+        assert_eq!(
+            e.vmm_unmap("u", 0x1000_0000, 512 * MIB, ok),
+            CuResult::SUCCESS
+        );
+        assert_eq!(free_bytes(&e), 512 * MIB, "the last unmap credits");
+        // unmap first, then the release credits, once
+        assert_eq!(create(&e, 3, 512 * MIB), CuResult::SUCCESS);
+        assert_eq!(
+            e.vmm_map("m", 0x7000_0000, 512 * MIB, 3, ok),
+            CuResult::SUCCESS
+        );
+        assert_eq!(
+            e.vmm_unmap("u", 0x7000_0000, 512 * MIB, ok),
+            CuResult::SUCCESS
+        );
+        assert_eq!(free_bytes(&e), 0);
+        assert_eq!(e.vmm_release("r", 3, ok), CuResult::SUCCESS);
+        assert_eq!(free_bytes(&e), 512 * MIB);
+        // released but mapped: a second release ends nothing, whatever the driver says
+        assert_eq!(create(&e, 9, 2 * MIB), CuResult::SUCCESS);
+        assert_eq!(
+            e.vmm_map("m", 0xa000_0000, 2 * MIB, 9, ok),
+            CuResult::SUCCESS
+        );
+        assert_eq!(e.vmm_release("r", 9, ok), CuResult::SUCCESS);
+        assert_eq!(e.vmm_release("r", 9, ok), CuResult::SUCCESS);
+        assert_eq!(free_bytes(&e), 510 * MIB);
+        assert_eq!(
+            e.vmm_unmap("u", 0xa000_0000, 2 * MIB, ok),
+            CuResult::SUCCESS
+        );
+        assert_eq!(free_bytes(&e), 512 * MIB);
+        let again = e.vmm_release("r", 3, || CuResult::INVALID_VALUE);
+        assert_eq!(again, CuResult::INVALID_VALUE);
+        assert_eq!(free_bytes(&e), 512 * MIB, "credited exactly once");
+        // a failed release keeps the reference
+        assert_eq!(create(&e, 4, 256 * MIB), CuResult::SUCCESS);
+        assert_eq!(e.vmm_release("r", 4, || CuResult(999)), CuResult(999));
+        assert_eq!(free_bytes(&e), 256 * MIB);
+        assert_eq!(e.vmm_release("r", 4, ok), CuResult::SUCCESS);
+        assert_eq!(free_bytes(&e), 512 * MIB);
+        assert_eq!(e.ledger(Kind::Handle).live_on(0), (1, 512 * MIB));
+    }
+
+    #[test]
+    fn imports_are_not_charged_and_drop_stale_entries() {
+        let (e, _) = engine("1GiB");
+        let ok = || CuResult::SUCCESS;
+        // an imported handle: mapping, retaining, unmapping and releasing it credit nothing
+        assert_eq!(create(&e, 1, 256 * MIB), CuResult::SUCCESS);
+        e.imported_handle("i", 0x77);
+        assert_eq!(
+            e.vmm_map("m", 0x1000_0000, 64 * MIB, 0x77, ok),
+            CuResult::SUCCESS
+        );
+        assert_eq!(
+            e.vmm_retain("t", 0x1000_0000, || (CuResult::SUCCESS, 0x77)),
+            CuResult::SUCCESS
+        );
+        assert_eq!(e.vmm_release("r", 0x77, ok), CuResult::SUCCESS);
+        assert_eq!(
+            e.vmm_unmap("u", 0x1000_0000, 64 * MIB, ok),
+            CuResult::SUCCESS
+        );
+        assert_eq!(e.vmm_release("r", 0x77, ok), CuResult::SUCCESS);
+        assert_eq!(free_bytes(&e), 768 * MIB);
+        // an imported pointer at an address the ledger still holds: that entry was stale
+        let p = 0x9000_0000;
+        let alloc = e.alloc("a", Kind::Pointer, Place::Current, 128 * MIB, || {
+            (CuResult::SUCCESS, p)
+        });
+        assert_eq!(alloc, CuResult::SUCCESS);
+        e.imported_pointer("o", p);
+        assert_eq!(free_bytes(&e), 768 * MIB);
+        assert_eq!(e.free("f", Kind::Pointer, p, ok), CuResult::SUCCESS);
+        assert_eq!(
+            free_bytes(&e),
+            768 * MIB,
+            "the import's free credits nothing"
+        );
+    }
+
+    /// Threads create, map, release and unmap (in both orders, with retains) under a
+    /// quota: it is never exceeded, and at rest nothing is charged.
+    #[test]
+    fn vmm_exact_under_threads() {
+        let (e, _) = engine("64MiB");
+        let e = Arc::new(e);
+        let next = Arc::new(AtomicU64::new(1));
+        let ok = || CuResult::SUCCESS;
+        let threads: Vec<_> = (0..8)
+            .map(|t| {
+                let (e, next) = (e.clone(), next.clone());
+                std::thread::spawn(move || {
+                    for i in 0..2000u64 {
+                        let h = next.fetch_add(1, Relaxed);
+                        let base = h << 24;
+                        if !create(&e, h, 4 * MIB).is_ok() {
+                            continue;
+                        }
+                        assert!(e.quota(0).unwrap().in_use() <= 64 * MIB);
+                        assert!(e.vmm_map("m", base, 4 * MIB, h, ok).is_ok());
+                        if (i + t) % 3 == 0 {
+                            let (rc, got) = (CuResult::SUCCESS, h);
+                            assert!(e.vmm_retain("t", base + 4096, || (rc, got)).is_ok());
+                            e.vmm_release("r", h, ok);
+                        }
+                        if i % 2 == 0 {
+                            e.vmm_release("r", h, ok);
+                            e.vmm_unmap("u", base, 4 * MIB, ok);
+                        } else {
+                            e.vmm_unmap("u", base, 4 * MIB, ok);
+                            e.vmm_release("r", h, ok);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(e.quota(0).unwrap().in_use(), 0);
+        assert_eq!(e.ledger(Kind::Handle).live_on(0), (0, 0));
     }
 }

@@ -18,8 +18,9 @@
 use crate::array_shape::ArrayShape;
 use crate::cuda_abi::{
     CuArray, CuArray3DDescriptor, CuArray3DDescriptorV1, CuArrayDescriptor, CuArrayDescriptorV1,
-    CuArrayMemoryRequirements, CuDevice, CuDevicePtr, CuDevicePtrV1, CuMemAllocationProp,
-    CuMemHandle, CuMemPoolPropsHead, CuMemoryPool, CuResult, CuStream, CU_MEM_LOCATION_TYPE_DEVICE,
+    CuArrayMemoryRequirements, CuDevice, CuDevicePtr, CuDevicePtrV1, CuIpcMemHandle,
+    CuMemAllocationProp, CuMemHandle, CuMemPoolPropsHead, CuMemoryPool, CuResult, CuStream,
+    CU_MEM_LOCATION_TYPE_DEVICE,
 };
 use crate::engine::{Engine, Kind, Place};
 use crate::ffi::{self, written, Out};
@@ -63,6 +64,16 @@ pub static CUDA_HOOKS: Hooks = hooks!(LIBCUDA in crate::real_driver:
     cuArrayDestroy,
     cuMipmappedArrayCreate,
     cuMipmappedArrayDestroy,
+    // -- VMM lifetimes and imports --
+    cuMemMap,
+    cuMemUnmap,
+    cuMemAddressFree,
+    cuMemRetainAllocationHandle,
+    cuMemImportFromShareableHandle,
+    cuIpcOpenMemHandle_v2,
+    cuIpcOpenMemHandle,
+    cuMemPoolImportPointer,
+    cuExternalMemoryGetMappedBuffer,
 );
 
 thread_local! {
@@ -363,13 +374,22 @@ pub unsafe extern "C" fn cuMemCreate(
     hook(
         &real::cuMemCreate,
         |real, e| {
-            e.alloc(
+            let made = Cell::new(0);
+            let rc = e.alloc(
                 real::cuMemCreate.name(),
                 Kind::Handle,
                 place,
                 size as u64,
-                || call(real),
-            )
+                || {
+                    let (rc, h) = call(real);
+                    made.set(h);
+                    (rc, h)
+                },
+            );
+            if rc.is_ok() {
+                e.vmm_created(made.get());
+            }
+            rc
         },
         |real| call(real).0,
     )
@@ -450,11 +470,175 @@ pub unsafe extern "C" fn cuMemFreeAsync_ptsz(ptr: CuDevicePtr, stream: CuStream)
     )
 }
 
+// ---- VMM lifetimes and imports ----------------------------------------------------------
+//
+// A `cuMemCreate` allocation is charged until it is both released and unmapped (the
+// engine's `vmm_*` entry points keep the books); imports are never charged.
+
 #[no_mangle]
 pub unsafe extern "C" fn cuMemRelease(handle: CuMemHandle) -> CuResult {
     // SAFETY: the caller's argument, passed on.
-    free_of(&real::cuMemRelease, Kind::Handle, handle, |real| unsafe {
-        real(handle)
+    let call = |real: real::cuMemRelease| unsafe { real(handle) };
+    hook(
+        &real::cuMemRelease,
+        |real, e| e.vmm_release(real::cuMemRelease.name(), handle, || call(real)),
+        call,
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemMap(
+    ptr: CuDevicePtr,
+    size: usize,
+    offset: usize,
+    handle: CuMemHandle,
+    flags: u64,
+) -> CuResult {
+    // SAFETY: the caller's arguments, passed on.
+    let call = |real: real::cuMemMap| unsafe { real(ptr, size, offset, handle, flags) };
+    hook(
+        &real::cuMemMap,
+        |real, e| {
+            e.vmm_map(real::cuMemMap.name(), ptr, size as u64, handle, || {
+                call(real)
+            })
+        },
+        call,
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemUnmap(ptr: CuDevicePtr, size: usize) -> CuResult {
+    // SAFETY: the caller's arguments, passed on.
+    let call = |real: real::cuMemUnmap| unsafe { real(ptr, size) };
+    hook(
+        &real::cuMemUnmap,
+        |real, e| e.vmm_unmap(real::cuMemUnmap.name(), ptr, size as u64, || call(real)),
+        call,
+    )
+}
+
+/// Freeing a reservation ends whatever the driver still has mapped in it (if it allows
+/// that at all: a refusal ends nothing).
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAddressFree(ptr: CuDevicePtr, size: usize) -> CuResult {
+    // SAFETY: the caller's arguments, passed on.
+    let call = |real: real::cuMemAddressFree| unsafe { real(ptr, size) };
+    hook(
+        &real::cuMemAddressFree,
+        |real, e| {
+            e.vmm_unmap(real::cuMemAddressFree.name(), ptr, size as u64, || {
+                call(real)
+            })
+        },
+        call,
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemRetainAllocationHandle(
+    handle: *mut CuMemHandle,
+    addr: *mut c_void,
+) -> CuResult {
+    // SAFETY: the caller's arguments, passed on; `handle` is its out-pointer.
+    let call = |real: real::cuMemRetainAllocationHandle| unsafe { out(real(handle, addr), handle) };
+    hook(
+        &real::cuMemRetainAllocationHandle,
+        |real, e| {
+            let api = real::cuMemRetainAllocationHandle.name();
+            e.vmm_retain(api, addr as u64, || call(real))
+        },
+        |real| call(real).0,
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemImportFromShareableHandle(
+    handle: *mut CuMemHandle,
+    os_handle: *mut c_void,
+    kind: c_int,
+) -> CuResult {
+    // SAFETY: the caller's arguments, passed on; `handle` is its out-pointer.
+    let call = |real: real::cuMemImportFromShareableHandle| unsafe {
+        out(real(handle, os_handle, kind), handle)
+    };
+    hook(
+        &real::cuMemImportFromShareableHandle,
+        |real, e| {
+            let (rc, imported) = call(real);
+            if rc.is_ok() {
+                e.imported_handle(real::cuMemImportFromShareableHandle.name(), imported);
+            }
+            rc
+        },
+        |real| call(real).0,
+    )
+}
+
+/// An import that gives a device pointer: the driver's call, then the engine forgets any
+/// stale charge at that address; nothing is charged.
+fn import_pointer<F: CFunction>(
+    real: &'static Real<F>,
+    call: impl Fn(F) -> (CuResult, u64),
+) -> CuResult {
+    hook(
+        real,
+        |f, e| {
+            let (rc, ptr) = call(f);
+            if rc.is_ok() {
+                e.imported_pointer(real.name(), ptr);
+            }
+            rc
+        },
+        |f| call(f).0,
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuIpcOpenMemHandle_v2(
+    dptr: *mut CuDevicePtr,
+    handle: CuIpcMemHandle,
+    flags: c_uint,
+) -> CuResult {
+    // SAFETY: the caller's arguments, passed on; `dptr` is its out-pointer.
+    import_pointer(&real::cuIpcOpenMemHandle_v2, |real| unsafe {
+        out(real(dptr, handle, flags), dptr)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuIpcOpenMemHandle(
+    dptr: *mut CuDevicePtr,
+    handle: CuIpcMemHandle,
+    flags: c_uint,
+) -> CuResult {
+    // SAFETY: the caller's arguments, passed on; `dptr` is its out-pointer.
+    import_pointer(&real::cuIpcOpenMemHandle, |real| unsafe {
+        out(real(dptr, handle, flags), dptr)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemPoolImportPointer(
+    dptr: *mut CuDevicePtr,
+    pool: CuMemoryPool,
+    data: *mut c_void,
+) -> CuResult {
+    // SAFETY: the caller's arguments, passed on; `dptr` is its out-pointer.
+    import_pointer(&real::cuMemPoolImportPointer, |real| unsafe {
+        out(real(dptr, pool, data), dptr)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuExternalMemoryGetMappedBuffer(
+    dptr: *mut CuDevicePtr,
+    memory: *mut c_void,
+    desc: *const c_void,
+) -> CuResult {
+    // SAFETY: the caller's arguments, passed on; `dptr` is its out-pointer.
+    import_pointer(&real::cuExternalMemoryGetMappedBuffer, |real| unsafe {
+        out(real(dptr, memory, desc), dptr)
     })
 }
 

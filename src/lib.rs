@@ -14,7 +14,8 @@
 //!   roll back; the virtualised figures), `episodes` (each thread's run of refusals),
 //!   `trace` (the trace file, started at its first event), `messages` (the words of the log
 //!   lines), `log` (where they go), `config` (the environment variables);
-//! - books: `quota` (per-GPU counters), `ledger` (live allocations);
+//! - books: `quota` (per-GPU counters), `ledger` (live allocations), `vmm` (references
+//!   and mappings of `cuMemCreate` allocations);
 //! - words: `cuda_abi` (the driver's types), `array_shape` (a CUDA array's shape and its
 //!   estimated size), `ffi` (caller pointers), `output` (cuquota's own writes: bounded,
 //!   never SIGPIPE), `spin` (the lock a forked child can clear).
@@ -38,3 +39,4 @@ pub mod quota;
 mod real_driver;
 mod spin;
 pub mod trace;
+pub mod vmm;

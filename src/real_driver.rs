@@ -5,8 +5,8 @@
 
 use crate::cuda_abi::{
     CuArray, CuArray3DDescriptor, CuArray3DDescriptorV1, CuArrayDescriptor, CuArrayDescriptorV1,
-    CuArrayMemoryRequirements, CuDevice, CuDevicePtr, CuDevicePtrV1, CuMemAllocationProp,
-    CuMemHandle, CuMemPoolPropsHead, CuMemoryPool, CuResult, CuStream,
+    CuArrayMemoryRequirements, CuDevice, CuDevicePtr, CuDevicePtrV1, CuIpcMemHandle,
+    CuMemAllocationProp, CuMemHandle, CuMemPoolPropsHead, CuMemoryPool, CuResult, CuStream,
 };
 use crate::lookup::library;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
@@ -70,6 +70,23 @@ library! {
         fn(*mut CuArrayMemoryRequirements, CuArray, CuDevice) -> CuResult;
     cuMipmappedArrayGetMemoryRequirements: "cuMipmappedArrayGetMemoryRequirements" @ 11060, Plain:
         fn(*mut CuArrayMemoryRequirements, CuArray, CuDevice) -> CuResult;
+    // -- VMM lifetimes and imports --
+    cuMemMap: "cuMemMap" @ 10020, Plain:
+        fn(CuDevicePtr, usize, usize, CuMemHandle, u64) -> CuResult;
+    cuMemUnmap: "cuMemUnmap" @ 10020, Plain: fn(CuDevicePtr, usize) -> CuResult;
+    cuMemAddressFree: "cuMemAddressFree" @ 10020, Plain: fn(CuDevicePtr, usize) -> CuResult;
+    cuMemRetainAllocationHandle: "cuMemRetainAllocationHandle" @ 11000, Plain:
+        fn(*mut CuMemHandle, *mut c_void) -> CuResult;
+    cuMemImportFromShareableHandle: "cuMemImportFromShareableHandle" @ 10020, Plain:
+        fn(*mut CuMemHandle, *mut c_void, c_int) -> CuResult;
+    cuIpcOpenMemHandle_v2: "cuIpcOpenMemHandle" @ 11000, Plain:
+        fn(*mut CuDevicePtr, CuIpcMemHandle, c_uint) -> CuResult;
+    cuIpcOpenMemHandle: "cuIpcOpenMemHandle" @ 4010, Plain:
+        fn(*mut CuDevicePtr, CuIpcMemHandle, c_uint) -> CuResult;
+    cuMemPoolImportPointer: "cuMemPoolImportPointer" @ 11020, Plain:
+        fn(*mut CuDevicePtr, CuMemoryPool, *mut c_void) -> CuResult;
+    cuExternalMemoryGetMappedBuffer: "cuExternalMemoryGetMappedBuffer" @ 10000, Plain:
+        fn(*mut CuDevicePtr, *mut c_void, *const c_void) -> CuResult;
 }
 
 /// The device of the calling thread's current context, from the real driver.

@@ -43,6 +43,13 @@ pub const ACCESS_READ_WRITE: i32 = 3;
 /// `CU_MEM_ALLOCATION_TYPE_PINNED`.
 pub const ALLOCATION_PINNED: i32 = 1;
 
+/// `CUipcMemHandle`: 64 opaque bytes, passed by value.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct IpcMemHandle {
+    pub reserved: [u8; 64],
+}
+
 /// `CUmemLocation`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -107,10 +107,15 @@ pub fn granularity(prop: &MemAllocationProp, option: i32) -> Result<usize, CUres
     }
 }
 
-/// A memfd of `size` bytes (sparse: costs nothing until touched).
-fn memfd(size: usize) -> Option<c_int> {
-    // SAFETY: the name is a valid C string; the call creates a new file descriptor.
-    let fd = unsafe { libc::memfd_create(c"cuquota-shim".as_ptr(), libc::MFD_CLOEXEC) };
+/// A memfd of `size` bytes (sparse: costs nothing until touched), named for its location
+/// (`cuquota-shim-dev<N>` on device N), so that a process importing it can tell.
+fn memfd(size: usize, device: Option<usize>) -> Option<c_int> {
+    let name = match device {
+        Some(d) => format!("{MEMFD_PREFIX}{d}\0"),
+        None => format!("{HOST_MEMFD}\0"),
+    };
+    // SAFETY: the name is a NUL-terminated string; the call creates a new file descriptor.
+    let fd = unsafe { libc::memfd_create(name.as_ptr().cast(), libc::MFD_CLOEXEC) };
     if fd < 0 {
         return None;
     }
@@ -133,7 +138,7 @@ pub fn create(size: usize, prop: &MemAllocationProp, flags: u64) -> Result<u64, 
     if let Some(d) = device {
         state.devices[d].charge(size as u64)?;
     }
-    let Some(fd) = memfd(size) else {
+    let Some(fd) = memfd(size, device) else {
         if let Some(d) = device {
             state.devices[d].uncharge(size as u64);
         }
@@ -171,6 +176,119 @@ fn destroy_if_unused(state: &mut State, handle: u64) {
             state.devices[d].uncharge(physical.size as u64);
         }
     }
+}
+
+/// The name of a device allocation's memfd, before the ordinal.
+const MEMFD_PREFIX: &str = "cuquota-shim-dev";
+/// The name of a host allocation's memfd.
+const HOST_MEMFD: &str = "cuquota-shim-host";
+
+/// `CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`, the one shareable handle type simulated (a
+/// file descriptor can honestly be passed between processes; Win32 and fabric handles
+/// cannot be, and get `CUDA_ERROR_NOT_SUPPORTED`).
+const HANDLE_TYPE_POSIX_FD: i32 = 1;
+
+/// `cuMemExportToShareableHandle` as a POSIX file descriptor: a new descriptor of the
+/// allocation's memfd, which the caller owns (and may pass to another process). The type
+/// must have been requested at `cuMemCreate`.
+pub fn export(handle: u64, kind: i32, flags: u64) -> Result<c_int, CUresult> {
+    if flags != 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    if kind != HANDLE_TYPE_POSIX_FD {
+        return Err(CUDA_ERROR_NOT_SUPPORTED);
+    }
+    let state = state::lock();
+    let fd = match state.vmm.handles.get(&handle) {
+        Some(p) if p.refs > 0 && p.prop.requested_handle_types & HANDLE_TYPE_POSIX_FD != 0 => p.fd,
+        _ => return Err(CUDA_ERROR_INVALID_VALUE),
+    };
+    // SAFETY: `fd` is the allocation's open descriptor; dup makes a new one.
+    let exported = unsafe { libc::dup(fd) };
+    if exported < 0 {
+        return Err(CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    Ok(exported)
+}
+
+/// Where a shim memfd's memory is, from its name (`/memfd:cuquota-shim-devN (deleted)`,
+/// `/memfd:cuquota-shim-host (deleted)`); None for any other file.
+fn memfd_location(fd: c_int) -> Option<MemLocation> {
+    let link = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok()?;
+    let name = link.to_str()?.strip_prefix("/memfd:")?;
+    let name = name.strip_suffix(" (deleted)").unwrap_or(name);
+    if name == HOST_MEMFD {
+        return Some(MemLocation {
+            kind: LOCATION_HOST,
+            id: 0,
+        });
+    }
+    let id = name.strip_prefix(MEMFD_PREFIX)?.parse().ok()?;
+    Some(MemLocation {
+        kind: LOCATION_DEVICE,
+        id,
+    })
+}
+
+/// (device, inode) of an open file, to recognise one of this process's own allocations.
+fn file_id(fd: c_int) -> Option<(u64, u64, usize)> {
+    // SAFETY: an all-zero stat is a valid value; fstat fills it or fails.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a valid out-pointer; a bad descriptor only makes fstat fail.
+    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((
+        st.st_dev as u64,
+        st.st_ino as u64,
+        st.st_size as usize,
+    ))
+}
+
+/// `cuMemImportFromShareableHandle` of a POSIX file descriptor another process of the shim
+/// exported: a new handle to that memory (at the location it was made at), with one
+/// reference. The memory belongs to the exporting process and is charged there, not here. Importing this process's own
+/// export is not simulated (`CUDA_ERROR_NOT_SUPPORTED`): the shim cannot say what the real
+/// driver's handle would then be.
+pub fn import(os_handle: usize, kind: i32) -> Result<u64, CUresult> {
+    if kind != HANDLE_TYPE_POSIX_FD {
+        return Err(CUDA_ERROR_NOT_SUPPORTED);
+    }
+    let fd = c_int::try_from(os_handle).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
+    let (dev, ino, size) = file_id(fd).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    let location = memfd_location(fd).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    if size == 0 || !is_granular(size) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let mut state = state::lock();
+    let own = state
+        .vmm
+        .handles
+        .values()
+        .any(|p| file_id(p.fd).is_some_and(|(d, i, _)| (d, i) == (dev, ino)));
+    if own {
+        return Err(CUDA_ERROR_NOT_SUPPORTED);
+    }
+    // SAFETY: `fd` is the caller's open descriptor; this makes a new one the shim owns.
+    let fd = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    let handle = state::new_handle() as u64;
+    let physical = Physical {
+        fd,
+        size,
+        prop: StoredProp {
+            kind: ALLOCATION_PINNED,
+            requested_handle_types: HANDLE_TYPE_POSIX_FD,
+            location,
+            win32_handle_metadata: 0,
+            alloc_flags: [0; 8],
+        },
+        // the exporting process's memory: not charged to this one
+        device: None,
+        refs: 1,
+        maps: 0,
+    };
+    state.vmm.handles.insert(handle, physical);
+    Ok(handle)
 }
 
 /// `cuMemRelease`: drops one handle reference.
@@ -492,5 +610,25 @@ mod tests {
         assert_eq!(vmm.tiling(0x1000, 0x1800), None);
         assert_eq!(vmm.tiling(0x1000, 0x5000), None);
         assert_eq!(vmm.tiling(0x4000, 0x1000), None);
+    }
+
+    #[test]
+    fn a_memfd_names_its_device() {
+        let fd = memfd(VMM_GRANULARITY, Some(3)).unwrap();
+        let dev3 = MemLocation {
+            kind: LOCATION_DEVICE,
+            id: 3,
+        };
+        assert_eq!(memfd_location(fd), Some(dev3));
+        assert_eq!(file_id(fd).map(|(_, _, size)| size), Some(VMM_GRANULARITY));
+        let host = memfd(VMM_GRANULARITY, None).unwrap();
+        let on_host = memfd_location(host).map(|l| l.kind);
+        assert_eq!(on_host, Some(LOCATION_HOST));
+        // SAFETY: both descriptors were made here and are closed once.
+        unsafe {
+            libc::close(fd);
+            libc::close(host);
+        }
+        assert_eq!(memfd_location(-1), None);
     }
 }

@@ -63,6 +63,48 @@ typedef struct {
     unsigned char reserved[54];
 } CUmemPoolProps;
 
+/* ---- VMM lifetimes and imports ---- */
+/* CUmemAllocationHandleType, CUmemAccess_flags */
+enum { CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 1 };
+enum { CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3 };
+/* CUmemAccessDesc */
+typedef struct {
+    CUmemLocation location;
+    int flags;
+} CUmemAccessDesc;
+typedef CUresult (*fn_cuMemSetAccess)(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
+                                      size_t count);
+typedef CUresult (*fn_cuMemRetainAllocationHandle)(CUmemGenericAllocationHandle *handle,
+                                                   void *addr);
+typedef CUresult (*fn_cuMemExportToShareableHandle)(void *shareable,
+                                                    CUmemGenericAllocationHandle handle,
+                                                    int type, unsigned long long flags);
+typedef CUresult (*fn_cuMemImportFromShareableHandle)(CUmemGenericAllocationHandle *handle,
+                                                      void *os_handle, int type);
+/* CUipcMemHandle */
+typedef struct {
+    char reserved[64];
+} CUipcMemHandle;
+typedef CUresult (*fn_cuIpcOpenMemHandle)(CUdeviceptr *dptr, CUipcMemHandle handle,
+                                          unsigned int flags);
+typedef CUresult (*fn_cuMemPoolImportPointer)(CUdeviceptr *dptr, CUmemoryPool pool, void *data);
+typedef CUresult (*fn_cuExternalMemoryGetMappedBuffer)(CUdeviceptr *dptr, void *memory,
+                                                       const void *desc);
+#ifdef CUDA_MIN_EXTERN
+extern CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *dptr, CUipcMemHandle handle,
+                                      unsigned int flags);
+extern CUresult cuMemPoolImportPointer(CUdeviceptr *dptr, CUmemoryPool pool, void *data);
+extern CUresult cuExternalMemoryGetMappedBuffer(CUdeviceptr *dptr, void *memory,
+                                                const void *desc);
+extern CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
+                               size_t count);
+extern CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr);
+extern CUresult cuMemExportToShareableHandle(void *shareable, CUmemGenericAllocationHandle handle,
+                                             int type, unsigned long long flags);
+extern CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle,
+                                               void *os_handle, int type);
+#endif
+
 /* Function-pointer types, one per entry point used. */
 typedef CUresult (*fn_cuInit)(unsigned int flags);
 typedef CUresult (*fn_cuDeviceGet)(CUdevice *dev, int ordinal);

@@ -69,6 +69,13 @@ int main(int argc, char **argv) {
     GET(cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy");
     GET(cuArrayCreate, "cuArrayCreate");
     GET(cuArray3DCreate, "cuArray3DCreate");
+    GET(cuMemSetAccess, "cuMemSetAccess");
+    GET(cuMemRetainAllocationHandle, "cuMemRetainAllocationHandle");
+    GET(cuMemExportToShareableHandle, "cuMemExportToShareableHandle");
+    GET(cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle");
+    GET(cuIpcOpenMemHandle, "cuIpcOpenMemHandle_v2");
+    GET(cuMemPoolImportPointer, "cuMemPoolImportPointer");
+    GET(cuExternalMemoryGetMappedBuffer, "cuExternalMemoryGetMappedBuffer");
 #undef GET
     d.sym = sym;
     return run_ops(&d, argc - 1, argv + 1);

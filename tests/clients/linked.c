@@ -48,6 +48,13 @@ int main(int argc, char **argv) {
         .cuMipmappedArrayDestroy = cuMipmappedArrayDestroy,
         .cuArrayCreate = cuArrayCreate,
         .cuArray3DCreate = cuArray3DCreate,
+        .cuMemSetAccess = cuMemSetAccess,
+        .cuMemRetainAllocationHandle = cuMemRetainAllocationHandle,
+        .cuMemExportToShareableHandle = cuMemExportToShareableHandle,
+        .cuMemImportFromShareableHandle = cuMemImportFromShareableHandle,
+        .cuIpcOpenMemHandle = cuIpcOpenMemHandle_v2,
+        .cuMemPoolImportPointer = cuMemPoolImportPointer,
+        .cuExternalMemoryGetMappedBuffer = cuExternalMemoryGetMappedBuffer,
         .sym = sym,
     };
     return run_ops(&d, argc - 1, argv + 1);

@@ -45,6 +45,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -495,6 +496,133 @@ static int op_fork(const struct drv *d, int argc, char **argv) {
 /* ---- one op ---- */
 
 /* Returns 0, or -1 when the op is malformed. */
+/* ---- VMM lifetimes and imports ------------------------------------------------------
+ *   createfd:SIZE           cuMemCreate on the current device, exportable as a POSIX fd
+ *   mapat:R:OFF:H           cuMemMap of handle slot H (its whole size) at reservation R + OFF
+ *   unmapat:R:OFF:SIZE      cuMemUnmap of SIZE bytes at reservation R + OFF
+ *   access:R:OFF:SIZE       cuMemSetAccess read-write for the current device
+ *   retain:R:OFF            cuMemRetainAllocationHandle of reservation R + OFF: a handle slot
+ *   export:H                cuMemExportToShareableHandle (POSIX fd); the fd goes in $OPS_FD
+ *                           (inherited by a forkexec child)
+ *   import:SIZE             cuMemImportFromShareableHandle of $OPS_FD: a handle slot of SIZE
+ *   ipcopen / poolimport / extbuf   cuIpcOpenMemHandle(_v2) of a zero handle,
+ *                           cuMemPoolImportPointer and cuExternalMemoryGetMappedBuffer with
+ *                           null objects: a pointer slot if one comes back
+ * Returns -1 for an op it does not know. */
+static int vmm_op(const struct drv *d, char **f, int nf) {
+    const char *op = f[0];
+    unsigned long long a = 0, b = 0;
+    struct slot *r, *h;
+    CUresult rc;
+    if (!strcmp(op, "createfd")) {
+        CUmemAllocationProp prop;
+        CUmemGenericAllocationHandle hd = 0;
+        size_t slot;
+        if (nf != 2 || parse_size(f[1], &a))
+            return -1;
+        memset(&prop, 0, sizeof prop);
+        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        prop.location.id = cur_dev;
+        rc = CALL(d, cuMemCreate, &hd, a, &prop, 0);
+        if (rc)
+            hd = 0;
+        slot = push(&handles, hd, a, rc == 0);
+        out("createfd %llu rc=%d slot=%zu handle=0x%llx", a, rc, slot, hd);
+    } else if (!strcmp(op, "mapat")) {
+        if (nf != 4 || parse_size(f[2], &a))
+            return -1;
+        r = get_slot(&reservations, f[1]);
+        h = get_slot(&handles, f[3]);
+        if (!r || !h)
+            return -1;
+        rc = CALL(d, cuMemMap, r->value + a, h->size, 0, h->value, 0);
+        out("mapat %s %s %s rc=%d", f[1], f[2], f[3], rc);
+    } else if (!strcmp(op, "unmapat") || !strcmp(op, "access")) {
+        if (nf != 4 || parse_size(f[2], &a) || parse_size(f[3], &b))
+            return -1;
+        r = get_slot(&reservations, f[1]);
+        if (!r)
+            return -1;
+        if (!strcmp(op, "unmapat")) {
+            rc = CALL(d, cuMemUnmap, r->value + a, b);
+        } else {
+            CUmemAccessDesc desc;
+            desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+            desc.location.id = cur_dev;
+            desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+            rc = CALL(d, cuMemSetAccess, r->value + a, b, &desc, 1);
+        }
+        out("%s %s %s %s rc=%d", op, f[1], f[2], f[3], rc);
+    } else if (!strcmp(op, "retain")) {
+        CUmemGenericAllocationHandle hd = 0;
+        size_t slot;
+        if (nf != 3 || parse_size(f[2], &a))
+            return -1;
+        r = get_slot(&reservations, f[1]);
+        if (!r)
+            return -1;
+        rc = CALL(d, cuMemRetainAllocationHandle, &hd, (void *)(uintptr_t)(r->value + a));
+        if (rc)
+            hd = 0;
+        slot = push(&handles, hd, 0, rc == 0);
+        out("retain %s %s rc=%d slot=%zu handle=0x%llx", f[1], f[2], rc, slot, hd);
+    } else if (!strcmp(op, "export")) {
+        int fd = -1;
+        char num[32];
+        if (nf != 2)
+            return -1;
+        h = get_slot(&handles, f[1]);
+        if (!h)
+            return -1;
+        rc = CALL(d, cuMemExportToShareableHandle, &fd, h->value,
+                  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+        if (!rc) {
+            snprintf(num, sizeof num, "%d", fd);
+            setenv("OPS_FD", num, 1);
+        }
+        out("export %s rc=%d fd=%d", f[1], rc, rc ? -1 : fd);
+    } else if (!strcmp(op, "import")) {
+        CUmemGenericAllocationHandle hd = 0;
+        const char *fd = getenv("OPS_FD");
+        size_t slot;
+        if (nf != 2 || parse_size(f[1], &a))
+            return -1;
+        if (!fd)
+            fd = "-1";
+        rc = CALL(d, cuMemImportFromShareableHandle, &hd, (void *)(intptr_t)atoi(fd),
+                  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+        if (rc)
+            hd = 0;
+        slot = push(&handles, hd, a, rc == 0);
+        out("import %llu rc=%d slot=%zu handle=0x%llx", a, rc, slot, hd);
+    } else if (!strcmp(op, "ipcopen") || !strcmp(op, "poolimport") || !strcmp(op, "extbuf")) {
+        CUdeviceptr dp = 0;
+        size_t slot;
+        if (nf != 1)
+            return -1;
+        if (!strcmp(op, "ipcopen")) {
+            CUipcMemHandle ipc;
+            memset(&ipc, 0, sizeof ipc);
+            rc = CALL(d, cuIpcOpenMemHandle, &dp, ipc, 1);
+        } else if (!strcmp(op, "poolimport")) {
+            char data[64] = {0};
+            rc = CALL(d, cuMemPoolImportPointer, &dp, dev_pool[cur_dev], data);
+        } else {
+            char desc[64] = {0};
+            rc = CALL(d, cuExternalMemoryGetMappedBuffer, &dp, NULL, desc);
+        }
+        if (rc)
+            dp = 0;
+        slot = push(&ptrs, dp, 0, rc == 0);
+        out("%s rc=%d slot=%zu ptr=0x%llx", op, rc, slot, dp);
+    } else {
+        return -1;
+    }
+    return 0;
+}
+
 static int run_op(const struct drv *d, const char *word) {
     char buf[512];
     char *f[MAX_FIELDS];
@@ -1002,7 +1130,7 @@ static int run_op(const struct drv *d, const char *word) {
         out("kill");
         raise(SIGKILL);
     } else {
-        return -1;
+        return vmm_op(d, f, nf);
     }
 #undef NARGS
     return 0;

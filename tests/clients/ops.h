@@ -42,6 +42,14 @@ struct drv {
     fn_cuMipmappedArrayDestroy cuMipmappedArrayDestroy;
     fn_cuArrayCreate_v1 cuArrayCreate;     /* legacy; may be NULL */
     fn_cuArray3DCreate_v1 cuArray3DCreate; /* legacy; may be NULL */
+    /* VMM lifetimes and imports */
+    fn_cuMemSetAccess cuMemSetAccess;
+    fn_cuMemRetainAllocationHandle cuMemRetainAllocationHandle;
+    fn_cuMemExportToShareableHandle cuMemExportToShareableHandle;
+    fn_cuMemImportFromShareableHandle cuMemImportFromShareableHandle;
+    fn_cuIpcOpenMemHandle cuIpcOpenMemHandle;
+    fn_cuMemPoolImportPointer cuMemPoolImportPointer;
+    fn_cuExternalMemoryGetMappedBuffer cuExternalMemoryGetMappedBuffer;
     /* The client's own symbol lookup (for the shim's cuShimStats), so that every
      * client binary references only the dlsym version it means to. */
     void *(*sym)(void *handle, const char *name);

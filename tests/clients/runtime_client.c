@@ -88,6 +88,13 @@ int main(int argc, char **argv) {
     GET(cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy", 5000);
     GET(cuArrayCreate, "cuArrayCreate", 2000);
     GET(cuArray3DCreate, "cuArray3DCreate", 2000);
+    GET(cuMemSetAccess, "cuMemSetAccess", 10020);
+    GET(cuMemRetainAllocationHandle, "cuMemRetainAllocationHandle", 11000);
+    GET(cuMemExportToShareableHandle, "cuMemExportToShareableHandle", 10020);
+    GET(cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle", 10020);
+    GET(cuIpcOpenMemHandle, "cuIpcOpenMemHandle", 11000);
+    GET(cuMemPoolImportPointer, "cuMemPoolImportPointer", 11020);
+    GET(cuExternalMemoryGetMappedBuffer, "cuExternalMemoryGetMappedBuffer", 10000);
     /* The legacy 32-bit forms, as a pre-3.2 caller would get them. */
     GET(cuMemAlloc, "cuMemAlloc", 2000);
     GET(cuMemFree, "cuMemFree", 2000);

@@ -15,6 +15,7 @@
  * Every other check is the test's, from the one line printed at the end:
  *   soak THREADS rounds=R alloc=A async=S pool=P create=C oom=O free=F freeasync=G
  *        release=L info=I other=X over=V badcheck=B max_in_use=M live=N live_bytes=Y
+ *        vmm=W unmap=U retained=T
  * where `other` counts calls that returned anything but success or out-of-memory (or an
  * info that broke its bounds), and the allocations still live at the end are kept (not
  * freed) so that the exit summary and the trace have something left to account for. The
@@ -25,6 +26,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,11 +38,11 @@
 #define OPS_PER_ROUND 64
 #define GRANULARITY (2ULL << 20) /* the shim's cuMemCreate granularity */
 
-enum { ITEM_PTR, ITEM_HANDLE };
+enum { ITEM_PTR, ITEM_HANDLE, ITEM_MAPPED };
 
 struct item {
     int kind;
-    unsigned long long value;
+    unsigned long long value; /* a pointer or a handle; for ITEM_MAPPED the mapped address */
     size_t size;
 };
 
@@ -60,6 +62,7 @@ struct worker {
     struct item held[HELD];
     int n;
     unsigned long alloc, async, pool, create, oom, free, freeasync, release, info, other;
+    unsigned long vmm, unmap, retained; /* the VMM block below */
     unsigned long over;
     size_t max_in_use;
 };
@@ -137,6 +140,71 @@ static void allocated(struct worker *w, const char *api, CUresult rc, int kind,
     }
 }
 
+/* ---- VMM: the CUDA samples' pattern and NCCL's free path -------------------------------
+ * vmm_alloc: cuMemCreate, cuMemAddressReserve, cuMemMap, cuMemSetAccess, then cuMemRelease
+ * at once (the mapping keeps the memory; it is held as an ITEM_MAPPED of its address).
+ * vmm_free: every other time cuMemRetainAllocationHandle before the cuMemUnmap and
+ * cuMemRelease of the retained handle after it (which is then what frees the memory), then
+ * cuMemAddressFree. Counted: vmm (mapped creations), unmap, retained. */
+static void vmm_alloc(struct worker *w) {
+    const struct drv *d = w->s->d;
+    CUmemAllocationProp prop;
+    CUmemGenericAllocationHandle h = 0;
+    CUmemAccessDesc access;
+    CUdeviceptr va = 0;
+    size_t size = pick_size(&w->x, w->s->quota, 1);
+    CUresult rc;
+
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 0;
+    rc = CALL(d, cuMemCreate, &h, size, &prop, 0);
+    if (rc == CUDA_ERROR_OUT_OF_MEMORY) {
+        w->oom++;
+        return;
+    }
+    if (rc == CUDA_SUCCESS)
+        rc = CALL(d, cuMemAddressReserve, &va, size, 0, 0, 0);
+    if (rc == CUDA_SUCCESS)
+        rc = CALL(d, cuMemMap, va, size, 0, h, 0);
+    access.location = prop.location;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    if (rc == CUDA_SUCCESS)
+        rc = CALL(d, cuMemSetAccess, va, size, &access, 1);
+    if (rc == CUDA_SUCCESS)
+        rc = CALL(d, cuMemRelease, h);
+    if (rc) {
+        w->other++;
+        problem("the samples' VMM pattern of %zu bytes failed with %d", size, rc);
+        return;
+    }
+    w->held[w->n].kind = ITEM_MAPPED;
+    w->held[w->n].value = va;
+    w->held[w->n].size = size;
+    w->n++;
+    w->vmm++;
+}
+
+static CUresult vmm_free(struct worker *w, struct item it) {
+    const struct drv *d = w->s->d;
+    CUmemGenericAllocationHandle h = 0;
+    int retain = next(&w->x) & 1;
+    CUresult rc = CUDA_SUCCESS;
+
+    if (retain)
+        rc = CALL(d, cuMemRetainAllocationHandle, &h, (void *)(uintptr_t)(it.value + it.size / 2));
+    if (rc == CUDA_SUCCESS)
+        rc = CALL(d, cuMemUnmap, it.value, it.size);
+    if (rc == CUDA_SUCCESS && retain)
+        rc = CALL(d, cuMemRelease, h);
+    if (rc == CUDA_SUCCESS)
+        rc = CALL(d, cuMemAddressFree, it.value, it.size);
+    w->unmap++;
+    w->retained += (unsigned long)retain;
+    return rc;
+}
+
 static void one_call(struct worker *w) {
     const struct drv *d = w->s->d;
     size_t q = w->s->quota;
@@ -151,6 +219,9 @@ static void one_call(struct worker *w) {
             rc = CALL(d, cuMemRelease, it.value);
             api = "cuMemRelease";
             w->release++;
+        } else if (it.kind == ITEM_MAPPED) {
+            rc = vmm_free(w, it);
+            api = "the VMM free path";
         } else if (next(&w->x) & 1) {
             rc = CALL(d, cuMemFreeAsync, it.value, NULL);
             api = "cuMemFreeAsync";
@@ -189,6 +260,8 @@ static void one_call(struct worker *w) {
         size_t size = pick_size(&w->x, q, 0);
         rc = CALL(d, cuMemAllocFromPoolAsync, &p, size, w->s->pool, NULL);
         allocated(w, "cuMemAllocFromPoolAsync", rc, ITEM_PTR, p, size, &w->pool);
+    } else if (r >= 92) {
+        vmm_alloc(w);
     } else {
         CUmemAllocationProp prop;
         CUmemGenericAllocationHandle h = 0;
@@ -326,6 +399,9 @@ int soak_run(const struct drv *d, unsigned long nthreads, unsigned long ms, size
         t.release += w[i].release;
         t.info += w[i].info;
         t.other += w[i].other;
+        t.vmm += w[i].vmm;
+        t.unmap += w[i].unmap;
+        t.retained += w[i].retained;
         t.over += w[i].over;
         if (w[i].max_in_use > t.max_in_use)
             t.max_in_use = w[i].max_in_use;
@@ -338,9 +414,10 @@ int soak_run(const struct drv *d, unsigned long nthreads, unsigned long ms, size
     pthread_barrier_destroy(&s.go);
     printf("soak %lu rounds=%lu alloc=%lu async=%lu pool=%lu create=%lu oom=%lu free=%lu "
            "freeasync=%lu release=%lu info=%lu other=%lu over=%lu badcheck=%lu max_in_use=%zu "
-           "live=%llu live_bytes=%llu\n",
+           "live=%llu live_bytes=%llu vmm=%lu unmap=%lu retained=%lu\n",
            nthreads, rounds, t.alloc, t.async, t.pool, t.create, t.oom, t.free, t.freeasync,
-           t.release, t.info, t.other, t.over, badcheck, t.max_in_use, live, live_bytes);
+           t.release, t.info, t.other, t.over, badcheck, t.max_in_use, live, live_bytes, t.vmm,
+           t.unmap, t.retained);
     fflush(stdout);
     free(w);
     free(tids);

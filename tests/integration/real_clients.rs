@@ -325,30 +325,56 @@ fn core(mode: Mode) {
     let run = run_check("core_check.py", mode);
     let out = &run.out;
     expect_meminfo(out, "start", QUOTA, 0);
-    // The device's default pool, a pool the resource creates and owns, and virtual memory
-    // (cuMemCreate, which has no per-thread variant).
-    for api in ["default", "owned", "vmm"] {
+    // The device's default pool and a pool the resource creates and owns.
+    for api in ["default", "owned"] {
         expect_fill(out, api, &format!("{api}-"), QUOTA);
+    }
+    // Virtual memory (cuMemCreate, which has no per-thread variant): cuda.core 1.2 never
+    // releases the reference cuMemCreate gave (NVIDIA/cuda-python#2882), so the driver keeps
+    // every buffer after close, and so does the quota: the room does not come back.
+    let fill = out
+        .ops()
+        .into_iter()
+        .find(|l| l.op == "fill" && l.get("api") == Some("vmm"));
+    let fill = fill.unwrap_or_else(|| panic!("no fill api=vmm:\n{out}"));
+    assert_eq!(fill.num("ok"), Some(FIT), "{out}");
+    for when in ["vmm-full", "vmm-one-closed", "vmm-all-closed"] {
+        expect_meminfo(out, when, QUOTA, FIT * CHUNK);
     }
     let (_, from_pool, free_async) = async_apis(mode);
     expect_log_count(out, &refusal(from_pool), 2);
-    out.check_log(&refusal("cuMemCreate"));
-    assert_eq!(out.logs_starting("GPU 0 refused").len(), 3, "{out}");
+    expect_log_count(out, &refusal("cuMemCreate"), 2);
+    assert_eq!(out.logs_starting("GPU 0 refused").len(), 4, "{out}");
     let n = FIT + 1;
-    expect_exit_summary(out, 3 * n, 3);
+    out.check_log(&format!(
+        "GPU 0 summary: peak {} ({} bytes) of quota {}, {} allocations, 4 refusals, \
+         {FIT} live at exit ({})",
+        h(FIT * CHUNK),
+        FIT * CHUNK,
+        h(QUOTA),
+        2 * n + FIT,
+        h(FIT * CHUNK)
+    ));
     expect_events(
         &run,
         &[
             ("alloc", from_pool, 2 * n),
-            ("alloc", "cuMemCreate", n),
+            ("alloc", "cuMemCreate", FIT),
             ("refused", from_pool, 2),
-            ("refused", "cuMemCreate", 1),
+            ("refused", "cuMemCreate", 2),
             ("free", free_async, 2 * n),
-            ("free", "cuMemRelease", n),
             ("meminfo", "cuMemGetInfo_v2", 10),
         ],
     );
-    expect_summary(&run, 3 * n, 3);
+    let dev = &run.summary["devices"][0];
+    let got = (
+        dev["allocs"].as_u64(),
+        dev["frees"].as_u64(),
+        dev["refusals"].as_u64(),
+        dev["in_use"].as_u64(),
+    );
+    let want = (Some(2 * n + FIT), Some(2 * n), Some(4), Some(FIT * CHUNK));
+    assert_eq!(got, want, "trace summary {}:\n{out}", run.summary);
 }
 
 #[test]

@@ -1,6 +1,8 @@
 //! The concurrency soak: 16 threads making random allocations (plain, stream-ordered,
-//! from a pool, `cuMemCreate`), frees (plain, stream-ordered, `cuMemRelease`) and memory
-//! queries of sizes around the quota, through each way a program reaches the driver.
+//! from a pool, `cuMemCreate`, and the VMM samples' pattern of create, map, set access,
+//! release), frees (plain, stream-ordered, `cuMemRelease`, and unmaps, half of them with
+//! a retain and release around them) and memory queries of sizes around the quota, through
+//! each way a program reaches the driver.
 //!
 //! Checked against the shim's own accounting (`cuShimStats`) and the trace:
 //! - the driver's in-use never exceeds the quota (sampled after every call by every
@@ -85,6 +87,10 @@ fn soak_line(out: &Output, index: usize) -> BTreeMap<String, u64> {
         "freeasync",
         "release",
         "info",
+        // the VMM block: the samples' pattern, NCCL's retain around the unmap
+        "vmm",
+        "unmap",
+        "retained",
     ] {
         assert!(n[key] > 0, "no {key} calls:\n{out}");
     }
@@ -139,7 +145,7 @@ fn check_log(out: &Output, log: &str, n: &BTreeMap<String, u64>) {
     let s = summaries[0];
     let peak = bytes_in_parens(s).unwrap();
     assert!(peak <= QUOTA, "{s}");
-    let allocs = n["alloc"] + n["async"] + n["pool"] + n["create"];
+    let allocs = n["alloc"] + n["async"] + n["pool"] + n["create"] + n["vmm"];
     assert_eq!(number_before(s, " allocations"), Some(allocs), "{s}");
     assert_eq!(number_before(s, " refusals"), Some(n["oom"]), "{s}");
     assert!(
@@ -184,6 +190,11 @@ fn check_trace(client: Client, pid: u32, trace: &Trace, n: &BTreeMap<String, u64
     put("free", "cuMemFree_v2", n["free"]);
     put("free", a.free_async, n["freeasync"]);
     put("free", "cuMemRelease", n["release"]);
+    // VMM: one charge per mapped creation, freed by the unmap, or by the release of the
+    // handle retained around it
+    put("alloc", "cuMemCreate", n["vmm"]);
+    put("free", "cuMemRelease", n["retained"]);
+    put("free", "cuMemUnmap", n["unmap"] - n["retained"]);
     // The threads' queries, one per quiet point, and the `info` ops before and after.
     put("meminfo", "cuMemGetInfo_v2", n["info"] + n["rounds"] + 2);
     let refused: u64 = counts
@@ -225,7 +236,7 @@ fn check_trace(client: Client, pid: u32, trace: &Trace, n: &BTreeMap<String, u64
     let mut live: HashMap<(bool, u64), i64> = HashMap::new();
     let mut live_bytes: HashMap<(bool, u64), u64> = HashMap::new();
     for e in &trace.events {
-        let handle = e.api == "cuMemCreate" || e.api == "cuMemRelease";
+        let handle = ["cuMemCreate", "cuMemRelease", "cuMemUnmap"].contains(&e.api.as_str());
         match e.kind.as_str() {
             "alloc" => {
                 sum += i128::from(e.bytes);
@@ -270,12 +281,12 @@ fn check_trace(client: Client, pid: u32, trace: &Trace, n: &BTreeMap<String, u64
     assert_eq!(d["in_use"], n["live_bytes"], "{at}");
     assert_eq!(
         d["allocs"],
-        n["alloc"] + n["async"] + n["pool"] + n["create"],
+        n["alloc"] + n["async"] + n["pool"] + n["create"] + n["vmm"],
         "{at}"
     );
     assert_eq!(
         d["frees"],
-        n["free"] + n["freeasync"] + n["release"],
+        n["free"] + n["freeasync"] + n["release"] + n["unmap"],
         "{at}"
     );
     assert_eq!(d["refusals"], n["oom"], "{at}");

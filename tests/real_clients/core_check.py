@@ -5,8 +5,8 @@ and cuMemMap).
 Usage: core_check.py QUOTA_BYTES CHUNK_BYTES, run with LD_PRELOAD=libcuquota.so and
 CUQUOTA_LIMIT=QUOTA_BYTES. For the device's default resource and for one that owns a pool
 of its own: buffers up to the quota succeed, the next raises cuda.core's CUDAError for
-CUDA_ERROR_OUT_OF_MEMORY, closing a buffer gives its room back; then the same through a
-VirtualMemoryResource. cuda.core has no
+CUDA_ERROR_OUT_OF_MEMORY, closing a buffer gives its room back; then a fill through a
+VirtualMemoryResource, whose closed buffers keep their memory (see exercise_leaking). cuda.core has no
 memory-info call of its own, so the figures come from cuMemGetInfo through the
 cuda.bindings underneath it. One `name key=value...` line per step for
 tests/real_clients.rs; exits non-zero (with the reason on stderr) when a check fails.
@@ -72,6 +72,40 @@ def exercise(name, mr, stream, quota, chunk):
     meminfo(f"{name}-empty", quota, 0)
 
 
+def exercise_leaking(name, mr, stream, quota, chunk):
+    """cuda.core 1.2's VirtualMemoryResource never releases the reference cuMemCreate gave
+    (deallocate retains, unmaps and releases only its own; NVIDIA/cuda-python#2882): the
+    driver keeps every buffer's memory after close, so cuquota keeps it charged and the
+    room does not come back."""
+    buffers = []
+    while True:
+        try:
+            buffers.append(mr.allocate(chunk, stream=stream))
+        except CUDAError as e:
+            error = str(e).split(":")[0]
+            break
+        check(len(buffers) <= quota // chunk, f"{name}: buffer #{len(buffers)} passed the quota")
+    emit("fill", api=name, chunk=chunk, ok=len(buffers), err=error)
+    check(error == "CUDA_ERROR_OUT_OF_MEMORY", f"{name}: over the quota raised {error}")
+    check(len(buffers) == quota // chunk, f"{name}: {len(buffers)} buffers fit")
+    held = len(buffers) * chunk
+    meminfo(f"{name}-full", quota, held)
+    buffers.pop().close(stream)
+    stream.sync()
+    meminfo(f"{name}-one-closed", quota, held)
+    try:
+        buffers.append(mr.allocate(chunk, stream=stream))
+        error = "none"
+    except CUDAError as e:
+        error = str(e).split(":")[0]
+    emit("realloc", api=name, err=error)
+    check(error == "CUDA_ERROR_OUT_OF_MEMORY", f"{name}: a closed buffer's memory came back")
+    for b in buffers:
+        b.close(stream)
+    stream.sync()
+    meminfo(f"{name}-all-closed", quota, held)
+
+
 def main():
     quota, chunk = int(sys.argv[1]), int(sys.argv[2])
     dev = Device(0)
@@ -85,7 +119,7 @@ def main():
     check(owned.is_handle_owned, "DeviceMemoryResource with options did not create a pool")
     exercise("owned", owned, stream, quota, chunk)
     owned.close()
-    exercise("vmm", VirtualMemoryResource(dev, VirtualMemoryResourceOptions()), stream, quota, chunk)
+    exercise_leaking("vmm", VirtualMemoryResource(dev, VirtualMemoryResourceOptions()), stream, quota, chunk)
     stream.close()
     emit("done")
 

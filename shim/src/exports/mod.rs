@@ -100,6 +100,7 @@ mod arrays;
 mod context;
 mod copy;
 mod devices;
+mod imports;
 mod init;
 mod memory;
 mod pools;
@@ -118,6 +119,7 @@ pub static TABLE: Table = Table::new(&[
     pools::ROWS,
     vmm::ROWS,
     arrays::ROWS,
+    imports::ROWS,
     test_helpers::ROWS,
 ]);
 

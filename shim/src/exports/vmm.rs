@@ -98,4 +98,25 @@ exports! {
         out.write(vmm::retain(addr as usize)?);
         Ok(())
     }
+
+    fn cuMemExportToShareableHandle(
+        shareable: *mut c_void,
+        handle: CUmemGenericAllocationHandle,
+        kind: c_int,
+        flags: u64,
+    ) as cuMemExportToShareableHandle since 10020 {
+        let out = Out::new(shareable.cast::<c_int>())?;
+        out.write(vmm::export(handle, kind, flags)?);
+        Ok(())
+    }
+
+    fn cuMemImportFromShareableHandle(
+        handle: *mut CUmemGenericAllocationHandle,
+        os_handle: *mut c_void,
+        kind: c_int,
+    ) as cuMemImportFromShareableHandle since 10020 {
+        let out = Out::new(handle)?;
+        out.write(vmm::import(os_handle as usize, kind)?);
+        Ok(())
+    }
 }
