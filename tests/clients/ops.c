@@ -19,6 +19,9 @@
  *   signal:SIG              kill(getpid(), SIG); prints "signal SIG survived" if still
  *                           alive after 10 s
  *   exitthread:CODE         a new thread calls exit(CODE) (the caller waits for it)
+ *   sigexit:SIG             installs a SIG handler that calls exit(0) and sends SIG to the
+ *                           first spin thread (most likely inside a hook); prints
+ *                           "sigexit SIG survived" if still alive after 10 s
  *   atexitfree              registers an atexit handler that frees every live pointer and
  *                           releases every live handle, printing "atexitfree-ran n=N rc=R"
  *   bg-OP                   run OP on a new thread that is never joined
@@ -381,6 +384,15 @@ static void *spin_main(void *p) {
     return NULL;
 }
 
+/* The spinner threads, for sigexit (which interrupts one of them inside the hooks). */
+static pthread_t spinners[64];
+static int nspinners;
+
+static void exit_from_handler(int sig) {
+    (void)sig;
+    exit(0); /* not async-signal-safe, and done by real programs all the same */
+}
+
 static void op_spin(const struct drv *d, unsigned long n, size_t size) {
     static int started;
     struct spinner *s = calloc(n, sizeof *s);
@@ -403,6 +415,8 @@ static void op_spin(const struct drv *d, unsigned long n, size_t size) {
             exit(3);
         }
         pthread_detach(tid);
+        if (nspinners < 64)
+            spinners[nspinners++] = tid;
     }
     while (__atomic_load_n(&started, __ATOMIC_SEQ_CST) < target)
         sched_yield();
@@ -1003,6 +1017,19 @@ static int run_op(const struct drv *d, const char *word) {
         for (i = 0; i < 1000; i++)
             nanosleep(&ts, NULL);
         out("signal %llu survived", a);
+    } else if (!strcmp(op, "sigexit")) {
+        /* A handler for SIG that calls exit(0), then SIG sent to the first spinner thread,
+         * which is most likely inside a hook: exit runs the exit handlers on that thread. */
+        struct timespec ts = {0, 10000000L};
+        int i;
+        NARGS(1);
+        if (parse_num(f[1], &a) || a == 0 || a >= 65 || nspinners == 0)
+            return -1;
+        signal((int)a, exit_from_handler);
+        pthread_kill(spinners[0], (int)a);
+        for (i = 0; i < 1000; i++)
+            nanosleep(&ts, NULL);
+        out("sigexit %llu survived", a);
     } else if (!strcmp(op, "exitthread")) {
         long long code;
         pthread_t tid;
