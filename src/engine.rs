@@ -12,7 +12,7 @@ use crate::episodes;
 use crate::ledger::{Charge, Ledger};
 use crate::messages;
 use crate::quota::{DeviceQuota, Reservation, UNLIMITED};
-use crate::spin::SpinLock;
+use crate::spin::{SpinLock, EXIT_LOCK_ATTEMPTS};
 use crate::trace::{self, Event};
 use crate::vmm::VmmBooks;
 use cuquota_format::units::Size;
@@ -531,7 +531,8 @@ impl Engine {
         Some((device, self.quota(device)?))
     }
 
-    /// The exit summary: one line per device that saw an allocation or a refusal.
+    /// The exit summary: one line per device that saw an allocation or a refusal. It never
+    /// waits for a lock.
     pub fn summary_lines(&self) -> Vec<String> {
         (0..MAX_DEVICES as u32)
             .filter_map(|d| {
@@ -539,8 +540,13 @@ impl Engine {
                 if !q.was_used() {
                     return None;
                 }
-                let live = self.ledgers.iter().map(|l| l.live_on(d));
-                let live = live.fold((0, 0), |(n, b), (n2, b2)| (n + n2, b + b2));
+                // The exit handler may run on a thread that holds a ledger lock (exit from a
+                // signal handler inside a hook): a few tries each, never a wait.
+                let live = self
+                    .ledgers
+                    .iter()
+                    .map(|l| l.try_live_on(d, EXIT_LOCK_ATTEMPTS))
+                    .try_fold((0, 0), |(n, b), l| l.map(|(n2, b2)| (n + n2, b + b2)));
                 Some(messages::summary(d, &q.usage(), live))
             })
             .collect()

@@ -92,6 +92,25 @@ impl Ledger {
     }
 
     /// Live allocations per device: (count, bytes), for the exit summary.
+    /// [`Self::live_on`] for the exit handler: None if a shard stays locked for `attempts`
+    /// tries (its holder may be the thread running the exit handler).
+    pub fn try_live_on(&self, device: u32, attempts: u32) -> Option<(u64, u64)> {
+        let mut count = 0;
+        let mut bytes = 0;
+        for shard in &self.shards {
+            for c in shard
+                .try_lock_for(attempts)?
+                .values()
+                .map(|p| Charge::from(*p))
+                .filter(|c| c.device == device)
+            {
+                count += 1;
+                bytes += c.bytes;
+            }
+        }
+        Some((count, bytes))
+    }
+
     pub fn live_on(&self, device: u32) -> (u64, u64) {
         let mut count = 0;
         let mut bytes = 0;

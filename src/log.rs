@@ -8,6 +8,7 @@ use crate::spin::SpinLock;
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 enum Sink {
     Stderr,
@@ -33,6 +34,15 @@ pub fn configure(target: &LogTarget) {
     };
 }
 
+/// Set by the exit handler: from then on a line never waits for the log's lock.
+static EXITING: AtomicBool = AtomicBool::new(false);
+
+/// The process is exiting: the exit handler may run on a thread that holds the log's lock
+/// (`exit()` from a signal handler that interrupted a log line), so lines stop waiting for it.
+pub fn exiting() {
+    EXITING.store(true, Ordering::Release);
+}
+
 /// Writes `cuquota[PID]: msg`. Never blocks for long and never raises SIGPIPE (see
 /// `output`): a log file that cannot be opened or written (a FIFO nobody reads, a reader
 /// that left, a full disk) costs one note, and every line after it goes to stderr.
@@ -40,7 +50,18 @@ pub fn line(msg: &str) {
     // SAFETY: getpid has no preconditions. Read per line: a forked child logs its own pid.
     let pid = unsafe { libc::getpid() };
     let text = format!("cuquota[{pid}]: {msg}\n");
-    let mut sink = SINK.lock();
+    let mut sink = if EXITING.load(Ordering::Acquire) {
+        match SINK.try_lock_for(crate::spin::EXIT_LOCK_ATTEMPTS) {
+            Some(sink) => sink,
+            None => {
+                // Its holder will not come back: the line goes to stderr, unlocked.
+                let _ = write_all(2, text.as_bytes());
+                return;
+            }
+        }
+    } else {
+        SINK.lock()
+    };
     let (fd, path) = match &mut *sink {
         Sink::Off => return,
         Sink::Stderr => (2, None),

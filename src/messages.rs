@@ -104,21 +104,25 @@ pub fn recovery(device: u32, recovery: &Recovery, truncated: bool) -> String {
 }
 
 /// `GPU 0 summary: peak 5.91 GiB (6345981952 bytes) of quota 6.00 GiB, 37 allocations, 5 refusals, 2 live at exit (5.91 GiB)`
-pub fn summary(device: u32, usage: &Usage, live: (u64, u64)) -> String {
+/// `live` is None when the live allocations could not be counted (the exit came while a hook
+/// held their table: `exit()` from a signal handler).
+pub fn summary(device: u32, usage: &Usage, live: Option<(u64, u64)>) -> String {
     let quota = match usage.limit {
         Some(l) => format!(" of quota {}", human(l)),
         None => ", no quota".to_string(),
     };
+    let live = match live {
+        Some((n, bytes)) => format!("{n} live at exit ({})", human(bytes)),
+        None => "live at exit not counted (summary incomplete: exit during a hook)".to_string(),
+    };
     format!(
-        "GPU {device} summary: peak {} ({}){quota}, {} allocation{}, {} refusal{}, {} live at exit ({})",
+        "GPU {device} summary: peak {} ({}){quota}, {} allocation{}, {} refusal{}, {live}",
         human(usage.peak),
         exact(usage.peak),
         usage.allocations,
         if usage.allocations == 1 { "" } else { "s" },
         usage.refusals,
         if usage.refusals == 1 { "" } else { "s" },
-        live.0,
-        human(live.1)
     )
 }
 
@@ -253,7 +257,7 @@ mod tests {
             refusals: 5,
         };
         assert_eq!(
-            summary(0, &usage, (2, 6_345_981_952)),
+            summary(0, &usage, Some((2, 6_345_981_952))),
             "GPU 0 summary: peak 5.91 GiB (6345981952 bytes) of quota 6.00 GiB, 37 allocations, 5 refusals, 2 live at exit (5.91 GiB)"
         );
         let none = Usage {
@@ -262,8 +266,11 @@ mod tests {
             refusals: 1,
             ..usage
         };
-        assert!(summary(0, &none, (0, 0)).contains(
+        assert!(summary(0, &none, Some((0, 0))).contains(
             "(6345981952 bytes), no quota, 1 allocation, 1 refusal, 0 live at exit (0 B)"
+        ));
+        assert!(summary(0, &none, None).ends_with(
+            ", 1 refusal, live at exit not counted (summary incomplete: exit during a hook)"
         ));
     }
 }

@@ -116,6 +116,9 @@ fn read_config() -> Result<Config, ConfigError> {
 /// afterwards (frameworks free memory during teardown): nothing here is torn down.
 extern "C" fn at_exit() {
     let _ = std::panic::catch_unwind(|| {
+        // It may run on a thread interrupted inside a hook (exit() from a signal handler):
+        // nothing from here on waits for a lock that thread may hold.
+        crate::log::exiting();
         // SAFETY: as in `engine`.
         if let Some(engine) = unsafe { ENGINE.load(Ordering::Acquire).as_ref() } {
             for line in engine.summary_lines() {

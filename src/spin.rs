@@ -8,6 +8,10 @@ use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, Ordering};
 
+/// How many tries the exit handler gives a lock (yielding between them) before it goes on
+/// without what the lock guards.
+pub const EXIT_LOCK_ATTEMPTS: u32 = 1000;
+
 pub struct SpinLock<T> {
     locked: AtomicBool,
     data: UnsafeCell<T>,
@@ -48,6 +52,23 @@ impl<T> SpinLock<T> {
             }
         }
         SpinGuard { lock: self }
+    }
+
+    /// The lock if it can be had within `attempts` tries (yielding between them), else None:
+    /// for the exit handler, which may run on the very thread that holds the lock (`exit()`
+    /// from a signal handler that interrupted a hook) and so must never wait for it.
+    pub fn try_lock_for(&self, attempts: u32) -> Option<SpinGuard<'_, T>> {
+        for _ in 0..attempts {
+            if self
+                .locked
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                return Some(SpinGuard { lock: self });
+            }
+            std::thread::yield_now();
+        }
+        None
     }
 
     /// In a forked child, which has one thread: frees the lock whoever held it in the parent,

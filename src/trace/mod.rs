@@ -15,7 +15,7 @@ mod path;
 mod signals;
 mod writer;
 
-use crate::spin::SpinLock;
+use crate::spin::{SpinLock, EXIT_LOCK_ATTEMPTS};
 use encode::Stamped;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, Ordering};
 use std::time::Duration;
@@ -229,6 +229,11 @@ fn emit_before_start<'a>(ev: Event, header: impl FnOnce() -> (&'a OsStr, StartIn
 /// starts now with what the driver can tell; a trace of early failures beats none.
 pub fn flush_held<'a>(header: impl FnOnce() -> (&'a OsStr, StartInfo)) {
     if holding() {
+        // Never wait at exit: the lock's holder may be the thread running the exit handler.
+        if PENDING.try_lock_for(EXIT_LOCK_ATTEMPTS).is_none() {
+            crate::log::line("trace: the held events were not written (exit during a hook)");
+            return;
+        }
         let (template, info) = header();
         start_or_warn(template, info);
     }

@@ -162,7 +162,11 @@ impl Tracer {
     /// at most `timeout`. Returns whether it finished in time.
     pub fn finish(&self, timeout: Duration) -> bool {
         {
-            let mut q = self.queue.lock();
+            // The exit handler may run on a thread that holds the queue (exit from a signal
+            // handler inside a hook): then the writer cannot drain it either; give up.
+            let Some(mut q) = self.queue.try_lock_for(timeout) else {
+                return false;
+            };
             if q.closed {
                 drop(q);
                 return self.done_flag.load(Ordering::Acquire);
