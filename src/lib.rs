@@ -14,12 +14,14 @@
 //!   roll back; the virtualised figures), `episodes` (each thread's run of refusals),
 //!   `trace` (the trace file, started at its first event), `messages` (the words of the log
 //!   lines), `log` (where they go), `config` (the environment variables);
-//! - books: `quota` (per-GPU counters), `ledger` (live allocations);
+//! - books: `quota` (per-GPU counters), `ledger` (live allocations), `contexts` (the
+//!   contexts that own them, and each one's device);
 //! - words: `cuda_abi` (the driver's types), `ffi` (caller pointers), `spin` (the lock a
 //!   forked child can clear).
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod config;
+pub mod contexts;
 pub mod cuda_abi;
 mod dlsym_entry;
 pub mod engine;

@@ -80,12 +80,13 @@ const SIZE_MAX: usize = 21;
 const ESCAPE_MAX: usize = 6;
 
 // `{"type":"…","t_ns":` for each type, spelling out `kind::*` (the tests compare).
-const PREFIXES: [&[u8]; 5] = [
+const PREFIXES: [&[u8]; 6] = [
     b"{\"type\":\"alloc\",\"t_ns\":",
     b"{\"type\":\"free\",\"t_ns\":",
     b"{\"type\":\"refused\",\"t_ns\":",
     b"{\"type\":\"meminfo\",\"t_ns\":",
     b"{\"type\":\"backoff\",\"t_ns\":",
+    b"{\"type\":\"context\",\"t_ns\":",
 ];
 
 const E8: u64 = 100_000_000;
@@ -100,6 +101,7 @@ impl Encoder {
             EventKind::Refused { .. } => (2, &[]),
             EventKind::MemInfo { .. } => (3, &[]),
             EventKind::Backoff { sizes } => (4, sizes),
+            EventKind::Context { ptrs } => (5, ptrs),
         };
         let result = match ev.result {
             0 => None, // written as a constant below
@@ -195,6 +197,18 @@ impl Encoder {
                         w.put(b",");
                     }
                     w.decimal(*size);
+                }
+                w.put(b"]}\n");
+            }
+            EventKind::Context { .. } => {
+                w.put(b",\"count\":");
+                w.decimal(sizes.len() as u64);
+                w.put(b",\"ptrs\":[");
+                for (i, ptr) in sizes.iter().enumerate() {
+                    if i > 0 {
+                        w.put(b",");
+                    }
+                    w.decimal(*ptr);
                 }
                 w.put(b"]}\n");
             }
@@ -781,6 +795,10 @@ mod tests {
         real_total: Option<u64>,
         #[serde(skip_serializing_if = "Option::is_none")]
         sizes: Option<&'a [u64]>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        count: Option<u64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        ptrs: Option<&'a [u64]>,
     }
 
     fn reference(s: &Stamped) -> String {
@@ -803,6 +821,8 @@ mod tests {
             real_free: None,
             real_total: None,
             sizes: None,
+            count: None,
+            ptrs: None,
         };
         match &ev.kind {
             EventKind::Alloc => r.kind = kind::ALLOC,
@@ -826,6 +846,11 @@ mod tests {
             EventKind::Backoff { sizes } => {
                 r.kind = kind::BACKOFF;
                 r.sizes = Some(sizes);
+            }
+            EventKind::Context { ptrs } => {
+                r.kind = kind::CONTEXT;
+                r.count = Some(ptrs.len() as u64);
+                r.ptrs = Some(ptrs);
             }
         }
         serde_json::to_string(&r).unwrap() + "\n"

@@ -297,7 +297,7 @@ impl Process {
         self.end_t_ns = self.end_t_ns.max(e.t_ns);
         let kind = e.kind.as_ref();
         match kind {
-            kind::ALLOC | kind::FREE | kind::REFUSED | kind::MEMINFO => {}
+            kind::ALLOC | kind::FREE | kind::REFUSED | kind::MEMINFO | kind::CONTEXT => {}
             kind::BACKOFF => {
                 // The core's own grouping; episodes are rebuilt from the refusals instead.
                 self.events += 1;
@@ -389,6 +389,13 @@ impl Process {
                 }
             }
             kind::MEMINFO => r.meminfo_calls += 1,
+            kind::CONTEXT => {
+                // Freed with their context, perhaps charged on another device (a pool's).
+                let ptrs: std::collections::HashSet<u64> =
+                    e.ptrs.iter().flatten().copied().collect();
+                r.frees += ptrs.len() as u64;
+                self.live.retain(|(_, ptr), _| !ptrs.contains(ptr));
+            }
             _ => {}
         }
     }
