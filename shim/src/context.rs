@@ -1,5 +1,11 @@
 //! Contexts: primary contexts (one per device, reference counted), created contexts, and
 //! each thread's stack of current contexts.
+//!
+//! A context owns the memory allocated in it (stream-ordered memory: in its stream's
+//! context). Like the real driver, `cuCtxDestroy`, `cuDevicePrimaryCtxReset` and the
+//! `cuDevicePrimaryCtxRelease` that drops the last reference free all of it (and a
+//! destroyed context's streams). A primary context keeps its handle after a reset or its
+//! last release; its next use finds it fresh, as the driver reinitialises it.
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -137,7 +143,7 @@ pub fn create(device: CUdevice, flags: u32) -> Result<usize, CUresult> {
     Ok(handle)
 }
 
-/// `cuCtxDestroy`: forgets a created context (its memory stays allocated) and pops it if
+/// `cuCtxDestroy`: destroys a created context, its streams and its memory, and pops it if
 /// it is current on this thread.
 pub fn destroy(handle: usize) -> Result<(), CUresult> {
     {
@@ -146,8 +152,10 @@ pub fn destroy(handle: usize) -> Result<(), CUresult> {
             Some(c) if !c.primary => state.contexts.remove(&handle),
             _ => return Err(CUDA_ERROR_INVALID_CONTEXT),
         };
+        crate::streams::destroy_of_context(&mut state, handle);
         ANY_DESTROYED.store(true, Ordering::Release);
     }
+    crate::memory::free_owned_by(handle);
     if current_handle() == Some(handle) {
         pop_handle();
     }
@@ -204,21 +212,37 @@ pub fn primary_retain(device: CUdevice) -> Result<usize, CUresult> {
     Ok(handle)
 }
 
-/// `cuDevicePrimaryCtxRelease`. The context stays usable after the last release (the real
-/// driver would deactivate it); only its reference count changes.
+/// `cuDevicePrimaryCtxRelease`. The release that drops the last reference destroys the
+/// context's memory (the handle stays, for the next retain).
 pub fn primary_release(device: CUdevice) -> Result<(), CUresult> {
-    let mut state = state::lock();
-    let dev = state.device_mut(device)?;
-    if dev.primary_refs == 0 {
-        return Err(CUDA_ERROR_INVALID_CONTEXT);
+    let gone = {
+        let mut state = state::lock();
+        let dev = state.device_mut(device)?;
+        if dev.primary_refs == 0 {
+            return Err(CUDA_ERROR_INVALID_CONTEXT);
+        }
+        dev.primary_refs -= 1;
+        (dev.primary_refs == 0)
+            .then_some(dev.primary_context)
+            .flatten()
+    };
+    if let Some(handle) = gone {
+        crate::memory::free_owned_by(handle);
     }
-    dev.primary_refs -= 1;
     Ok(())
 }
 
-/// `cuDevicePrimaryCtxReset`: drops every reference. Frees nothing.
+/// `cuDevicePrimaryCtxReset`: drops every reference and frees all its memory.
 pub fn primary_reset(device: CUdevice) -> Result<(), CUresult> {
-    state::lock().device_mut(device)?.primary_refs = 0;
+    let handle = {
+        let mut state = state::lock();
+        let dev = state.device_mut(device)?;
+        dev.primary_refs = 0;
+        dev.primary_context
+    };
+    if let Some(handle) = handle {
+        crate::memory::free_owned_by(handle);
+    }
     Ok(())
 }
 

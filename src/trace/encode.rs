@@ -30,7 +30,7 @@ pub struct Stamped {
 #[derive(Default)]
 pub struct Encoder {
     /// Per event type: how its lines start.
-    starts: [LineStart; 5],
+    starts: [LineStart; PREFIXES.len()],
     segments: Segments,
 }
 
@@ -724,6 +724,13 @@ mod tests {
         let ev: EventLine = serde_json::from_str(text).unwrap();
         assert_eq!(ev.sizes.as_deref(), Some(&[40u64, 36, 32][..]));
 
+        let ptrs = vec![0x7000u64, 0x9000].into_boxed_slice();
+        let text = line(&stamped(EventKind::Context { ptrs }, 0, 8, 0, 0));
+        let ev: EventLine = serde_json::from_str(text).unwrap();
+        assert_eq!(ev.kind, kind::CONTEXT);
+        assert_eq!((ev.count, ev.bytes), (2, 8));
+        assert_eq!(ev.ptrs.as_deref(), Some(&[0x7000u64, 0x9000][..]));
+
         let mut out = Vec::new();
         dropped_line(&mut out, 7, 3);
         let ev: EventLine = serde_json::from_slice(&out).unwrap();
@@ -909,6 +916,9 @@ mod tests {
                 EventKind::Backoff {
                     sizes: Box::new([]),
                 },
+                EventKind::Context {
+                    ptrs: vec![n, m].into_boxed_slice(),
+                },
             ];
             for (j, kind) in kinds.into_iter().enumerate() {
                 let s = Stamped {
@@ -1050,6 +1060,9 @@ mod tests {
                 EventKind::Refused { by_driver: true },
                 EventKind::Backoff {
                     sizes: vec![u64::MAX; 1000].into_boxed_slice(),
+                },
+                EventKind::Context {
+                    ptrs: vec![u64::MAX; 1000].into_boxed_slice(),
                 },
             ]
         };

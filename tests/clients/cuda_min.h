@@ -101,6 +101,13 @@ typedef CUresult (*fn_cuGetProcAddress_v2)(const char *symbol, void **pfn, int c
                                            cuuint64_t flags, int *symbol_status);
 typedef CUresult (*fn_cuGetProcAddress_v1)(const char *symbol, void **pfn, int cuda_version,
                                            cuuint64_t flags);
+/* Placement, contexts, capture (issue 10). */
+typedef CUresult (*fn_cuCtxDestroy_v2)(CUcontext ctx);
+typedef CUresult (*fn_cuDevicePrimaryCtxReset_v2)(CUdevice dev);
+typedef CUresult (*fn_cuDevicePrimaryCtxRelease_v2)(CUdevice dev);
+typedef CUresult (*fn_cuCtxCreate_v2)(CUcontext *ctx, unsigned int flags, CUdevice dev);
+typedef CUresult (*fn_cuStreamBeginCapture_v2)(CUstream stream, int mode);
+typedef CUresult (*fn_cuStreamEndCapture)(CUstream stream, void **graph);
 /* The shim's test helper (not part of CUDA). */
 typedef int (*fn_cuShimStats)(int dev, size_t *in_use, size_t *peak, unsigned long long *live);
 
@@ -136,6 +143,10 @@ extern CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size);
 extern CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes);
 extern CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev);
 extern CUresult cuGetErrorName(CUresult error, const char **name);
+/* Placement, contexts, capture (issue 10). */
+extern CUresult cuCtxDestroy_v2(CUcontext ctx);
+extern CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev);
+extern CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
 extern CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytes) __attribute__((weak));
 extern CUresult cuMemFree(CUdeviceptr_v1 dptr) __attribute__((weak));
 extern CUresult cuMemGetInfo(unsigned int *free_bytes, unsigned int *total_bytes)

@@ -61,6 +61,10 @@ int main(int argc, char **argv) {
     GET(cuMemFree, "cuMemFree");
     GET(cuMemGetInfo, "cuMemGetInfo");
     GET(cuGetErrorName, "cuGetErrorName");
+    /* Placement, contexts, capture (issue 10). */
+    GET(cuCtxDestroy_v2, "cuCtxDestroy_v2");
+    GET(cuDevicePrimaryCtxReset_v2, "cuDevicePrimaryCtxReset_v2");
+    GET(cuDevicePrimaryCtxRelease_v2, "cuDevicePrimaryCtxRelease_v2");
 #undef GET
     d.sym = sym;
     return run_ops(&d, argc - 1, argv + 1);

@@ -40,6 +40,10 @@ int main(int argc, char **argv) {
         .cuMemFree = cuMemFree,
         .cuMemGetInfo = cuMemGetInfo,
         .cuGetErrorName = cuGetErrorName,
+        /* Placement, contexts, capture (issue 10). */
+        .cuCtxDestroy_v2 = cuCtxDestroy_v2,
+        .cuDevicePrimaryCtxReset_v2 = cuDevicePrimaryCtxReset_v2,
+        .cuDevicePrimaryCtxRelease_v2 = cuDevicePrimaryCtxRelease_v2,
         .sym = sym,
     };
     return run_ops(&d, argc - 1, argv + 1);

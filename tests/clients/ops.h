@@ -34,6 +34,10 @@ struct drv {
     fn_cuMemFree_v1 cuMemFree;
     fn_cuMemGetInfo_v1 cuMemGetInfo;
     fn_cuGetErrorName cuGetErrorName;
+    /* Placement, contexts, capture (issue 10). */
+    fn_cuCtxDestroy_v2 cuCtxDestroy_v2;
+    fn_cuDevicePrimaryCtxReset_v2 cuDevicePrimaryCtxReset_v2;
+    fn_cuDevicePrimaryCtxRelease_v2 cuDevicePrimaryCtxRelease_v2;
     /* The client's own symbol lookup (for the shim's cuShimStats), so that every
      * client binary references only the dlsym version it means to. */
     void *(*sym)(void *handle, const char *name);

@@ -26,3 +26,6 @@ mod reliability_lifecycle;
 mod reliability_odd_calls;
 mod reliability_soak;
 mod trace;
+
+// issue 10: placement, contexts, capture
+mod placement;
