@@ -414,9 +414,8 @@ impl Engine {
     fn refused(&self, device: u32, bytes: u64, api: &'static str, limit: u64, in_use: u64) {
         crate::log::line(&messages::quota_refusal(device, bytes, api, limit, in_use));
         episodes::refused(device, bytes);
-        // The trace's figure is what was held (its peak is of held bytes).
-        let held = self.quota(device).map_or(in_use, |q| q.held());
-        self.emit(Event::refused_by_quota(device, api, bytes, held));
+        // The figure it was refused at (requests in flight included): no peak counts it.
+        self.emit(Event::refused_by_quota(device, api, bytes, in_use));
     }
 
     /// The driver failed a call we had reserved for: explain an out-of-memory.
@@ -434,7 +433,7 @@ impl Engine {
             api,
             bytes,
             rc.0,
-            quota.held(),
+            quota.in_use(),
         ));
         if rc != CuResult::OUT_OF_MEMORY {
             return;

@@ -2,7 +2,7 @@
 //! after. Lock-free (one compare-and-swap per reservation), so `in_use` never exceeds the
 //! limit whatever the threads do. No FFI here.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
 
 const UNRESOLVED: u64 = u64::MAX;
 /// A limit this large is "no limit" (no device has 16 EiB).
@@ -112,7 +112,7 @@ impl DeviceQuota {
             }
             match self
                 .in_use
-                .compare_exchange_weak(current, after, Relaxed, Relaxed)
+                .compare_exchange_weak(current, after, Acquire, Relaxed)
             {
                 Ok(_) if over => {
                     self.refusals.fetch_add(1, Relaxed);
@@ -147,8 +147,12 @@ impl DeviceQuota {
 
     /// Memory was freed: return its bytes. Returns the bytes held after.
     pub fn release(&self, bytes: u64) -> u64 {
-        self.in_use.fetch_sub(bytes, Relaxed);
-        self.held.fetch_sub(bytes, Relaxed) - bytes
+        // Held first: held ≤ in_use ≤ limit at every moment, so the peak never passes the
+        // limit (room given back in in_use first could be reserved, committed and counted
+        // while these bytes were still held).
+        let held = self.held.fetch_sub(bytes, Relaxed) - bytes;
+        self.in_use.fetch_sub(bytes, Release);
+        held
     }
 
     /// Bytes held (committed, not freed), without reservations in flight.

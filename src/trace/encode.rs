@@ -596,6 +596,19 @@ impl Tally {
     #[inline]
     pub fn add(&mut self, s: &Stamped) {
         let ev = &s.ev;
+        if let EventKind::Context { ptrs } = &ev.kind {
+            // Freed with their context, on whichever device each was charged (a pool's
+            // may be on another one).
+            for d in &mut self.devices {
+                for ptr in ptrs.iter() {
+                    if let Some(old) = d.live.remove(ptr) {
+                        d.summary.frees += 1;
+                        d.summary.live = d.summary.live.wrapping_sub(1);
+                        d.summary.live_bytes = d.summary.live_bytes.wrapping_sub(old);
+                    }
+                }
+            }
+        }
         self.events += 1;
         let ok = ev.result == 0;
         let DeviceTally { summary: d, live } = self.device(schema_ordinal(ev.device));
@@ -623,7 +636,9 @@ impl Tally {
             _ => {}
         }
         d.in_use = ev.in_use;
-        if ev.in_use > d.peak {
+        // A refusal's figure includes requests in flight: the peak is of what was held.
+        let refused = matches!(ev.kind, EventKind::Refused { .. });
+        if ev.in_use > d.peak && !refused {
             d.peak = ev.in_use;
             d.peak_t_ns = s.t_ns;
         }
@@ -1169,6 +1184,29 @@ mod tests {
         assert_eq!((d1.peak, d1.peak_t_ns, d1.in_use), (30, 2, 27));
         assert_eq!((d1.allocs, d1.frees, d1.refusals), (3, 2, 1));
         assert_eq!((d1.alloc_bytes, d1.live, d1.live_bytes), (37, 2, 27));
+    }
+
+    /// Issue 10 item 7: a refusal's figure counts requests in flight; the peak does not.
+    /// A context event frees what its context held.
+    #[test]
+    fn the_tally_peak_is_of_held_bytes_and_contexts_free() {
+        let mut t = Tally::new([(1, None)]);
+        let mut at =
+            |kind, ptr, bytes, result, in_use| t.add(&stamped(kind, ptr, bytes, result, in_use));
+        at(EventKind::Alloc, 0xa, 4096, 0, 4096);
+        at(
+            EventKind::Refused { by_driver: true },
+            0,
+            2 << 30,
+            2,
+            (2 << 30) + 4096,
+        );
+        at(EventKind::Alloc, 0xb, 10, 0, 4106);
+        let ptrs = vec![0xa, 0xb].into_boxed_slice();
+        at(EventKind::Context { ptrs }, 0, 4106, 0, 0);
+        let d1 = &t.summary(9, "exit", 0).devices[0];
+        assert_eq!((d1.peak, d1.in_use), (4106, 0));
+        assert_eq!((d1.live, d1.live_bytes, d1.frees), (0, 0, 2));
     }
 
     #[test]

@@ -323,7 +323,8 @@ impl Process {
         });
         let r = &mut dev.report;
         r.in_use_at_end = e.in_use;
-        if e.in_use > r.peak {
+        // A refusal's figure includes requests in flight: the peak is of what was held.
+        if e.in_use > r.peak && kind != kind::REFUSED {
             r.peak = e.in_use;
             r.peak_t_ns = t;
         }
