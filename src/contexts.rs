@@ -18,8 +18,11 @@ pub const SLOTS: usize = 255;
 pub type Slot = u8;
 pub const NO_CONTEXT: Slot = 0;
 
+const FREE: usize = usize::MAX;
+
 pub struct Contexts {
-    /// Context handle of each slot (index `slot - 1`); 0 is a free slot.
+    /// Context handle of each slot (index `slot - 1`); [`FREE`] is a free slot (not 0, so
+    /// that looking up "no context" finds nothing without a check of its own).
     handles: [AtomicUsize; SLOTS],
     devices: [AtomicU32; SLOTS],
     /// Slots in use are all below this (the scan's end).
@@ -37,17 +40,26 @@ impl Default for Contexts {
 impl Contexts {
     pub const fn new() -> Self {
         Contexts {
-            handles: [const { AtomicUsize::new(0) }; SLOTS],
+            handles: [const { AtomicUsize::new(FREE) }; SLOTS],
             devices: [const { AtomicU32::new(0) }; SLOTS],
             high: AtomicUsize::new(0),
             writers: SpinLock::new(()),
         }
     }
 
-    /// The slot and device of a known context.
+    /// The slot and device of a known context (none for 0). The first slot is tried first: most
+    /// processes have one context per device, and this is on every allocation's path.
+    #[inline]
     pub fn find(&self, context: usize) -> Option<(Slot, u32)> {
+        if self.handles[0].load(Acquire) == context {
+            return Some((1, self.devices[0].load(Relaxed)));
+        }
+        self.find_beyond_first(context)
+    }
+
+    fn find_beyond_first(&self, context: usize) -> Option<(Slot, u32)> {
         let high = self.high.load(Acquire);
-        (0..high).find_map(|i| {
+        (1..high).find_map(|i| {
             (self.handles[i].load(Acquire) == context)
                 .then(|| ((i + 1) as Slot, self.devices[i].load(Relaxed)))
         })
@@ -55,7 +67,7 @@ impl Contexts {
 
     /// The slot of `context` on `device`, adding it if new; [`NO_CONTEXT`] when full.
     pub fn add(&self, context: usize, device: u32) -> Slot {
-        if context == 0 {
+        if context == 0 || context == FREE {
             return NO_CONTEXT;
         }
         let _w = self.writers.lock();
@@ -63,7 +75,8 @@ impl Contexts {
             return slot;
         }
         let high = self.high.load(Relaxed);
-        let Some(i) = (0..SLOTS).find(|&i| i >= high || self.handles[i].load(Relaxed) == 0) else {
+        let Some(i) = (0..SLOTS).find(|&i| i >= high || self.handles[i].load(Relaxed) == FREE)
+        else {
             return NO_CONTEXT;
         };
         self.devices[i].store(device, Relaxed);
@@ -80,7 +93,7 @@ impl Contexts {
             return;
         }
         let _w = self.writers.lock();
-        self.handles[slot as usize - 1].store(0, Release);
+        self.handles[slot as usize - 1].store(FREE, Release);
     }
 
     /// In a forked child: the parent's contexts are not the child's.
@@ -91,7 +104,7 @@ impl Contexts {
         // SAFETY: the caller's promise: the child of a fork, with one thread.
         unsafe { self.writers.unlock_in_child() };
         for h in &self.handles {
-            h.store(0, Relaxed);
+            h.store(FREE, Relaxed);
         }
         self.high.store(0, Release);
     }
@@ -105,6 +118,7 @@ mod tests {
     fn add_find_remove_and_reuse() {
         let c = Contexts::new();
         assert_eq!(c.find(0x10), None);
+        assert_eq!(c.find(0), None, "no context is never found");
         let a = c.add(0x10, 1);
         let b = c.add(0x20, 0);
         assert_ne!(a, b);

@@ -22,8 +22,8 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 pub trait Queries: Sync + Send {
     /// The device of the calling thread's current context.
     fn current_device(&self) -> Result<u32, CuResult>;
-    /// The calling thread's current context (0: none).
-    fn current_context(&self) -> Result<usize, CuResult>;
+    /// The calling thread's current context (0: none, or the driver could not say).
+    fn current_context(&self) -> usize;
     /// The device of a context.
     fn context_device(&self, context: usize) -> Result<u32, CuResult>;
     /// The context of a stream (not one of the default streams).
@@ -177,14 +177,13 @@ impl Engine {
 
     /// The current context's device and slot: one driver call (`cuCtxGetCurrent`) and a
     /// scan of the few known contexts; a context seen first costs one more call.
+    #[inline(always)]
     fn current(&self) -> Result<(u32, Slot), CuResult> {
-        let context = self.queries.current_context()?;
-        if context == 0 {
-            return Err(CuResult::INVALID_CONTEXT);
-        }
+        let context = self.queries.current_context();
         if let Some((slot, device)) = self.contexts.find(context) {
             return Ok((device, slot));
         }
+        // A context seen first, or none (then the driver says why: no context).
         let device = self.queries.current_device()?;
         Ok((device, self.contexts.add(context, device)))
     }
@@ -324,7 +323,12 @@ impl Engine {
         call: impl FnOnce() -> (CuResult, u64, u64),
         undo: impl FnOnce(u64),
     ) -> CuResult {
-        let (device, owner) = match self.resolve_place(place) {
+        // The current context, the plain allocation's place, inline: it is the hot path.
+        let placed = match place {
+            Place::Current => self.current().map(Some),
+            other => self.resolve_place(other),
+        };
+        let (device, owner) = match placed {
             Ok(Some(placed)) => placed,
             // Host memory: nothing to charge.
             Ok(None) => return call().0,
@@ -456,6 +460,8 @@ impl Engine {
         episodes::refused(device, bytes);
     }
 
+    // Inline: its frame cost more than its work on the plain allocation's path.
+    #[inline(always)]
     fn committed(
         &self,
         api: &'static str,
@@ -652,10 +658,10 @@ mod tests {
             }
         }
         /// Context handles are `0x1000 + device` (one per device); none is 0.
-        fn current_context(&self) -> Result<usize, CuResult> {
+        fn current_context(&self) -> usize {
             match self.device.load(Relaxed) {
-                u32::MAX => Ok(0),
-                d => Ok(0x1000 + d as usize),
+                u32::MAX => 0,
+                d => 0x1000 + d as usize,
             }
         }
         fn context_device(&self, context: usize) -> Result<u32, CuResult> {

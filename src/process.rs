@@ -27,7 +27,7 @@ impl Queries for RealDriver {
     fn current_device(&self) -> Result<u32, CuResult> {
         real_driver::current_device()
     }
-    fn current_context(&self) -> Result<usize, CuResult> {
+    fn current_context(&self) -> usize {
         real_driver::current_context()
     }
     fn context_device(&self, context: usize) -> Result<u32, CuResult> {

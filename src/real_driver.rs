@@ -98,16 +98,19 @@ pub fn current_device() -> Result<u32, CuResult> {
 
 // -- where a charge lands and who owns it ------------------------------------------------
 
-/// The calling thread's current context (0: none), from the real driver.
-pub fn current_context() -> Result<usize, CuResult> {
-    let f = cuCtxGetCurrent.get().ok_or(CuResult::NOT_FOUND)?;
+/// The calling thread's current context from the real driver (0: none, or it could not
+/// say; `current_device` then gives the driver's reason).
+pub fn current_context() -> usize {
+    let Some(f) = cuCtxGetCurrent.get() else {
+        return 0;
+    };
     let mut ctx: CuContext = std::ptr::null_mut();
     // SAFETY: ctx is a valid out-pointer for the call.
     let rc = unsafe { f(&mut ctx) };
     if rc.is_ok() {
-        Ok(ctx as usize)
+        ctx as usize
     } else {
-        Err(rc)
+        0
     }
 }
 
@@ -145,6 +148,11 @@ pub fn context_device(context: usize) -> Result<u32, CuResult> {
 /// allocates nothing). An error (an invalid stream) counts as not capturing: the
 /// allocation call then gets the driver's own answer.
 pub fn stream_capturing(stream: usize) -> bool {
+    // The legacy default stream (0 in a plain call, or CU_STREAM_LEGACY) cannot capture
+    // (`cuStreamBeginCapture` refuses it): no driver call on its path.
+    if stream <= 1 {
+        return false;
+    }
     let Some(f) = cuStreamIsCapturing.get() else {
         return false;
     };
