@@ -15,6 +15,9 @@
 #   cupy-async        the same with cupy.cuda.MemoryAsyncPool
 #   bfc-growth        tests/clients/bfc_growth.c (the demo's allow_growth workload) on the real
 #                     driver under 3/4 of the quota: refusals, the back-off line, success
+#   ctx-reset         the driver API through ctypes: 512 MiB cuMemAlloc + 512 MiB cuMemAllocAsync
+#                     (default pool), then cuDevicePrimaryCtxReset: the driver's own free memory
+#                     comes back, pool allocations included, cuquota credits both, one trace event
 #   overhead          10,000 cudaMalloc/cudaFree pairs of 1 MiB (cupy.cuda.runtime) with and
 #                     without cuquota; the ratio must stay under 1.5
 #
@@ -47,9 +50,9 @@ BUDGET=290
 MIN_CHECK=20
 declare -A LIMIT=(
   [torch-default]=90 [torch-expandable]=90 [torch-async]=90 [jax]=120
-  [cupy-default]=60 [cupy-async]=60 [bfc-growth]=60 [overhead]=120
+  [cupy-default]=60 [cupy-async]=60 [bfc-growth]=60 [ctx-reset]=40 [overhead]=120
 )
-read -r -a checks <<<"${CHECKS:-torch-default torch-expandable torch-async jax cupy-default cupy-async bfc-growth overhead}"
+read -r -a checks <<<"${CHECKS:-torch-default torch-expandable torch-async jax cupy-default cupy-async bfc-growth ctx-reset overhead}"
 
 py=python3
 work=$PWD/target/gpu-check
