@@ -78,6 +78,9 @@ pub enum PoolPlace {
     Device(u32),
     /// Host or host-NUMA memory: not charged.
     Host,
+    /// A CUDA 13 managed pool: charged as `cuMemAllocManaged` is, to the device of the
+    /// context it is allocated in (here: the stream's).
+    Managed,
 }
 
 /// `CU_STREAM_LEGACY` and `CU_STREAM_PER_THREAD`: with 0, the default streams, which mean
@@ -211,7 +214,7 @@ impl Engine {
                 stream,
             },
             Some(PoolPlace::Host) => Place::Uncharged,
-            None => Place::Stream(stream),
+            Some(PoolPlace::Managed) | None => Place::Stream(stream),
         }
     }
 

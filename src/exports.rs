@@ -17,7 +17,8 @@
 
 use crate::cuda_abi::{
     CuContext, CuDevice, CuDevicePtr, CuDevicePtrV1, CuMemAllocationProp, CuMemHandle,
-    CuMemPoolPropsHead, CuMemoryPool, CuResult, CuStream, CU_MEM_LOCATION_TYPE_DEVICE,
+    CuMemLocation, CuMemPoolPropsHead, CuMemoryPool, CuResult, CuStream,
+    CU_MEM_LOCATION_TYPE_DEVICE,
 };
 use crate::engine::{Engine, Kind, Place, PoolPlace};
 use crate::ffi::{self, written, Out};
@@ -66,6 +67,9 @@ pub static CUDA_HOOKS: Hooks = hooks!(LIBCUDA in crate::real_driver:
     cuDeviceGetMemPool,
     cuDeviceSetMemPool,
     cuMemPoolDestroy,
+    cuMemGetDefaultMemPool,
+    cuMemGetMemPool,
+    cuMemSetMemPool,
 );
 
 thread_local! {
@@ -424,7 +428,7 @@ pub unsafe extern "C" fn cuMemPoolCreate(
     props: *const CuMemPoolPropsHead,
 ) -> CuResult {
     // SAFETY: `props` is null or the caller's valid CUmemPoolProps.
-    let place = unsafe { ffi::input(props) }.and_then(|p| pool_place(p.location));
+    let place = unsafe { ffi::input(props) }.and_then(|p| pool_place(p.alloc_type, p.location));
     hook(
         &real::cuMemPoolCreate,
         |real, e| {
@@ -516,9 +520,15 @@ pub unsafe extern "C" fn cuMemRelease(handle: CuMemHandle) -> CuResult {
 
 // ---- where a charge lands and who owns it (issue 10) -------------------------------------
 
-/// Where a pool at `location` keeps its memory; `None` for a location type cuquota does not
-/// know (such a pool's allocations land on the stream's device).
-fn pool_place(location: crate::cuda_abi::CuMemLocation) -> Option<PoolPlace> {
+/// `CU_MEM_ALLOCATION_TYPE_MANAGED` (CUDA 13).
+const ALLOCATION_MANAGED: i32 = 2;
+
+/// Where a pool of `alloc_type` at `location` keeps its memory; `None` for a location type
+/// cuquota does not know (such a pool's allocations land on the stream's device).
+fn pool_place(alloc_type: i32, location: CuMemLocation) -> Option<PoolPlace> {
+    if alloc_type == ALLOCATION_MANAGED {
+        return Some(PoolPlace::Managed);
+    }
     match location.kind {
         CU_MEM_LOCATION_TYPE_DEVICE if location.id >= 0 => {
             Some(PoolPlace::Device(location.id as u32))
@@ -689,6 +699,67 @@ pub unsafe extern "C" fn cuDeviceSetMemPool(dev: CuDevice, pool: CuMemoryPool) -
         |e| {
             if let Ok(d) = u32::try_from(dev) {
                 e.pool_located(pool as usize, PoolPlace::Device(d));
+            }
+        },
+    )
+}
+
+/// CUDA 13: a pool by location and allocation type; the pool returned keeps its memory
+/// there.
+fn pool_by_location(
+    real: &'static Real<real::cuMemGetMemPool>,
+    pool: *mut CuMemoryPool,
+    location: *mut CuMemLocation,
+    alloc_type: c_int,
+) -> CuResult {
+    watched(
+        real,
+        // SAFETY: the caller's arguments, passed on.
+        |f| unsafe { f(pool, location, alloc_type) },
+        |e| {
+            // SAFETY: `pool` and `location` are the caller's, null or valid.
+            let (out, at) = unsafe { (Out::new(pool), ffi::input(location)) };
+            if let (Some(p), Some(place)) = (out, at.and_then(|l| pool_place(alloc_type, *l))) {
+                e.pool_located(p.get() as usize, place);
+            }
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemGetDefaultMemPool(
+    pool: *mut CuMemoryPool,
+    location: *mut CuMemLocation,
+    alloc_type: c_int,
+) -> CuResult {
+    pool_by_location(&real::cuMemGetDefaultMemPool, pool, location, alloc_type)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemGetMemPool(
+    pool: *mut CuMemoryPool,
+    location: *mut CuMemLocation,
+    alloc_type: c_int,
+) -> CuResult {
+    pool_by_location(&real::cuMemGetMemPool, pool, location, alloc_type)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemSetMemPool(
+    location: *mut CuMemLocation,
+    alloc_type: c_int,
+    pool: CuMemoryPool,
+) -> CuResult {
+    // SAFETY: `location` is null or the caller's valid CUmemLocation (the call only reads
+    // it).
+    let place = unsafe { ffi::input(location) }.and_then(|l| pool_place(alloc_type, *l));
+    watched(
+        &real::cuMemSetMemPool,
+        // SAFETY: the caller's arguments, passed on.
+        |f| unsafe { f(location, alloc_type, pool) },
+        |e| {
+            if let Some(place) = place {
+                e.pool_located(pool as usize, place);
             }
         },
     )

@@ -5,7 +5,7 @@
 
 use crate::cuda_abi::{
     CuContext, CuDevice, CuDevicePtr, CuDevicePtrV1, CuMemAllocationProp, CuMemHandle,
-    CuMemPoolPropsHead, CuMemoryPool, CuResult, CuStream,
+    CuMemLocation, CuMemPoolPropsHead, CuMemoryPool, CuResult, CuStream,
 };
 use crate::lookup::library;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
@@ -81,6 +81,12 @@ library! {
     cuDeviceSetMemPool: "cuDeviceSetMemPool" @ 11020, Plain:
         fn(CuDevice, CuMemoryPool) -> CuResult;
     cuMemPoolDestroy: "cuMemPoolDestroy" @ 11020, Plain: fn(CuMemoryPool) -> CuResult;
+    cuMemGetDefaultMemPool: "cuMemGetDefaultMemPool" @ 13000, Plain:
+        fn(*mut CuMemoryPool, *mut CuMemLocation, c_int) -> CuResult;
+    cuMemGetMemPool: "cuMemGetMemPool" @ 13000, Plain:
+        fn(*mut CuMemoryPool, *mut CuMemLocation, c_int) -> CuResult;
+    cuMemSetMemPool: "cuMemSetMemPool" @ 13000, Plain:
+        fn(*mut CuMemLocation, c_int, CuMemoryPool) -> CuResult;
 }
 
 /// The device of the calling thread's current context, from the real driver.

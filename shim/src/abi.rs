@@ -45,6 +45,8 @@ pub const CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: CUresult = 900;
 pub const ACCESS_READ_WRITE: i32 = 3;
 /// `CU_MEM_ALLOCATION_TYPE_PINNED`.
 pub const ALLOCATION_PINNED: i32 = 1;
+/// `CU_MEM_ALLOCATION_TYPE_MANAGED` (CUDA 13).
+pub const ALLOCATION_MANAGED: i32 = 2;
 
 /// `CUmemLocation`.
 #[repr(C)]

@@ -83,8 +83,11 @@ pub fn create_default(state: &mut State, device: usize) -> usize {
 /// simulated host has one).
 pub fn create(props: &MemPoolPropsHead) -> Result<usize, CUresult> {
     let mut state = state::lock();
-    if props.alloc_type != ALLOCATION_PINNED {
-        return Err(CUDA_ERROR_INVALID_VALUE);
+    match props.alloc_type {
+        ALLOCATION_PINNED => {}
+        // CUDA 13's managed pools are not simulated.
+        ALLOCATION_MANAGED => return Err(CUDA_ERROR_NOT_SUPPORTED),
+        _ => return Err(CUDA_ERROR_INVALID_VALUE),
     }
     let host = (LOCATION_HOST..=LOCATION_HOST_NUMA_CURRENT).contains(&props.location.kind);
     if !host {
@@ -134,6 +137,24 @@ pub fn charge(state: &mut State, handle: usize, size: u64) -> Result<(), CUresul
 pub fn uncharge(state: &mut State, handle: usize, size: u64) {
     if let Some(pool) = state.pools.get_mut(&handle) {
         pool.used -= size;
+    }
+}
+
+/// CUDA 13's default pool of the host (`cuMemGetDefaultMemPool` for a host location): one,
+/// made at its first request (the simulated host has one NUMA node).
+pub fn host_default_pool() -> usize {
+    static HOST_POOL: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let mut state = state::lock();
+    match HOST_POOL.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => {
+            let handle = state::new_handle();
+            let mut pool = Pool::new(0, true, 0);
+            pool.host = true;
+            state.pools.insert(handle, pool);
+            HOST_POOL.store(handle, std::sync::atomic::Ordering::Relaxed);
+            handle
+        }
+        handle => handle,
     }
 }
 

@@ -108,6 +108,8 @@ typedef CUresult (*fn_cuDevicePrimaryCtxRelease_v2)(CUdevice dev);
 typedef CUresult (*fn_cuCtxCreate_v2)(CUcontext *ctx, unsigned int flags, CUdevice dev);
 typedef CUresult (*fn_cuStreamBeginCapture_v2)(CUstream stream, int mode);
 typedef CUresult (*fn_cuStreamEndCapture)(CUstream stream, void **graph);
+typedef CUresult (*fn_cuMemGetDefaultMemPool)(CUmemoryPool *pool, CUmemLocation *location,
+                                              int type); /* CUDA 13 */
 /* The shim's test helper (not part of CUDA). */
 typedef int (*fn_cuShimStats)(int dev, size_t *in_use, size_t *peak, unsigned long long *live);
 
@@ -147,6 +149,7 @@ extern CUresult cuGetErrorName(CUresult error, const char **name);
 extern CUresult cuCtxDestroy_v2(CUcontext ctx);
 extern CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev);
 extern CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
+extern CUresult cuMemGetDefaultMemPool(CUmemoryPool *pool, CUmemLocation *location, int type);
 extern CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytes) __attribute__((weak));
 extern CUresult cuMemFree(CUdeviceptr_v1 dptr) __attribute__((weak));
 extern CUresult cuMemGetInfo(unsigned int *free_bytes, unsigned int *total_bytes)

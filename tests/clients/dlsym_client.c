@@ -65,6 +65,7 @@ int main(int argc, char **argv) {
     GET(cuCtxDestroy_v2, "cuCtxDestroy_v2");
     GET(cuDevicePrimaryCtxReset_v2, "cuDevicePrimaryCtxReset_v2");
     GET(cuDevicePrimaryCtxRelease_v2, "cuDevicePrimaryCtxRelease_v2");
+    GET(cuMemGetDefaultMemPool, "cuMemGetDefaultMemPool");
 #undef GET
     d.sym = sym;
     return run_ops(&d, argc - 1, argv + 1);

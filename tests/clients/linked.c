@@ -44,6 +44,7 @@ int main(int argc, char **argv) {
         .cuCtxDestroy_v2 = cuCtxDestroy_v2,
         .cuDevicePrimaryCtxReset_v2 = cuDevicePrimaryCtxReset_v2,
         .cuDevicePrimaryCtxRelease_v2 = cuDevicePrimaryCtxRelease_v2,
+        .cuMemGetDefaultMemPool = cuMemGetDefaultMemPool,
         .sym = sym,
     };
     return run_ops(&d, argc - 1, argv + 1);

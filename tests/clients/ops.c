@@ -845,6 +845,8 @@ static int run_op(const struct drv *d, const char *word) {
      *   defpoolon:DEV:SIZE:STREAM  from device DEV's default pool, on stream slot STREAM
      *                              (or "n": the NULL stream)
      *   hostpool:SIZE              from a pool on host NUMA node 0, on the NULL stream
+     *   locpool:TYPE:ID:SIZE       from CUDA 13's cuMemGetDefaultMemPool of location TYPE
+     *                              (CUmemLocationType) ID, pinned, on the NULL stream
      *   ctxcreate                  cuCtxCreate_v2 on the current device (made current)
      *   ctxdestroy:SLOT            cuCtxDestroy_v2 of a created context
      *   ctxreset:DEV / ctxrelease:DEV  cuDevicePrimaryCtxReset_v2 / _Release_v2
@@ -896,6 +898,21 @@ static int run_op(const struct drv *d, const char *word) {
         if (rc)
             dp = 0;
         print_alloc(op, a, rc, push(&ptrs, dp, a, rc == 0), dp);
+    } else if (!strcmp(op, "locpool")) {
+        CUdeviceptr dp = 0;
+        CUmemoryPool pool = NULL;
+        CUmemLocation loc;
+        NARGS(3);
+        if (parse_num(f[1], &a) || parse_num(f[2], &b) || parse_size(f[3], &c))
+            return -1;
+        loc.type = (int)a;
+        loc.id = (int)b;
+        rc = CALL(d, cuMemGetDefaultMemPool, &pool, &loc, CU_MEM_ALLOCATION_TYPE_PINNED);
+        if (!rc)
+            rc = CALL(d, cuMemAllocFromPoolAsync, &dp, c, pool, NULL);
+        if (rc)
+            dp = 0;
+        print_alloc(op, c, rc, push(&ptrs, dp, c, rc == 0), dp);
     } else if (!strcmp(op, "ctxcreate")) {
         CUcontext ctx = NULL;
         CUdevice dev = 0;

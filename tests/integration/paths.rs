@@ -152,8 +152,8 @@ fn runtime_lookups_all_resolve() {
         let out = run(client, "init", &[LIMIT]);
         out.check_exit(0);
         let lookups = out.lookups();
-        // 29, and 3 for placement and contexts (issue 10)
-        assert_eq!(lookups.len(), 29 + 3, "{out}");
+        // 29, and 4 for placement and contexts (issue 10)
+        assert_eq!(lookups.len(), 29 + 4, "{out}");
         for l in lookups {
             for (key, want) in [("rc", 0), ("status", 0), ("flags", flags)] {
                 assert_eq!(l.num(key), Some(want), "{}: {key}\n{out}", l.raw);

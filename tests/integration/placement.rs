@@ -65,6 +65,23 @@ fn a_thread_without_a_context_gets_the_drivers_answer_and_gpu1_is_charged() {
     }
 }
 
+/// CUDA 13's pools by location: a device's is charged there, the host's is not.
+#[test]
+fn cuda13_default_pools_by_location() {
+    for client in Client::ALL {
+        let out = run(
+            client,
+            "init locpool:1:1:768M alloc:768M locpool:3:0:768M locpool:2:0:768M \
+             locpool:1:1:768M info shimstats:1",
+            &TWO_GPUS,
+        );
+        out.check_exit(0);
+        out.check_rcs(&[0, 0, 0, 0, 0, OUT_OF_MEMORY, 0, 0]);
+        out.check(6, "info", &[("free", 256 * MIB)]);
+        out.check(7, "shimstats", &[("in_use", 768 * MIB), ("live", 1)]);
+    }
+}
+
 #[test]
 fn host_pools_are_not_charged() {
     for client in Client::ALL {
