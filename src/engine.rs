@@ -113,6 +113,8 @@ pub struct Engine {
     /// Each device's primary context, as `cuDevicePrimaryCtxRetain` returned it (0: none
     /// seen), for crediting its charges at a reset or its last release.
     primary: [AtomicUsize; MAX_DEVICES],
+    /// `cuCtxAttach`'s extra references per context (deprecated API, rarely used).
+    attached: SpinLock<HashMap<usize, u32>>,
     /// `CUQUOTA_TRACE` is set (read on every event, so a plain bool).
     tracing: bool,
 }
@@ -126,6 +128,7 @@ impl Engine {
             pools: SpinLock::new(HashMap::new()),
             contexts: Contexts::new(),
             primary: [const { AtomicUsize::new(0) }; MAX_DEVICES],
+            attached: SpinLock::new(HashMap::new()),
             tracing: config.as_ref().is_ok_and(|c| c.trace.is_some()),
             config,
         }
@@ -257,6 +260,27 @@ impl Engine {
             self.credit_context(api, device, slot);
             self.contexts.remove(slot);
         }
+    }
+
+    /// `cuCtxAttach` added a reference to `context`: one more `cuCtxDetach` before it goes.
+    pub fn context_attached(&self, context: usize) {
+        *self.attached.lock().entry(context).or_insert(0) += 1;
+    }
+
+    /// `cuCtxDetach` succeeded: it destroyed the context unless an attach's reference was
+    /// left.
+    pub fn context_detached(&self, api: &'static str, context: usize) {
+        {
+            let mut attached = self.attached.lock();
+            if let Some(n) = attached.get_mut(&context) {
+                *n -= 1;
+                if *n == 0 {
+                    attached.remove(&context);
+                }
+                return;
+            }
+        }
+        self.context_destroyed(api, context);
     }
 
     /// Credits every charge, of every kind, that context `slot` (on `device`) owns, and
@@ -553,6 +577,8 @@ impl Engine {
         unsafe { self.pools.reset_in_child(HashMap::new()) };
         // SAFETY: as above.
         unsafe { self.contexts.reset_in_child() };
+        // SAFETY: as above.
+        unsafe { self.attached.reset_in_child(HashMap::new()) };
         for p in &self.primary {
             p.store(0, Relaxed);
         }

@@ -58,6 +58,7 @@ pub static CUDA_HOOKS: Hooks = hooks!(LIBCUDA in crate::real_driver:
     cuCtxDestroy_v2,
     cuCtxDestroy,
     cuCtxDetach,
+    cuCtxAttach,
     cuDevicePrimaryCtxRetain,
     cuDevicePrimaryCtxRelease_v2,
     cuDevicePrimaryCtxRelease,
@@ -582,11 +583,30 @@ pub unsafe extern "C" fn cuCtxDestroy(ctx: CuContext) -> CuResult {
 }
 
 /// Deprecated, still exported (PyCUDA): destroys the context when its usage count drops to
-/// 0. cuquota does not count `cuCtxAttach`'s extra references: it credits at every
-/// successful detach.
+/// 0; `cuCtxAttach`'s references are counted so that only that detach credits.
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxDetach(ctx: CuContext) -> CuResult {
-    context_destroyed(&real::cuCtxDetach, ctx)
+    watched(
+        &real::cuCtxDetach,
+        // SAFETY: the caller's argument, passed on.
+        |f| unsafe { f(ctx) },
+        |e| e.context_detached(real::cuCtxDetach.name(), ctx as usize),
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxAttach(ctx: *mut CuContext, flags: c_uint) -> CuResult {
+    watched(
+        &real::cuCtxAttach,
+        // SAFETY: the caller's arguments, passed on.
+        |f| unsafe { f(ctx, flags) },
+        |e| {
+            // SAFETY: `ctx` is the caller's out-pointer, null or valid.
+            if let Some(c) = unsafe { Out::new(ctx) } {
+                e.context_attached(c.get() as usize);
+            }
+        },
+    )
 }
 
 #[no_mangle]

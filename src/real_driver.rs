@@ -63,6 +63,7 @@ library! {
     cuCtxDestroy_v2: "cuCtxDestroy" @ 4000, Plain: fn(CuContext) -> CuResult;
     cuCtxDestroy: "cuCtxDestroy" @ 2000, Plain: fn(CuContext) -> CuResult;
     cuCtxDetach: "cuCtxDetach" @ 2000, Plain: fn(CuContext) -> CuResult;
+    cuCtxAttach: "cuCtxAttach" @ 2000, Plain: fn(*mut CuContext, c_uint) -> CuResult;
     cuDevicePrimaryCtxRetain: "cuDevicePrimaryCtxRetain" @ 7000, Plain:
         fn(*mut CuContext, CuDevice) -> CuResult;
     cuDevicePrimaryCtxRelease_v2: "cuDevicePrimaryCtxRelease" @ 11000, Plain:

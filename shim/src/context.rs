@@ -23,6 +23,9 @@ pub struct Context {
     pub flags: u32,
     pub id: u64,
     pub primary: bool,
+    /// `cuCtxAttach`'s extra references (deprecated API): `cuCtxDetach` destroys the
+    /// context when none is left.
+    pub attached: u32,
 }
 
 /// A thread's current-context stack: handles (and their devices), the top is the current
@@ -127,6 +130,7 @@ fn add_context(state: &mut State, device: usize, flags: u32, primary: bool) -> u
             flags,
             id,
             primary,
+            attached: 0,
         },
     );
     handle
@@ -160,6 +164,40 @@ pub fn destroy(handle: usize) -> Result<(), CUresult> {
         pop_handle();
     }
     Ok(())
+}
+
+/// `cuCtxAttach` (deprecated): one more reference to the current created context.
+pub fn attach(flags: u32) -> Result<usize, CUresult> {
+    if flags != 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let mut state = state::lock();
+    let handle = current(&state)?.0;
+    match state.contexts.get_mut(&handle) {
+        Some(c) if !c.primary => c.attached += 1,
+        _ => return Err(CUDA_ERROR_INVALID_CONTEXT),
+    }
+    Ok(handle)
+}
+
+/// `cuCtxDetach` (deprecated): drops a reference of a created context current to this
+/// thread; the last one destroys it (as `cuCtxDestroy`).
+pub fn detach(handle: usize) -> Result<(), CUresult> {
+    {
+        let mut state = state::lock();
+        if current_handle() != Some(handle) {
+            return Err(CUDA_ERROR_INVALID_CONTEXT);
+        }
+        match state.contexts.get_mut(&handle) {
+            Some(c) if !c.primary && c.attached > 0 => {
+                c.attached -= 1;
+                return Ok(());
+            }
+            Some(c) if !c.primary => {}
+            _ => return Err(CUDA_ERROR_INVALID_CONTEXT),
+        }
+    }
+    destroy(handle)
 }
 
 pub fn push(handle: usize) -> Result<(), CUresult> {

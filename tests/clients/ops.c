@@ -850,7 +850,10 @@ static int run_op(const struct drv *d, const char *word) {
      *   ctxcreate                  cuCtxCreate_v2 on the current device (made current)
      *   ctxdestroy:SLOT            cuCtxDestroy_v2 of a created context
      *   ctxreset:DEV / ctxrelease:DEV  cuDevicePrimaryCtxReset_v2 / _Release_v2
-     *   capture:STREAM / endcapture:STREAM  cuStreamBeginCapture_v2 / cuStreamEndCapture */
+     *   capture:STREAM / endcapture:STREAM  cuStreamBeginCapture_v2 / cuStreamEndCapture
+     *   retain:DEV                 cuDevicePrimaryCtxRetain (one more reference)
+     *   ctxattach / ctxdetach:SLOT cuCtxAttach of the current context / cuCtxDetach of a
+     *                              created one (deprecated; dlsym on the driver's handle) */
     } else if (!strcmp(op, "asyncon") || !strcmp(op, "defpoolon") || !strcmp(op, "hostpool")) {
         CUdeviceptr dp = 0;
         CUstream st = NULL;
@@ -913,6 +916,37 @@ static int run_op(const struct drv *d, const char *word) {
         if (rc)
             dp = 0;
         print_alloc(op, c, rc, push(&ptrs, dp, c, rc == 0), dp);
+    } else if (!strcmp(op, "retain")) {
+        CUcontext ctx = NULL;
+        CUdevice dev = 0;
+        NARGS(1);
+        if (parse_num(f[1], &a) || a >= MAX_DEVICES)
+            return -1;
+        rc = CALL(d, cuDeviceGet, &dev, (int)a);
+        if (!rc)
+            rc = CALL(d, cuDevicePrimaryCtxRetain, &ctx, dev);
+        out("retain %llu rc=%d", a, rc);
+    } else if (!strcmp(op, "ctxattach") || !strcmp(op, "ctxdetach")) {
+        typedef CUresult (*fn_attach)(CUcontext *, unsigned int);
+        typedef CUresult (*fn_detach)(CUcontext);
+        if (!strcmp(op, "ctxattach")) {
+            fn_attach attach;
+            CUcontext ctx = NULL;
+            NARGS(0);
+            *(void **)&attach = raw_sym(d, "cuCtxAttach");
+            rc = attach ? attach(&ctx, 0) : CUDA_ERROR_NOT_FOUND;
+            out("ctxattach rc=%d", rc);
+        } else {
+            fn_detach detach;
+            struct slot *s;
+            NARGS(1);
+            s = get_slot(&contexts, f[1]);
+            if (!s)
+                return -1;
+            *(void **)&detach = raw_sym(d, "cuCtxDetach");
+            rc = detach ? detach((CUcontext)(size_t)s->value) : CUDA_ERROR_NOT_FOUND;
+            out("ctxdetach %s rc=%d", f[1], rc);
+        }
     } else if (!strcmp(op, "ctxcreate")) {
         CUcontext ctx = NULL;
         CUdevice dev = 0;

@@ -134,6 +134,38 @@ fn resetting_or_releasing_the_primary_context_credits_what_it_held() {
     }
 }
 
+/// Only the release of the last reference frees a primary context's memory.
+#[test]
+fn a_release_that_leaves_a_reference_credits_nothing() {
+    for client in Client::ALL {
+        let out = run(
+            client,
+            "init retain:0 alloc:512M ctxrelease:0 alloc:768M ctxrelease:0 alloc:768M \
+             shimstats:0",
+            &TWO_GPUS,
+        );
+        out.check_exit(0);
+        out.check_rcs(&[0, 0, 0, 0, OUT_OF_MEMORY, 0, 0, 0]);
+        out.check(7, "shimstats", &[("in_use", 768 * MIB), ("live", 1)]);
+    }
+}
+
+/// The deprecated cuCtxDetach destroys a created context at its last reference (PyCUDA).
+#[test]
+fn the_last_detach_credits_the_context() {
+    for client in Client::ALL {
+        let out = run(
+            client,
+            "init ctxcreate ctxattach alloc:768M ctxdetach:0 alloc:512M ctxdetach:0 \
+             alloc:1G shimstats:0",
+            &TWO_GPUS,
+        );
+        out.check_exit(0);
+        out.check_rcs(&[0, 0, 0, 0, 0, OUT_OF_MEMORY, 0, 0, 0]);
+        out.check(8, "shimstats", &[("in_use", GIB), ("live", 1)]);
+    }
+}
+
 /// Another context's memory stays charged when one is destroyed.
 #[test]
 fn a_context_takes_only_its_own_allocations() {
