@@ -310,6 +310,9 @@ impl Process {
             _ => return, // a line type from a newer cuquota
         }
         self.events += 1;
+        if kind == kind::CONTEXT {
+            self.context_freed(e);
+        }
         let api = self.api(&e.api);
         self.api_counts[api as usize] += 1;
         let ok = e.result.is_empty() || e.result == "CUDA_SUCCESS";
@@ -390,14 +393,26 @@ impl Process {
                 }
             }
             kind::MEMINFO => r.meminfo_calls += 1,
-            kind::CONTEXT => {
-                // Freed with their context, perhaps charged on another device (a pool's).
-                let ptrs: std::collections::HashSet<u64> =
-                    e.ptrs.iter().flatten().copied().collect();
-                r.frees += ptrs.len() as u64;
-                self.live.retain(|(_, ptr), _| !ptrs.contains(ptr));
-            }
             _ => {}
+        }
+    }
+
+    /// A context's allocations, freed with it: each is a free on the device it was charged
+    /// to (a pool's may be another one than the context's).
+    fn context_freed(&mut self, e: &EventLine) {
+        let ptrs: std::collections::HashSet<u64> = e.ptrs.iter().flatten().copied().collect();
+        let mut freed_on = Vec::new();
+        self.live.retain(|&(dev, ptr), _| {
+            let freed = ptrs.contains(&ptr);
+            if freed {
+                freed_on.push(dev);
+            }
+            !freed
+        });
+        for dev in freed_on {
+            if let Some(d) = self.devices.get_mut(&dev) {
+                d.report.frees += 1;
+            }
         }
     }
 
