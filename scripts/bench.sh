@@ -395,11 +395,12 @@ else
             "(calling thread; system calls not counted)" ""
     fi
     if [ -n "$w" ]; then row "trace writer thread" "$(calc "$w / 2" 0)" instr/event "" "" ""; fi
-    # The stream-ordered pair over its own raw run (its stream → device lookup included).
+    # The stream-ordered pair (cuMemAllocAsync + cuMemFreeAsync, NULL stream) over its own
+    # raw run (its stream → device lookup included).
     raw_drv=$(cg_per rawasync drv) raw_ld=$(cg_per rawasync ld)
     async=$(cg_interposer quotaasync)
     if [ -n "$async" ]; then
-        row "interposer instructions/pair, cuMemAllocAsync + cuMemFreeAsync" "$async" \
+        row "interposer instructions/pair, async pair" "$async" \
             instr/pair "" "(callgrind; $(cg_per quotaasync lib) in libcuquota.so itself)" ""
     fi
 fi
