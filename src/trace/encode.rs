@@ -599,12 +599,18 @@ impl Tally {
         if let EventKind::Context { ptrs } = &ev.kind {
             // Freed with their context, on whichever device each was charged (a pool's
             // may be on another one).
+            // The line's in_use is of the context's device; another one's drops by what
+            // was freed there.
+            let own = schema_ordinal(ev.device);
             for d in &mut self.devices {
                 for ptr in ptrs.iter() {
                     if let Some(old) = d.live.remove(ptr) {
                         d.summary.frees += 1;
                         d.summary.live = d.summary.live.wrapping_sub(1);
                         d.summary.live_bytes = d.summary.live_bytes.wrapping_sub(old);
+                        if d.summary.dev != own {
+                            d.summary.in_use = d.summary.in_use.saturating_sub(old);
+                        }
                     }
                 }
             }
@@ -1190,7 +1196,11 @@ mod tests {
     /// A context event frees what its context held.
     #[test]
     fn the_tally_peak_is_of_held_bytes_and_contexts_free() {
-        let mut t = Tally::new([(1, None)]);
+        let mut t = Tally::new([(1, None), (2, None)]);
+        // GPU 2's pool allocation, owned by GPU 1's context
+        let mut pooled = stamped(EventKind::Alloc, 0xc, 64, 0, 64);
+        pooled.ev.device = 2;
+        t.add(&pooled);
         let mut at =
             |kind, ptr, bytes, result, in_use| t.add(&stamped(kind, ptr, bytes, result, in_use));
         at(EventKind::Alloc, 0xa, 4096, 0, 4096);
@@ -1202,11 +1212,17 @@ mod tests {
             (2 << 30) + 4096,
         );
         at(EventKind::Alloc, 0xb, 10, 0, 4106);
-        let ptrs = vec![0xa, 0xb].into_boxed_slice();
-        at(EventKind::Context { ptrs }, 0, 4106, 0, 0);
-        let d1 = &t.summary(9, "exit", 0).devices[0];
+        let ptrs = vec![0xa, 0xb, 0xc].into_boxed_slice();
+        at(EventKind::Context { ptrs }, 0, 4170, 0, 0);
+        let s = t.summary(9, "exit", 0);
+        let (d1, d2) = (&s.devices[0], &s.devices[1]);
         assert_eq!((d1.peak, d1.in_use), (4106, 0));
         assert_eq!((d1.live, d1.live_bytes, d1.frees), (0, 0, 2));
+        assert_eq!(
+            (d2.in_use, d2.live, d2.frees),
+            (0, 0, 1),
+            "freed on its own device"
+        );
     }
 
     #[test]

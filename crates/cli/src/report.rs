@@ -398,20 +398,30 @@ impl Process {
     }
 
     /// A context's allocations, freed with it: each is a free on the device it was charged
-    /// to (a pool's may be another one than the context's).
+    /// to (a pool's may be another one than the context's, whose in-use the line's figure,
+    /// of the context's device, does not say: it drops by what was freed there).
     fn context_freed(&mut self, e: &EventLine) {
         let ptrs: std::collections::HashSet<u64> = e.ptrs.iter().flatten().copied().collect();
         let mut freed_on = Vec::new();
-        self.live.retain(|&(dev, ptr), _| {
+        self.live.retain(|&(dev, ptr), live| {
             let freed = ptrs.contains(&ptr);
             if freed {
-                freed_on.push(dev);
+                freed_on.push((dev, live.bytes));
             }
             !freed
         });
-        for dev in freed_on {
+        for (dev, bytes) in freed_on {
             if let Some(d) = self.devices.get_mut(&dev) {
                 d.report.frees += 1;
+                if dev != e.dev {
+                    let r = &mut d.report;
+                    r.in_use_at_end = r.in_use_at_end.saturating_sub(bytes);
+                    let t = e.t_ns;
+                    let in_use = r.in_use_at_end;
+                    if let Some(timeline) = d.timeline.as_mut() {
+                        timeline.add(t, in_use);
+                    }
+                }
             }
         }
     }
