@@ -3,8 +3,8 @@
 //!
 //! A context owns the memory allocated in it (stream-ordered memory: in its stream's
 //! context). Like the real driver, `cuCtxDestroy`, `cuDevicePrimaryCtxReset` and the
-//! `cuDevicePrimaryCtxRelease` that drops the last reference free all of it (and a
-//! destroyed context's streams). A primary context keeps its handle after a reset or its
+//! `cuDevicePrimaryCtxRelease` that drops the last reference free all of it, and its
+//! streams. A primary context keeps its handle after a reset or its
 //! last release; its next use finds it fresh, as the driver reinitialises it.
 
 use std::cell::RefCell;
@@ -260,9 +260,13 @@ pub fn primary_release(device: CUdevice) -> Result<(), CUresult> {
             return Err(CUDA_ERROR_INVALID_CONTEXT);
         }
         dev.primary_refs -= 1;
-        (dev.primary_refs == 0)
+        let gone = (dev.primary_refs == 0)
             .then_some(dev.primary_context)
-            .flatten()
+            .flatten();
+        if let Some(handle) = gone {
+            crate::streams::destroy_of_context(&mut state, handle);
+        }
+        gone
     };
     if let Some(handle) = gone {
         crate::memory::free_owned_by(handle);
@@ -276,7 +280,11 @@ pub fn primary_reset(device: CUdevice) -> Result<(), CUresult> {
         let mut state = state::lock();
         let dev = state.device_mut(device)?;
         dev.primary_refs = 0;
-        dev.primary_context
+        let handle = dev.primary_context;
+        if let Some(handle) = handle {
+            crate::streams::destroy_of_context(&mut state, handle);
+        }
+        handle
     };
     if let Some(handle) = handle {
         crate::memory::free_owned_by(handle);
