@@ -12,6 +12,8 @@
  *                                           and oldest-first (each free timed alone)
  *   alloc_bench threads LOOKUP T PAIRS      T threads, PAIRS pairs each: pairs/s in total
  *                                           and wall ns per pair (wall / all pairs)
+ *   alloc_bench asyncpair LOOKUP PAIRS   ns per cuMemAllocAsync + cuMemFreeAsync pair on the
+ *                                           NULL stream (the stream → device lookup)
  *   alloc_bench dlsym-other CALLS           ns per dlsym of "strlen" via RTLD_DEFAULT and
  *                                           via libc's handle (no CUDA involved)
  */
@@ -34,6 +36,8 @@
 static fn_cuMemAlloc_v2 mem_alloc;
 static fn_cuMemFree_v2 mem_free;
 static fn_cuCtxSetCurrent ctx_set_current;
+static fn_cuMemAllocAsync mem_alloc_async; /* asyncpair */
+static fn_cuMemFreeAsync mem_free_async;
 static CUcontext ctx;
 #ifdef LINKED
 static int linked;
@@ -85,6 +89,8 @@ static void setup(const char *lookup) {
         ctx_set_current = cuCtxSetCurrent;
         mem_alloc = cuMemAlloc_v2;
         mem_free = cuMemFree_v2;
+        mem_alloc_async = cuMemAllocAsync;
+        mem_free_async = cuMemFreeAsync;
 #else
         fprintf(stderr, "alloc_bench: built without -DLINKED\n");
         exit(2);
@@ -102,6 +108,8 @@ static void setup(const char *lookup) {
             *(void **)&ctx_set_current = dlsym(h, "cuCtxSetCurrent");
             *(void **)&mem_alloc = dlsym(h, "cuMemAlloc_v2");
             *(void **)&mem_free = dlsym(h, "cuMemFree_v2");
+            *(void **)&mem_alloc_async = dlsym(h, "cuMemAllocAsync");
+            *(void **)&mem_free_async = dlsym(h, "cuMemFreeAsync");
         } else if (!strcmp(lookup, "getproc")) {
             /* As libcudart does: dlsym only cuGetProcAddress_v2, use it once to get
              * cuGetProcAddress itself, and look everything up through that. */
@@ -116,6 +124,8 @@ static void setup(const char *lookup) {
             *(void **)&ctx_set_current = by_proc("cuCtxSetCurrent", 4000);
             *(void **)&mem_alloc = by_proc("cuMemAlloc", 3020);
             *(void **)&mem_free = by_proc("cuMemFree", 3020);
+            *(void **)&mem_alloc_async = by_proc("cuMemAllocAsync", 11020);
+            *(void **)&mem_free_async = by_proc("cuMemFreeAsync", 11020);
         } else {
             fprintf(stderr, "alloc_bench: unknown lookup %s\n", lookup);
             exit(2);
@@ -142,6 +152,26 @@ static int bench_pair(long n) {
     pairs(n / 10 + 100); /* warm-up: caches, lazy binding, the trace's start */
     uint64_t t0 = now_ns();
     pairs(n);
+    uint64_t t1 = now_ns();
+    printf("pair_ns %.1f\n", (double)(t1 - t0) / (double)n);
+    return 0;
+}
+
+static void async_pairs(long n) {
+    CUdeviceptr p;
+    CUresult rc;
+    for (long i = 0; i < n; i++) {
+        if ((rc = mem_alloc_async(&p, BYTES, NULL))) die("cuMemAllocAsync", rc);
+        if ((rc = mem_free_async(p, NULL))) die("cuMemFreeAsync", rc);
+    }
+}
+
+/* Like bench_pair (the same warm-up, so bench.sh's callgrind arithmetic holds). */
+static int bench_async_pair(long n) {
+    if (!mem_alloc_async || !mem_free_async) die("dlsym cuMemAllocAsync", 0);
+    async_pairs(n / 10 + 100);
+    uint64_t t0 = now_ns();
+    async_pairs(n);
     uint64_t t1 = now_ns();
     printf("pair_ns %.1f\n", (double)(t1 - t0) / (double)n);
     return 0;
@@ -261,6 +291,7 @@ int main(int argc, char **argv) {
     }
     setup(argv[2]);
     if (!strcmp(argv[1], "pair")) return bench_pair(atol(argv[3]));
+    if (!strcmp(argv[1], "asyncpair")) return bench_async_pair(atol(argv[3]));
     if (!strcmp(argv[1], "live") && argc >= 5) return bench_live(atol(argv[3]), atol(argv[4]));
     if (!strcmp(argv[1], "threads") && argc >= 5)
         return bench_threads(atoi(argv[3]), atol(argv[4]));

@@ -160,12 +160,13 @@ t_micro=$(date +%s%N)
 # calling thread: V[NAME.N.lib] libcuquota.so, .drv the shim, .ld the dynamic
 # loader (TLS lookups); .w everything on the trace writer thread. libc is left out: the
 # shim's malloc takes a different path depending on heap layout (± 250 per pair).
+# CG_MODE (default pair): the alloc_bench case, e.g. asyncpair for the stream-ordered pair.
 cg_count() {
     local name=$1 n=$2 f
     shift 2
     f=$tmp/cg.$name.$n
     env "$@" valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file="$f" \
-        "$out/alloc_bench" pair dlsym "$n" >/dev/null 2>&1 || return 0
+        "$out/alloc_bench" "${CG_MODE:-pair}" dlsym "$n" >/dev/null 2>&1 || return 0
     if [ -f "$f-01" ]; then
         awk -f bench/cg_objects.awk "$f-01" >"$f.objects"
         add "cg.$name.$n.lib" "$(awk '/libcuquota\.so/ {s += $1} END {print s + 0}' "$f.objects")"
@@ -183,6 +184,9 @@ if command -v valgrind >/dev/null; then
         cg_count quota $n "${QUOTA[@]}"
         cg_count trace $n "${QUOTA[@]}" CUQUOTA_TRACE="$tmp/cg-trace.jsonl"
         rm -f "$tmp/cg-trace.jsonl"*
+        # the stream-ordered pair (cuMemAllocAsync + cuMemFreeAsync, NULL stream)
+        CG_MODE=asyncpair cg_count rawasync $n "${RAW[@]}"
+        CG_MODE=asyncpair cg_count quotaasync $n "${QUOTA[@]}"
     done
 else
     WHY[cg]="valgrind not installed"
@@ -391,6 +395,14 @@ else
             "(calling thread; system calls not counted)" ""
     fi
     if [ -n "$w" ]; then row "trace writer thread" "$(calc "$w / 2" 0)" instr/event "" "" ""; fi
+    # The stream-ordered pair (cuMemAllocAsync + cuMemFreeAsync, NULL stream) over its own
+    # raw run (its stream → device lookup included).
+    raw_drv=$(cg_per rawasync drv) raw_ld=$(cg_per rawasync ld)
+    async=$(cg_interposer quotaasync)
+    if [ -n "$async" ]; then
+        row "interposer instructions/pair, async pair" "$async" \
+            instr/pair "" "(callgrind; $(cg_per quotaasync lib) in libcuquota.so itself)" ""
+    fi
 fi
 
 # report_row CASE NAME: events/s over 10M events, and whether peak memory stayed flat

@@ -20,6 +20,9 @@
 #                     creation matches the memory requirements of a deferred-mapping array of
 #                     the same shape (how cuquota learns an array's size), and under cuquota
 #                     the trace charges each array exactly that
+#   ctx-reset         the driver API through ctypes: 512 MiB cuMemAlloc + 512 MiB cuMemAllocAsync
+#                     (default pool), then cuDevicePrimaryCtxReset: the driver's own free memory
+#                     comes back, pool allocations included, cuquota credits both, one trace event
 #   overhead          10,000 cudaMalloc/cudaFree pairs of 1 MiB (cupy.cuda.runtime) with and
 #                     without cuquota; the ratio must stay under 1.5
 #   vmm               ctypes on libcuda: without cuquota, memory made by cuMemCreate is freed
@@ -56,10 +59,10 @@ BUDGET=290
 MIN_CHECK=20
 declare -A LIMIT=(
   [torch-default]=90 [torch-expandable]=90 [torch-async]=90 [jax]=120
-  [cupy-default]=60 [cupy-async]=60 [bfc-growth]=60 [arrays]=60 [overhead]=120
+  [cupy-default]=60 [cupy-async]=60 [bfc-growth]=60 [arrays]=60 [ctx-reset]=40 [overhead]=120
   [vmm]=40
 )
-read -r -a checks <<<"${CHECKS:-torch-default torch-expandable torch-async jax cupy-default cupy-async bfc-growth arrays overhead vmm}"
+read -r -a checks <<<"${CHECKS:-torch-default torch-expandable torch-async jax cupy-default cupy-async bfc-growth arrays ctx-reset overhead vmm}"
 
 py=python3
 work=$PWD/target/gpu-check

@@ -324,9 +324,47 @@ def child_vmm(quota):
             d.unmap(va, SEGMENT)
             d.address_free(va, SEGMENT)
     result(fit=fit, mapped=len(mapped), refused=refused, again=again)
+def child_ctx_reset():
+    """The driver API through ctypes (as dlsym on libcuda.so.1, which cuquota hooks): a
+    plain and a stream-ordered (default pool) allocation of 512 MiB each, then
+    cuDevicePrimaryCtxReset; cuMemGetInfo before, while held, and after (the trace's meminfo
+    events keep the real figures next to the ones told)."""
+    import ctypes
+
+    cu = ctypes.CDLL("libcuda.so.1")
+    size_t, ptr = ctypes.c_size_t, ctypes.c_void_p
+
+    def call(name, *args):
+        rc = getattr(cu, name)(*args)
+        if rc != 0:
+            raise RuntimeError(f"{name} returned {rc}")
+
+    def info():
+        free, total = size_t(0), size_t(0)
+        call("cuMemGetInfo_v2", ctypes.byref(free), ctypes.byref(total))
+        return free.value
+
+    def make_current():
+        ctx = ptr()
+        call("cuDevicePrimaryCtxRetain", ctypes.byref(ctx), ctypes.c_int(0))
+        call("cuCtxSetCurrent", ctx)
+
+    call("cuInit", ctypes.c_uint(0))
+    make_current()
+    free0 = info()
+    plain, pooled = ctypes.c_uint64(0), ctypes.c_uint64(0)
+    call("cuMemAlloc_v2", ctypes.byref(plain), size_t(512 * MIB))
+    call("cuMemAllocAsync", ctypes.byref(pooled), size_t(512 * MIB), ptr(0))
+    call("cuStreamSynchronize", ptr(0))
+    free_held = info()
+    call("cuDevicePrimaryCtxReset_v2", ctypes.c_int(0))
+    make_current()
+    free_after = info()
+    result(free0=free0, free_held=free_held, free_after=free_after)
 
 
 CHILDREN = {
+    "ctx-reset": lambda a: child_ctx_reset(),
     "torch": lambda a: child_torch(a.quota),
     "jax": lambda a: child_jax(a.quota),
     "cupy-default": lambda a: child_cupy(a.quota, "default"),
@@ -718,10 +756,44 @@ def vmm_check(args):
     expect(problems, h["mapped"] == h["fit"], f"{h['mapped']} of {h['fit']} samples-pattern creations fit")
     expect(problems, h["refused"] == 2, f"{h['refused']} refusals, not 2")
     expect(problems, h["again"] == h["fit"], f"after the unmaps only {h['again']} fit again")
+def ctx_reset_check(args):
+    """cuDevicePrimaryCtxReset frees every allocation of the context, the stream-ordered
+    pool's included (issue 10: cuquota credits both at the reset; this checks that reading
+    against the driver's own free memory)."""
+    child = python_child(args, "ctx-reset")
+    if child is None:
+        return {}, []
+    problems = []
+    if not check_child_ran(child, problems):
+        return {}, problems
+    meminfo = child.kinds("meminfo")
+    contexts = child.kinds("context")
+    numbers = {
+        "told_free_before": child.result["free0"],
+        "told_free_held": child.result["free_held"],
+        "told_free_after": child.result["free_after"],
+        "context_events": len(contexts),
+    }
+    expect(problems, len(meminfo) == 3, f"{len(meminfo)} meminfo events, expected 3")
+    if len(meminfo) == 3:
+        real = [e["real_free"] for e in meminfo]
+        numbers.update(real_free_before=real[0], real_free_held=real[1], real_free_after=real[2])
+        # Held: at least the 1 GiB asked (the pool may reserve more); after: all of it back,
+        # give or take the context's own bookkeeping.
+        expect(problems, real[0] - real[1] >= GIB, f"the driver's free fell by {real[0] - real[1]} < 1 GiB")
+        expect(problems, real[2] >= real[0] - 64 * MIB, f"the reset gave back {real[2] - real[1]} of {real[0] - real[1]}: pool memory outlived it")
+    expect(problems, child.result["free_held"] == child.result["free0"] - GIB, "cuquota did not charge 1 GiB")
+    expect(problems, child.result["free_after"] == child.result["free0"], "cuquota did not credit the reset")
+    expect(problems, len(contexts) == 1, f"{len(contexts)} context events, expected 1")
+    if contexts:
+        c = contexts[0]
+        numbers.update(context_count=c.get("count"), context_bytes=c.get("bytes"))
+        expect(problems, (c.get("count"), c.get("bytes")) == (2, GIB), f"context event {c}")
     return numbers, problems
 
 
 CHECKS = {
+    "ctx-reset": ctx_reset_check,
     "torch-default": lambda a: torch_check(a, None, "torch-default"),
     "torch-expandable": lambda a: torch_check(a, "expandable_segments:True", "torch-expandable"),
     "torch-async": lambda a: torch_check(a, "backend:cudaMallocAsync", "torch-async"),

@@ -7,6 +7,7 @@
 
 use crate::array_shape::ArrayShape;
 use crate::config::{Config, ConfigError, Limits, Mode, MAX_DEVICES};
+use crate::contexts::{Contexts, Slot, NO_CONTEXT};
 use crate::cuda_abi::CuResult;
 use crate::episodes;
 use crate::ledger::{Charge, Ledger};
@@ -17,11 +18,18 @@ use crate::trace::{self, Event};
 use crate::vmm::VmmBooks;
 use cuquota_format::units::Size;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 /// What the engine asks the driver besides the call being hooked.
 pub trait Queries: Sync + Send {
     /// The device of the calling thread's current context.
     fn current_device(&self) -> Result<u32, CuResult>;
+    /// The calling thread's current context (0: none, or the driver could not say).
+    fn current_context(&self) -> usize;
+    /// The device of a context.
+    fn context_device(&self, context: usize) -> Result<u32, CuResult>;
+    /// The context of a stream (not one of the default streams).
+    fn stream_context(&self, stream: usize) -> Result<usize, CuResult>;
     /// A device's real total memory.
     fn total_memory(&self, device: u32) -> Result<u64, CuResult>;
     /// The real (free, total) of the current context's device.
@@ -52,19 +60,40 @@ impl Kind {
     pub const ALL: [Kind; 3] = [Kind::Pointer, Kind::Handle, Kind::Array];
 }
 
-/// Where an allocation lands.
+/// Where an allocation lands, and which context owns it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Place {
-    /// The current context's device.
+    /// The current context's device, owned by that context.
     Current,
-    /// A known device (`cuMemCreate` properties, a pool's location).
+    /// The device of a stream's context, owned by it (the legacy and per-thread default
+    /// streams mean the current context).
+    Stream(usize),
+    /// A known device (`cuMemCreate` properties), owned by no context.
     Device(u32),
-    /// Not device memory (`cuMemCreate` on the host): not charged.
+    /// A pool's device, owned by the context of the stream it was allocated on.
+    Pool { device: u32, stream: usize },
+    /// Not device memory (`cuMemCreate` on the host, a host pool): not charged.
     Uncharged,
 }
 
 /// How many (device, array shape) sizes the engine remembers at most.
 const ARRAY_SIZES_KEPT: usize = 4096;
+
+/// Where a pool's memory lands, from its properties or the query that returned it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PoolPlace {
+    Device(u32),
+    /// Host or host-NUMA memory: not charged.
+    Host,
+    /// A CUDA 13 managed pool: charged as `cuMemAllocManaged` is, to the device of the
+    /// context it is allocated in (here: the stream's).
+    Managed,
+}
+
+/// `CU_STREAM_LEGACY` and `CU_STREAM_PER_THREAD`: with 0, the default streams, which mean
+/// the current context.
+const LEGACY_STREAM: usize = 1;
+const PER_THREAD_STREAM: usize = 2;
 
 /// What a reservation lets an allocation do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,8 +112,16 @@ pub struct Engine {
     quotas: [DeviceQuota; MAX_DEVICES],
     /// One ledger per [`Kind`], indexed by it.
     ledgers: [Ledger; Kind::ALL.len()],
-    /// Pools made with `cuMemPoolCreate` → their device.
-    pools: SpinLock<HashMap<usize, u32>>,
+    /// Pools whose location is known (made by `cuMemPoolCreate`, or returned by a
+    /// default/current pool query) → where their memory lands.
+    pools: SpinLock<HashMap<usize, PoolPlace>>,
+    /// The contexts charges belong to, and their devices.
+    contexts: Contexts,
+    /// Each device's primary context, as `cuDevicePrimaryCtxRetain` returned it (0: none
+    /// seen), for crediting its charges at a reset or its last release.
+    primary: [AtomicUsize; MAX_DEVICES],
+    /// `cuCtxAttach`'s extra references per context (deprecated API, rarely used).
+    attached: SpinLock<HashMap<usize, u32>>,
     /// What the driver gave each array shape on each device (see [`Engine::alloc_array`]).
     array_sizes: SpinLock<HashMap<(u32, ArrayShape), u64>>,
     /// References and mappings of `cuMemCreate` allocations (their charges are in the
@@ -103,6 +140,9 @@ impl Engine {
             pools: SpinLock::new(HashMap::new()),
             array_sizes: SpinLock::new(HashMap::new()),
             vmm: SpinLock::new(VmmBooks::new()),
+            contexts: Contexts::new(),
+            primary: [const { AtomicUsize::new(0) }; MAX_DEVICES],
+            attached: SpinLock::new(HashMap::new()),
             tracing: config.as_ref().is_ok_and(|c| c.trace.is_some()),
             config,
         }
@@ -140,26 +180,140 @@ impl Engine {
         })
     }
 
-    fn resolve_place(&self, place: Place) -> Result<Option<u32>, CuResult> {
+    /// The device an allocation at `place` is charged to and the context that owns it;
+    /// `None` for memory that is not charged.
+    fn resolve_place(&self, place: Place) -> Result<Option<(u32, Slot)>, CuResult> {
         match place {
-            Place::Current => self.queries.current_device().map(Some),
-            Place::Device(d) => Ok(Some(d)),
+            Place::Current => self.current().map(Some),
+            Place::Stream(stream) => self.of_stream(stream).map(Some),
+            Place::Device(d) => Ok(Some((d, NO_CONTEXT))),
+            Place::Pool { device, stream } => {
+                let (_, owner) = self.of_stream(stream)?;
+                Ok(Some((device, owner)))
+            }
             Place::Uncharged => Ok(None),
         }
     }
 
-    /// The device of a pool: the one it was created for, else the current one.
-    pub fn pool_place(&self, pool: usize) -> Place {
+    /// The current context's device and slot: one driver call (`cuCtxGetCurrent`) and a
+    /// scan of the few known contexts; a context seen first costs one more call.
+    #[inline(always)]
+    fn current(&self) -> Result<(u32, Slot), CuResult> {
+        let context = self.queries.current_context();
+        if let Some((slot, device)) = self.contexts.find(context) {
+            return Ok((device, slot));
+        }
+        // A context seen first, or none (then the driver says why: no context).
+        let device = self.queries.current_device()?;
+        Ok((device, self.contexts.add(context, device)))
+    }
+
+    /// A stream's device and the slot of its context.
+    fn of_stream(&self, stream: usize) -> Result<(u32, Slot), CuResult> {
+        if matches!(stream, 0 | LEGACY_STREAM | PER_THREAD_STREAM) {
+            return self.current();
+        }
+        let context = self.queries.stream_context(stream)?;
+        if let Some((slot, device)) = self.contexts.find(context) {
+            return Ok((device, slot));
+        }
+        let device = self.queries.context_device(context)?;
+        Ok((device, self.contexts.add(context, device)))
+    }
+
+    /// Where an allocation from `pool` on `stream` lands: the pool's location when it is
+    /// known, else the stream's device (a pool cuquota never saw made or returned, e.g. an
+    /// imported one: the driver cannot be asked its location).
+    pub fn pool_place(&self, pool: usize, stream: usize) -> Place {
         match self.pools.lock().get(&pool) {
-            Some(d) => Place::Device(*d),
-            None => Place::Current,
+            Some(PoolPlace::Device(device)) => Place::Pool {
+                device: *device,
+                stream,
+            },
+            Some(PoolPlace::Host) => Place::Uncharged,
+            Some(PoolPlace::Managed) | None => Place::Stream(stream),
         }
     }
 
-    /// `cuMemPoolCreate` succeeded: remember where its memory lands.
-    pub fn pool_created(&self, pool: usize, device: Option<u32>) {
-        if let Some(d) = device {
-            self.pools.lock().insert(pool, d);
+    /// A pool was made (`cuMemPoolCreate`) or returned (`cuDeviceGetDefaultMemPool`,
+    /// `cuDeviceGetMemPool`) with this location: remember where its memory lands.
+    pub fn pool_located(&self, pool: usize, place: PoolPlace) {
+        self.pools.lock().insert(pool, place);
+    }
+
+    /// `cuMemPoolDestroy` succeeded: the handle may come back for another pool.
+    pub fn pool_destroyed(&self, pool: usize) {
+        self.pools.lock().remove(&pool);
+    }
+
+    /// `cuDevicePrimaryCtxRetain` returned `context` as `device`'s primary context.
+    pub fn primary_retained(&self, device: u32, context: usize) {
+        if let Some(p) = self.primary.get(device as usize) {
+            p.store(context, Relaxed);
+        }
+        self.contexts.add(context, device);
+    }
+
+    /// `device`'s primary context was reset, or released for the last time: the driver
+    /// freed every allocation of it. The context handle stays (it is reinitialised on
+    /// its next use), so its slot stays too.
+    pub fn primary_gone(&self, api: &'static str, device: u32) {
+        let context = match self.primary.get(device as usize) {
+            Some(p) => p.load(Relaxed),
+            None => return,
+        };
+        if let Some((slot, device)) = self.contexts.find(context) {
+            self.credit_context(api, device, slot);
+        }
+    }
+
+    /// `cuCtxDestroy` / `cuCtxDetach` of `context` succeeded: credit what it held and
+    /// forget it.
+    pub fn context_destroyed(&self, api: &'static str, context: usize) {
+        if let Some((slot, device)) = self.contexts.find(context) {
+            self.credit_context(api, device, slot);
+            self.contexts.remove(slot);
+        }
+    }
+
+    /// `cuCtxAttach` added a reference to `context`: one more `cuCtxDetach` before it goes.
+    pub fn context_attached(&self, context: usize) {
+        *self.attached.lock().entry(context).or_insert(0) += 1;
+    }
+
+    /// `cuCtxDetach` succeeded: it destroyed the context unless an attach's reference was
+    /// left.
+    pub fn context_detached(&self, api: &'static str, context: usize) {
+        {
+            let mut attached = self.attached.lock();
+            if let Some(n) = attached.get_mut(&context) {
+                *n -= 1;
+                if *n == 0 {
+                    attached.remove(&context);
+                }
+                return;
+            }
+        }
+        self.context_destroyed(api, context);
+    }
+
+    /// Credits every charge, of every kind, that context `slot` (on `device`) owns, and
+    /// records one event for it.
+    fn credit_context(&self, api: &'static str, device: u32, slot: Slot) {
+        let (mut keys, mut bytes) = (Vec::new(), 0u64);
+        for ledger in &self.ledgers {
+            for (key, charge) in ledger.remove_context(slot) {
+                if let Some(q) = self.quota(charge.device) {
+                    q.release(charge.bytes);
+                }
+                keys.push(key);
+                bytes = bytes.saturating_add(charge.bytes);
+            }
+        }
+        if !keys.is_empty() {
+            let held = self.quota(device).map_or(0, |q| q.held());
+            let keys = keys.into_boxed_slice();
+            self.emit(Event::context_freed(device, api, bytes, held, keys));
         }
     }
 
@@ -251,13 +405,18 @@ impl Engine {
         call: impl FnOnce() -> (CuResult, u64, u64),
         undo: impl FnOnce(u64),
     ) -> CuResult {
-        let device = match self.resolve_place(place) {
-            Ok(Some(device)) => device,
+        // The current context, the plain allocation's place, inline: it is the hot path.
+        let placed = match place {
+            Place::Current => self.current().map(Some),
+            other => self.resolve_place(other),
+        };
+        let (device, owner) = match placed {
+            Ok(Some(placed)) => placed,
             // Host memory: nothing to charge.
             Ok(None) => return call().0,
-            // No current context (or the driver cannot say which): the allocation could not
-            // be charged, so it does not happen. The driver would give the same answer.
-            Err(rc) => return rc,
+            // No current context, or the driver cannot say where: the driver gets the call
+            // and gives its own answer (an error where it needs a context), uncharged.
+            Err(_) => return call().0,
         };
         let Some(quota) = self.quota(device) else {
             return call().0; // an ordinal beyond any quota cuquota keeps
@@ -296,7 +455,12 @@ impl Engine {
         } else if actual < estimate {
             quota.rollback(estimate - actual);
         }
-        self.committed(api, kind, key, device, quota, actual);
+        let charge = Charge {
+            device,
+            bytes: actual,
+            context: owner,
+        };
+        self.committed(api, kind, key, quota, charge);
         rc
     }
 
@@ -336,6 +500,7 @@ impl Engine {
     fn refused(&self, device: u32, bytes: u64, api: &'static str, limit: u64, in_use: u64) {
         crate::log::line(&messages::quota_refusal(device, bytes, api, limit, in_use));
         episodes::refused(device, bytes);
+        // The figure it was refused at (requests in flight included): no peak counts it.
         self.emit(Event::refused_by_quota(device, api, bytes, in_use));
     }
 
@@ -349,8 +514,13 @@ impl Engine {
         limit: u64,
         rc: CuResult,
     ) {
-        let in_use = quota.in_use();
-        self.emit(Event::refused_by_driver(device, api, bytes, rc.0, in_use));
+        self.emit(Event::refused_by_driver(
+            device,
+            api,
+            bytes,
+            rc.0,
+            quota.in_use(),
+        ));
         if rc != CuResult::OUT_OF_MEMORY {
             return;
         }
@@ -372,17 +542,18 @@ impl Engine {
         episodes::refused(device, bytes);
     }
 
+    // Inline: its frame cost more than its work on the plain allocation's path.
+    #[inline(always)]
     fn committed(
         &self,
         api: &'static str,
         kind: Kind,
         key: u64,
-        device: u32,
         quota: &DeviceQuota,
-        bytes: u64,
+        charge: Charge,
     ) {
-        quota.commit();
-        let charge = Charge { device, bytes };
+        let (device, bytes) = (charge.device, charge.bytes);
+        let held = quota.commit(bytes);
         if let Some(stale) = self.ledger(kind).insert(key, charge) {
             // The driver reused an address whose free we never saw: that memory is gone.
             if let Some(q) = self.quota(stale.device) {
@@ -390,12 +561,12 @@ impl Engine {
             }
         }
         if self.tracing {
-            self.emit(Event::alloc(device, api, key, bytes, quota.in_use()));
+            self.emit(Event::alloc(device, api, key, bytes, held));
         }
         if let Some(ended) = episodes::allocated(device, bytes) {
             crate::log::line(&ended.line());
             // The trace gets the same episode: refused sizes, then the one that fit.
-            let in_use = quota.in_use();
+            let in_use = quota.held();
             self.emit(Event::backoff(
                 device,
                 api,
@@ -461,7 +632,15 @@ impl Engine {
         unsafe { self.pools.reset_in_child(HashMap::new()) };
         // SAFETY: as above.
         unsafe { self.array_sizes.reset_in_child(HashMap::new()) };
+        // SAFETY: as above.
         unsafe { self.vmm.reset_in_child(VmmBooks::new()) };
+        // SAFETY: as above.
+        unsafe { self.contexts.reset_in_child() };
+        // SAFETY: as above.
+        unsafe { self.attached.reset_in_child(HashMap::new()) };
+        for p in &self.primary {
+            p.store(0, Relaxed);
+        }
         for q in &self.quotas {
             q.reset();
         }
@@ -487,9 +666,9 @@ impl Engine {
             return rc;
         }
         if let Some(q) = self.quota(charge.device) {
-            let in_use = q.release(charge.bytes);
+            let held = q.release(charge.bytes);
             if self.tracing {
-                self.emit(Event::free(charge.device, api, key, charge.bytes, in_use));
+                self.emit(Event::free(charge.device, api, key, charge.bytes, held));
             }
         }
         rc
@@ -508,7 +687,7 @@ impl Engine {
             _ => (real_free, real_total),
         };
         let real = (real_free, real_total);
-        self.emit(Event::mem_info(device, api, told, real, quota.in_use()));
+        self.emit(Event::mem_info(device, api, told, real, quota.held()));
         told
     }
 
@@ -527,7 +706,7 @@ impl Engine {
         if !self.config.as_ref().is_ok_and(|c| c.virtualize) {
             return None;
         }
-        let device = self.resolve_place(place).ok()??;
+        let (device, _) = self.resolve_place(place).ok()??;
         Some((device, self.quota(device)?))
     }
 
@@ -753,6 +932,20 @@ mod tests {
                 d => Ok(d),
             }
         }
+        /// Context handles are `0x1000 + device` (one per device); none is 0.
+        fn current_context(&self) -> usize {
+            match self.device.load(Relaxed) {
+                u32::MAX => 0,
+                d => 0x1000 + d as usize,
+            }
+        }
+        fn context_device(&self, context: usize) -> Result<u32, CuResult> {
+            Ok((context - 0x1000) as u32)
+        }
+        /// Stream handles are `0x10_000 + context`.
+        fn stream_context(&self, stream: usize) -> Result<usize, CuResult> {
+            Ok(stream - 0x10_000)
+        }
         fn total_memory(&self, _device: u32) -> Result<u64, CuResult> {
             Ok(8 << 30)
         }
@@ -778,6 +971,7 @@ mod tests {
     }
 
     const MIB: u64 = 1 << 20;
+    const GIB: u64 = 1 << 30;
 
     #[test]
     fn every_kind_has_its_ledger() {
@@ -983,10 +1177,116 @@ mod tests {
         );
         fake.device.store(1, Relaxed);
         assert_eq!(e.memory_info("m", 8 << 30, 8 << 30), (2 << 30, 2 << 30));
-        // pools remember their device
-        e.pool_created(0xabc, Some(0));
-        assert_eq!(e.pool_place(0xabc), Place::Device(0));
-        assert_eq!(e.pool_place(0xdef), Place::Current);
+        // pools remember their location; an unknown pool lands on the stream's device
+        e.pool_located(0xabc, PoolPlace::Device(0));
+        e.pool_located(0xdef, PoolPlace::Host);
+        assert_eq!(
+            e.pool_place(0xabc, 7),
+            Place::Pool {
+                device: 0,
+                stream: 7
+            }
+        );
+        assert_eq!(e.pool_place(0xdef, 7), Place::Uncharged);
+        assert_eq!(e.pool_place(0x123, 7), Place::Stream(7));
+        e.pool_destroyed(0xabc);
+        assert_eq!(e.pool_place(0xabc, 7), Place::Stream(7));
+    }
+
+    /// A stream's context's device, whatever is current; no context: the driver answers.
+    #[test]
+    fn streams_and_pools_place_on_their_device() {
+        let (e, fake) = engine("0:1GiB,1:1GiB");
+        let gpu1_stream = 0x10_000 + 0x1001;
+        let ok = |p: u64| move || (CuResult::SUCCESS, p);
+        // GPU 0 current, GPU 1's stream: charged on GPU 1
+        let rc = e.alloc(
+            "a",
+            Kind::Pointer,
+            Place::Stream(gpu1_stream),
+            GIB,
+            ok(0x10),
+        );
+        assert_eq!(rc, CuResult::SUCCESS);
+        assert_eq!(e.quota(1).unwrap().held(), GIB);
+        assert_eq!(e.quota(0).unwrap().held(), 0);
+        // the default streams mean the current context
+        for s in [0, 1, 2] {
+            assert_eq!(
+                e.alloc("a", Kind::Pointer, Place::Stream(s), 1, ok(0x20 + s as u64)),
+                CuResult::SUCCESS
+            );
+        }
+        assert_eq!(e.quota(0).unwrap().held(), 3);
+        // no current context: a pool of GPU 1 on GPU 1's stream is charged there; the
+        // default stream cannot be placed and the driver's answer comes back, uncharged
+        fake.device.store(u32::MAX, Relaxed);
+        e.pool_located(0x9002, PoolPlace::Device(1));
+        let place = e.pool_place(0x9002, gpu1_stream);
+        assert_eq!(
+            e.alloc("p", Kind::Pointer, place, 1, ok(0x40)),
+            CuResult::OUT_OF_MEMORY
+        );
+        for (rc, key) in [(CuResult::SUCCESS, 0x50), (CuResult::INVALID_CONTEXT, 0)] {
+            assert_eq!(
+                e.alloc("a", Kind::Pointer, Place::Stream(0), 1, || (rc, key)),
+                rc,
+                "the driver's own answer"
+            );
+        }
+        assert_eq!(e.quota(0).unwrap().held(), 3);
+    }
+
+    /// Destroying or resetting a context credits every kind it owns, nothing else.
+    #[test]
+    fn a_context_takes_its_charges_with_it() {
+        let (e, fake) = engine("0:1GiB,1:1GiB");
+        let ok = |p: u64| move || (CuResult::SUCCESS, p);
+        e.alloc("a", Kind::Pointer, Place::Current, MIB, ok(0x100));
+        e.alloc("c", Kind::Handle, Place::Device(0), MIB, ok(0x200));
+        e.pool_located(0x9001, PoolPlace::Device(1));
+        // GPU 0's context allocates from GPU 1's pool: GPU 1 pays, GPU 0's context owns it
+        let place = e.pool_place(0x9001, 0);
+        e.alloc("p", Kind::Pointer, place, MIB, ok(0x300));
+        fake.device.store(1, Relaxed);
+        e.alloc("a", Kind::Pointer, Place::Current, MIB, ok(0x400));
+        assert_eq!(e.quota(1).unwrap().held(), 2 * MIB);
+        e.context_destroyed("d", 0x1000);
+        assert_eq!(
+            e.quota(0).unwrap().held(),
+            MIB,
+            "the handle belongs to the process"
+        );
+        assert_eq!(
+            e.quota(1).unwrap().held(),
+            MIB,
+            "GPU 1's own context keeps its own"
+        );
+        assert_eq!(
+            e.free("f", Kind::Pointer, 0x100, || CuResult(1)),
+            CuResult(1)
+        );
+        // primary contexts: a reset credits the retained one's charges
+        e.primary_retained(1, 0x1001);
+        e.primary_gone("r", 1);
+        assert_eq!(e.quota(1).unwrap().held(), 0);
+        e.primary_gone("r", 5); // never retained: nothing
+        assert_eq!(e.quota(0).unwrap().held(), MIB);
+    }
+
+    #[test]
+    fn the_summary_peak_is_what_was_held() {
+        let (e, _) = engine("1GiB");
+        // a 512 MiB request in flight, refused by the driver, while 4 KiB commits
+        let rc = e.alloc("a", Kind::Pointer, Place::Current, 512 * MIB, || {
+            let inner = e.alloc("a", Kind::Pointer, Place::Current, 4096, || {
+                (CuResult::SUCCESS, 0x10)
+            });
+            assert_eq!(inner, CuResult::SUCCESS);
+            (CuResult::OUT_OF_MEMORY, 0)
+        });
+        assert_eq!(rc, CuResult::OUT_OF_MEMORY);
+        assert_eq!(e.quota(0).unwrap().usage().peak, 4096);
     }
 
     #[test]

@@ -18,11 +18,11 @@
 use crate::array_shape::ArrayShape;
 use crate::cuda_abi::{
     CuArray, CuArray3DDescriptor, CuArray3DDescriptorV1, CuArrayDescriptor, CuArrayDescriptorV1,
-    CuArrayMemoryRequirements, CuDevice, CuDevicePtr, CuDevicePtrV1, CuIpcMemHandle,
-    CuMemAllocationProp, CuMemHandle, CuMemPoolPropsHead, CuMemoryPool, CuResult, CuStream,
-    CU_MEM_LOCATION_TYPE_DEVICE,
+    CuArrayMemoryRequirements, CuContext, CuDevice, CuDevicePtr, CuDevicePtrV1, CuIpcMemHandle,
+    CuMemAllocationProp, CuMemHandle, CuMemLocation, CuMemPoolPropsHead, CuMemoryPool, CuResult,
+    CuStream, CU_MEM_LOCATION_TYPE_DEVICE,
 };
-use crate::engine::{Engine, Kind, Place};
+use crate::engine::{Engine, Kind, Place, PoolPlace};
 use crate::ffi::{self, written, Out};
 use crate::lookup::{self, hooks, CFunction, Hooks, Real};
 use crate::process::engine;
@@ -74,6 +74,23 @@ pub static CUDA_HOOKS: Hooks = hooks!(LIBCUDA in crate::real_driver:
     cuIpcOpenMemHandle,
     cuMemPoolImportPointer,
     cuExternalMemoryGetMappedBuffer,
+    // -- where a charge lands and who owns it (issue 10)
+    cuCtxDestroy_v2,
+    cuCtxDestroy,
+    cuCtxDetach,
+    cuCtxAttach,
+    cuDevicePrimaryCtxRetain,
+    cuDevicePrimaryCtxRelease_v2,
+    cuDevicePrimaryCtxRelease,
+    cuDevicePrimaryCtxReset_v2,
+    cuDevicePrimaryCtxReset,
+    cuDeviceGetDefaultMemPool,
+    cuDeviceGetMemPool,
+    cuDeviceSetMemPool,
+    cuMemPoolDestroy,
+    cuMemGetDefaultMemPool,
+    cuMemGetMemPool,
+    cuMemSetMemPool,
 );
 
 thread_local! {
@@ -200,20 +217,39 @@ pub unsafe extern "C" fn cuMemAllocManaged(
     )
 }
 
+/// The stream a `_ptsz` variant means by 0: the per-thread default stream.
+fn per_thread(stream: CuStream) -> usize {
+    match stream as usize {
+        0 => PER_THREAD_STREAM,
+        s => s,
+    }
+}
+
+/// `CU_STREAM_PER_THREAD`.
+const PER_THREAD_STREAM: usize = 2;
+
 /// # Safety
-/// The caller's arguments of `cuMemAllocAsync(_ptsz)`.
+/// The caller's arguments of `cuMemAllocAsync(_ptsz)`; `stream` as the variant means it.
 unsafe fn alloc_async(
     real: &'static Real<real::cuMemAllocAsync>,
     dptr: *mut CuDevicePtr,
     bytes: usize,
     stream: CuStream,
+    meant: usize,
 ) -> CuResult {
-    alloc_on(
+    // SAFETY: the caller's arguments, passed on; `dptr` is its out-pointer.
+    let call = |real: real::cuMemAllocAsync| unsafe { out(real(dptr, bytes, stream), dptr) };
+    hook(
         real,
-        |_| Place::Current,
-        bytes as u64,
-        // SAFETY: the caller's arguments, passed on; `dptr` is its out-pointer.
-        |real| unsafe { out(real(dptr, bytes, stream), dptr) },
+        |f, e| {
+            // On a capturing stream the driver records a graph node and allocates nothing.
+            if real::stream_capturing(meant) {
+                return call(f).0;
+            }
+            let place = Place::Stream(meant);
+            e.alloc(real.name(), Kind::Pointer, place, bytes as u64, || call(f))
+        },
+        |f| call(f).0,
     )
 }
 
@@ -224,7 +260,7 @@ pub unsafe extern "C" fn cuMemAllocAsync(
     stream: CuStream,
 ) -> CuResult {
     // SAFETY: the caller's arguments, passed on.
-    unsafe { alloc_async(&real::cuMemAllocAsync, dptr, bytes, stream) }
+    unsafe { alloc_async(&real::cuMemAllocAsync, dptr, bytes, stream, stream as usize) }
 }
 
 #[no_mangle]
@@ -233,25 +269,35 @@ pub unsafe extern "C" fn cuMemAllocAsync_ptsz(
     bytes: usize,
     stream: CuStream,
 ) -> CuResult {
+    let meant = per_thread(stream);
     // SAFETY: the caller's arguments, passed on.
-    unsafe { alloc_async(&real::cuMemAllocAsync_ptsz, dptr, bytes, stream) }
+    unsafe { alloc_async(&real::cuMemAllocAsync_ptsz, dptr, bytes, stream, meant) }
 }
 
 /// # Safety
-/// The caller's arguments of `cuMemAllocFromPoolAsync(_ptsz)`.
+/// The caller's arguments of `cuMemAllocFromPoolAsync(_ptsz)`; `stream` as the variant
+/// means it.
 unsafe fn alloc_from_pool(
     real: &'static Real<real::cuMemAllocFromPoolAsync>,
     dptr: *mut CuDevicePtr,
     bytes: usize,
     pool: CuMemoryPool,
     stream: CuStream,
+    meant: usize,
 ) -> CuResult {
-    alloc_on(
+    // SAFETY: the caller's arguments, passed on; `dptr` is its out-pointer.
+    let call =
+        |real: real::cuMemAllocFromPoolAsync| unsafe { out(real(dptr, bytes, pool, stream), dptr) };
+    hook(
         real,
-        |e| e.pool_place(pool as usize),
-        bytes as u64,
-        // SAFETY: the caller's arguments, passed on; `dptr` is its out-pointer.
-        |real| unsafe { out(real(dptr, bytes, pool, stream), dptr) },
+        |f, e| {
+            if real::stream_capturing(meant) {
+                return call(f).0;
+            }
+            let place = e.pool_place(pool as usize, meant);
+            e.alloc(real.name(), Kind::Pointer, place, bytes as u64, || call(f))
+        },
+        |f| call(f).0,
     )
 }
 
@@ -262,8 +308,18 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
     pool: CuMemoryPool,
     stream: CuStream,
 ) -> CuResult {
+    let meant = stream as usize;
     // SAFETY: the caller's arguments, passed on.
-    unsafe { alloc_from_pool(&real::cuMemAllocFromPoolAsync, dptr, bytes, pool, stream) }
+    unsafe {
+        alloc_from_pool(
+            &real::cuMemAllocFromPoolAsync,
+            dptr,
+            bytes,
+            pool,
+            stream,
+            meant,
+        )
+    }
 }
 
 #[no_mangle]
@@ -281,6 +337,7 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsz(
             bytes,
             pool,
             stream,
+            per_thread(stream),
         )
     }
 }
@@ -401,9 +458,7 @@ pub unsafe extern "C" fn cuMemPoolCreate(
     props: *const CuMemPoolPropsHead,
 ) -> CuResult {
     // SAFETY: `props` is null or the caller's valid CUmemPoolProps.
-    let device = unsafe { ffi::input(props) }
-        .filter(|p| p.location.kind == CU_MEM_LOCATION_TYPE_DEVICE && p.location.id >= 0)
-        .map(|p| p.location.id as u32);
+    let place = unsafe { ffi::input(props) }.and_then(|p| pool_place(p.alloc_type, p.location));
     hook(
         &real::cuMemPoolCreate,
         |real, e| {
@@ -411,7 +466,9 @@ pub unsafe extern "C" fn cuMemPoolCreate(
             let rc = unsafe { real(pool, props) };
             // SAFETY: `pool` is the caller's out-pointer, null or valid.
             if let (true, Some(pool)) = (rc.is_ok(), unsafe { Out::new(pool) }) {
-                e.pool_created(pool.get() as usize, device);
+                if let Some(place) = place {
+                    e.pool_located(pool.get() as usize, place);
+                }
             }
             rc
         },
@@ -451,23 +508,36 @@ pub unsafe extern "C" fn cuMemFree(ptr: CuDevicePtrV1) -> CuResult {
     })
 }
 
+/// `cuMemFreeAsync(_ptsz)`: on a capturing stream the free is a graph node (the memory
+/// stays until the graph runs), so nothing is credited.
+fn free_async(
+    real: &'static Real<real::cuMemFreeAsync>,
+    ptr: CuDevicePtr,
+    stream: CuStream,
+    meant: usize,
+) -> CuResult {
+    // SAFETY: the caller's arguments, passed on.
+    let call = |real: real::cuMemFreeAsync| unsafe { real(ptr, stream) };
+    hook(
+        real,
+        |f, e| {
+            if real::stream_capturing(meant) {
+                return call(f);
+            }
+            e.free(real.name(), Kind::Pointer, ptr, || call(f))
+        },
+        call,
+    )
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn cuMemFreeAsync(ptr: CuDevicePtr, stream: CuStream) -> CuResult {
-    // SAFETY: the caller's arguments, passed on.
-    free_of(&real::cuMemFreeAsync, Kind::Pointer, ptr, |real| unsafe {
-        real(ptr, stream)
-    })
+    free_async(&real::cuMemFreeAsync, ptr, stream, stream as usize)
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemFreeAsync_ptsz(ptr: CuDevicePtr, stream: CuStream) -> CuResult {
-    // SAFETY: the caller's arguments, passed on.
-    free_of(
-        &real::cuMemFreeAsync_ptsz,
-        Kind::Pointer,
-        ptr,
-        |real| unsafe { real(ptr, stream) },
-    )
+    free_async(&real::cuMemFreeAsync_ptsz, ptr, stream, per_thread(stream))
 }
 
 // ---- VMM lifetimes and imports ----------------------------------------------------------
@@ -640,6 +710,282 @@ pub unsafe extern "C" fn cuExternalMemoryGetMappedBuffer(
     import_pointer(&real::cuExternalMemoryGetMappedBuffer, |real| unsafe {
         out(real(dptr, memory, desc), dptr)
     })
+}
+
+// ---- where a charge lands and who owns it (issue 10) -------------------------------------
+
+/// `CU_MEM_ALLOCATION_TYPE_MANAGED` (CUDA 13).
+const ALLOCATION_MANAGED: i32 = 2;
+
+/// Where a pool of `alloc_type` at `location` keeps its memory; `None` for a location type
+/// cuquota does not know (such a pool's allocations land on the stream's device).
+fn pool_place(alloc_type: i32, location: CuMemLocation) -> Option<PoolPlace> {
+    if alloc_type == ALLOCATION_MANAGED {
+        return Some(PoolPlace::Managed);
+    }
+    match location.kind {
+        CU_MEM_LOCATION_TYPE_DEVICE if location.id >= 0 => {
+            Some(PoolPlace::Device(location.id as u32))
+        }
+        // HOST, HOST_NUMA, HOST_NUMA_CURRENT: host memory.
+        2..=4 => Some(PoolPlace::Host),
+        _ => None,
+    }
+}
+
+/// The frame of a hook that only watches: the real call, then (on success, outside nested
+/// calls, with a good configuration) `then` tells the engine. Never fails the call itself.
+fn watched<F: CFunction>(
+    real: &'static Real<F>,
+    call: impl Fn(F) -> CuResult,
+    then: impl FnOnce(&'static Engine),
+) -> CuResult {
+    guard(|| {
+        let Some(f) = real.get() else {
+            return CuResult::NOT_FOUND;
+        };
+        let Some(_in_hook) = InHook::enter() else {
+            return call(f);
+        };
+        let rc = call(f);
+        let engine = engine();
+        if rc.is_ok() && engine.check_config().is_ok() {
+            then(engine);
+        }
+        rc
+    })
+}
+
+fn context_destroyed(real: &'static Real<real::cuCtxDestroy>, ctx: CuContext) -> CuResult {
+    watched(
+        real,
+        // SAFETY: the caller's argument, passed on.
+        |f| unsafe { f(ctx) },
+        |e| e.context_destroyed(real.name(), ctx as usize),
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxDestroy_v2(ctx: CuContext) -> CuResult {
+    context_destroyed(&real::cuCtxDestroy_v2, ctx)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxDestroy(ctx: CuContext) -> CuResult {
+    context_destroyed(&real::cuCtxDestroy, ctx)
+}
+
+/// Deprecated, still exported (PyCUDA): destroys the context when its usage count drops to
+/// 0; `cuCtxAttach`'s references are counted so that only that detach credits.
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxDetach(ctx: CuContext) -> CuResult {
+    watched(
+        &real::cuCtxDetach,
+        // SAFETY: the caller's argument, passed on.
+        |f| unsafe { f(ctx) },
+        |e| e.context_detached(real::cuCtxDetach.name(), ctx as usize),
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxAttach(ctx: *mut CuContext, flags: c_uint) -> CuResult {
+    watched(
+        &real::cuCtxAttach,
+        // SAFETY: the caller's arguments, passed on.
+        |f| unsafe { f(ctx, flags) },
+        |e| {
+            // SAFETY: `ctx` is the caller's out-pointer, null or valid.
+            if let Some(c) = unsafe { Out::new(ctx) } {
+                e.context_attached(c.get() as usize);
+            }
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(ctx: *mut CuContext, dev: CuDevice) -> CuResult {
+    // SAFETY: `ctx` is the caller's out-pointer, null or valid.
+    let got = || unsafe { Out::new(ctx) }.map(|c| c.get() as usize);
+    watched(
+        &real::cuDevicePrimaryCtxRetain,
+        // SAFETY: the caller's arguments, passed on.
+        |f| unsafe { f(ctx, dev) },
+        |e| {
+            if let (Some(context), Ok(device)) = (got(), u32::try_from(dev)) {
+                e.primary_retained(device, context);
+            }
+        },
+    )
+}
+
+fn primary_reset(real: &'static Real<real::cuDevicePrimaryCtxReset>, dev: CuDevice) -> CuResult {
+    watched(
+        real,
+        // SAFETY: the caller's argument, passed on.
+        |f| unsafe { f(dev) },
+        |e| {
+            if let Ok(device) = u32::try_from(dev) {
+                e.primary_gone(real.name(), device);
+            }
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxReset_v2(dev: CuDevice) -> CuResult {
+    primary_reset(&real::cuDevicePrimaryCtxReset_v2, dev)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxReset(dev: CuDevice) -> CuResult {
+    primary_reset(&real::cuDevicePrimaryCtxReset, dev)
+}
+
+/// The release that drops the last reference destroys the primary context: the driver says
+/// whether it is still active.
+fn primary_release(
+    real: &'static Real<real::cuDevicePrimaryCtxRelease>,
+    dev: CuDevice,
+) -> CuResult {
+    watched(
+        real,
+        // SAFETY: the caller's argument, passed on.
+        |f| unsafe { f(dev) },
+        |e| {
+            if let (Ok(device), Ok(false)) = (u32::try_from(dev), real::primary_active(dev as u32))
+            {
+                e.primary_gone(real.name(), device);
+            }
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CuDevice) -> CuResult {
+    primary_release(&real::cuDevicePrimaryCtxRelease_v2, dev)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxRelease(dev: CuDevice) -> CuResult {
+    primary_release(&real::cuDevicePrimaryCtxRelease, dev)
+}
+
+/// A default or current pool query: the pool returned keeps its memory on `dev`.
+fn device_pool(
+    real: &'static Real<real::cuDeviceGetMemPool>,
+    pool: *mut CuMemoryPool,
+    dev: CuDevice,
+) -> CuResult {
+    watched(
+        real,
+        // SAFETY: the caller's arguments, passed on.
+        |f| unsafe { f(pool, dev) },
+        |e| {
+            // SAFETY: `pool` is the caller's out-pointer, null or valid.
+            if let (Some(p), Ok(d)) = (unsafe { Out::new(pool) }, u32::try_from(dev)) {
+                e.pool_located(p.get() as usize, PoolPlace::Device(d));
+            }
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetDefaultMemPool(
+    pool: *mut CuMemoryPool,
+    dev: CuDevice,
+) -> CuResult {
+    device_pool(&real::cuDeviceGetDefaultMemPool, pool, dev)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetMemPool(pool: *mut CuMemoryPool, dev: CuDevice) -> CuResult {
+    device_pool(&real::cuDeviceGetMemPool, pool, dev)
+}
+
+/// The driver accepts only a pool of `dev` as its current pool.
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceSetMemPool(dev: CuDevice, pool: CuMemoryPool) -> CuResult {
+    watched(
+        &real::cuDeviceSetMemPool,
+        // SAFETY: the caller's arguments, passed on.
+        |f| unsafe { f(dev, pool) },
+        |e| {
+            if let Ok(d) = u32::try_from(dev) {
+                e.pool_located(pool as usize, PoolPlace::Device(d));
+            }
+        },
+    )
+}
+
+/// CUDA 13: a pool by location and allocation type; the pool returned keeps its memory
+/// there.
+fn pool_by_location(
+    real: &'static Real<real::cuMemGetMemPool>,
+    pool: *mut CuMemoryPool,
+    location: *mut CuMemLocation,
+    alloc_type: c_int,
+) -> CuResult {
+    watched(
+        real,
+        // SAFETY: the caller's arguments, passed on.
+        |f| unsafe { f(pool, location, alloc_type) },
+        |e| {
+            // SAFETY: `pool` and `location` are the caller's, null or valid.
+            let (out, at) = unsafe { (Out::new(pool), ffi::input(location)) };
+            if let (Some(p), Some(place)) = (out, at.and_then(|l| pool_place(alloc_type, *l))) {
+                e.pool_located(p.get() as usize, place);
+            }
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemGetDefaultMemPool(
+    pool: *mut CuMemoryPool,
+    location: *mut CuMemLocation,
+    alloc_type: c_int,
+) -> CuResult {
+    pool_by_location(&real::cuMemGetDefaultMemPool, pool, location, alloc_type)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemGetMemPool(
+    pool: *mut CuMemoryPool,
+    location: *mut CuMemLocation,
+    alloc_type: c_int,
+) -> CuResult {
+    pool_by_location(&real::cuMemGetMemPool, pool, location, alloc_type)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemSetMemPool(
+    location: *mut CuMemLocation,
+    alloc_type: c_int,
+    pool: CuMemoryPool,
+) -> CuResult {
+    // SAFETY: `location` is null or the caller's valid CUmemLocation (the call only reads
+    // it).
+    let place = unsafe { ffi::input(location) }.and_then(|l| pool_place(alloc_type, *l));
+    watched(
+        &real::cuMemSetMemPool,
+        // SAFETY: the caller's arguments, passed on.
+        |f| unsafe { f(location, alloc_type, pool) },
+        |e| {
+            if let Some(place) = place {
+                e.pool_located(pool as usize, place);
+            }
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemPoolDestroy(pool: CuMemoryPool) -> CuResult {
+    watched(
+        &real::cuMemPoolDestroy,
+        // SAFETY: the caller's argument, passed on.
+        |f| unsafe { f(pool) },
+        |e| e.pool_destroyed(pool as usize),
+    )
 }
 
 // ---- memory figures --------------------------------------------------------------------

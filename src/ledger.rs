@@ -2,6 +2,7 @@
 //! Sharded by key so that threads rarely meet on a lock, and O(1) whatever the number of
 //! live allocations (a peer's linked list made a free cost O(live)).
 
+use crate::contexts::{Slot, NO_CONTEXT};
 use crate::spin::SpinLock;
 use cuquota_format::hash::BuildKeyHasher;
 use std::collections::HashMap;
@@ -11,29 +12,48 @@ use std::collections::HashMap;
 pub struct Charge {
     pub device: u32,
     pub bytes: u64,
+    /// The context that owns the memory (its destruction frees it), or [`NO_CONTEXT`].
+    pub context: Slot,
+}
+
+impl Charge {
+    /// A charge no context owns (`cuMemCreate` handles belong to the process).
+    pub fn unowned(device: u32, bytes: u64) -> Charge {
+        Charge {
+            device,
+            bytes,
+            context: NO_CONTEXT,
+        }
+    }
 }
 
 const SHARDS: usize = 64;
 
-/// A charge packed into one word (GPU ordinal in the top 8 bits, bytes below), so that an
-/// entry is 16 bytes and more of a large ledger stays in cache.
+/// A charge packed into one word (GPU ordinal in the top 8 bits, the context slot in the
+/// next 8, bytes below), so that an entry is 16 bytes and more of a large ledger stays in
+/// cache.
 #[derive(Clone, Copy)]
 struct Packed(u64);
 
-const BYTES_BITS: u32 = 56;
+const BYTES_BITS: u32 = 48;
+const CONTEXT_SHIFT: u32 = 48;
+const DEVICE_SHIFT: u32 = 56;
 
 impl From<Charge> for Packed {
     fn from(c: Charge) -> Packed {
-        // No driver hands out 64 PiB; clamp rather than corrupt the device bits if one did.
+        // No driver hands out 256 TiB at once; clamp rather than corrupt the other bits.
         let bytes = c.bytes.min((1 << BYTES_BITS) - 1);
-        Packed((u64::from(c.device) << BYTES_BITS) | bytes)
+        Packed(
+            (u64::from(c.device) << DEVICE_SHIFT) | (u64::from(c.context) << CONTEXT_SHIFT) | bytes,
+        )
     }
 }
 
 impl From<Packed> for Charge {
     fn from(p: Packed) -> Charge {
         Charge {
-            device: (p.0 >> BYTES_BITS) as u32,
+            device: (p.0 >> DEVICE_SHIFT) as u32,
+            context: (p.0 >> CONTEXT_SHIFT) as Slot,
             bytes: p.0 & ((1 << BYTES_BITS) - 1),
         }
     }
@@ -91,6 +111,26 @@ impl Ledger {
         }
     }
 
+    /// Removes every allocation `context` owns (the context was destroyed, and the driver
+    /// freed them with it).
+    pub fn remove_context(&self, context: Slot) -> Vec<(u64, Charge)> {
+        let mut gone = Vec::new();
+        if context == NO_CONTEXT {
+            return gone;
+        }
+        for shard in &self.shards {
+            shard.lock().retain(|key, p| {
+                let c = Charge::from(*p);
+                let keep = c.context != context;
+                if !keep {
+                    gone.push((*key, c));
+                }
+                keep
+            });
+        }
+        gone
+    }
+
     /// Live allocations per device: (count, bytes), for the exit summary.
     /// [`Self::live_on`] for the exit handler: None if a shard stays locked for `attempts`
     /// tries (its holder may be the thread running the exit handler).
@@ -136,47 +176,34 @@ mod tests {
     #[test]
     fn insert_remove_and_replace() {
         let l = Ledger::new();
-        let c = Charge {
-            device: 0,
-            bytes: 4096,
-        };
+        let c = Charge::unowned(0, 4096);
         assert_eq!(l.insert(0x7000_0000, c), None);
-        assert_eq!(
-            l.insert(
-                0x7000_1000,
-                Charge {
-                    device: 1,
-                    bytes: 1
-                }
-            ),
-            None
-        );
+        assert_eq!(l.insert(0x7000_1000, Charge::unowned(1, 1)), None);
         assert_eq!(l.live_on(0), (1, 4096));
-        assert_eq!(
-            l.insert(
-                0x7000_0000,
-                Charge {
-                    device: 0,
-                    bytes: 8
-                }
-            ),
-            Some(c)
-        );
-        assert_eq!(
-            l.remove(0x7000_0000),
-            Some(Charge {
-                device: 0,
-                bytes: 8
-            })
-        );
+        assert_eq!(l.insert(0x7000_0000, Charge::unowned(0, 8)), Some(c));
+        assert_eq!(l.remove(0x7000_0000), Some(Charge::unowned(0, 8)));
         assert_eq!(l.remove(0x7000_0000), None);
         assert_eq!(l.live_on(1), (1, 1));
         let big = Charge {
             device: 63,
-            bytes: (1 << 56) - 1,
+            bytes: (1 << 48) - 1,
+            context: 255,
         };
         l.insert(0x8000, big);
         assert_eq!(l.remove(0x8000), Some(big), "a charge survives packing");
+        let owned = |bytes, context| Charge {
+            device: 2,
+            bytes,
+            context,
+        };
+        l.insert(0x9000, owned(5, 3));
+        l.insert(0xa000, owned(6, 3));
+        l.insert(0xb000, owned(7, 4));
+        let mut gone: Vec<u64> = l.remove_context(3).iter().map(|(_, c)| c.bytes).collect();
+        gone.sort();
+        assert_eq!(gone, [5, 6], "only that context's charges");
+        assert_eq!(l.live_on(2), (1, 7));
+        assert!(l.remove_context(NO_CONTEXT).is_empty());
         std::mem::forget(l.shard(0x7000_1000).lock());
         // SAFETY: this test is the ledger's only user.
         unsafe { l.reset_in_child() };
@@ -187,13 +214,7 @@ mod tests {
     fn many_live_allocations() {
         let l = Ledger::new();
         for i in 0..20_000u64 {
-            l.insert(
-                i << 12,
-                Charge {
-                    device: 0,
-                    bytes: i,
-                },
-            );
+            l.insert(i << 12, Charge::unowned(0, i));
         }
         assert_eq!(l.live_on(0).0, 20_000);
         for i in (0..20_000u64).rev() {

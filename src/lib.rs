@@ -14,8 +14,9 @@
 //!   roll back; the virtualised figures), `episodes` (each thread's run of refusals),
 //!   `trace` (the trace file, started at its first event), `messages` (the words of the log
 //!   lines), `log` (where they go), `config` (the environment variables);
-//! - books: `quota` (per-GPU counters), `ledger` (live allocations), `vmm` (references
-//!   and mappings of `cuMemCreate` allocations);
+//! - books: `quota` (per-GPU counters), `ledger` (live allocations), `contexts` (the
+//!   contexts that own them, and each one's device), `vmm` (references and mappings of
+//!   `cuMemCreate` allocations);
 //! - words: `cuda_abi` (the driver's types), `array_shape` (a CUDA array's shape and its
 //!   estimated size), `ffi` (caller pointers), `output` (cuquota's own writes: bounded,
 //!   never SIGPIPE), `spin` (the lock a forked child can clear).
@@ -23,6 +24,7 @@
 
 pub mod array_shape;
 pub mod config;
+pub mod contexts;
 pub mod cuda_abi;
 mod dlsym_entry;
 pub mod engine;

@@ -38,6 +38,15 @@ impl Queries for RealDriver {
     fn current_device(&self) -> Result<u32, CuResult> {
         real_driver::current_device()
     }
+    fn current_context(&self) -> usize {
+        real_driver::current_context()
+    }
+    fn context_device(&self, context: usize) -> Result<u32, CuResult> {
+        real_driver::context_device(context)
+    }
+    fn stream_context(&self, stream: usize) -> Result<usize, CuResult> {
+        real_driver::stream_context(stream)
+    }
     fn total_memory(&self, device: u32) -> Result<u64, CuResult> {
         real_driver::total_memory(device)
     }

@@ -2,7 +2,7 @@
 //! after. Lock-free (one compare-and-swap per reservation), so `in_use` never exceeds the
 //! limit whatever the threads do. No FFI here.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
 
 const UNRESOLVED: u64 = u64::MAX;
 /// A limit this large is "no limit" (no device has 16 EiB).
@@ -13,7 +13,11 @@ pub const UNLIMITED: u64 = u64::MAX - 1;
 pub struct DeviceQuota {
     /// Bytes, [`UNLIMITED`], or [`UNRESOLVED`] until the first use resolves a percentage.
     limit: AtomicU64,
+    /// Reserved or held: what a reservation is checked against.
     in_use: AtomicU64,
+    /// Held: committed by the driver's success, not yet freed. The peak is of this, so that
+    /// another thread's request in flight (and then refused) never counts as held.
+    held: AtomicU64,
     peak: AtomicU64,
     allocations: AtomicU64,
     refusals: AtomicU64,
@@ -54,6 +58,7 @@ impl DeviceQuota {
         DeviceQuota {
             limit: AtomicU64::new(UNRESOLVED),
             in_use: AtomicU64::new(0),
+            held: AtomicU64::new(0),
             peak: AtomicU64::new(0),
             allocations: AtomicU64::new(0),
             refusals: AtomicU64::new(0),
@@ -107,7 +112,7 @@ impl DeviceQuota {
             }
             match self
                 .in_use
-                .compare_exchange_weak(current, after, Relaxed, Relaxed)
+                .compare_exchange_weak(current, after, Acquire, Relaxed)
             {
                 Ok(_) if over => {
                     self.refusals.fetch_add(1, Relaxed);
@@ -127,20 +132,32 @@ impl DeviceQuota {
         self.in_use.fetch_sub(bytes, Relaxed) - bytes
     }
 
-    /// The driver succeeded: count the allocation. The peak moves here, not at the
-    /// reservation, so that a request the driver then failed never counts as held.
-    pub fn commit(&self) {
+    /// The driver succeeded: `bytes` (already reserved) are held. Returns the bytes held
+    /// after. The peak is of held bytes only, so that a request in flight (this thread's
+    /// before the driver answered, or another's) never counts as held.
+    pub fn commit(&self, bytes: u64) -> u64 {
         self.allocations.fetch_add(1, Relaxed);
-        let now = self.in_use.load(Relaxed);
+        let now = self.held.fetch_add(bytes, Relaxed) + bytes;
         // A plain load first: the peak rarely moves, and an RMW costs more.
         if now > self.peak.load(Relaxed) {
             self.peak.fetch_max(now, Relaxed);
         }
+        now
     }
 
-    /// Memory was freed: return its bytes. Returns in-use after.
+    /// Memory was freed: return its bytes. Returns the bytes held after.
     pub fn release(&self, bytes: u64) -> u64 {
-        self.in_use.fetch_sub(bytes, Relaxed) - bytes
+        // Held first: held ≤ in_use ≤ limit at every moment, so the peak never passes the
+        // limit (room given back in in_use first could be reserved, committed and counted
+        // while these bytes were still held).
+        let held = self.held.fetch_sub(bytes, Relaxed) - bytes;
+        self.in_use.fetch_sub(bytes, Release);
+        held
+    }
+
+    /// Bytes held (committed, not freed), without reservations in flight.
+    pub fn held(&self) -> u64 {
+        self.held.load(Relaxed)
     }
 
     /// The driver refused a request we had room for.
@@ -164,7 +181,13 @@ impl DeviceQuota {
 
     /// In a forked child: nothing is in use, nothing happened yet; the limit stays.
     pub fn reset(&self) {
-        for counter in [&self.in_use, &self.peak, &self.allocations, &self.refusals] {
+        for counter in [
+            &self.in_use,
+            &self.held,
+            &self.peak,
+            &self.allocations,
+            &self.refusals,
+        ] {
             counter.store(0, Relaxed);
         }
     }
@@ -200,7 +223,7 @@ mod tests {
             }
         );
         assert_eq!(q.rollback(40), 60);
-        q.commit();
+        assert_eq!(q.commit(60), 60);
         assert_eq!(q.release(60), 0);
         let u = q.usage();
         assert_eq!(
@@ -208,6 +231,28 @@ mod tests {
             (60, 1, 1, 0),
             "the peak counts what was held, not what was reserved then rolled back"
         );
+    }
+
+    /// Issue 10 item 7: a process that held 4 KiB once reported a 2 GiB peak, because
+    /// another thread's 2 GiB request was reserved (in flight) when the 4 KiB committed.
+    #[test]
+    fn the_peak_is_of_held_bytes_not_of_requests_in_flight() {
+        let q = DeviceQuota::new();
+        let (big, small) = (2 << 30, 4096);
+        assert!(matches!(
+            q.reserve(big, UNLIMITED, true),
+            Reservation::Granted { .. }
+        ));
+        assert!(matches!(
+            q.reserve(small, UNLIMITED, true),
+            Reservation::Granted { .. }
+        ));
+        assert_eq!(q.commit(small), small);
+        assert_eq!(q.rollback(big), small, "the driver refused the big one");
+        let u = q.usage();
+        assert_eq!((u.peak, u.in_use, q.held()), (small, small, small));
+        assert_eq!(q.release(small), 0);
+        assert_eq!((q.in_use(), q.held(), q.usage().peak), (0, 0, small));
     }
 
     #[test]
@@ -275,7 +320,7 @@ mod tests {
                         let size = 1 + i % 7;
                         if let Reservation::Granted { in_use } = q.reserve(size, 50, true) {
                             assert!(in_use <= 50);
-                            q.commit();
+                            q.commit(size);
                             held.push(size);
                         }
                         if held.len() > 3 {

@@ -5,8 +5,9 @@
 
 use crate::cuda_abi::{
     CuArray, CuArray3DDescriptor, CuArray3DDescriptorV1, CuArrayDescriptor, CuArrayDescriptorV1,
-    CuArrayMemoryRequirements, CuDevice, CuDevicePtr, CuDevicePtrV1, CuIpcMemHandle,
-    CuMemAllocationProp, CuMemHandle, CuMemPoolPropsHead, CuMemoryPool, CuResult, CuStream,
+    CuArrayMemoryRequirements, CuContext, CuDevice, CuDevicePtr, CuDevicePtrV1, CuIpcMemHandle,
+    CuMemAllocationProp, CuMemHandle, CuMemLocation, CuMemPoolPropsHead, CuMemoryPool, CuResult,
+    CuStream,
 };
 use crate::lookup::library;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
@@ -87,6 +88,42 @@ library! {
         fn(*mut CuDevicePtr, CuMemoryPool, *mut c_void) -> CuResult;
     cuExternalMemoryGetMappedBuffer: "cuExternalMemoryGetMappedBuffer" @ 10000, Plain:
         fn(*mut CuDevicePtr, *mut c_void, *const c_void) -> CuResult;
+
+    // -- where a charge lands and who owns it (issue 10: streams, pools, contexts, capture)
+    cuCtxGetCurrent: "cuCtxGetCurrent" @ 4000, Plain: fn(*mut CuContext) -> CuResult;
+    cuCtxPushCurrent_v2: "cuCtxPushCurrent" @ 4000, Plain: fn(CuContext) -> CuResult;
+    cuCtxPopCurrent_v2: "cuCtxPopCurrent" @ 4000, Plain: fn(*mut CuContext) -> CuResult;
+    cuStreamGetCtx: "cuStreamGetCtx" @ 9020, Plain: fn(CuStream, *mut CuContext) -> CuResult;
+    cuStreamIsCapturing: "cuStreamIsCapturing" @ 10000, Plain:
+        fn(CuStream, *mut c_int) -> CuResult;
+    cuCtxDestroy_v2: "cuCtxDestroy" @ 4000, Plain: fn(CuContext) -> CuResult;
+    cuCtxDestroy: "cuCtxDestroy" @ 2000, Plain: fn(CuContext) -> CuResult;
+    cuCtxDetach: "cuCtxDetach" @ 2000, Plain: fn(CuContext) -> CuResult;
+    cuCtxAttach: "cuCtxAttach" @ 2000, Plain: fn(*mut CuContext, c_uint) -> CuResult;
+    cuDevicePrimaryCtxRetain: "cuDevicePrimaryCtxRetain" @ 7000, Plain:
+        fn(*mut CuContext, CuDevice) -> CuResult;
+    cuDevicePrimaryCtxRelease_v2: "cuDevicePrimaryCtxRelease" @ 11000, Plain:
+        fn(CuDevice) -> CuResult;
+    cuDevicePrimaryCtxRelease: "cuDevicePrimaryCtxRelease" @ 7000, Plain:
+        fn(CuDevice) -> CuResult;
+    cuDevicePrimaryCtxReset_v2: "cuDevicePrimaryCtxReset" @ 11000, Plain:
+        fn(CuDevice) -> CuResult;
+    cuDevicePrimaryCtxReset: "cuDevicePrimaryCtxReset" @ 7000, Plain: fn(CuDevice) -> CuResult;
+    cuDevicePrimaryCtxGetState: "cuDevicePrimaryCtxGetState" @ 7000, Plain:
+        fn(CuDevice, *mut c_uint, *mut c_int) -> CuResult;
+    cuDeviceGetDefaultMemPool: "cuDeviceGetDefaultMemPool" @ 11020, Plain:
+        fn(*mut CuMemoryPool, CuDevice) -> CuResult;
+    cuDeviceGetMemPool: "cuDeviceGetMemPool" @ 11020, Plain:
+        fn(*mut CuMemoryPool, CuDevice) -> CuResult;
+    cuDeviceSetMemPool: "cuDeviceSetMemPool" @ 11020, Plain:
+        fn(CuDevice, CuMemoryPool) -> CuResult;
+    cuMemPoolDestroy: "cuMemPoolDestroy" @ 11020, Plain: fn(CuMemoryPool) -> CuResult;
+    cuMemGetDefaultMemPool: "cuMemGetDefaultMemPool" @ 13000, Plain:
+        fn(*mut CuMemoryPool, *mut CuMemLocation, c_int) -> CuResult;
+    cuMemGetMemPool: "cuMemGetMemPool" @ 13000, Plain:
+        fn(*mut CuMemoryPool, *mut CuMemLocation, c_int) -> CuResult;
+    cuMemSetMemPool: "cuMemSetMemPool" @ 13000, Plain:
+        fn(*mut CuMemLocation, c_int, CuMemoryPool) -> CuResult;
 }
 
 /// The device of the calling thread's current context, from the real driver.
@@ -99,6 +136,88 @@ pub fn current_device() -> Result<u32, CuResult> {
         (true, Ok(d)) => Ok(d),
         (true, Err(_)) => Err(CuResult::INVALID_CONTEXT),
         (false, _) => Err(rc),
+    }
+}
+
+// -- where a charge lands and who owns it ------------------------------------------------
+
+/// The calling thread's current context from the real driver (0: none, or it could not
+/// say; `current_device` then gives the driver's reason).
+pub fn current_context() -> usize {
+    let Some(f) = cuCtxGetCurrent.get() else {
+        return 0;
+    };
+    let mut ctx: CuContext = std::ptr::null_mut();
+    // SAFETY: ctx is a valid out-pointer for the call.
+    let rc = unsafe { f(&mut ctx) };
+    if rc.is_ok() {
+        ctx as usize
+    } else {
+        0
+    }
+}
+
+/// The context of a stream (not a default stream).
+pub fn stream_context(stream: usize) -> Result<usize, CuResult> {
+    let f = cuStreamGetCtx.get().ok_or(CuResult::NOT_FOUND)?;
+    let mut ctx: CuContext = std::ptr::null_mut();
+    // SAFETY: the stream is the caller's handle, passed as given; ctx a valid out-pointer.
+    let rc = unsafe { f(stream as CuStream, &mut ctx) };
+    match (rc.is_ok(), ctx as usize) {
+        (true, 0) => Err(CuResult::INVALID_CONTEXT),
+        (true, c) => Ok(c),
+        (false, _) => Err(rc),
+    }
+}
+
+/// The device of a context: made current for one `cuCtxGetDevice`, then popped (asked once
+/// per context; the engine caches the answer).
+pub fn context_device(context: usize) -> Result<u32, CuResult> {
+    let push = cuCtxPushCurrent_v2.get().ok_or(CuResult::NOT_FOUND)?;
+    let pop = cuCtxPopCurrent_v2.get().ok_or(CuResult::NOT_FOUND)?;
+    // SAFETY: a context handle the driver gave (through cuStreamGetCtx).
+    let rc = unsafe { push(context as CuContext) };
+    if !rc.is_ok() {
+        return Err(rc);
+    }
+    let device = current_device();
+    let mut popped: CuContext = std::ptr::null_mut();
+    // SAFETY: popped is a valid out-pointer; we pop what we pushed.
+    unsafe { pop(&mut popped) };
+    device
+}
+
+/// Whether `stream` is capturing into a graph (an allocation there records a node and
+/// allocates nothing). An error (an invalid stream) counts as not capturing: the
+/// allocation call then gets the driver's own answer.
+pub fn stream_capturing(stream: usize) -> bool {
+    // The legacy default stream (0 in a plain call, or CU_STREAM_LEGACY) cannot capture
+    // (`cuStreamBeginCapture` refuses it): no driver call on its path.
+    if stream <= 1 {
+        return false;
+    }
+    let Some(f) = cuStreamIsCapturing.get() else {
+        return false;
+    };
+    let mut status: c_int = 0;
+    // SAFETY: the caller's stream, passed as given; status a valid out-pointer.
+    let rc = unsafe { f(stream as CuStream, &mut status) };
+    // CU_STREAM_CAPTURE_STATUS_ACTIVE (1) or _INVALIDATED (2): part of a capture.
+    rc.is_ok() && status != 0
+}
+
+/// Whether `device`'s primary context is active (has references).
+pub fn primary_active(device: u32) -> Result<bool, CuResult> {
+    let f = cuDevicePrimaryCtxGetState
+        .get()
+        .ok_or(CuResult::NOT_FOUND)?;
+    let (mut flags, mut active): (c_uint, c_int) = (0, 0);
+    // SAFETY: both are valid out-pointers.
+    let rc = unsafe { f(device as CuDevice, &mut flags, &mut active) };
+    if rc.is_ok() {
+        Ok(active != 0)
+    } else {
+        Err(rc)
     }
 }
 

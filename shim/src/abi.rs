@@ -38,10 +38,15 @@ pub const LOCATION_DEVICE: i32 = 1;
 pub const LOCATION_HOST: i32 = 2;
 pub const LOCATION_HOST_NUMA: i32 = 3;
 pub const LOCATION_HOST_NUMA_CURRENT: i32 = 4;
+/// Capture (issue 10).
+pub const CUDA_ERROR_ILLEGAL_STATE: CUresult = 401;
+pub const CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: CUresult = 900;
 /// `CU_MEM_ACCESS_FLAGS_PROT_READWRITE`.
 pub const ACCESS_READ_WRITE: i32 = 3;
 /// `CU_MEM_ALLOCATION_TYPE_PINNED`.
 pub const ALLOCATION_PINNED: i32 = 1;
+/// `CU_MEM_ALLOCATION_TYPE_MANAGED` (CUDA 13).
+pub const ALLOCATION_MANAGED: i32 = 2;
 
 /// `CUipcMemHandle`: 64 opaque bytes, passed by value.
 #[repr(C)]

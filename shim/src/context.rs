@@ -1,5 +1,11 @@
 //! Contexts: primary contexts (one per device, reference counted), created contexts, and
 //! each thread's stack of current contexts.
+//!
+//! A context owns the memory allocated in it (stream-ordered memory: in its stream's
+//! context). Like the real driver, `cuCtxDestroy`, `cuDevicePrimaryCtxReset` and the
+//! `cuDevicePrimaryCtxRelease` that drops the last reference free all of it, and its
+//! streams. A primary context keeps its handle after a reset or its
+//! last release; its next use finds it fresh, as the driver reinitialises it.
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -17,6 +23,9 @@ pub struct Context {
     pub flags: u32,
     pub id: u64,
     pub primary: bool,
+    /// `cuCtxAttach`'s extra references (deprecated API): `cuCtxDetach` destroys the
+    /// context when none is left.
+    pub attached: u32,
 }
 
 /// A thread's current-context stack: handles (and their devices), the top is the current
@@ -121,6 +130,7 @@ fn add_context(state: &mut State, device: usize, flags: u32, primary: bool) -> u
             flags,
             id,
             primary,
+            attached: 0,
         },
     );
     handle
@@ -137,8 +147,8 @@ pub fn create(device: CUdevice, flags: u32) -> Result<usize, CUresult> {
     Ok(handle)
 }
 
-/// `cuCtxDestroy`: forgets a created context and its arrays (its other memory stays
-/// allocated) and pops it if it is current on this thread.
+/// `cuCtxDestroy`: destroys a created context, its streams, its arrays and its memory, and
+/// pops it if it is current on this thread.
 pub fn destroy(handle: usize) -> Result<(), CUresult> {
     {
         let mut state = state::lock();
@@ -147,12 +157,48 @@ pub fn destroy(handle: usize) -> Result<(), CUresult> {
             _ => return Err(CUDA_ERROR_INVALID_CONTEXT),
         };
         crate::arrays::context_ended(&mut state, handle);
+        crate::streams::destroy_of_context(&mut state, handle);
         ANY_DESTROYED.store(true, Ordering::Release);
     }
+    crate::memory::free_owned_by(handle);
     if current_handle() == Some(handle) {
         pop_handle();
     }
     Ok(())
+}
+
+/// `cuCtxAttach` (deprecated): one more reference to the current created context.
+pub fn attach(flags: u32) -> Result<usize, CUresult> {
+    if flags != 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let mut state = state::lock();
+    let handle = current(&state)?.0;
+    match state.contexts.get_mut(&handle) {
+        Some(c) if !c.primary => c.attached += 1,
+        _ => return Err(CUDA_ERROR_INVALID_CONTEXT),
+    }
+    Ok(handle)
+}
+
+/// `cuCtxDetach` (deprecated): drops a reference of a created context current to this
+/// thread; the last one destroys it (as `cuCtxDestroy`).
+pub fn detach(handle: usize) -> Result<(), CUresult> {
+    {
+        let mut state = state::lock();
+        if current_handle() != Some(handle) {
+            return Err(CUDA_ERROR_INVALID_CONTEXT);
+        }
+        match state.contexts.get_mut(&handle) {
+            Some(c) if !c.primary && c.attached > 0 => {
+                c.attached -= 1;
+                return Ok(());
+            }
+            Some(c) if !c.primary => {}
+            _ => return Err(CUDA_ERROR_INVALID_CONTEXT),
+        }
+    }
+    destroy(handle)
 }
 
 pub fn push(handle: usize) -> Result<(), CUresult> {
@@ -205,24 +251,46 @@ pub fn primary_retain(device: CUdevice) -> Result<usize, CUresult> {
     Ok(handle)
 }
 
-/// `cuDevicePrimaryCtxRelease`. The context stays usable after the last release (the real
-/// driver would deactivate it); only its reference count changes.
+/// `cuDevicePrimaryCtxRelease`. The release that drops the last reference destroys the
+/// context's memory (the handle stays, for the next retain).
 pub fn primary_release(device: CUdevice) -> Result<(), CUresult> {
-    let mut state = state::lock();
-    let dev = state.device_mut(device)?;
-    if dev.primary_refs == 0 {
-        return Err(CUDA_ERROR_INVALID_CONTEXT);
+    let gone = {
+        let mut state = state::lock();
+        let dev = state.device_mut(device)?;
+        if dev.primary_refs == 0 {
+            return Err(CUDA_ERROR_INVALID_CONTEXT);
+        }
+        dev.primary_refs -= 1;
+        let gone = (dev.primary_refs == 0)
+            .then_some(dev.primary_context)
+            .flatten();
+        if let Some(handle) = gone {
+            crate::streams::destroy_of_context(&mut state, handle);
+            crate::arrays::context_ended(&mut state, handle);
+        }
+        gone
+    };
+    if let Some(handle) = gone {
+        crate::memory::free_owned_by(handle);
     }
-    dev.primary_refs -= 1;
     Ok(())
 }
 
-/// `cuDevicePrimaryCtxReset`: drops every reference, and the context's arrays.
+/// `cuDevicePrimaryCtxReset`: drops every reference and frees all its memory and arrays.
 pub fn primary_reset(device: CUdevice) -> Result<(), CUresult> {
-    let mut state = state::lock();
-    state.device_mut(device)?.primary_refs = 0;
-    if let Some(primary) = state.device(device)?.primary_context {
-        crate::arrays::context_ended(&mut state, primary);
+    let handle = {
+        let mut state = state::lock();
+        let dev = state.device_mut(device)?;
+        dev.primary_refs = 0;
+        let handle = dev.primary_context;
+        if let Some(handle) = handle {
+            crate::streams::destroy_of_context(&mut state, handle);
+            crate::arrays::context_ended(&mut state, handle);
+        }
+        handle
+    };
+    if let Some(handle) = handle {
+        crate::memory::free_owned_by(handle);
     }
     Ok(())
 }

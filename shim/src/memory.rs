@@ -36,9 +36,13 @@ enum Backing {
 pub struct Allocation {
     /// Requested bytes: what the device is charged.
     pub size: u64,
-    pub device: usize,
+    /// The device charged; `None` for host memory (a host pool's allocation).
+    pub device: Option<usize>,
     /// The memory pool of a stream-ordered allocation.
     pub pool: Option<usize>,
+    /// The context that owns it (the current one, or the stream's for stream-ordered
+    /// memory): destroying or resetting the context frees it. 0: none.
+    pub context: usize,
     backing: Backing,
 }
 
@@ -51,16 +55,21 @@ pub struct HostAllocation {
 /// Who pays for a device allocation.
 #[derive(Clone, Copy, Debug)]
 pub struct Payer {
-    pub device: usize,
+    /// `None`: host memory, no device is charged.
+    pub device: Option<usize>,
     pub pool: Option<usize>,
+    /// The owning context (0: none).
+    pub context: usize,
 }
 
 impl Payer {
-    /// The device of the calling thread's current context.
+    /// The device of the calling thread's current context, which owns the allocation.
     pub fn current_context(state: &State) -> Result<Payer, CUresult> {
+        let (context, c) = context::current(state)?;
         Ok(Payer {
-            device: context::current_device(state)?,
+            device: Some(c.device),
             pool: None,
+            context,
         })
     }
 }
@@ -117,7 +126,10 @@ fn charge(state: &mut State, payer: Payer, size: u64) -> Result<(), CUresult> {
     if let Some(pool) = payer.pool {
         pools::charge(state, pool, size)?;
     }
-    let result = state.devices[payer.device].charge(size);
+    let Some(device) = payer.device else {
+        return Ok(());
+    };
+    let result = state.devices[device].charge(size);
     if result.is_err() {
         if let Some(pool) = payer.pool {
             pools::uncharge(state, pool, size);
@@ -127,7 +139,9 @@ fn charge(state: &mut State, payer: Payer, size: u64) -> Result<(), CUresult> {
 }
 
 fn uncharge(state: &mut State, payer: Payer, size: u64) {
-    state.devices[payer.device].uncharge(size);
+    if let Some(device) = payer.device {
+        state.devices[device].uncharge(size);
+    }
     if let Some(pool) = payer.pool {
         pools::uncharge(state, pool, size);
     }
@@ -157,6 +171,7 @@ pub fn allocate(
         size: size as u64,
         device: payer.device,
         pool: payer.pool,
+        context: payer.context,
         backing,
     };
     state::lock().allocations.insert(address as u64, allocation);
@@ -187,12 +202,42 @@ pub fn free(dptr: u64, need_context: bool) -> Result<(), CUresult> {
         let payer = Payer {
             device: allocation.device,
             pool: allocation.pool,
+            context: allocation.context,
         };
         uncharge(&mut state, payer, allocation.size);
         allocation
     };
     release(dptr as usize, allocation.backing);
     Ok(())
+}
+
+/// A context was destroyed or reset: the driver frees every allocation it owns.
+pub fn free_owned_by(context: usize) {
+    let freed: Vec<(u64, Allocation)> = {
+        let mut state = state::lock();
+        let owned: Vec<u64> = state
+            .allocations
+            .iter()
+            .filter(|(_, a)| a.context == context)
+            .map(|(&address, _)| address)
+            .collect();
+        owned
+            .into_iter()
+            .filter_map(|address| {
+                let a = state.allocations.remove(&address)?;
+                let payer = Payer {
+                    device: a.device,
+                    pool: a.pool,
+                    context: a.context,
+                };
+                uncharge(&mut state, payer, a.size);
+                Some((address, a))
+            })
+            .collect()
+    };
+    for (address, a) in freed {
+        release(address as usize, a.backing);
+    }
 }
 
 /// `cuMemAllocPitch`: (pitch, bytes) for `height` rows of `width` bytes.

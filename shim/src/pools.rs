@@ -2,7 +2,14 @@
 //!
 //! A pool here is bookkeeping only: every allocation gets its own backing and is charged to
 //! the device at once, and freeing returns the memory at once (nothing is kept in reserve,
-//! so "reserved" and "used" are the same number).
+//! so "reserved" and "used" are the same number). A pool located on the host (`HOST`,
+//! `HOST_NUMA`, `HOST_NUMA_CURRENT`) charges no device. A stream-ordered allocation belongs
+//! to its stream's context: destroying or resetting that context frees it.
+//!
+//! On a stream that is capturing, an allocation only records a graph node: it gets an
+//! address (which the graph's memory will have) and nothing is allocated; a free there is a
+//! node too and frees nothing. Graphs cannot be launched here (`cuGraphLaunch` is not
+//! exported), so that memory never comes to exist.
 
 use crate::abi::*;
 use crate::config::MAX_DEVICES;
@@ -12,6 +19,8 @@ use crate::streams;
 
 pub struct Pool {
     pub device: usize,
+    /// Located on the host: its allocations charge no device (`device` is then 0).
+    host: bool,
     is_default: bool,
     destroyed: bool,
     /// `CU_MEMPOOL_ATTR_REUSE_*` (attributes 1 to 3).
@@ -36,6 +45,7 @@ impl Pool {
     fn new(device: usize, is_default: bool, max_size: u64) -> Self {
         Pool {
             device,
+            host: false,
             is_default,
             destroyed: false,
             reuse: [1; 3],
@@ -69,16 +79,28 @@ pub fn create_default(state: &mut State, device: usize) -> usize {
     handle
 }
 
-/// `cuMemPoolCreate`: only pinned device pools.
+/// `cuMemPoolCreate`: pinned pools on a device or on the host (any host NUMA node: the
+/// simulated host has one).
 pub fn create(props: &MemPoolPropsHead) -> Result<usize, CUresult> {
     let mut state = state::lock();
-    if props.alloc_type != ALLOCATION_PINNED || props.location.kind != LOCATION_DEVICE {
-        return Err(CUDA_ERROR_INVALID_VALUE);
+    match props.alloc_type {
+        ALLOCATION_PINNED => {}
+        // CUDA 13's managed pools are not simulated.
+        ALLOCATION_MANAGED => return Err(CUDA_ERROR_NOT_SUPPORTED),
+        _ => return Err(CUDA_ERROR_INVALID_VALUE),
     }
-    state
-        .device(props.location.id)
-        .map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
-    let pool = Pool::new(props.location.id as usize, false, props.max_size as u64);
+    let host = (LOCATION_HOST..=LOCATION_HOST_NUMA_CURRENT).contains(&props.location.kind);
+    if !host {
+        if props.location.kind != LOCATION_DEVICE {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        state
+            .device(props.location.id)
+            .map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
+    }
+    let device = if host { 0 } else { props.location.id as usize };
+    let mut pool = Pool::new(device, false, props.max_size as u64);
+    pool.host = host;
     let handle = state::new_handle();
     state.pools.insert(handle, pool);
     Ok(handle)
@@ -118,6 +140,24 @@ pub fn uncharge(state: &mut State, handle: usize, size: u64) {
     }
 }
 
+/// CUDA 13's default pool of the host (`cuMemGetDefaultMemPool` for a host location): one,
+/// made at its first request (the simulated host has one NUMA node).
+pub fn host_default_pool() -> usize {
+    static HOST_POOL: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let mut state = state::lock();
+    match HOST_POOL.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => {
+            let handle = state::new_handle();
+            let mut pool = Pool::new(0, true, 0);
+            pool.host = true;
+            state.pools.insert(handle, pool);
+            HOST_POOL.store(handle, std::sync::atomic::Ordering::Relaxed);
+            handle
+        }
+        handle => handle,
+    }
+}
+
 pub fn default_pool(device: CUdevice) -> Result<usize, CUresult> {
     state::lock().device(device).map(|d| d.default_pool)
 }
@@ -130,7 +170,8 @@ pub fn current_pool(device: CUdevice) -> Result<usize, CUresult> {
 pub fn set_current_pool(device: CUdevice, handle: usize) -> Result<(), CUresult> {
     let mut state = state::lock();
     state.device(device)?;
-    if live_pool(&state, handle)?.device != device as usize {
+    let pool = live_pool(&state, handle)?;
+    if pool.host || pool.device != device as usize {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     state.device_mut(device)?.current_pool = handle;
@@ -209,30 +250,46 @@ pub fn trim(handle: usize) -> Result<(), CUresult> {
     live_pool(&state::lock(), handle).map(|_| ())
 }
 
-/// `cuMemAllocAsync`: from the current pool of the stream's device.
+/// `cuMemAllocAsync`: from the current pool of the stream's device, owned by the stream's
+/// context.
 pub fn allocate_async(size: usize, stream: usize) -> Result<u64, CUresult> {
+    if let Some(address) = streams::capture_allocation(stream, size)? {
+        return Ok(address);
+    }
     memory::allocate(size, Placement::Anywhere, |state| {
         let device = streams::device(state, stream)?;
         Ok(Payer {
-            device,
+            device: Some(device),
             pool: Some(state.devices[device].current_pool),
+            context: streams::context(state, stream)?,
         })
     })
 }
 
-/// `cuMemAllocFromPoolAsync`: charged to the pool's device.
+/// `cuMemAllocFromPoolAsync`: charged to the pool's device (none for a host pool), owned
+/// by the stream's context.
 pub fn allocate_from_pool(size: usize, pool: usize, stream: usize) -> Result<u64, CUresult> {
+    live_pool(&state::lock(), pool)?;
+    if let Some(address) = streams::capture_allocation(stream, size)? {
+        return Ok(address);
+    }
     memory::allocate(size, Placement::Anywhere, |state| {
-        streams::device(state, stream)?;
+        let context = streams::context(state, stream)?;
+        let p = live_pool(state, pool)?;
         Ok(Payer {
-            device: live_pool(state, pool)?.device,
+            device: (!p.host).then_some(p.device),
             pool: Some(pool),
+            context,
         })
     })
 }
 
-/// `cuMemFreeAsync`: frees at once (any device allocation, like the real driver).
+/// `cuMemFreeAsync`: frees at once (any device allocation, like the real driver); on a
+/// capturing stream it only records a node.
 pub fn free_async(dptr: u64, stream: usize) -> Result<(), CUresult> {
     streams::check(stream)?;
+    if streams::capture_free(stream, dptr)? {
+        return Ok(());
+    }
     memory::free(dptr, false)
 }

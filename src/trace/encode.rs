@@ -30,7 +30,7 @@ pub struct Stamped {
 #[derive(Default)]
 pub struct Encoder {
     /// Per event type: how its lines start.
-    starts: [LineStart; 5],
+    starts: [LineStart; PREFIXES.len()],
     segments: Segments,
 }
 
@@ -80,12 +80,13 @@ const SIZE_MAX: usize = 21;
 const ESCAPE_MAX: usize = 6;
 
 // `{"type":"…","t_ns":` for each type, spelling out `kind::*` (the tests compare).
-const PREFIXES: [&[u8]; 5] = [
+const PREFIXES: [&[u8]; 6] = [
     b"{\"type\":\"alloc\",\"t_ns\":",
     b"{\"type\":\"free\",\"t_ns\":",
     b"{\"type\":\"refused\",\"t_ns\":",
     b"{\"type\":\"meminfo\",\"t_ns\":",
     b"{\"type\":\"backoff\",\"t_ns\":",
+    b"{\"type\":\"context\",\"t_ns\":",
 ];
 
 const E8: u64 = 100_000_000;
@@ -100,6 +101,7 @@ impl Encoder {
             EventKind::Refused { .. } => (2, &[]),
             EventKind::MemInfo { .. } => (3, &[]),
             EventKind::Backoff { sizes } => (4, sizes),
+            EventKind::Context { ptrs } => (5, ptrs),
         };
         let result = match ev.result {
             0 => None, // written as a constant below
@@ -195,6 +197,18 @@ impl Encoder {
                         w.put(b",");
                     }
                     w.decimal(*size);
+                }
+                w.put(b"]}\n");
+            }
+            EventKind::Context { .. } => {
+                w.put(b",\"count\":");
+                w.decimal(sizes.len() as u64);
+                w.put(b",\"ptrs\":[");
+                for (i, ptr) in sizes.iter().enumerate() {
+                    if i > 0 {
+                        w.put(b",");
+                    }
+                    w.decimal(*ptr);
                 }
                 w.put(b"]}\n");
             }
@@ -582,6 +596,25 @@ impl Tally {
     #[inline]
     pub fn add(&mut self, s: &Stamped) {
         let ev = &s.ev;
+        if let EventKind::Context { ptrs } = &ev.kind {
+            // Freed with their context, on whichever device each was charged (a pool's
+            // may be on another one).
+            // The line's in_use is of the context's device; another one's drops by what
+            // was freed there.
+            let own = schema_ordinal(ev.device);
+            for d in &mut self.devices {
+                for ptr in ptrs.iter() {
+                    if let Some(old) = d.live.remove(ptr) {
+                        d.summary.frees += 1;
+                        d.summary.live = d.summary.live.wrapping_sub(1);
+                        d.summary.live_bytes = d.summary.live_bytes.wrapping_sub(old);
+                        if d.summary.dev != own {
+                            d.summary.in_use = d.summary.in_use.saturating_sub(old);
+                        }
+                    }
+                }
+            }
+        }
         self.events += 1;
         let ok = ev.result == 0;
         let DeviceTally { summary: d, live } = self.device(schema_ordinal(ev.device));
@@ -609,7 +642,9 @@ impl Tally {
             _ => {}
         }
         d.in_use = ev.in_use;
-        if ev.in_use > d.peak {
+        // A refusal's figure includes requests in flight: the peak is of what was held.
+        let refused = matches!(ev.kind, EventKind::Refused { .. });
+        if ev.in_use > d.peak && !refused {
             d.peak = ev.in_use;
             d.peak_t_ns = s.t_ns;
         }
@@ -710,6 +745,13 @@ mod tests {
         let ev: EventLine = serde_json::from_str(text).unwrap();
         assert_eq!(ev.sizes.as_deref(), Some(&[40u64, 36, 32][..]));
 
+        let ptrs = vec![0x7000u64, 0x9000].into_boxed_slice();
+        let text = line(&stamped(EventKind::Context { ptrs }, 0, 8, 0, 0));
+        let ev: EventLine = serde_json::from_str(text).unwrap();
+        assert_eq!(ev.kind, kind::CONTEXT);
+        assert_eq!((ev.count, ev.bytes), (2, 8));
+        assert_eq!(ev.ptrs.as_deref(), Some(&[0x7000u64, 0x9000][..]));
+
         let mut out = Vec::new();
         dropped_line(&mut out, 7, 3);
         let ev: EventLine = serde_json::from_slice(&out).unwrap();
@@ -781,6 +823,10 @@ mod tests {
         real_total: Option<u64>,
         #[serde(skip_serializing_if = "Option::is_none")]
         sizes: Option<&'a [u64]>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        count: Option<u64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        ptrs: Option<&'a [u64]>,
     }
 
     fn reference(s: &Stamped) -> String {
@@ -803,6 +849,8 @@ mod tests {
             real_free: None,
             real_total: None,
             sizes: None,
+            count: None,
+            ptrs: None,
         };
         match &ev.kind {
             EventKind::Alloc => r.kind = kind::ALLOC,
@@ -826,6 +874,11 @@ mod tests {
             EventKind::Backoff { sizes } => {
                 r.kind = kind::BACKOFF;
                 r.sizes = Some(sizes);
+            }
+            EventKind::Context { ptrs } => {
+                r.kind = kind::CONTEXT;
+                r.count = Some(ptrs.len() as u64);
+                r.ptrs = Some(ptrs);
             }
         }
         serde_json::to_string(&r).unwrap() + "\n"
@@ -883,6 +936,9 @@ mod tests {
                 },
                 EventKind::Backoff {
                     sizes: Box::new([]),
+                },
+                EventKind::Context {
+                    ptrs: vec![n, m].into_boxed_slice(),
                 },
             ];
             for (j, kind) in kinds.into_iter().enumerate() {
@@ -1026,6 +1082,9 @@ mod tests {
                 EventKind::Backoff {
                     sizes: vec![u64::MAX; 1000].into_boxed_slice(),
                 },
+                EventKind::Context {
+                    ptrs: vec![u64::MAX; 1000].into_boxed_slice(),
+                },
             ]
         };
         for result in [u32::MAX, 219] {
@@ -1131,6 +1190,39 @@ mod tests {
         assert_eq!((d1.peak, d1.peak_t_ns, d1.in_use), (30, 2, 27));
         assert_eq!((d1.allocs, d1.frees, d1.refusals), (3, 2, 1));
         assert_eq!((d1.alloc_bytes, d1.live, d1.live_bytes), (37, 2, 27));
+    }
+
+    /// Issue 10 item 7: a refusal's figure counts requests in flight; the peak does not.
+    /// A context event frees what its context held.
+    #[test]
+    fn the_tally_peak_is_of_held_bytes_and_contexts_free() {
+        let mut t = Tally::new([(1, None), (2, None)]);
+        // GPU 2's pool allocation, owned by GPU 1's context
+        let mut pooled = stamped(EventKind::Alloc, 0xc, 64, 0, 64);
+        pooled.ev.device = 2;
+        t.add(&pooled);
+        let mut at =
+            |kind, ptr, bytes, result, in_use| t.add(&stamped(kind, ptr, bytes, result, in_use));
+        at(EventKind::Alloc, 0xa, 4096, 0, 4096);
+        at(
+            EventKind::Refused { by_driver: true },
+            0,
+            2 << 30,
+            2,
+            (2 << 30) + 4096,
+        );
+        at(EventKind::Alloc, 0xb, 10, 0, 4106);
+        let ptrs = vec![0xa, 0xb, 0xc].into_boxed_slice();
+        at(EventKind::Context { ptrs }, 0, 4170, 0, 0);
+        let s = t.summary(9, "exit", 0);
+        let (d1, d2) = (&s.devices[0], &s.devices[1]);
+        assert_eq!((d1.peak, d1.in_use), (4106, 0));
+        assert_eq!((d1.live, d1.live_bytes, d1.frees), (0, 0, 2));
+        assert_eq!(
+            (d2.in_use, d2.live, d2.frees),
+            (0, 0, 1),
+            "freed on its own device"
+        );
     }
 
     #[test]

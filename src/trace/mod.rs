@@ -109,6 +109,18 @@ impl Event {
         )
     }
 
+    /// A context was destroyed or reset and the driver freed what it held: `bytes` in all,
+    /// the allocations `ptrs` (pointers and handles), credited at once.
+    pub fn context_freed(
+        device: u32,
+        api: &'static str,
+        bytes: u64,
+        in_use: u64,
+        ptrs: Box<[u64]>,
+    ) -> Event {
+        Event::ok(EventKind::Context { ptrs }, device, api, 0, bytes, in_use)
+    }
+
     fn ok(
         kind: EventKind,
         device: u32,
@@ -145,6 +157,10 @@ pub enum EventKind {
     /// Refused sizes in order, then the size that succeeded.
     Backoff {
         sizes: Box<[u64]>,
+    },
+    /// A context's allocations, freed with it (the keys, in no order).
+    Context {
+        ptrs: Box<[u64]>,
     },
 }
 

@@ -200,6 +200,15 @@ typedef CUresult (*fn_cuMipmappedArrayGetMemoryRequirements)(CUDA_ARRAY_MEMORY_R
                                                              CUmipmappedArray array,
                                                              CUdevice dev);
 
+/* Placement, contexts, capture (issue 10). */
+typedef CUresult (*fn_cuCtxDestroy_v2)(CUcontext ctx);
+typedef CUresult (*fn_cuDevicePrimaryCtxReset_v2)(CUdevice dev);
+typedef CUresult (*fn_cuDevicePrimaryCtxRelease_v2)(CUdevice dev);
+typedef CUresult (*fn_cuCtxCreate_v2)(CUcontext *ctx, unsigned int flags, CUdevice dev);
+typedef CUresult (*fn_cuStreamBeginCapture_v2)(CUstream stream, int mode);
+typedef CUresult (*fn_cuStreamEndCapture)(CUstream stream, void **graph);
+typedef CUresult (*fn_cuMemGetDefaultMemPool)(CUmemoryPool *pool, CUmemLocation *location,
+                                              int type); /* CUDA 13 */
 /* The shim's test helper (not part of CUDA). */
 typedef int (*fn_cuShimStats)(int dev, size_t *in_use, size_t *peak, unsigned long long *live);
 
@@ -246,6 +255,11 @@ extern CUresult cuArrayCreate(CUarray *array, const CUDA_ARRAY_DESCRIPTOR_v1 *de
     __attribute__((weak));
 extern CUresult cuArray3DCreate(CUarray *array, const CUDA_ARRAY3D_DESCRIPTOR_v1 *desc)
     __attribute__((weak));
+/* Placement, contexts, capture (issue 10). */
+extern CUresult cuCtxDestroy_v2(CUcontext ctx);
+extern CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev);
+extern CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
+extern CUresult cuMemGetDefaultMemPool(CUmemoryPool *pool, CUmemLocation *location, int type);
 extern CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytes) __attribute__((weak));
 extern CUresult cuMemFree(CUdeviceptr_v1 dptr) __attribute__((weak));
 extern CUresult cuMemGetInfo(unsigned int *free_bytes, unsigned int *total_bytes)

@@ -76,6 +76,11 @@ int main(int argc, char **argv) {
     GET(cuIpcOpenMemHandle, "cuIpcOpenMemHandle_v2");
     GET(cuMemPoolImportPointer, "cuMemPoolImportPointer");
     GET(cuExternalMemoryGetMappedBuffer, "cuExternalMemoryGetMappedBuffer");
+    /* Placement, contexts, capture (issue 10). */
+    GET(cuCtxDestroy_v2, "cuCtxDestroy_v2");
+    GET(cuDevicePrimaryCtxReset_v2, "cuDevicePrimaryCtxReset_v2");
+    GET(cuDevicePrimaryCtxRelease_v2, "cuDevicePrimaryCtxRelease_v2");
+    GET(cuMemGetDefaultMemPool, "cuMemGetDefaultMemPool");
 #undef GET
     d.sym = sym;
     return run_ops(&d, argc - 1, argv + 1);

@@ -55,6 +55,11 @@ int main(int argc, char **argv) {
         .cuIpcOpenMemHandle = cuIpcOpenMemHandle_v2,
         .cuMemPoolImportPointer = cuMemPoolImportPointer,
         .cuExternalMemoryGetMappedBuffer = cuExternalMemoryGetMappedBuffer,
+        /* Placement, contexts, capture (issue 10). */
+        .cuCtxDestroy_v2 = cuCtxDestroy_v2,
+        .cuDevicePrimaryCtxReset_v2 = cuDevicePrimaryCtxReset_v2,
+        .cuDevicePrimaryCtxRelease_v2 = cuDevicePrimaryCtxRelease_v2,
+        .cuMemGetDefaultMemPool = cuMemGetDefaultMemPool,
         .sym = sym,
     };
     return run_ops(&d, argc - 1, argv + 1);

@@ -76,6 +76,7 @@ struct slots {
 
 static struct slots ptrs, handles, reservations, streams;
 static struct slots arrays, mipmaps; /* CUarray, CUmipmappedArray */
+static struct slots contexts; /* issue 10: contexts made by ctxcreate */
 static const struct drv *the_drv; /* for the atexit handler */
 static CUcontext dev_ctx[MAX_DEVICES];
 static CUmemoryPool dev_pool[MAX_DEVICES];
@@ -1152,6 +1153,162 @@ static int run_op(const struct drv *d, const char *word) {
         out("miplevel %s %llu rc=%d slot=%zu", f[1], a, rc,
             push(&arrays, (unsigned long long)(size_t)level, 0, rc == 0));
     /* ---- end of CUDA arrays ---- */
+    /* ---- placement, contexts, capture (issue 10) ----
+     *   asyncon:SIZE:STREAM        cuMemAllocAsync on stream slot STREAM
+     *   defpoolon:DEV:SIZE:STREAM  from device DEV's default pool, on stream slot STREAM
+     *                              (or "n": the NULL stream)
+     *   hostpool:SIZE              from a pool on host NUMA node 0, on the NULL stream
+     *   locpool:TYPE:ID:SIZE       from CUDA 13's cuMemGetDefaultMemPool of location TYPE
+     *                              (CUmemLocationType) ID, pinned, on the NULL stream
+     *   ctxcreate                  cuCtxCreate_v2 on the current device (made current)
+     *   ctxdestroy:SLOT            cuCtxDestroy_v2 of a created context
+     *   ctxreset:DEV / ctxrelease:DEV  cuDevicePrimaryCtxReset_v2 / _Release_v2
+     *   capture:STREAM / endcapture:STREAM  cuStreamBeginCapture_v2 / cuStreamEndCapture
+     *   ctxretain:DEV              cuDevicePrimaryCtxRetain (one more reference)
+     *   ctxattach / ctxdetach:SLOT cuCtxAttach of the current context / cuCtxDetach of a
+     *                              created one (deprecated; dlsym on the driver's handle) */
+    } else if (!strcmp(op, "asyncon") || !strcmp(op, "defpoolon") || !strcmp(op, "hostpool")) {
+        CUdeviceptr dp = 0;
+        CUstream st = NULL;
+        const char *stream_word = NULL;
+        int is_on = !strcmp(op, "asyncon"), is_def = !strcmp(op, "defpoolon");
+        NARGS(is_on ? 2 : is_def ? 3 : 1);
+        if (parse_size(f[is_def ? 2 : 1], &a))
+            return -1;
+        if (is_on)
+            stream_word = f[2];
+        else if (is_def)
+            stream_word = f[3];
+        if (stream_word && strcmp(stream_word, "n")) {
+            struct slot *s = get_slot(&streams, stream_word);
+            if (!s)
+                return -1;
+            st = (CUstream)(size_t)s->value;
+        }
+        if (is_on) {
+            rc = CALL(d, cuMemAllocAsync, &dp, a, st);
+        } else if (is_def) {
+            CUmemoryPool pool = NULL;
+            CUdevice dev = 0;
+            if (parse_num(f[1], &b))
+                return -1;
+            rc = CALL(d, cuDeviceGet, &dev, (int)b);
+            if (!rc)
+                rc = CALL(d, cuDeviceGetDefaultMemPool, &pool, dev);
+            if (!rc)
+                rc = CALL(d, cuMemAllocFromPoolAsync, &dp, a, pool, st);
+        } else {
+            static CUmemoryPool host_pool;
+            rc = 0;
+            if (!host_pool) {
+                CUmemPoolProps props;
+                memset(&props, 0, sizeof props);
+                props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+                props.location.type = 3; /* CU_MEM_LOCATION_TYPE_HOST_NUMA */
+                props.location.id = 0;
+                rc = CALL(d, cuMemPoolCreate, &host_pool, &props);
+            }
+            if (!rc)
+                rc = CALL(d, cuMemAllocFromPoolAsync, &dp, a, host_pool, NULL);
+        }
+        if (rc)
+            dp = 0;
+        print_alloc(op, a, rc, push(&ptrs, dp, a, rc == 0), dp);
+    } else if (!strcmp(op, "locpool")) {
+        CUdeviceptr dp = 0;
+        CUmemoryPool pool = NULL;
+        CUmemLocation loc;
+        NARGS(3);
+        if (parse_num(f[1], &a) || parse_num(f[2], &b) || parse_size(f[3], &c))
+            return -1;
+        loc.type = (int)a;
+        loc.id = (int)b;
+        rc = CALL(d, cuMemGetDefaultMemPool, &pool, &loc, CU_MEM_ALLOCATION_TYPE_PINNED);
+        if (!rc)
+            rc = CALL(d, cuMemAllocFromPoolAsync, &dp, c, pool, NULL);
+        if (rc)
+            dp = 0;
+        print_alloc(op, c, rc, push(&ptrs, dp, c, rc == 0), dp);
+    } else if (!strcmp(op, "ctxretain")) {
+        CUcontext ctx = NULL;
+        CUdevice dev = 0;
+        NARGS(1);
+        if (parse_num(f[1], &a) || a >= MAX_DEVICES)
+            return -1;
+        rc = CALL(d, cuDeviceGet, &dev, (int)a);
+        if (!rc)
+            rc = CALL(d, cuDevicePrimaryCtxRetain, &ctx, dev);
+        out("ctxretain %llu rc=%d", a, rc);
+    } else if (!strcmp(op, "ctxattach") || !strcmp(op, "ctxdetach")) {
+        typedef CUresult (*fn_attach)(CUcontext *, unsigned int);
+        typedef CUresult (*fn_detach)(CUcontext);
+        if (!strcmp(op, "ctxattach")) {
+            fn_attach attach;
+            CUcontext ctx = NULL;
+            NARGS(0);
+            *(void **)&attach = raw_sym(d, "cuCtxAttach");
+            rc = attach ? attach(&ctx, 0) : CUDA_ERROR_NOT_FOUND;
+            out("ctxattach rc=%d", rc);
+        } else {
+            fn_detach detach;
+            struct slot *s;
+            NARGS(1);
+            s = get_slot(&contexts, f[1]);
+            if (!s)
+                return -1;
+            *(void **)&detach = raw_sym(d, "cuCtxDetach");
+            rc = detach ? detach((CUcontext)(size_t)s->value) : CUDA_ERROR_NOT_FOUND;
+            out("ctxdetach %s rc=%d", f[1], rc);
+        }
+    } else if (!strcmp(op, "ctxcreate")) {
+        CUcontext ctx = NULL;
+        CUdevice dev = 0;
+        fn_cuCtxCreate_v2 create;
+        NARGS(0);
+        *(void **)&create = raw_sym(d, "cuCtxCreate_v2");
+        rc = CALL(d, cuDeviceGet, &dev, cur_dev);
+        if (!rc)
+            rc = create ? create(&ctx, 0, dev) : CUDA_ERROR_NOT_FOUND;
+        out("ctxcreate rc=%d slot=%zu", rc,
+            push(&contexts, (unsigned long long)(size_t)ctx, 0, rc == 0));
+    } else if (!strcmp(op, "ctxdestroy")) {
+        struct slot *s;
+        NARGS(1);
+        s = get_slot(&contexts, f[1]);
+        if (!s)
+            return -1;
+        rc = CALL(d, cuCtxDestroy_v2, (CUcontext)(size_t)s->value);
+        if (!rc)
+            s->live = 0;
+        out("ctxdestroy %s rc=%d", f[1], rc);
+    } else if (!strcmp(op, "ctxreset") || !strcmp(op, "ctxrelease")) {
+        CUdevice dev = 0;
+        NARGS(1);
+        if (parse_num(f[1], &a) || a >= MAX_DEVICES)
+            return -1;
+        rc = CALL(d, cuDeviceGet, &dev, (int)a);
+        if (!rc && !strcmp(op, "ctxreset"))
+            rc = CALL(d, cuDevicePrimaryCtxReset_v2, dev);
+        else if (!rc)
+            rc = CALL(d, cuDevicePrimaryCtxRelease_v2, dev);
+        out("%s %llu rc=%d", op, a, rc);
+    } else if (!strcmp(op, "capture") || !strcmp(op, "endcapture")) {
+        struct slot *s;
+        NARGS(1);
+        s = get_slot(&streams, f[1]);
+        if (!s)
+            return -1;
+        if (!strcmp(op, "capture")) {
+            fn_cuStreamBeginCapture_v2 begin;
+            *(void **)&begin = raw_sym(d, "cuStreamBeginCapture_v2");
+            rc = begin ? begin((CUstream)(size_t)s->value, 0) : CUDA_ERROR_NOT_FOUND;
+        } else {
+            fn_cuStreamEndCapture end;
+            void *graph = NULL;
+            *(void **)&end = raw_sym(d, "cuStreamEndCapture");
+            rc = end ? end((CUstream)(size_t)s->value, &graph) : CUDA_ERROR_NOT_FOUND;
+        }
+        out("%s %s rc=%d", op, f[1], rc);
     } else if (!strcmp(op, "kill")) {
         NARGS(0);
         out("kill");

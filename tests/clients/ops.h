@@ -50,6 +50,11 @@ struct drv {
     fn_cuIpcOpenMemHandle cuIpcOpenMemHandle;
     fn_cuMemPoolImportPointer cuMemPoolImportPointer;
     fn_cuExternalMemoryGetMappedBuffer cuExternalMemoryGetMappedBuffer;
+    /* Placement, contexts, capture (issue 10). */
+    fn_cuCtxDestroy_v2 cuCtxDestroy_v2;
+    fn_cuDevicePrimaryCtxReset_v2 cuDevicePrimaryCtxReset_v2;
+    fn_cuDevicePrimaryCtxRelease_v2 cuDevicePrimaryCtxRelease_v2;
+    fn_cuMemGetDefaultMemPool cuMemGetDefaultMemPool; /* CUDA 13 */
     /* The client's own symbol lookup (for the shim's cuShimStats), so that every
      * client binary references only the dlsym version it means to. */
     void *(*sym)(void *handle, const char *name);

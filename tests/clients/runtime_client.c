@@ -95,6 +95,11 @@ int main(int argc, char **argv) {
     GET(cuIpcOpenMemHandle, "cuIpcOpenMemHandle", 11000);
     GET(cuMemPoolImportPointer, "cuMemPoolImportPointer", 11020);
     GET(cuExternalMemoryGetMappedBuffer, "cuExternalMemoryGetMappedBuffer", 10000);
+    /* Placement, contexts, capture (issue 10). */
+    GET(cuCtxDestroy_v2, "cuCtxDestroy", 4000);
+    GET(cuDevicePrimaryCtxReset_v2, "cuDevicePrimaryCtxReset", 11000);
+    GET(cuDevicePrimaryCtxRelease_v2, "cuDevicePrimaryCtxRelease", 11000);
+    GET(cuMemGetDefaultMemPool, "cuMemGetDefaultMemPool", 13000);
     /* The legacy 32-bit forms, as a pre-3.2 caller would get them. */
     GET(cuMemAlloc, "cuMemAlloc", 2000);
     GET(cuMemFree, "cuMemFree", 2000);

@@ -21,7 +21,14 @@ use std::path::Path;
 use std::process::Command;
 
 /// Every golden trace; each has a test below.
-const TRACES: [&str; 5] = ["normal", "backoff", "two_devices", "cut_off", "tolerance"];
+const TRACES: [&str; 6] = [
+    "normal",
+    "backoff",
+    "two_devices",
+    "cut_off",
+    "tolerance",
+    "context",
+];
 
 /// Runs `cuquota report --json` on tests/golden/NAME.jsonl (as a relative path, which the
 /// report's `file` fields show) and compares with tests/golden/NAME.report.json.
@@ -101,6 +108,13 @@ fn two_devices() {
 #[test]
 fn cut_off_without_a_summary() {
     check("cut_off");
+}
+
+/// A created context destroyed with two allocations of its own on GPU 0 and one from GPU 1's
+/// default pool: one `context` line frees all three, each on its own device (issue 10).
+#[test]
+fn a_context_destroyed_with_its_allocations() {
+    check("context");
 }
 
 /// A `dropped` line, plus fields and line types this reader does not know (a newer

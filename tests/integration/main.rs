@@ -20,6 +20,7 @@ mod imports;
 mod limits;
 mod log_lines;
 mod paths;
+mod placement;
 mod real_clients;
 mod reliability_faults;
 mod reliability_files;

@@ -64,7 +64,7 @@ fn value() -> impl Strategy<Value = String> {
     ]
 }
 
-const KEYS: [&str; 18] = [
+const KEYS: [&str; 19] = [
     "type",
     "t_ns",
     "tid",
@@ -81,6 +81,7 @@ const KEYS: [&str; 18] = [
     "real_total",
     "sizes",
     "count",
+    "ptrs",
     "new_field",
     "type",
 ];
@@ -96,6 +97,7 @@ fn event_like() -> impl Strategy<Value = String> {
             Just("refused"),
             Just("meminfo"),
             Just("backoff"),
+            Just("context"),
             Just("dropped")
         ],
     )

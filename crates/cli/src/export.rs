@@ -169,7 +169,12 @@ impl Process {
         let kind = e.kind.as_ref();
         if !matches!(
             kind,
-            kind::ALLOC | kind::FREE | kind::REFUSED | kind::MEMINFO | kind::BACKOFF
+            kind::ALLOC
+                | kind::FREE
+                | kind::REFUSED
+                | kind::MEMINFO
+                | kind::BACKOFF
+                | kind::CONTEXT
         ) {
             return;
         }

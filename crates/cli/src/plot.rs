@@ -48,7 +48,7 @@ pub fn svg(traces: &[PathBuf], output: &Path, options: &Options) -> Result<(), S
                     let kind = e.kind.as_ref();
                     if !matches!(
                         kind,
-                        kind::ALLOC | kind::FREE | kind::REFUSED | kind::MEMINFO
+                        kind::ALLOC | kind::FREE | kind::REFUSED | kind::MEMINFO | kind::CONTEXT
                     ) {
                         return Ok(());
                     }

@@ -297,7 +297,7 @@ impl Process {
         self.end_t_ns = self.end_t_ns.max(e.t_ns);
         let kind = e.kind.as_ref();
         match kind {
-            kind::ALLOC | kind::FREE | kind::REFUSED | kind::MEMINFO => {}
+            kind::ALLOC | kind::FREE | kind::REFUSED | kind::MEMINFO | kind::CONTEXT => {}
             kind::BACKOFF => {
                 // The core's own grouping; episodes are rebuilt from the refusals instead.
                 self.events += 1;
@@ -310,6 +310,9 @@ impl Process {
             _ => return, // a line type from a newer cuquota
         }
         self.events += 1;
+        if kind == kind::CONTEXT {
+            self.context_freed(e);
+        }
         let api = self.api(&e.api);
         self.api_counts[api as usize] += 1;
         let ok = e.result.is_empty() || e.result == "CUDA_SUCCESS";
@@ -323,7 +326,8 @@ impl Process {
         });
         let r = &mut dev.report;
         r.in_use_at_end = e.in_use;
-        if e.in_use > r.peak {
+        // A refusal's figure includes requests in flight: the peak is of what was held.
+        if e.in_use > r.peak && kind != kind::REFUSED {
             r.peak = e.in_use;
             r.peak_t_ns = t;
         }
@@ -390,6 +394,35 @@ impl Process {
             }
             kind::MEMINFO => r.meminfo_calls += 1,
             _ => {}
+        }
+    }
+
+    /// A context's allocations, freed with it: each is a free on the device it was charged
+    /// to (a pool's may be another one than the context's, whose in-use the line's figure,
+    /// of the context's device, does not say: it drops by what was freed there).
+    fn context_freed(&mut self, e: &EventLine) {
+        let ptrs: std::collections::HashSet<u64> = e.ptrs.iter().flatten().copied().collect();
+        let mut freed_on = Vec::new();
+        self.live.retain(|&(dev, ptr), live| {
+            let freed = ptrs.contains(&ptr);
+            if freed {
+                freed_on.push((dev, live.bytes));
+            }
+            !freed
+        });
+        for (dev, bytes) in freed_on {
+            if let Some(d) = self.devices.get_mut(&dev) {
+                d.report.frees += 1;
+                if dev != e.dev {
+                    let r = &mut d.report;
+                    r.in_use_at_end = r.in_use_at_end.saturating_sub(bytes);
+                    let t = e.t_ns;
+                    let in_use = r.in_use_at_end;
+                    if let Some(timeline) = d.timeline.as_mut() {
+                        timeline.add(t, in_use);
+                    }
+                }
+            }
         }
     }
 

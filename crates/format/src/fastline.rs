@@ -80,6 +80,10 @@ pub fn parse(line: &[u8]) -> Option<EventLine<'_>> {
                 ev.count = c.u64()?;
                 15
             }
+            b"ptrs" => {
+                ev.ptrs = Some(c.u64_array()?);
+                16
+            }
             _ => return None,
         };
         if seen & (1 << bit) != 0 {

@@ -31,6 +31,9 @@ pub mod kind {
     pub const REFUSED: &str = "refused";
     pub const MEMINFO: &str = "meminfo";
     pub const BACKOFF: &str = "backoff";
+    /// A context destroyed or reset: the driver freed its allocations (`ptrs`, `count`,
+    /// `bytes` in all) with it.
+    pub const CONTEXT: &str = "context";
     /// Written by the writer when events were dropped since the previous batch.
     pub const DROPPED: &str = "dropped";
     pub const SUMMARY: &str = "summary";
@@ -106,9 +109,13 @@ pub struct EventLine<'a> {
     /// backoff: the refused sizes in order, then the size that succeeded.
     #[serde(default)]
     pub sizes: Option<Vec<u64>>,
-    /// dropped: events lost since the previous batch because the buffer was full.
+    /// dropped: events lost since the previous batch because the buffer was full;
+    /// context: allocations freed with the context.
     #[serde(default)]
     pub count: u64,
+    /// context: the pointers and handles freed with the context.
+    #[serde(default)]
+    pub ptrs: Option<Vec<u64>>,
 }
 
 /// Last line, written at exit (or on SIGTERM/SIGINT) after the final flush.

@@ -100,6 +100,17 @@ exports! {
         context::destroy(h(ctx))
     }
 
+    /// Deprecated, still exported by the driver (PyCUDA uses it).
+    fn cuCtxAttach(ctx: *mut Handle, flags: c_uint) as cuCtxAttach since 2000 {
+        let out = Out::new(ctx)?;
+        out.write(handle_ptr(context::attach(flags)?));
+        Ok(())
+    }
+
+    fn cuCtxDetach(ctx: Handle) as cuCtxDetach since 2000 {
+        context::detach(h(ctx))
+    }
+
     fn cuCtxPushCurrent(ctx: Handle) as cuCtxPushCurrent since 2000 {
         context::push(h(ctx))
     }

@@ -50,6 +50,41 @@ exports! {
         pools::free_async(dptr, h(stream))
     }
 
+    // -- CUDA 13: pools by location and allocation type (issue 10). Pinned pools of a
+    // device or the host; managed pools are not simulated (CUDA_ERROR_NOT_SUPPORTED).
+    fn cuMemGetDefaultMemPool(
+        pool: *mut Handle,
+        location: *mut MemLocation,
+        kind: c_int,
+    ) as cuMemGetDefaultMemPool since 13000 {
+        let out = Out::new(pool)?;
+        out.write(handle_ptr(pool_at(ffi::read(location)?, kind, pools::default_pool)?));
+        Ok(())
+    }
+
+    fn cuMemGetMemPool(
+        pool: *mut Handle,
+        location: *mut MemLocation,
+        kind: c_int,
+    ) as cuMemGetMemPool since 13000 {
+        let out = Out::new(pool)?;
+        out.write(handle_ptr(pool_at(ffi::read(location)?, kind, pools::current_pool)?));
+        Ok(())
+    }
+
+    fn cuMemSetMemPool(
+        location: *mut MemLocation,
+        kind: c_int,
+        pool: Handle,
+    ) as cuMemSetMemPool since 13000 {
+        let location = ffi::read(location)?;
+        match (location.kind, kind) {
+            (LOCATION_DEVICE, ALLOCATION_PINNED) => pools::set_current_pool(location.id, h(pool)),
+            (_, ALLOCATION_PINNED | ALLOCATION_MANAGED) => Err(CUDA_ERROR_NOT_SUPPORTED),
+            _ => Err(CUDA_ERROR_INVALID_VALUE),
+        }
+    }
+
     fn cuMemPoolCreate(
         pool: *mut Handle,
         props: *const MemPoolPropsHead,
@@ -113,6 +148,23 @@ exports! {
         let out = Out::new(flags)?;
         out.write(pools::get_access(h(pool), ffi::read(location)?)?);
         Ok(())
+    }
+}
+
+/// The pool CUDA 13 names by location: `of_device` for a device, the host's default pool
+/// for a host location (the simulated host's current pool is its default one).
+fn pool_at(
+    location: MemLocation,
+    kind: c_int,
+    of_device: fn(CUdevice) -> Result<usize, CUresult>,
+) -> Result<usize, CUresult> {
+    match (location.kind, kind) {
+        (LOCATION_DEVICE, ALLOCATION_PINNED) => of_device(location.id),
+        (LOCATION_HOST..=LOCATION_HOST_NUMA_CURRENT, ALLOCATION_PINNED) => {
+            Ok(pools::host_default_pool())
+        }
+        (_, ALLOCATION_MANAGED) => Err(CUDA_ERROR_NOT_SUPPORTED),
+        _ => Err(CUDA_ERROR_INVALID_VALUE),
     }
 }
 

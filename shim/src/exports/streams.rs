@@ -97,6 +97,61 @@ exports! {
         stream_is_capturing(stream, Out::new(status)?)
     }
 
+    // -- a stream's context (issue 10)
+    fn cuStreamGetCtx(stream: Handle, ctx: *mut Handle) as cuStreamGetCtx since 9020 {
+        let out = Out::new(ctx)?;
+        out.write(handle_ptr(streams::properties(h(stream))?.2));
+        Ok(())
+    }
+
+    fn cuStreamGetCtx_ptsz(
+        stream: Handle,
+        ctx: *mut Handle,
+    ) as cuStreamGetCtx since 9020 Ptsz {
+        let out = Out::new(ctx)?;
+        out.write(handle_ptr(streams::properties(h(stream))?.2));
+        Ok(())
+    }
+
+    // -- capture (issue 10): a capturing stream's allocations allocate nothing
+    fn cuStreamBeginCapture(stream: Handle) as cuStreamBeginCapture since 10000 {
+        streams::begin_capture(h(stream))
+    }
+
+    fn cuStreamBeginCapture_v2(
+        stream: Handle,
+        _mode: c_int,
+    ) as cuStreamBeginCapture since 10010 {
+        streams::begin_capture(h(stream))
+    }
+
+    fn cuStreamBeginCapture_v2_ptsz(
+        stream: Handle,
+        _mode: c_int,
+    ) as cuStreamBeginCapture since 10010 Ptsz {
+        streams::begin_capture(h(stream))
+    }
+
+    fn cuStreamEndCapture(stream: Handle, graph: *mut Handle) as cuStreamEndCapture since 10000 {
+        end_capture(stream, Out::new(graph)?)
+    }
+
+    fn cuStreamEndCapture_ptsz(
+        stream: Handle,
+        graph: *mut Handle,
+    ) as cuStreamEndCapture since 10000 Ptsz {
+        end_capture(stream, Out::new(graph)?)
+    }
+
+    /// A captured graph holds no memory here (it cannot be launched), so there is nothing
+    /// to free; any non-null handle is accepted.
+    fn cuGraphDestroy(graph: Handle) as cuGraphDestroy since 10000 {
+        if h(graph) == 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        Ok(())
+    }
+
     fn cuEventCreate(event: *mut Handle, flags: c_uint) as cuEventCreate since 2000 {
         let out = Out::new(event)?;
         out.write(handle_ptr(streams::create_event(flags)?));
@@ -170,10 +225,14 @@ fn stream_priority(stream: Handle, out: Out<c_int>) -> Result<(), CUresult> {
     Ok(())
 }
 
-/// Nothing is ever captured: every stream reports `CU_STREAM_CAPTURE_STATUS_NONE`.
+/// `CU_STREAM_CAPTURE_STATUS_ACTIVE` (1) between begin and end, else `_NONE` (0).
 fn stream_is_capturing(stream: Handle, out: Out<c_int>) -> Result<(), CUresult> {
-    streams::check(h(stream))?;
-    out.write(0);
+    out.write(c_int::from(streams::is_capturing(h(stream))?));
+    Ok(())
+}
+
+fn end_capture(stream: Handle, out: Out<Handle>) -> Result<(), CUresult> {
+    out.write(handle_ptr(streams::end_capture(h(stream))?));
     Ok(())
 }
 

@@ -1,0 +1,244 @@
+//! Issue 10, items 2, 3 and 4: where a charge lands (the stream's device, the pool's
+//! location), the context that owns it (destroyed or reset, it takes its allocations with
+//! it), and capture (a capturing stream's allocations and frees allocate and free nothing).
+//! Each test runs over every lookup path and checks against the shim's own accounting.
+
+use crate::common::*;
+
+/// Two 8 GiB simulated GPUs, 1 GiB quota on each.
+const TWO_GPUS: [(&str, &str); 2] = [("CUDA_SHIM_DEVICES", "2"), ("CUQUOTA_LIMIT", "1GiB")];
+
+#[test]
+fn an_allocation_on_gpu1s_stream_is_charged_to_gpu1() {
+    for client in Client::ALL {
+        // GPU 1's stream, GPU 0 current: GPU 1 takes 768 MiB, GPU 0 still has its 1 GiB.
+        let out = run(
+            client,
+            "init dev:1 stream dev:0 asyncon:768M:0 alloc:768M asyncon:768M:0 \
+             shimstats:1 shimstats:0",
+            &TWO_GPUS,
+        );
+        out.check_exit(0);
+        out.check(4, "asyncon", &[("rc", 0)]);
+        out.check(5, "alloc", &[("rc", 0)]);
+        out.check(6, "asyncon", &[("rc", OUT_OF_MEMORY)]);
+        out.check(7, "shimstats", &[("in_use", 768 * MIB), ("live", 1)]);
+        out.check(8, "shimstats", &[("in_use", 768 * MIB), ("live", 1)]);
+    }
+}
+
+#[test]
+fn an_allocation_from_gpu1s_default_pool_is_charged_to_gpu1() {
+    for client in Client::ALL {
+        let out = run(
+            client,
+            "init defpoolon:1:768M:n alloc:768M defpoolon:1:768M:n shimstats:1 shimstats:0",
+            &TWO_GPUS,
+        );
+        out.check_exit(0);
+        out.check(1, "defpoolon", &[("rc", 0)]);
+        out.check(2, "alloc", &[("rc", 0)]);
+        out.check(3, "defpoolon", &[("rc", OUT_OF_MEMORY)]);
+        out.check(4, "shimstats", &[("in_use", 768 * MIB)]);
+        out.check(5, "shimstats", &[("in_use", 768 * MIB)]);
+    }
+}
+
+/// The driver gives 0 for a stream-ordered allocation on a stream with a context, from a
+/// thread with none current; cuquota used to answer 201 itself.
+#[test]
+fn a_thread_without_a_context_gets_the_drivers_answer_and_gpu1_is_charged() {
+    for client in Client::ALL {
+        let out = run(
+            client,
+            "init dev:1 stream dev:0 t-asyncon:768M:0 t-defpoolon:1:256M:0 \
+             t-defpoolon:1:1M:0 t-asyncon:1M:n shimstats:1",
+            &TWO_GPUS,
+        );
+        out.check_exit(0);
+        out.check(4, "asyncon", &[("rc", 0)]);
+        out.check(5, "defpoolon", &[("rc", 0)]);
+        out.check(6, "defpoolon", &[("rc", OUT_OF_MEMORY)]);
+        // the NULL stream needs a current context: the driver's own 201
+        out.check(7, "asyncon", &[("rc", 201)]);
+        out.check(8, "shimstats", &[("in_use", GIB), ("live", 2)]);
+    }
+}
+
+/// CUDA 13's pools by location: a device's is charged there, the host's is not.
+#[test]
+fn cuda13_default_pools_by_location() {
+    for client in Client::ALL {
+        let out = run(
+            client,
+            "init locpool:1:1:768M alloc:768M locpool:3:0:768M locpool:2:0:768M \
+             locpool:1:1:768M info shimstats:1",
+            &TWO_GPUS,
+        );
+        out.check_exit(0);
+        out.check_rcs(&[0, 0, 0, 0, 0, OUT_OF_MEMORY, 0, 0]);
+        out.check(6, "info", &[("free", 256 * MIB)]);
+        out.check(7, "shimstats", &[("in_use", 768 * MIB), ("live", 1)]);
+    }
+}
+
+#[test]
+fn host_pools_are_not_charged() {
+    for client in Client::ALL {
+        let out = run(
+            client,
+            "init hostpool:768M hostpool:768M alloc:768M info shimstats:0",
+            &TWO_GPUS,
+        );
+        out.check_exit(0);
+        out.check_rcs(&[0, 0, 0, 0, 0, 0]);
+        out.check(4, "info", &[("free", 256 * MIB), ("total", GIB)]);
+        out.check(5, "shimstats", &[("in_use", 768 * MIB), ("live", 1)]);
+    }
+}
+
+#[test]
+fn destroying_a_context_credits_its_pointers_and_pool_allocations() {
+    for client in Client::ALL {
+        let out = run(
+            client,
+            "init ctxcreate alloc:256M async:256M defpoolon:0:256M:n ctxdestroy:0 \
+             shimstats:0 alloc:1G shimstats:0",
+            &TWO_GPUS,
+        );
+        out.check_exit(0);
+        out.check_rcs(&[0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        out.check(6, "shimstats", &[("in_use", 0), ("live", 0)]);
+        out.check(8, "shimstats", &[("in_use", GIB), ("live", 1)]);
+    }
+}
+
+#[test]
+fn resetting_or_releasing_the_primary_context_credits_what_it_held() {
+    for client in Client::ALL {
+        for op in ["ctxreset", "ctxrelease"] {
+            let out = run(
+                client,
+                &format!(
+                    "init alloc:512M async:256M defpoolon:1:256M:n {op}:0 shimstats:0 \
+                     shimstats:1 dev:0 alloc:1G dev:1 alloc:1G"
+                ),
+                &TWO_GPUS,
+            );
+            out.check_exit(0);
+            out.check_rcs(&[0; 11]);
+            // the pool allocation on GPU 1 belonged to GPU 0's context: freed with it
+            out.check(5, "shimstats", &[("in_use", 0), ("live", 0)]);
+            out.check(6, "shimstats", &[("in_use", 0), ("live", 0)]);
+        }
+    }
+}
+
+/// Only the release of the last reference frees a primary context's memory.
+#[test]
+fn a_release_that_leaves_a_reference_credits_nothing() {
+    for client in Client::ALL {
+        let out = run(
+            client,
+            "init ctxretain:0 alloc:512M ctxrelease:0 alloc:768M ctxrelease:0 alloc:768M \
+             shimstats:0",
+            &TWO_GPUS,
+        );
+        out.check_exit(0);
+        out.check_rcs(&[0, 0, 0, 0, OUT_OF_MEMORY, 0, 0, 0]);
+        out.check(7, "shimstats", &[("in_use", 768 * MIB), ("live", 1)]);
+    }
+}
+
+/// The deprecated cuCtxDetach destroys a created context at its last reference (PyCUDA).
+#[test]
+fn the_last_detach_credits_the_context() {
+    for client in Client::ALL {
+        let out = run(
+            client,
+            "init ctxcreate ctxattach alloc:768M ctxdetach:0 alloc:512M ctxdetach:0 \
+             alloc:1G shimstats:0",
+            &TWO_GPUS,
+        );
+        out.check_exit(0);
+        out.check_rcs(&[0, 0, 0, 0, 0, OUT_OF_MEMORY, 0, 0, 0]);
+        out.check(8, "shimstats", &[("in_use", GIB), ("live", 1)]);
+    }
+}
+
+/// Another context's memory stays charged when one is destroyed.
+#[test]
+fn a_context_takes_only_its_own_allocations() {
+    for client in Client::ALL {
+        let out = run(
+            client,
+            "init alloc:512M ctxcreate alloc:256M ctxdestroy:0 alloc:512M alloc:1 shimstats:0",
+            &TWO_GPUS,
+        );
+        out.check_exit(0);
+        out.check_rcs(&[0, 0, 0, 0, 0, 0, OUT_OF_MEMORY, 0]);
+        out.check(7, "shimstats", &[("in_use", GIB), ("live", 2)]);
+    }
+}
+
+#[test]
+fn the_trace_records_one_context_event() {
+    let dir = scratch_dir("trace-context");
+    let template = format!("{}/t-%p.jsonl", dir.display());
+    let out = run(
+        Client::Linked,
+        "init ctxcreate alloc:1M alloc:2M async:4M ctxdestroy:0",
+        &[("CUQUOTA_TRACE", &template)],
+    );
+    out.check_rcs(&[0, 0, 0, 0, 0, 0]);
+    let text = std::fs::read_to_string(dir.join(format!("t-{}.jsonl", out.pid))).unwrap();
+    let events: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|e: &serde_json::Value| e["type"] == "context")
+        .collect();
+    assert_eq!(events.len(), 1, "{text}");
+    let e = &events[0];
+    assert_eq!(e["api"], "cuCtxDestroy_v2");
+    assert_eq!(
+        (e["count"].as_u64(), e["bytes"].as_u64()),
+        (Some(3), Some(7 * MIB))
+    );
+    assert_eq!(e["in_use"], 0);
+    let mut ptrs: Vec<u64> = e["ptrs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_u64().unwrap())
+        .collect();
+    ptrs.sort();
+    let mut want: Vec<u64> = (2..5)
+        .map(|i| out.value(i, if i == 4 { "async" } else { "alloc" }, "ptr"))
+        .collect();
+    want.sort();
+    assert_eq!(ptrs, want);
+}
+
+#[test]
+fn capturing_streams_neither_charge_nor_credit() {
+    for client in Client::ALL {
+        let out = run(
+            client,
+            "init stream capture:0 asyncon:768M:0 asyncon:768M:0 endcapture:0 alloc:1G \
+             shimstats:0",
+            &TWO_GPUS,
+        );
+        out.check_exit(0);
+        out.check_rcs(&[0, 0, 0, 0, 0, 0, 0, 0]);
+        out.check(7, "shimstats", &[("in_use", GIB), ("live", 1)]);
+        // a free captured into the graph frees nothing until the graph runs
+        let out = run(
+            client,
+            "init stream alloc:768M capture:0 freeon:0:0 endcapture:0 alloc:512M shimstats:0",
+            &TWO_GPUS,
+        );
+        out.check_exit(0);
+        out.check_rcs(&[0, 0, 0, 0, 0, 0, OUT_OF_MEMORY, 0]);
+        out.check(7, "shimstats", &[("in_use", 768 * MIB), ("live", 1)]);
+    }
+}
