@@ -260,3 +260,26 @@ fn a_deferred_mapping_twin_tells_what_an_array_takes() {
         assert_eq!(drop, twin, "{name}");
     }
 }
+
+/// Arrays belong to their context: destroying it frees them in the driver, and cuquota
+/// credits them with its other allocations.
+#[test]
+fn a_destroyed_context_takes_its_arrays_with_it() {
+    for client in Client::ALL {
+        let out = run(
+            client,
+            "init ctxcreate array:1000:1000:1:1 mipmap:256:256:0:1:4:0:9 info shimstats:0 \
+             ctxdestroy:0 dev:0 info shimstats:0",
+            &[("CUQUOTA_LIMIT", "1GiB")],
+        );
+        out.check_exit(0);
+        ok(&out, 2);
+        ok(&out, 3);
+        assert_eq!(charged(&out, GIB, 4), 22 * PAGE, "{out}");
+        assert_eq!(shim(&out, 5), (22 * PAGE, 22 * PAGE, 2), "{out}");
+        ok(&out, 6);
+        assert_eq!(charged(&out, GIB, 8), 0, "{out}");
+        assert_eq!(shim(&out, 9).0, 0, "{out}");
+        assert_eq!(shim(&out, 9).2, 0, "{out}");
+    }
+}
