@@ -2,7 +2,9 @@
  *
  * THREADS threads share the caller's context and, in rounds, each make OPS_PER_ROUND random
  * calls: cuMemAlloc_v2, cuMemAllocAsync, cuMemAllocFromPoolAsync, cuMemCreate (device 0),
- * cuMemFree_v2, cuMemFreeAsync, cuMemRelease and cuMemGetInfo_v2, of random sizes around
+ * the VMM map/unmap/retain patterns, cuArrayCreate_v2 / cuArrayDestroy, contexts of their
+ * own destroyed with what they hold, cuMemFree_v2, cuMemFreeAsync, cuMemRelease and
+ * cuMemGetInfo_v2, of random sizes around
  * QUOTA (the quota the process runs under on device 0). After every call a thread samples
  * the shim's own accounting (cuShimStats) and counts any moment its in-use was
  * above QUOTA. Between rounds all threads wait at a barrier while the calling thread takes
@@ -15,7 +17,7 @@
  * Every other check is the test's, from the one line printed at the end:
  *   soak THREADS rounds=R alloc=A async=S pool=P create=C oom=O free=F freeasync=G
  *        release=L info=I other=X over=V badcheck=B max_in_use=M live=N live_bytes=Y
- *        vmm=W unmap=U retained=T
+ *        vmm=W unmap=U retained=T array=Y arrayfree=Z ctx=C ctxalloc=P ctxarray=Q ctxfreed=E
  * where `other` counts calls that returned anything but success or out-of-memory (or an
  * info that broke its bounds), and the allocations still live at the end are kept (not
  * freed) so that the exit summary and the trace have something left to account for. The
@@ -38,7 +40,7 @@
 #define OPS_PER_ROUND 64
 #define GRANULARITY (2ULL << 20) /* the shim's cuMemCreate granularity */
 
-enum { ITEM_PTR, ITEM_HANDLE, ITEM_MAPPED };
+enum { ITEM_PTR, ITEM_HANDLE, ITEM_MAPPED, ITEM_ARRAY };
 
 struct item {
     int kind;
@@ -51,6 +53,7 @@ struct shared {
     CUcontext ctx;
     CUmemoryPool pool;
     fn_cuShimStats stats;
+    fn_cuCtxCreate_v2 ctx_create; /* not hooked: looked up with the client's dlsym */
     size_t quota;
     pthread_barrier_t done, go;
     int stop; /* written by the caller between the barriers */
@@ -63,6 +66,8 @@ struct worker {
     int n;
     unsigned long alloc, async, pool, create, oom, free, freeasync, release, info, other;
     unsigned long vmm, unmap, retained; /* the VMM block below */
+    unsigned long array, arrayfree;      /* CUDA arrays */
+    unsigned long ctx, ctxalloc, ctxarray, ctxfreed; /* contexts of their own, below */
     unsigned long over;
     size_t max_in_use;
 };
@@ -205,6 +210,76 @@ static CUresult vmm_free(struct worker *w, struct item it) {
     return rc;
 }
 
+/* ---- CUDA arrays: 1024-byte rows of bytes and whole 64 KiB pages, so what the shim lays
+ * out is exactly the elements (the checkpoint can add sizes up) ---------------------------- */
+#define ARRAY_PAGE (64u << 10)
+
+static CUresult array_alloc(struct worker *w, size_t *size, unsigned long long *handle) {
+    CUDA_ARRAY_DESCRIPTOR desc;
+    CUarray arr = NULL;
+    CUresult rc;
+    *size = (pick_size(&w->x, w->s->quota, 0) + ARRAY_PAGE - 1) / ARRAY_PAGE * ARRAY_PAGE;
+    desc.Width = 1024;
+    desc.Height = *size / 1024;
+    desc.Format = 1; /* CU_AD_FORMAT_UNSIGNED_INT8 */
+    desc.NumChannels = 1;
+    rc = CALL(w->s->d, cuArrayCreate_v2, &arr, &desc);
+    *handle = (unsigned long long)(uintptr_t)arr;
+    return rc;
+}
+
+/* ---- a context of its own: cuCtxCreate, a pointer and an array in it, then cuCtxDestroy,
+ * which frees both (nothing to free by hand); back to the shared context --------------------
+ * Counted: ctx (contexts destroyed), ctxalloc / ctxarray (what they held), ctxfreed (the
+ * contexts that held something: one trace event each). */
+static void own_context(struct worker *w) {
+    const struct drv *d = w->s->d;
+    CUcontext own = NULL;
+    CUdeviceptr p = 0;
+    unsigned long long arr = 0;
+    size_t size;
+    unsigned long before = w->ctxalloc + w->ctxarray;
+    CUresult rc;
+
+    if (!w->s->ctx_create || w->s->ctx_create(&own, 0, 0)) {
+        w->other++;
+        problem("cuCtxCreate_v2 failed");
+        return;
+    }
+    size = pick_size(&w->x, w->s->quota, 0);
+    rc = CALL(d, cuMemAlloc_v2, &p, size);
+    if (rc == CUDA_SUCCESS)
+        w->ctxalloc++;
+    else if (rc == CUDA_ERROR_OUT_OF_MEMORY)
+        w->oom++;
+    else {
+        w->other++;
+        problem("cuMemAlloc_v2 in a context of its own returned %d", rc);
+    }
+    sample(w);
+    rc = array_alloc(w, &size, &arr);
+    if (rc == CUDA_SUCCESS)
+        w->ctxarray++;
+    else if (rc == CUDA_ERROR_OUT_OF_MEMORY)
+        w->oom++;
+    else {
+        w->other++;
+        problem("cuArrayCreate_v2 in a context of its own returned %d", rc);
+    }
+    sample(w);
+    rc = CALL(d, cuCtxDestroy_v2, own);
+    if (rc) {
+        w->other++;
+        problem("cuCtxDestroy_v2 returned %d", rc);
+    }
+    w->ctx++;
+    w->ctxfreed += (unsigned long)(w->ctxalloc + w->ctxarray > before);
+    if (CALL(d, cuCtxSetCurrent, w->s->ctx)) {
+        w->other++;
+        problem("cuCtxSetCurrent failed");
+    }
+}
+
 static void one_call(struct worker *w) {
     const struct drv *d = w->s->d;
     size_t q = w->s->quota;
@@ -215,7 +290,11 @@ static void one_call(struct worker *w) {
         int i = (int)(next(&w->x) % (unsigned int)w->n);
         struct item it = w->held[i];
         const char *api;
-        if (it.kind == ITEM_HANDLE) {
+        if (it.kind == ITEM_ARRAY) {
+            rc = CALL(d, cuArrayDestroy, (CUarray)(uintptr_t)it.value);
+            api = "cuArrayDestroy";
+            w->arrayfree++;
+        } else if (it.kind == ITEM_HANDLE) {
             rc = CALL(d, cuMemRelease, it.value);
             api = "cuMemRelease";
             w->release++;
@@ -262,6 +341,15 @@ static void one_call(struct worker *w) {
         allocated(w, "cuMemAllocFromPoolAsync", rc, ITEM_PTR, p, size, &w->pool);
     } else if (r >= 92) {
         vmm_alloc(w);
+    } else if (r >= 89) {
+        if (next(&w->x) % 4 == 0) {
+            own_context(w);
+        } else {
+            unsigned long long arr = 0;
+            size_t size = 0;
+            rc = array_alloc(w, &size, &arr);
+            allocated(w, "cuArrayCreate_v2", rc, ITEM_ARRAY, arr, size, &w->array);
+        }
     } else {
         CUmemAllocationProp prop;
         CUmemGenericAllocationHandle h = 0;
@@ -360,6 +448,8 @@ int soak_run(const struct drv *d, unsigned long nthreads, unsigned long ms, size
         fprintf(stderr, "soak: the driver has no cuShimStats\n");
         return -1;
     }
+    if (lib && d->sym)
+        *(void **)&s.ctx_create = d->sym(lib, "cuCtxCreate_v2");
     memset(&props, 0, sizeof props);
     props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
     props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
@@ -402,6 +492,12 @@ int soak_run(const struct drv *d, unsigned long nthreads, unsigned long ms, size
         t.vmm += w[i].vmm;
         t.unmap += w[i].unmap;
         t.retained += w[i].retained;
+        t.array += w[i].array;
+        t.arrayfree += w[i].arrayfree;
+        t.ctx += w[i].ctx;
+        t.ctxalloc += w[i].ctxalloc;
+        t.ctxarray += w[i].ctxarray;
+        t.ctxfreed += w[i].ctxfreed;
         t.over += w[i].over;
         if (w[i].max_in_use > t.max_in_use)
             t.max_in_use = w[i].max_in_use;
@@ -414,10 +510,12 @@ int soak_run(const struct drv *d, unsigned long nthreads, unsigned long ms, size
     pthread_barrier_destroy(&s.go);
     printf("soak %lu rounds=%lu alloc=%lu async=%lu pool=%lu create=%lu oom=%lu free=%lu "
            "freeasync=%lu release=%lu info=%lu other=%lu over=%lu badcheck=%lu max_in_use=%zu "
-           "live=%llu live_bytes=%llu vmm=%lu unmap=%lu retained=%lu\n",
+           "live=%llu live_bytes=%llu vmm=%lu unmap=%lu retained=%lu array=%lu arrayfree=%lu "
+           "ctx=%lu ctxalloc=%lu ctxarray=%lu ctxfreed=%lu\n",
            nthreads, rounds, t.alloc, t.async, t.pool, t.create, t.oom, t.free, t.freeasync,
            t.release, t.info, t.other, t.over, badcheck, t.max_in_use, live, live_bytes, t.vmm,
-           t.unmap, t.retained);
+           t.unmap, t.retained, t.array, t.arrayfree, t.ctx, t.ctxalloc, t.ctxarray,
+           t.ctxfreed);
     fflush(stdout);
     free(w);
     free(tids);

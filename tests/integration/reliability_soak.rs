@@ -91,10 +91,25 @@ fn soak_line(out: &Output, index: usize) -> BTreeMap<String, u64> {
         "vmm",
         "unmap",
         "retained",
+        // arrays, and contexts destroyed with what they held
+        "array",
+        "arrayfree",
+        "ctx",
+        "ctxfreed",
     ] {
         assert!(n[key] > 0, "no {key} calls:\n{out}");
     }
     n
+}
+
+/// Every successful allocation of the soak line.
+fn allocations(n: &BTreeMap<String, u64>) -> u64 {
+    [
+        "alloc", "async", "pool", "create", "vmm", "array", "ctxalloc", "ctxarray",
+    ]
+    .iter()
+    .map(|k| n[*k])
+    .sum()
 }
 
 /// The driver's books after the soak, and what the process was told.
@@ -145,8 +160,11 @@ fn check_log(out: &Output, log: &str, n: &BTreeMap<String, u64>) {
     let s = summaries[0];
     let peak = bytes_in_parens(s).unwrap();
     assert!(peak <= QUOTA, "{s}");
-    let allocs = n["alloc"] + n["async"] + n["pool"] + n["create"] + n["vmm"];
-    assert_eq!(number_before(s, " allocations"), Some(allocs), "{s}");
+    assert_eq!(
+        number_before(s, " allocations"),
+        Some(allocations(n)),
+        "{s}"
+    );
     assert_eq!(number_before(s, " refusals"), Some(n["oom"]), "{s}");
     assert!(
         s.ends_with(&format!(
@@ -195,6 +213,11 @@ fn check_trace(client: Client, pid: u32, trace: &Trace, n: &BTreeMap<String, u64
     put("alloc", "cuMemCreate", n["vmm"]);
     put("free", "cuMemRelease", n["retained"]);
     put("free", "cuMemUnmap", n["unmap"] - n["retained"]);
+    // Arrays; a context of its own frees what it held in one `context` event.
+    put("alloc", a.alloc, n["ctxalloc"]);
+    put("alloc", "cuArrayCreate_v2", n["array"] + n["ctxarray"]);
+    put("free", "cuArrayDestroy", n["arrayfree"]);
+    put("context", "cuCtxDestroy_v2", n["ctxfreed"]);
     // The threads' queries, one per quiet point, and the `info` ops before and after.
     put("meminfo", "cuMemGetInfo_v2", n["info"] + n["rounds"] + 2);
     let refused: u64 = counts
@@ -221,7 +244,7 @@ fn check_trace(client: Client, pid: u32, trace: &Trace, n: &BTreeMap<String, u64
                     "{at}: not over the quota: {e:?}"
                 );
             }
-            "alloc" | "free" | "meminfo" | "backoff" => {
+            "alloc" | "free" | "meminfo" | "backoff" | "context" => {
                 assert_eq!(e.result, "CUDA_SUCCESS", "{at}: {e:?}")
             }
             other => panic!("{at}: unexpected {other}: {e:?}"),
@@ -246,6 +269,13 @@ fn check_trace(client: Client, pid: u32, trace: &Trace, n: &BTreeMap<String, u64
             "free" => {
                 sum -= i128::from(e.bytes);
                 *live.entry((handle, hex(&e.ptr))).or_default() -= 1;
+            }
+            "context" => {
+                sum -= i128::from(e.bytes);
+                assert_eq!(e.ptrs.len() as u64, e.count, "{at}: {e:?}");
+                for ptr in &e.ptrs {
+                    *live.entry((false, *ptr)).or_default() -= 1;
+                }
             }
             "meminfo" if e.tid == pid => {
                 quiet += 1;
@@ -279,14 +309,16 @@ fn check_trace(client: Client, pid: u32, trace: &Trace, n: &BTreeMap<String, u64
     assert_eq!(d["quota"], QUOTA);
     assert!(d["peak"].as_u64().unwrap() <= QUOTA, "{at}");
     assert_eq!(d["in_use"], n["live_bytes"], "{at}");
-    assert_eq!(
-        d["allocs"],
-        n["alloc"] + n["async"] + n["pool"] + n["create"] + n["vmm"],
-        "{at}"
-    );
+    assert_eq!(d["allocs"], allocations(n), "{at}");
     assert_eq!(
         d["frees"],
-        n["free"] + n["freeasync"] + n["release"] + n["unmap"],
+        n["free"]
+            + n["freeasync"]
+            + n["release"]
+            + n["unmap"]
+            + n["arrayfree"]
+            + n["ctxalloc"]
+            + n["ctxarray"],
         "{at}"
     );
     assert_eq!(d["refusals"], n["oom"], "{at}");
