@@ -203,12 +203,21 @@ impl Encoder {
             EventKind::Context { .. } => {
                 w.put(b",\"count\":");
                 w.decimal(sizes.len() as u64);
+                // Hex strings, as every `ptr` is.
                 w.put(b",\"ptrs\":[");
                 for (i, ptr) in sizes.iter().enumerate() {
                     if i > 0 {
                         w.put(b",");
                     }
-                    w.decimal(*ptr);
+                    w.put(b"\"0x");
+                    let high = (*ptr >> 32) as u32;
+                    if high != 0 {
+                        w.hex(high);
+                        w.put_padded(&eight_hex_digits(*ptr as u32).to_le_bytes(), 8);
+                    } else {
+                        w.hex(*ptr as u32);
+                    }
+                    w.put(b"\"");
                 }
                 w.put(b"]}\n");
             }
@@ -745,12 +754,13 @@ mod tests {
         let ev: EventLine = serde_json::from_str(text).unwrap();
         assert_eq!(ev.sizes.as_deref(), Some(&[40u64, 36, 32][..]));
 
-        let ptrs = vec![0x7000u64, 0x9000].into_boxed_slice();
+        let ptrs = vec![0x7000u64, 0x7f12_3456_0000, u64::MAX].into_boxed_slice();
         let text = line(&stamped(EventKind::Context { ptrs }, 0, 8, 0, 0));
         let ev: EventLine = serde_json::from_str(text).unwrap();
         assert_eq!(ev.kind, kind::CONTEXT);
-        assert_eq!((ev.count, ev.bytes), (2, 8));
-        assert_eq!(ev.ptrs.as_deref(), Some(&[0x7000u64, 0x9000][..]));
+        assert_eq!((ev.count, ev.bytes), (3, 8));
+        let ptrs: Vec<&str> = ev.ptrs.iter().flatten().map(|p| p.as_ref()).collect();
+        assert_eq!(ptrs, ["0x7000", "0x7f1234560000", "0xffffffffffffffff"]);
 
         let mut out = Vec::new();
         dropped_line(&mut out, 7, 3);
@@ -826,7 +836,7 @@ mod tests {
         #[serde(skip_serializing_if = "Option::is_none")]
         count: Option<u64>,
         #[serde(skip_serializing_if = "Option::is_none")]
-        ptrs: Option<&'a [u64]>,
+        ptrs: Option<Vec<String>>,
     }
 
     fn reference(s: &Stamped) -> String {
@@ -878,7 +888,7 @@ mod tests {
             EventKind::Context { ptrs } => {
                 r.kind = kind::CONTEXT;
                 r.count = Some(ptrs.len() as u64);
-                r.ptrs = Some(ptrs);
+                r.ptrs = Some(ptrs.iter().map(|p| format!("{p:#x}")).collect());
             }
         }
         serde_json::to_string(&r).unwrap() + "\n"

@@ -209,7 +209,7 @@ fn the_trace_records_one_context_event() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|p| p.as_u64().unwrap())
+        .map(|p| u64::from_str_radix(p.as_str().unwrap().trim_start_matches("0x"), 16).unwrap())
         .collect();
     ptrs.sort();
     let mut want: Vec<u64> = (2..5)

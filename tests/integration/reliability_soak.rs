@@ -274,7 +274,7 @@ fn check_trace(client: Client, pid: u32, trace: &Trace, n: &BTreeMap<String, u64
                 sum -= i128::from(e.bytes);
                 assert_eq!(e.ptrs.len() as u64, e.count, "{at}: {e:?}");
                 for ptr in &e.ptrs {
-                    *live.entry((false, *ptr)).or_default() -= 1;
+                    *live.entry((false, hex(ptr))).or_default() -= 1;
                 }
             }
             "meminfo" if e.tid == pid => {

@@ -25,8 +25,8 @@ pub struct Ev {
     pub told_free: u64,
     pub told_total: u64,
     pub count: u64,
-    /// context: the allocations freed with it.
-    pub ptrs: Vec<u64>,
+    /// context: the allocations freed with it (hex strings, as `ptr`).
+    pub ptrs: Vec<String>,
 }
 
 /// A trace read back: header, events in file order, and the summary if there is one.

@@ -401,7 +401,12 @@ impl Process {
     /// to (a pool's may be another one than the context's, whose in-use the line's figure,
     /// of the context's device, does not say: it drops by what was freed there).
     fn context_freed(&mut self, e: &EventLine) {
-        let ptrs: std::collections::HashSet<u64> = e.ptrs.iter().flatten().copied().collect();
+        let ptrs: std::collections::HashSet<u64> = e
+            .ptrs
+            .iter()
+            .flatten()
+            .filter_map(|p| parse_ptr(p))
+            .collect();
         let mut freed_on = Vec::new();
         self.live.retain(|&(dev, ptr), live| {
             let freed = ptrs.contains(&ptr);

@@ -81,7 +81,7 @@ pub fn parse(line: &[u8]) -> Option<EventLine<'_>> {
                 15
             }
             b"ptrs" => {
-                ev.ptrs = Some(c.u64_array()?);
+                ev.ptrs = Some(c.string_array()?);
                 16
             }
             _ => return None,
@@ -170,6 +170,23 @@ impl<'a> Cursor<'a> {
             return i32::try_from(-i64::try_from(v).ok()?).ok();
         }
         i32::try_from(self.u64()?).ok()
+    }
+
+    fn string_array(&mut self) -> Option<Vec<Cow<'a, str>>> {
+        self.byte(b'[')?;
+        let mut out = Vec::new();
+        if self.s.get(self.i) == Some(&b']') {
+            self.i += 1;
+            return Some(out);
+        }
+        loop {
+            out.push(Cow::Borrowed(self.string()?));
+            match self.next()? {
+                b',' => continue,
+                b']' => return Some(out),
+                _ => return None,
+            }
+        }
     }
 
     fn u64_array(&mut self) -> Option<Vec<u64>> {

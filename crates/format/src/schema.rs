@@ -113,9 +113,9 @@ pub struct EventLine<'a> {
     /// context: allocations freed with the context.
     #[serde(default)]
     pub count: u64,
-    /// context: the pointers and handles freed with the context.
-    #[serde(default)]
-    pub ptrs: Option<Vec<u64>>,
+    /// context: the pointers and handles freed with the context, hex strings as `ptr`.
+    #[serde(default, borrow)]
+    pub ptrs: Option<Vec<Cow<'a, str>>>,
 }
 
 /// Last line, written at exit (or on SIGTERM/SIGINT) after the final flush.
