@@ -1146,12 +1146,15 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
 /// `undo` destroys an array whose true size does not fit.
 fn create_array<F: CFunction>(
     real: &'static Real<F>,
-    shape: ArrayShape,
+    shape: Option<ArrayShape>,
     handle: *mut CuArray,
     call: impl Fn(F) -> CuResult,
-    probe: impl FnOnce(u32) -> Option<u64>,
     undo: fn(u64),
 ) -> CuResult {
+    // Nothing to describe (no descriptor, no levels): the driver's own answer.
+    let Some(shape) = shape else {
+        return plain(real, call);
+    };
     hook(
         real,
         |f, e| {
@@ -1164,6 +1167,7 @@ fn create_array<F: CFunction>(
                 };
                 (rc, key)
             };
+            let probe = |device| array_size_from_driver(shape, device);
             e.alloc_array(real.name(), shape, create, probe, undo)
         },
         &call,
@@ -1233,20 +1237,13 @@ pub unsafe extern "C" fn cuArrayCreate_v2(
     desc: *const CuArrayDescriptor,
 ) -> CuResult {
     // SAFETY: `desc` is null or the caller's valid descriptor.
-    let Some(shape) = (unsafe { ffi::input(desc) }).map(ArrayShape::from_2d) else {
-        // Nothing to describe: the driver's own answer.
-        // SAFETY: the caller's arguments, passed on.
-        return plain(&real::cuArrayCreate_v2, |real| unsafe {
-            real(handle, desc)
-        });
-    };
+    let shape = unsafe { ffi::input(desc) }.map(ArrayShape::from_2d);
     create_array(
         &real::cuArrayCreate_v2,
         shape,
         handle,
         // SAFETY: the caller's arguments, passed on.
         |real| unsafe { real(handle, desc) },
-        |device| array_size_from_driver(shape, device),
         destroy_array,
     )
 }
@@ -1257,19 +1254,13 @@ pub unsafe extern "C" fn cuArray3DCreate_v2(
     desc: *const CuArray3DDescriptor,
 ) -> CuResult {
     // SAFETY: `desc` is null or the caller's valid descriptor.
-    let Some(shape) = (unsafe { ffi::input(desc) }).map(|d| ArrayShape::from_3d(d, 1)) else {
-        // SAFETY: the caller's arguments, passed on.
-        return plain(&real::cuArray3DCreate_v2, |real| unsafe {
-            real(handle, desc)
-        });
-    };
+    let shape = unsafe { ffi::input(desc) }.map(|d| ArrayShape::from_3d(d, 1));
     create_array(
         &real::cuArray3DCreate_v2,
         shape,
         handle,
         // SAFETY: the caller's arguments, passed on.
         |real| unsafe { real(handle, desc) },
-        |device| array_size_from_driver(shape, device),
         destroy_array,
     )
 }
@@ -1280,17 +1271,13 @@ pub unsafe extern "C" fn cuArrayCreate(
     desc: *const CuArrayDescriptorV1,
 ) -> CuResult {
     // SAFETY: `desc` is null or the caller's valid descriptor.
-    let Some(shape) = (unsafe { ffi::input(desc) }).map(ArrayShape::from_2d_v1) else {
-        // SAFETY: the caller's arguments, passed on.
-        return plain(&real::cuArrayCreate, |real| unsafe { real(handle, desc) });
-    };
+    let shape = unsafe { ffi::input(desc) }.map(ArrayShape::from_2d_v1);
     create_array(
         &real::cuArrayCreate,
         shape,
         handle,
         // SAFETY: the caller's arguments, passed on.
         |real| unsafe { real(handle, desc) },
-        |device| array_size_from_driver(shape, device),
         destroy_array,
     )
 }
@@ -1301,17 +1288,13 @@ pub unsafe extern "C" fn cuArray3DCreate(
     desc: *const CuArray3DDescriptorV1,
 ) -> CuResult {
     // SAFETY: `desc` is null or the caller's valid descriptor.
-    let Some(shape) = (unsafe { ffi::input(desc) }).map(ArrayShape::from_3d_v1) else {
-        // SAFETY: the caller's arguments, passed on.
-        return plain(&real::cuArray3DCreate, |real| unsafe { real(handle, desc) });
-    };
+    let shape = unsafe { ffi::input(desc) }.map(ArrayShape::from_3d_v1);
     create_array(
         &real::cuArray3DCreate,
         shape,
         handle,
         // SAFETY: the caller's arguments, passed on.
         |real| unsafe { real(handle, desc) },
-        |device| array_size_from_driver(shape, device),
         destroy_array,
     )
 }
@@ -1323,20 +1306,15 @@ pub unsafe extern "C" fn cuMipmappedArrayCreate(
     levels: c_uint,
 ) -> CuResult {
     // SAFETY: `desc` is null or the caller's valid descriptor.
-    let shape = unsafe { ffi::input(desc) }.map(|d| ArrayShape::from_3d(d, levels));
-    let Some(shape) = shape.filter(|_| levels > 0) else {
-        // SAFETY: the caller's arguments, passed on.
-        return plain(&real::cuMipmappedArrayCreate, |real| unsafe {
-            real(handle, desc, levels)
-        });
-    };
+    let shape = unsafe { ffi::input(desc) }
+        .map(|d| ArrayShape::from_3d(d, levels))
+        .filter(|_| levels > 0);
     create_array(
         &real::cuMipmappedArrayCreate,
         shape,
         handle,
         // SAFETY: the caller's arguments, passed on.
         |real| unsafe { real(handle, desc, levels) },
-        |device| array_size_from_driver(shape, device),
         destroy_mipmapped,
     )
 }
