@@ -10,7 +10,7 @@ use std::ptr;
 
 use crate::abi::*;
 use crate::state::{self, State};
-use crate::{context, pools, vmm};
+use crate::{context, host_register, pools, vmm};
 
 /// Allocations of at least this size get their own anonymous mapping.
 const MMAP_THRESHOLD: usize = 64 << 10;
@@ -260,6 +260,10 @@ pub fn is_device_accessible(state: &State, address: u64, len: usize, write: bool
         if end <= (base + h.size) as u64 {
             return true;
         }
+    }
+    // Registered host memory (`cuMemHostRegister`), unless read-only and written.
+    if let Some((_, r)) = host_register::containing(state, address as usize, len) {
+        return !write || r.flags & host_register::READ_ONLY == 0;
     }
     vmm::is_accessible(state, address as usize, len, write)
 }
