@@ -627,3 +627,162 @@ fn cudarc_without_the_interposer_sees_the_whole_devices() {
     }
     assert_eq!(out.cuquota_lines(), Vec::<&str>::new(), "{out}");
 }
+
+// ---- tinygrad (issue 14) -----------------------------------------------------------------
+
+#[test]
+fn tinygrad_fills_a_gpus_quota_and_a_cross_gpu_copy_is_refused() {
+    const QUOTA1: u64 = 256 * MIB;
+    let art = artifacts();
+    let dir = scratch_dir("tinygrad");
+    let trace = dir.join("trace.jsonl");
+    let script = art.workspace.join("tests/real_clients/tinygrad_check.py");
+    let out = Run::program(python())
+        .arg(script.to_str().unwrap())
+        .arg(&QUOTA.to_string())
+        .arg(&QUOTA1.to_string())
+        .arg(&CHUNK.to_string())
+        .envs(&[
+            ("DEV", "CUDA"),
+            ("CUDA_SHIM_DEVICES", "2"),
+            ("CUDA_SHIM_MEMORY", "4GiB"),
+            ("CUDA_SHIM_DRIVER_VERSION", "13000"),
+            ("CUQUOTA_LIMIT", "0:1GiB,1:256MiB"),
+            ("CUQUOTA_TRACE", trace.to_str().unwrap()),
+            ("PYTHONDONTWRITEBYTECODE", "1"),
+            // tinygrad's caches (compiled kernels, downloads) stay in the scratch dir.
+            ("HOME", dir.to_str().unwrap()),
+            ("XDG_CACHE_HOME", dir.to_str().unwrap()),
+        ])
+        .cwd(&dir)
+        .run();
+    out.check_exit(0);
+    assert_eq!(
+        out.ops().last().map(|l| l.op.as_str()),
+        Some("done"),
+        "{out}"
+    );
+
+    let meminfo = |when: &str, in_use: u64| {
+        let line = gpu_line(&out, "meminfo", 0, "when", when);
+        assert_eq!(
+            (line.num("total"), line.num("free")),
+            (Some(QUOTA), Some(QUOTA - in_use)),
+            "{}:\n{out}",
+            line.raw
+        );
+    };
+    meminfo("start", 0);
+    let fill = gpu_line(&out, "fill", 0, "chunk", &CHUNK.to_string());
+    assert_eq!(fill.num("ok"), Some(FIT), "{out}");
+    meminfo("full", FIT * CHUNK);
+    // tinygrad keeps a dropped buffer in its cache: still charged until the cache is emptied.
+    meminfo("one-dropped", FIT * CHUNK);
+    meminfo("one-freed", (FIT - 1) * CHUNK);
+    meminfo("full-again", FIT * CHUNK);
+    meminfo("empty", 0);
+    let to = out.ops().into_iter().find(|l| l.op == "to");
+    let to = to.unwrap_or_else(|| panic!("no `to` line:\n{out}"));
+    assert_eq!(to.num("same"), Some(1), "{out}");
+
+    // tinygrad's own error, the driver's out-of-memory as its cause.
+    let text: Vec<&str> = out.stdout.lines().collect();
+    let after = |what: &str| {
+        let i = text
+            .iter()
+            .position(|l| *l == format!("refused what={what}"))
+            .unwrap_or_else(|| panic!("no refused what={what}:\n{out}"));
+        (text[i + 1], text[i + 2])
+    };
+    let cause = "cause RuntimeError: CUDA Error 2, out of memory";
+    assert_eq!(
+        after("fill"),
+        (
+            "message Allocation of 300.00 MB failed on CUDA. Used: 900.00 MB",
+            cause
+        ),
+        "{out}"
+    );
+    assert_eq!(
+        after("to"),
+        (
+            "message Allocation of 300.00 MB failed on CUDA:1. Used: 0 B",
+            cause
+        ),
+        "{out}"
+    );
+
+    // tinygrad retries a refused allocation once after emptying its cache: two refusals
+    // each time. On GPU 1 the first one still finds the small tensor's buffer in the cache.
+    let full = refusal("cuMemAlloc_v2");
+    expect_log_count(&out, &full, 2);
+    for in_use in [256 * KIB, 0] {
+        let line = format!(
+            "GPU 1 refused {} ({CHUNK} bytes) via cuMemAlloc_v2: quota {}, in use {}, {} left",
+            h(CHUNK),
+            h(QUOTA1),
+            h(in_use),
+            h(QUOTA1 - in_use)
+        );
+        expect_log_count(&out, &line, 1);
+    }
+
+    let mut counts = BTreeMap::new();
+    let mut summary = serde_json::Value::Null;
+    let text = fs::read_to_string(&trace).unwrap_or_else(|e| panic!("read trace: {e}\n{out}"));
+    for line in text.lines() {
+        let e: serde_json::Value = serde_json::from_str(line).unwrap();
+        match e["type"].as_str().unwrap() {
+            "summary" => summary = e,
+            "header" => {}
+            kind => {
+                let key = (
+                    kind.to_string(),
+                    e["api"].as_str().unwrap().to_string(),
+                    e["dev"].as_u64().unwrap(),
+                );
+                *counts.entry(key).or_insert(0u64) += 1;
+            }
+        }
+    }
+    let mut want = BTreeMap::new();
+    for (kind, api, dev, n) in [
+        // FIT, the one taken again, the small tensor, the big one moved to GPU 1.
+        ("alloc", "cuMemAlloc_v2", 0, FIT + 3),
+        // The cache emptied twice: of the one dropped, then of all FIT.
+        ("free", "cuMemFree_v2", 0, FIT + 1),
+        ("refused", "cuMemAlloc_v2", 0, 2),
+        // The piece taken again after the cache was emptied.
+        ("backoff", "cuMemAlloc_v2", 0, 1),
+        ("meminfo", "cuMemGetInfo_v2", 0, 6),
+        ("alloc", "cuMemAlloc_v2", 1, 1),
+        ("free", "cuMemFree_v2", 1, 1),
+        ("refused", "cuMemAlloc_v2", 1, 2),
+    ] {
+        want.insert((kind.to_string(), api.to_string(), dev), n);
+    }
+    assert_eq!(counts, want, "trace events by (type, api, GPU):\n{out}");
+    // At exit tinygrad's cache still holds the big tensor and the small one on GPU 0.
+    let small = 256 * KIB;
+    let devs = &summary["devices"];
+    let got = |d: usize| {
+        let dev = &devs[d];
+        (
+            dev["peak"].as_u64(),
+            dev["refusals"].as_u64(),
+            dev["live"].as_u64(),
+            dev["in_use"].as_u64(),
+        )
+    };
+    assert_eq!(
+        got(0),
+        (Some(FIT * CHUNK), Some(2), Some(2), Some(CHUNK + small)),
+        "{summary}\n{out}"
+    );
+    assert_eq!(
+        got(1),
+        (Some(small), Some(2), Some(0), Some(0)),
+        "{summary}\n{out}"
+    );
+    assert_eq!(summary["dropped"].as_u64(), Some(0), "{summary}");
+}
