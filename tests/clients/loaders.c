@@ -110,7 +110,37 @@ int main(int argc, char **argv) {
   /* A row longer than the pitch. */
   down.dstPitch = W - 1;
   printf("badpitch %d\n", CALL(cuMemcpy2D_v2, &down));
+  /* What the driver knows about the pointer (CU_POINTER_ATTRIBUTE_*). */
+  unsigned type = 0;
+  int ordinal = -1;
+  uint64_t start = 0;
+  size_t range = 0;
+  /* (Each call before the printf that shows its output: argument order is unspecified.) */
+  rc = CALL(cuPointerGetAttribute, &type, 2, d + 8);
+  printf("attr-type %d %u\n", rc, type);
+  rc = CALL(cuPointerGetAttribute, &ordinal, 9, d + 8);
+  printf("attr-ordinal %d %d\n", rc, ordinal);
+  rc = CALL(cuPointerGetAttribute, &start, 11, d + 8);
+  rc |= CALL(cuPointerGetAttribute, &range, 12, d + 8);
+  printf("attr-range %d %d %zu\n", rc, start == d, range);
+  printf("advise %d\n", CALL(cuMemAdvise, d, (size_t)256, 1, 0));
   printf("free %d\n", CALL(cuMemFree_v2, d));
+  printf("attr-freed %d\n", CALL(cuPointerGetAttribute, &type, 2, d + 8));
+
+  /* The caller's own memory, registered: host memory to the driver, usable in copies. */
+  enum { R = 1 << 16 };
+  unsigned char *reg = malloc(R);
+  memset(reg, 0, R);
+  printf("register %d\n", CALL(cuMemHostRegister_v2, reg, (size_t)R, 0));
+  printf("register-again %d\n", CALL(cuMemHostRegister_v2, reg + 64, (size_t)64, 0));
+  type = 0;
+  rc = CALL(cuPointerGetAttribute, &type, 2, (uint64_t)(uintptr_t)reg);
+  printf("attr-host %d %u\n", rc, type);
+  rc = CALL(cuMemsetD8_v2, (uint64_t)(uintptr_t)reg, 7, (size_t)R);
+  printf("memset-registered %d %u\n", rc, reg[R - 1]);
+  printf("unregister %d\n", CALL(cuMemHostUnregister, reg));
+  printf("unregister-again %d\n", CALL(cuMemHostUnregister, reg));
+  free(reg);
 
   /* What the stand-in cannot simulate. */
   void *mod = 0;

@@ -2,7 +2,8 @@
 //! fixed list, refusing to start when a name is missing) and PyCUDA's (an extension linked
 //! against every function it uses, loaded with `-z now`), imitated by
 //! `tests/clients/loaders.c` over the lists in `tests/clients/loader_names.h`. Both then do
-//! what ffmpeg really does with the driver (pitched 2D frame copies, a context limit) and
+//! what ffmpeg really does with the driver (pitched 2D frame copies, a context limit), what PyCUDA does with pointers (attributes,
+//! advice, registered host memory) and
 //! see `CUDA_ERROR_NOT_SUPPORTED` from what the shim cannot simulate; with and without the
 //! interposer in front.
 
@@ -54,7 +55,18 @@ htod2d 0
 dtoh2d 0
 frame same
 badpitch 1
+attr-type 0 2
+attr-ordinal 0 0
+attr-range 0 1 1536
+advise 0
 free 0
+attr-freed 1
+register 0
+register-again 712
+attr-host 0 1
+memset-registered 0 7
+unregister 0
+unregister-again 713
 moduleload 801
 launch 801
 glgetdevices 801
