@@ -310,9 +310,13 @@ pub fn host_device_pointer(address: usize, flags: u32) -> Result<u64, CUresult> 
     }
     let state = state::lock();
     context::current(&state)?;
-    host_allocation_at(&state, address)
-        .map(|_| address as u64)
-        .ok_or(CUDA_ERROR_INVALID_VALUE)
+    // Memory from cuMemHostAlloc, or the caller's own registered with cuMemHostRegister.
+    let registered = host_register::containing(&state, address, 1).is_some();
+    if host_allocation_at(&state, address).is_some() || registered {
+        Ok(address as u64)
+    } else {
+        Err(CUDA_ERROR_INVALID_VALUE)
+    }
 }
 
 pub fn host_flags(address: usize) -> Result<u32, CUresult> {

@@ -136,6 +136,9 @@ int main(int argc, char **argv) {
   type = 0;
   rc = CALL(cuPointerGetAttribute, &type, 2, (uint64_t)(uintptr_t)reg);
   printf("attr-host %d %u\n", rc, type);
+  uint64_t alias = 0;
+  rc = CALL(cuMemHostGetDevicePointer_v2, &alias, reg + 8, 0);
+  printf("registered-alias %d %d\n", rc, alias == (uint64_t)(uintptr_t)(reg + 8));
   rc = CALL(cuMemsetD8_v2, (uint64_t)(uintptr_t)reg, 7, (size_t)R);
   printf("memset-registered %d %u\n", rc, reg[R - 1]);
   printf("unregister %d\n", CALL(cuMemHostUnregister, reg));

@@ -64,6 +64,7 @@ attr-freed 1
 register 0
 register-again 712
 attr-host 0 1
+registered-alias 0 1
 memset-registered 0 7
 unregister 0
 unregister-again 713
