@@ -2,7 +2,8 @@
 # Creates (or reuses) the Python virtual environment the real-client tests run in:
 # NVIDIA's cuda-bindings, cuda.core and numba-cuda, pinned with everything they pull in,
 # plus the libcudart wheel that numba-cuda insists on finding (it is loaded, never
-# initialised). Nothing is installed outside target/real-clients/.
+# initialised), and tinygrad (pure Python, no dependencies; numpy for its tensors).
+# Nothing is installed outside target/real-clients/.
 #
 # Usage: scripts/real-clients-env.sh   — prints the venv's python on stdout.
 #
@@ -26,6 +27,13 @@ PINS=(
   numpy==2.4.6
   packaging==26.4
   nvidia-cuda-runtime==13.5.37
+  tinygrad==0.14.0
+)
+# Each pin's wheel size in MB (the x86_64 CPython 3.11 wheels; other interpreters' differ a
+# little), to announce a download before it starts.
+declare -A MB=(
+  [cuda-bindings]=8 [cuda-core]=7 [cuda-pathfinder]=1 [numba-cuda]=2 [numba]=4
+  [llvmlite]=60 [numpy]=17 [packaging]=1 [nvidia-cuda-runtime]=3 [tinygrad]=3
 )
 
 python=${PYTHON:-python3}
@@ -61,7 +69,10 @@ for pin in "${PINS[@]}"; do
   compgen -G "$wheels/${name//-/_}-$version-*.whl" >/dev/null || missing+=("$pin")
 done
 if [ ${#missing[@]} -gt 0 ]; then
-  echo "real-clients-env: downloading ${missing[*]} into $wheels" >&2
+  size=0
+  for pin in "${missing[@]}"; do size=$((size + ${MB[${pin%%==*}]:?no size for $pin})); done
+  echo "real-clients-env: downloading ${#missing[@]} wheels from PyPI, about $size MB:" \
+    "${missing[*]} into $wheels" >&2
   mkdir -p "$wheels"
   if ! "$python" -m pip download --quiet --disable-pip-version-check --no-deps \
       --only-binary=:all: --retries 2 --timeout 30 -d "$wheels" "${missing[@]}" >&2; then

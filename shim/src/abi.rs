@@ -27,6 +27,10 @@ pub const CUDA_ERROR_INVALID_HANDLE: CUresult = 400;
 pub const CUDA_ERROR_NOT_FOUND: CUresult = 500;
 pub const CUDA_ERROR_NOT_SUPPORTED: CUresult = 801;
 pub const CUDA_ERROR_UNKNOWN: CUresult = 999;
+// Limits, host registration, pointer attributes.
+pub const CUDA_ERROR_UNSUPPORTED_LIMIT: CUresult = 215;
+pub const CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED: CUresult = 712;
+pub const CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED: CUresult = 713;
 
 /// `CU_STREAM_LEGACY` and `CU_STREAM_PER_THREAD`: like stream 0, they mean "the current
 /// context's default stream".

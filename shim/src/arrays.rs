@@ -440,6 +440,8 @@ mod tests {
             pools: Default::default(),
             vmm: crate::vmm::Vmm::new(),
             arrays: Arrays::new(),
+            registered: Default::default(),
+            limits: Default::default(),
         };
         let d = desc(1000, 1000, 0, 1, 0);
         for (handle, context) in [(1, 10), (2, 20), (3, 10)] {

@@ -10,7 +10,7 @@ use std::ptr;
 
 use crate::abi::*;
 use crate::state::{self, State};
-use crate::{context, pools, vmm};
+use crate::{context, host_register, pools, vmm};
 
 /// Allocations of at least this size get their own anonymous mapping.
 const MMAP_THRESHOLD: usize = 64 << 10;
@@ -306,6 +306,10 @@ pub fn is_device_accessible(state: &State, address: u64, len: usize, write: bool
             return true;
         }
     }
+    // Registered host memory (`cuMemHostRegister`), unless read-only and written.
+    if let Some((_, r)) = host_register::containing(state, address as usize, len) {
+        return !write || r.flags & host_register::READ_ONLY == 0;
+    }
     vmm::is_accessible(state, address as usize, len, write)
 }
 
@@ -351,9 +355,13 @@ pub fn host_device_pointer(address: usize, flags: u32) -> Result<u64, CUresult> 
     }
     let state = state::lock();
     context::current(&state)?;
-    host_allocation_at(&state, address)
-        .map(|_| address as u64)
-        .ok_or(CUDA_ERROR_INVALID_VALUE)
+    // Memory from cuMemHostAlloc, or the caller's own registered with cuMemHostRegister.
+    let registered = host_register::containing(&state, address, 1).is_some();
+    if host_allocation_at(&state, address).is_some() || registered {
+        Ok(address as u64)
+    } else {
+        Err(CUDA_ERROR_INVALID_VALUE)
+    }
 }
 
 pub fn host_flags(address: usize) -> Result<u32, CUresult> {

@@ -12,6 +12,7 @@ use crate::abi::*;
 use crate::arrays::Arrays;
 use crate::context::Context;
 use crate::devices::Device;
+use crate::host_register::Registration;
 use crate::memory::{Allocation, HostAllocation};
 use crate::pools::Pool;
 use crate::streams::Stream;
@@ -31,6 +32,10 @@ pub struct State {
     pub vmm: Vmm,
     /// CUDA arrays and mipmapped arrays (see `arrays`).
     pub arrays: Arrays,
+    /// Host ranges registered with `cuMemHostRegister` (see `host_register`).
+    pub registered: BTreeMap<usize, Registration>,
+    /// Limits set with `cuCtxSetLimit`, by (context, limit) (see `limits`).
+    pub limits: BTreeMap<(usize, u32), usize>,
 }
 
 static STATE: Mutex<State> = Mutex::new(State {
@@ -43,6 +48,8 @@ static STATE: Mutex<State> = Mutex::new(State {
     pools: BTreeMap::new(),
     vmm: Vmm::new(),
     arrays: Arrays::new(),
+    registered: BTreeMap::new(),
+    limits: BTreeMap::new(),
 });
 
 static INITIALIZED: AtomicBool = AtomicBool::new(false);

@@ -18,6 +18,7 @@ mod faults;
 mod golden;
 mod imports;
 mod limits;
+mod loaders;
 mod log_lines;
 mod paths;
 mod placement;

@@ -10,6 +10,9 @@
 //! refusal lines on stderr, the exit summary, and the trace's events, API by API (which
 //! shows the `_ptsz` variants being hooked when the per-thread default stream is asked for).
 //!
+//! cudarc (Rust; `tests/cudarc`, pinned in the workspace's Cargo.lock and built with it) runs
+//! over two simulated GPUs with a quota each, without the virtual environment.
+//!
 //! Without the virtual environment, and with no network and no wheels to make it from,
 //! these tests fail with the script's explanation: they never pass by skipping.
 
@@ -431,4 +434,355 @@ fn numba_device_arrays_within_the_quota() {
 #[test]
 fn numba_with_the_per_thread_default_stream() {
     numba(Mode::PerThread);
+}
+
+// ---- cudarc (issue 14) -------------------------------------------------------------------
+
+/// cudarc's per-GPU quotas: two simulated 4 GiB GPUs, capped at 1 GiB and 512 MiB.
+const CUDARC_QUOTAS: [u64; 2] = [GIB, 512 * MIB];
+
+/// Runs `tests/cudarc` (cudarc 0.19, `libloading` + a `dlsym` per function) over both GPUs;
+/// with `quota`, under the interposer, else on the shim alone.
+fn run_cudarc(quota: bool) -> (Output, Vec<serde_json::Value>) {
+    let art = artifacts();
+    // Built with the workspace, next to the interposer.
+    let program = art.interposer.with_file_name("cudarc-check");
+    assert!(
+        program.is_file(),
+        "{} is missing: build the workspace first",
+        program.display()
+    );
+    let dir = scratch_dir("cudarc");
+    let trace = dir.join("trace.jsonl");
+    let mut run = Run::program(program)
+        .arg(&CHUNK.to_string())
+        .arg("0")
+        .arg("1")
+        .envs(&[
+            ("CUDA_SHIM_DEVICES", "2"),
+            ("CUDA_SHIM_MEMORY", "4GiB"),
+            // The bindings are cudarc's `cuda-13000`.
+            ("CUDA_SHIM_DRIVER_VERSION", "13000"),
+            ("CUQUOTA_LIMIT", "0:1GiB,1:512MiB"),
+            ("CUQUOTA_TRACE", trace.to_str().unwrap()),
+        ])
+        .cwd(&dir);
+    if !quota {
+        run = run.no_preload();
+    }
+    let out = run.run();
+    out.check_exit(0);
+    assert_eq!(
+        out.ops().last().map(|l| l.op.as_str()),
+        Some("done"),
+        "{out}"
+    );
+    let events = if quota {
+        fs::read_to_string(&trace)
+            .unwrap_or_else(|e| panic!("read {}: {e}\n{out}", trace.display()))
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    } else {
+        Vec::new()
+    };
+    (out, events)
+}
+
+/// The line `op gpu=<gpu> <key>=<value>`.
+fn gpu_line<'a>(out: &'a Output, op: &str, gpu: usize, key: &str, value: &str) -> &'a Line {
+    let gpu = gpu.to_string();
+    out.ops()
+        .into_iter()
+        .find(|l| l.op == op && l.get("gpu") == Some(&gpu) && l.get(key) == Some(value))
+        .unwrap_or_else(|| panic!("no {op} gpu={gpu} {key}={value}:\n{out}"))
+}
+
+/// What cudarc saw on GPU `gpu` with `total` bytes to fill.
+fn expect_cudarc_gpu(out: &Output, gpu: usize, total: u64) {
+    let fits = total / CHUNK;
+    let line = gpu_line(out, "total_mem", gpu, "async_alloc", "1");
+    assert_eq!(line.num("bytes"), Some(total), "{out}");
+    let meminfo = |when: &str, in_use: u64| {
+        let line = gpu_line(out, "meminfo", gpu, "when", when);
+        assert_eq!(
+            (line.num("total"), line.num("free")),
+            (Some(total), Some(total - in_use)),
+            "{}:\n{out}",
+            line.raw
+        );
+    };
+    meminfo("start", 0);
+    for api in ["alloc_zeros", "malloc_sync"] {
+        let fill = gpu_line(out, "fill", gpu, "api", api);
+        assert_eq!(
+            (fill.num("chunk"), fill.num("ok"), fill.get("err")),
+            (Some(CHUNK), Some(fits), Some("CUDA_ERROR_OUT_OF_MEMORY")),
+            "{}:\n{out}",
+            fill.raw
+        );
+        meminfo(&format!("{api}-full"), fits * CHUNK);
+        meminfo(&format!("{api}-one-freed"), (fits - 1) * CHUNK);
+        meminfo(&format!("{api}-empty"), 0);
+        gpu_line(out, "realloc", gpu, "api", api);
+    }
+}
+
+#[test]
+fn cudarc_fills_each_gpus_quota_through_alloc_zeros_and_malloc_sync() {
+    let (out, events) = run_cudarc(true);
+    out.check(0, "devices", &[("count", 2)]);
+    for (gpu, quota) in CUDARC_QUOTAS.into_iter().enumerate() {
+        expect_cudarc_gpu(&out, gpu, quota);
+        let fits = quota / CHUNK;
+        for via in ["cuMemAllocAsync", "cuMemAlloc_v2"] {
+            let line = format!(
+                "GPU {gpu} refused {} ({CHUNK} bytes) via {via}: quota {}, in use {}, {} left",
+                h(CHUNK),
+                h(quota),
+                h(fits * CHUNK),
+                h(quota - fits * CHUNK)
+            );
+            expect_log_count(&out, &line, 1);
+        }
+    }
+    assert_eq!(out.logs_starting("GPU 0 refused").len(), 2, "{out}");
+    assert_eq!(out.logs_starting("GPU 1 refused").len(), 2, "{out}");
+
+    // (type, api, GPU) → count.
+    let mut counts = BTreeMap::new();
+    let mut summary = serde_json::Value::Null;
+    for e in &events {
+        let kind = e["type"].as_str().unwrap();
+        match kind {
+            "summary" => summary = e.clone(),
+            "header" => {}
+            _ => {
+                let key = (
+                    kind.to_string(),
+                    e["api"].as_str().unwrap().to_string(),
+                    e["dev"].as_u64().unwrap(),
+                );
+                *counts.entry(key).or_insert(0u64) += 1;
+            }
+        }
+    }
+    let mut want = BTreeMap::new();
+    for (gpu, quota) in CUDARC_QUOTAS.into_iter().enumerate() {
+        let gpu = gpu as u64;
+        // Per API: the pieces that fit, plus the one taken again after a free.
+        let n = quota / CHUNK + 1;
+        for (kind, api, count) in [
+            ("alloc", "cuMemAllocAsync", n),
+            ("free", "cuMemFreeAsync", n),
+            ("refused", "cuMemAllocAsync", 1),
+            // The piece taken again after a free is, to cuquota, a retry after a refusal.
+            ("backoff", "cuMemAllocAsync", 1),
+            ("alloc", "cuMemAlloc_v2", n),
+            ("free", "cuMemFree_v2", n),
+            ("refused", "cuMemAlloc_v2", 1),
+            ("backoff", "cuMemAlloc_v2", 1),
+            // start, then full / one-freed / empty for each of the two APIs.
+            ("meminfo", "cuMemGetInfo_v2", 7),
+        ] {
+            want.insert((kind.to_string(), api.to_string(), gpu), count);
+        }
+    }
+    assert_eq!(counts, want, "trace events by (type, api, GPU):\n{out}");
+
+    assert_eq!(summary["dropped"].as_u64(), Some(0), "{summary}");
+    for (gpu, quota) in CUDARC_QUOTAS.into_iter().enumerate() {
+        let fits = quota / CHUNK;
+        let dev = &summary["devices"][gpu];
+        let got = (
+            dev["quota"].as_u64(),
+            dev["allocs"].as_u64(),
+            dev["frees"].as_u64(),
+            dev["refusals"].as_u64(),
+            dev["peak"].as_u64(),
+            dev["in_use"].as_u64(),
+        );
+        let n = 2 * (fits + 1);
+        let want = (
+            Some(quota),
+            Some(n),
+            Some(n),
+            Some(2),
+            Some(fits * CHUNK),
+            Some(0),
+        );
+        assert_eq!(
+            got, want,
+            "GPU {gpu} in the trace summary {summary}:\n{out}"
+        );
+    }
+}
+
+#[test]
+fn cudarc_without_the_interposer_sees_the_whole_devices() {
+    // The control: the same program with the shim alone, so the limits above are cuquota's.
+    let (out, _) = run_cudarc(false);
+    for gpu in 0..2 {
+        expect_cudarc_gpu(&out, gpu, 4 * GIB);
+    }
+    assert_eq!(out.cuquota_lines(), Vec::<&str>::new(), "{out}");
+}
+
+// ---- tinygrad (issue 14) -----------------------------------------------------------------
+
+#[test]
+fn tinygrad_fills_a_gpus_quota_and_a_cross_gpu_copy_is_refused() {
+    const QUOTA1: u64 = 256 * MIB;
+    let art = artifacts();
+    let dir = scratch_dir("tinygrad");
+    let trace = dir.join("trace.jsonl");
+    let script = art.workspace.join("tests/real_clients/tinygrad_check.py");
+    let out = Run::program(python())
+        .arg(script.to_str().unwrap())
+        .arg(&QUOTA.to_string())
+        .arg(&QUOTA1.to_string())
+        .arg(&CHUNK.to_string())
+        .envs(&[
+            ("DEV", "CUDA"),
+            ("CUDA_SHIM_DEVICES", "2"),
+            ("CUDA_SHIM_MEMORY", "4GiB"),
+            ("CUDA_SHIM_DRIVER_VERSION", "13000"),
+            ("CUQUOTA_LIMIT", "0:1GiB,1:256MiB"),
+            ("CUQUOTA_TRACE", trace.to_str().unwrap()),
+            ("PYTHONDONTWRITEBYTECODE", "1"),
+            // tinygrad's caches (compiled kernels, downloads) stay in the scratch dir.
+            ("HOME", dir.to_str().unwrap()),
+            ("XDG_CACHE_HOME", dir.to_str().unwrap()),
+        ])
+        .cwd(&dir)
+        .run();
+    out.check_exit(0);
+    assert_eq!(
+        out.ops().last().map(|l| l.op.as_str()),
+        Some("done"),
+        "{out}"
+    );
+
+    let meminfo = |when: &str, in_use: u64| {
+        let line = gpu_line(&out, "meminfo", 0, "when", when);
+        assert_eq!(
+            (line.num("total"), line.num("free")),
+            (Some(QUOTA), Some(QUOTA - in_use)),
+            "{}:\n{out}",
+            line.raw
+        );
+    };
+    meminfo("start", 0);
+    let fill = gpu_line(&out, "fill", 0, "chunk", &CHUNK.to_string());
+    assert_eq!(fill.num("ok"), Some(FIT), "{out}");
+    meminfo("full", FIT * CHUNK);
+    // tinygrad keeps a dropped buffer in its cache: still charged until the cache is emptied.
+    meminfo("one-dropped", FIT * CHUNK);
+    meminfo("one-freed", (FIT - 1) * CHUNK);
+    meminfo("full-again", FIT * CHUNK);
+    meminfo("empty", 0);
+    let to = out.ops().into_iter().find(|l| l.op == "to");
+    let to = to.unwrap_or_else(|| panic!("no `to` line:\n{out}"));
+    assert_eq!(to.num("same"), Some(1), "{out}");
+
+    // tinygrad's own error, the driver's out-of-memory as its cause.
+    let text: Vec<&str> = out.stdout.lines().collect();
+    let after = |what: &str| {
+        let i = text
+            .iter()
+            .position(|l| *l == format!("refused what={what}"))
+            .unwrap_or_else(|| panic!("no refused what={what}:\n{out}"));
+        (text[i + 1], text[i + 2])
+    };
+    let cause = "cause RuntimeError: CUDA Error 2, out of memory";
+    assert_eq!(
+        after("fill"),
+        (
+            "message Allocation of 300.00 MB failed on CUDA. Used: 900.00 MB",
+            cause
+        ),
+        "{out}"
+    );
+    assert_eq!(
+        after("to"),
+        (
+            "message Allocation of 300.00 MB failed on CUDA:1. Used: 0 B",
+            cause
+        ),
+        "{out}"
+    );
+
+    // tinygrad retries a refused allocation once after emptying its cache: two refusals
+    // each time. On GPU 1 the first one still finds the small tensor's buffer in the cache.
+    let full = refusal("cuMemAlloc_v2");
+    expect_log_count(&out, &full, 2);
+    for in_use in [256 * KIB, 0] {
+        let line = format!(
+            "GPU 1 refused {} ({CHUNK} bytes) via cuMemAlloc_v2: quota {}, in use {}, {} left",
+            h(CHUNK),
+            h(QUOTA1),
+            h(in_use),
+            h(QUOTA1 - in_use)
+        );
+        expect_log_count(&out, &line, 1);
+    }
+
+    let mut counts = BTreeMap::new();
+    let mut summary = serde_json::Value::Null;
+    let text = fs::read_to_string(&trace).unwrap_or_else(|e| panic!("read trace: {e}\n{out}"));
+    for line in text.lines() {
+        let e: serde_json::Value = serde_json::from_str(line).unwrap();
+        match e["type"].as_str().unwrap() {
+            "summary" => summary = e,
+            "header" => {}
+            kind => {
+                let key = (
+                    kind.to_string(),
+                    e["api"].as_str().unwrap().to_string(),
+                    e["dev"].as_u64().unwrap(),
+                );
+                *counts.entry(key).or_insert(0u64) += 1;
+            }
+        }
+    }
+    let mut want = BTreeMap::new();
+    for (kind, api, dev, n) in [
+        // FIT, the one taken again, the small tensor, the big one moved to GPU 1.
+        ("alloc", "cuMemAlloc_v2", 0, FIT + 3),
+        // The cache emptied twice: of the one dropped, then of all FIT.
+        ("free", "cuMemFree_v2", 0, FIT + 1),
+        ("refused", "cuMemAlloc_v2", 0, 2),
+        // The piece taken again after the cache was emptied.
+        ("backoff", "cuMemAlloc_v2", 0, 1),
+        ("meminfo", "cuMemGetInfo_v2", 0, 6),
+        ("alloc", "cuMemAlloc_v2", 1, 1),
+        ("free", "cuMemFree_v2", 1, 1),
+        ("refused", "cuMemAlloc_v2", 1, 2),
+    ] {
+        want.insert((kind.to_string(), api.to_string(), dev), n);
+    }
+    assert_eq!(counts, want, "trace events by (type, api, GPU):\n{out}");
+    // At exit tinygrad's cache still holds the big tensor and the small one on GPU 0.
+    let small = 256 * KIB;
+    let devs = &summary["devices"];
+    let got = |d: usize| {
+        let dev = &devs[d];
+        (
+            dev["peak"].as_u64(),
+            dev["refusals"].as_u64(),
+            dev["live"].as_u64(),
+            dev["in_use"].as_u64(),
+        )
+    };
+    assert_eq!(
+        got(0),
+        (Some(FIT * CHUNK), Some(2), Some(2), Some(CHUNK + small)),
+        "{summary}\n{out}"
+    );
+    assert_eq!(
+        got(1),
+        (Some(small), Some(2), Some(0), Some(0)),
+        "{summary}\n{out}"
+    );
+    assert_eq!(summary["dropped"].as_u64(), Some(0), "{summary}");
 }

@@ -107,6 +107,9 @@ mod pools;
 mod streams;
 mod test_helpers;
 mod vmm;
+// Issue 14: what real clients' loaders resolve up front.
+mod host_access;
+mod unsupported;
 
 /// Every export, area by area.
 pub static TABLE: Table = Table::new(&[
@@ -121,6 +124,8 @@ pub static TABLE: Table = Table::new(&[
     arrays::ROWS,
     imports::ROWS,
     test_helpers::ROWS,
+    host_access::ROWS,
+    unsupported::ROWS,
 ]);
 
 /// The process's settings, or the `NAME=value` text of the first bad one. Read from the
