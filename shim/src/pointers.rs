@@ -65,8 +65,13 @@ pub fn find(state: &State, address: u64) -> Option<Found> {
             return Some(Found {
                 base,
                 size: a.size,
-                memory_type: MEMORYTYPE_DEVICE,
-                device: Some(a.device),
+                // A host pool's allocation is host memory (no device).
+                memory_type: if a.device.is_some() {
+                    MEMORYTYPE_DEVICE
+                } else {
+                    MEMORYTYPE_HOST
+                },
+                device: a.device,
             });
         }
     }
