@@ -410,25 +410,39 @@ fn exported_name_at(addr: usize) -> Option<Vec<u8>> {
 type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
 
 /// The real `dlsym`, as a plain address: the `dlsym` trampoline reads it too. Our own
-/// lookups never go through our `dlsym`: this one comes from `dlvsym(RTLD_NEXT, …)`.
+/// lookups never go through our `dlsym`: this is the next `dlsym` after this library.
 pub static REAL_DLSYM: AtomicUsize = AtomicUsize::new(0);
 
-/// The real `dlsym`, resolved on first use.
+/// The real `dlsym`, resolved on first use: the next definition after this library in the
+/// lookup order, whatever its version, so a `dlsym` interposer loaded after us is not
+/// skipped. glibc's own (found by version) answers that question, with us as the caller.
 fn real_dlsym() -> Option<DlsymFn> {
     let mut addr = REAL_DLSYM.load(Relaxed);
     if addr == 0 {
-        for version in [c"GLIBC_2.34", c"GLIBC_2.2.5"] {
-            // SAFETY: dlvsym with RTLD_NEXT and valid C strings; it is not hooked by us.
-            addr = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) }
-                as usize;
-            if addr != 0 {
-                break;
-            }
-        }
+        let Some(glibc) = glibc_dlsym() else {
+            return None;
+        };
+        // SAFETY: glibc's dlsym with RTLD_NEXT and a C string; RTLD_NEXT searches after the
+        // caller, this library (a plain call: the return address is ours).
+        let next = unsafe { glibc(libc::RTLD_NEXT, c"dlsym".as_ptr()) } as usize;
+        addr = if next != 0 { next } else { glibc as usize };
         REAL_DLSYM.store(addr, Relaxed);
     }
     // SAFETY: a non-zero address came from the dynamic linker for `dlsym` itself.
     (addr != 0).then(|| unsafe { std::mem::transmute::<usize, DlsymFn>(addr) })
+}
+
+/// A `dlsym` of glibc's own versions after this library (glibc's, or a versioned interposer).
+fn glibc_dlsym() -> Option<DlsymFn> {
+    [c"GLIBC_2.34", c"GLIBC_2.2.5"]
+        .into_iter()
+        .find_map(|version| {
+            // SAFETY: dlvsym with RTLD_NEXT and valid C strings; it is not hooked by us.
+            let addr = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) }
+                as usize;
+            // SAFETY: a non-zero address came from the dynamic linker for `dlsym` itself.
+            (addr != 0).then(|| unsafe { std::mem::transmute::<usize, DlsymFn>(addr) })
+        })
 }
 
 /// `extern "C"` entry used by the trampoline when `REAL_DLSYM` is not resolved yet.
