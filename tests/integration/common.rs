@@ -244,6 +244,18 @@ const CLIENT_BUILDS: &[ClientBuild] = &[
         flags: &["-shared", "-fPIC"],
         link_cuda: false,
     },
+    ClientBuild {
+        name: "deep_plugin.so",
+        sources: &["deep_plugin.c"],
+        flags: &["-shared", "-fPIC"],
+        link_cuda: true,
+    },
+    ClientBuild {
+        name: "deep_host",
+        sources: &["deep_host.c"],
+        flags: &[],
+        link_cuda: false,
+    },
 ];
 
 fn mtime(path: &Path) -> Option<SystemTime> {

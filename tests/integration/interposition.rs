@@ -67,3 +67,80 @@ fn a_dlsym_interposer_before_cuquota_reaches_it() {
 fn a_dlsym_interposer_after_cuquota_is_not_skipped() {
     check_layered(false);
 }
+
+// ---- deep binding ---------------------------------------------------------------------------
+
+fn audit_module() -> String {
+    let module = artifacts().interposer.with_file_name("libcuquota_audit.so");
+    assert!(module.is_file(), "{} is missing", module.display());
+    module.display().to_string()
+}
+
+/// deep_host loading deep_plugin.so (`mode`: "deep" or "dlmopen"), two 48 MiB allocations
+/// by `path` under a 64 MiB quota.
+fn deep(mode: &str, path: &str, audit: bool) -> Output {
+    let mut run = Run::program(client("deep_host"))
+        .arg(&client("deep_plugin.so").display().to_string())
+        .arg(mode)
+        .arg(path)
+        .arg(&(48 * MIB).to_string())
+        .arg(&(48 * MIB).to_string())
+        .env("CUQUOTA_LIMIT", "64MiB");
+    if audit {
+        run = run.env("LD_AUDIT", &audit_module());
+    }
+    run.run()
+}
+
+const PATHS: [&str; 3] = ["linked", "dlsym", "proc"];
+
+/// With the audit module, a plugin loaded with RTLD_DEEPBIND is enforced on every path
+/// (before: its bindings went straight to the driver and libc's dlsym).
+#[test]
+fn a_deep_bound_plugin_is_enforced_on_every_path_with_the_audit_module() {
+    for path in PATHS {
+        let out = deep("deep", path, true);
+        out.check_exit(0);
+        out.check(0, "alloc", &[("rc", SUCCESS)]);
+        out.check(1, "alloc", &[("rc", OUT_OF_MEMORY)]);
+        assert!(
+            out.cuquota_lines()
+                .iter()
+                .all(|l| !l.contains("no CUDA call reached")),
+            "{path}: {out}"
+        );
+    }
+}
+
+/// Without it, the bypass is at least said: one line at exit naming the likely cause.
+#[test]
+fn a_driver_no_call_reached_is_reported_at_exit() {
+    for (mode, cause) in [("deep", "RTLD_DEEPBIND"), ("dlmopen", "dlmopen")] {
+        for path in PATHS {
+            let out = deep(mode, path, false);
+            out.check_exit(0);
+            let lines = out.logs_starting("libcuda.so was loaded but no CUDA call reached");
+            assert_eq!(lines.len(), 1, "{mode} {path}: {out}");
+            assert!(lines[0].contains(cause), "{mode} {path}: {out}");
+        }
+    }
+}
+
+/// `cuquota run` sets LD_AUDIT, so the deep-bound plugin is enforced under it.
+#[test]
+fn cuquota_run_covers_a_deep_bound_plugin() {
+    let plugin = client("deep_plugin.so").display().to_string();
+    let host = client("deep_host").display().to_string();
+    let size = (48 * MIB).to_string();
+    let args = [
+        "run", "--limit", "64MiB", "--", &host, &plugin, "deep", "dlsym", &size, &size,
+    ];
+    let out = args
+        .iter()
+        .fold(Run::program(&artifacts().cli), |run, a| run.arg(a))
+        .no_preload()
+        .run();
+    out.check_exit(0);
+    out.check(0, "alloc", &[("rc", SUCCESS)]);
+    out.check(1, "alloc", &[("rc", OUT_OF_MEMORY)]);
+}
