@@ -497,9 +497,7 @@ pub static REAL_DLSYM: AtomicUsize = AtomicUsize::new(0);
 fn real_dlsym() -> Option<DlsymFn> {
     let mut addr = REAL_DLSYM.load(Relaxed);
     if addr == 0 {
-        let Some(glibc) = glibc_dlsym() else {
-            return None;
-        };
+        let glibc = glibc_dlsym()?;
         // SAFETY: glibc's dlsym with RTLD_NEXT and a C string; RTLD_NEXT searches after the
         // caller, this library (a plain call: the return address is ours).
         let next = unsafe { glibc(libc::RTLD_NEXT, c"dlsym".as_ptr()) } as usize;
