@@ -159,7 +159,9 @@ extern "C" fn after_fork_in_child() {
 static REPORT_UNREACHED_DRIVER: extern "C" fn() = report_unreached_driver;
 
 /// The driver was loaded but no call ever reached cuquota (no engine, no hook handed out):
-/// nothing was enforced, so say so, with the likely cause.
+/// whatever the program did with it was not enforced, so say so, with the likely cause.
+/// Whether the driver was initialised cannot be asked here (its own destructors may have
+/// run), so a program that loads the driver and never uses it gets the line too.
 extern "C" fn report_unreached_driver() {
     let _ = std::panic::catch_unwind(|| {
         if !ENGINE.load(Ordering::Acquire).is_null() || crate::lookup::any_hook_handed_out() {
@@ -182,8 +184,8 @@ fn unreached_driver_line(in_main: bool, in_other: bool) -> Option<String> {
         (false, false) => return None,
     };
     Some(format!(
-        "libcuda.so was loaded but no CUDA call reached cuquota: nothing was enforced \
-         (likely cause: {cause})"
+        "libcuda.so was loaded but no CUDA call reached cuquota: if this program used \
+         the GPU, nothing was enforced (likely cause: {cause})"
     ))
 }
 
