@@ -4,7 +4,7 @@
 //! the stack as the caller made it. Calls with a real handle go to `dlsym_explicit`, which
 //! may swap in a hook.
 //!
-//! Versions: built with gold (see build.rs) the entry is exported as `dlsym@@GLIBC_2.34` and
+//! Versions: built with rust-lld or gold (see build.rs) the entry is exported as `dlsym@@GLIBC_2.34` and
 //! `dlsym@GLIBC_2.2.5`, like glibc's own, so a layered interposer that finds "the real
 //! dlsym" with `dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5")` reaches ours (`dlvsym` never
 //! accepts an unversioned definition). Otherwise it is one unversioned `dlsym`, which serves
