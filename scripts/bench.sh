@@ -55,6 +55,7 @@ echo "building (release)…" >&2
 cargo build -q --release --workspace >&2
 shim_dir=$(scripts/shim.sh release)
 lib=$root/target/release/libcuquota.so
+audit=$root/target/release/libcuquota_audit.so
 cli=$root/target/release/cuquota
 out=$root/target/bench
 mkdir -p "$out"
@@ -151,6 +152,12 @@ for rep in $(seq "$reps"); do
     both dlsym_without dlsym_with "$out/alloc_bench" dlsym-other $DLSYM_CALLS
     run_case start -u LD_PRELOAD CUQUOTA_LIMIT=$LIMIT -- \
         "$out/spawn_bench" $SPAWNS "$out/true" "$lib"
+    # The audit module (LD_AUDIT, what `cuquota run` sets): start-up, and pairs through the
+    # exported symbols (the bindings it sees; each is redirected once, at binding).
+    run_case start_audit -u LD_PRELOAD CUQUOTA_LIMIT=$LIMIT -- \
+        "$out/spawn_bench" $SPAWNS "$out/true" "$lib" LD_AUDIT="$audit"
+    run_case quota_linked_audit "${QUOTA[@]}" LD_AUDIT="$audit" -- \
+        "$out/alloc_bench_linked" pair linked $PAIRS
 done
 t_micro=$(date +%s%N)
 
@@ -183,6 +190,7 @@ if command -v valgrind >/dev/null; then
         cg_count raw $n "${RAW[@]}"
         cg_count quota $n "${QUOTA[@]}"
         cg_count trace $n "${QUOTA[@]}" CUQUOTA_TRACE="$tmp/cg-trace.jsonl"
+        cg_count audit $n "${QUOTA[@]}" LD_AUDIT="$audit"
         rm -f "$tmp/cg-trace.jsonl"*
         # the stream-ordered pair (cuMemAllocAsync + cuMemFreeAsync, NULL stream)
         CG_MODE=asyncpair cg_count rawasync $n "${RAW[@]}"
@@ -299,6 +307,7 @@ else
     if [ -n "$lossy" ]; then R_RESULT[-1]="${R_RESULT[-1]}; $lossy"; fi
 fi
 pair_row "lookup: exported symbols" quota_linked raw_linked 80
+pair_row "lookup: exported symbols, LD_AUDIT on" quota_linked_audit raw_linked 80
 pair_row "lookup: dlsym" quota raw 80
 pair_row "lookup: cuGetProcAddress_v2" quota_getproc raw_getproc 80
 
@@ -356,6 +365,14 @@ else
     na "start-up" "≤ 1000 µs added" "${WHY[start]:-}"
 fi
 
+v=$(median start_audit.start_with_ns) r=$(median start_audit.start_without_ns)
+if [ -n "$v" ] && [ -n "$r" ]; then
+    row "start-up with LD_AUDIT (dynamic true)" "$(calc "$v / 1000")" µs "$(calc "$r / 1000")" \
+        "≤ 1000 µs added" "$(verdict "$(calc "($v - $r) / 1000")" 1000)"
+else
+    na "start-up with LD_AUDIT" "≤ 1000 µs added" "${WHY[start_audit]:-}"
+fi
+
 if [ -n "${WHY[trace]:-}" ]; then
     na "trace size" "≤ 160 B/event" "${WHY[trace]}"
 else
@@ -393,6 +410,11 @@ else
     if [ -n "$on" ]; then
         row "interposer instructions/pair, trace on" "$on" instr/pair "" \
             "(calling thread; system calls not counted)" ""
+    fi
+    audit_on=$(cg_interposer audit)
+    if [ -n "$audit_on" ]; then
+        row "interposer instructions/pair, LD_AUDIT on" "$audit_on" instr/pair "" \
+            "(dlsym path; the audit module costs nothing per call)" ""
     fi
     if [ -n "$w" ]; then row "trace writer thread" "$(calc "$w / 2" 0)" instr/event "" "" ""; fi
     # The stream-ordered pair (cuMemAllocAsync + cuMemFreeAsync, NULL stream) over its own

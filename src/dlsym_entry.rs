@@ -2,8 +2,13 @@
 //! searches the libraries after the caller's), so those calls must reach the real `dlsym`
 //! with the caller's own return address: a tail jump from a naked function, which leaves
 //! the stack as the caller made it. Calls with a real handle go to `dlsym_explicit`, which
-//! may swap in a hook. Being unversioned, this definition serves callers linked against
-//! `dlsym@GLIBC_2.34` and `dlsym@GLIBC_2.2.5` alike.
+//! may swap in a hook.
+//!
+//! Versions: built with rust-lld or gold (see build.rs) the entry is exported as `dlsym@@GLIBC_2.34` and
+//! `dlsym@GLIBC_2.2.5`, like glibc's own, so a layered interposer that finds "the real
+//! dlsym" with `dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5")` reaches ours (`dlvsym` never
+//! accepts an unversioned definition). Otherwise it is one unversioned `dlsym`, which serves
+//! plain references of either version.
 
 use crate::exports::CUDA_HOOKS;
 use crate::{ffi, lookup};
@@ -12,9 +17,22 @@ use std::ffi::{c_char, c_void};
 /// Every library whose functions we hook, for `dlsym` on its handle.
 static HOOKED_LIBRARIES: &[&lookup::Hooks] = &[&CUDA_HOOKS];
 
+// Both versions name the one entry; `.symver` needs the node in link/dlsym.map.
+#[cfg(all(target_arch = "x86_64", versioned_dlsym))]
+std::arch::global_asm!(
+    ".symver cuquota_dlsym, dlsym@@GLIBC_2.34",
+    ".symver cuquota_dlsym_2_2_5, dlsym@GLIBC_2.2.5",
+    ".globl cuquota_dlsym_2_2_5",
+    ".type cuquota_dlsym_2_2_5, @function",
+    "cuquota_dlsym_2_2_5:",
+    "jmp cuquota_dlsym",
+    ".size cuquota_dlsym_2_2_5, . - cuquota_dlsym_2_2_5",
+);
+
 #[cfg(target_arch = "x86_64")]
 #[unsafe(naked)]
-#[no_mangle]
+#[cfg_attr(versioned_dlsym, export_name = "cuquota_dlsym")]
+#[cfg_attr(not(versioned_dlsym), export_name = "dlsym")]
 pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
     std::arch::naked_asm!(
         "test rdi, rdi",

@@ -308,7 +308,20 @@ pub(crate) use hooks;
 /// real library's function `name` and we hook it.
 pub fn hook_for_symbol(name: &[u8], found: usize, libraries: &[&Hooks]) -> Option<usize> {
     let hook = libraries.iter().find_map(|l| hooked_symbol(name, l))?;
-    (hook.real.address() == Some(found)).then(|| hook.address())
+    (hook.real.address() == Some(found)).then(|| handed_out(hook))
+}
+
+/// Whether a lookup ever got one of our hooks: with the engine, what says at exit that the
+/// program's calls reached us.
+static HANDED_OUT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn handed_out(hook: &Hook) -> usize {
+    HANDED_OUT.store(true, Relaxed);
+    hook.address()
+}
+
+pub fn any_hook_handed_out() -> bool {
+    HANDED_OUT.load(Relaxed)
 }
 
 /// The hook for the exported name `name`, if we hook it. Cheap for the names of other
@@ -345,7 +358,7 @@ pub fn hook_for_lookup(
     for hook in hooked_variants(base, hooks) {
         known = true;
         if hook.real.address() == Some(found) {
-            return Some(hook.address());
+            return Some(handed_out(hook));
         }
     }
     if !known {
@@ -358,7 +371,7 @@ pub fn hook_for_lookup(
     let hook = variant_by_rules(base, u32::try_from(version).ok()?, per_thread, hooks)?;
     match exported_name_at(found) {
         Some(name) if name != hook.real.name().as_bytes() => None,
-        _ => Some(hook.address()),
+        _ => Some(handed_out(hook)),
     }
 }
 
@@ -405,30 +418,107 @@ fn exported_name_at(addr: usize) -> Option<Vec<u8>> {
     )
 }
 
+// ---- where a library is loaded -------------------------------------------------------------
+
+/// The public head of glibc's `struct link_map` (<link.h>).
+#[repr(C)]
+struct LinkMap {
+    l_addr: usize,
+    l_name: *const c_char,
+    l_ld: *mut c_void,
+    l_next: *const LinkMap,
+    l_prev: *const LinkMap,
+}
+
+/// glibc's `struct r_debug_extended` (<link.h>; `r_next` since glibc 2.35, version 2).
+#[repr(C)]
+struct RDebug {
+    r_version: i32,
+    r_map: *const LinkMap,
+    r_brk: usize,
+    r_state: i32,
+    r_ldbase: usize,
+    r_next: *const RDebug,
+}
+
+/// Whether an object named `library*` (e.g. `libcuda.so`) is loaded in the main namespace,
+/// and whether in another (`dlmopen`) one, from the dynamic linker's debugger interface
+/// (`_r_debug`; other namespaces are listed only from glibc 2.35).
+pub fn loaded_in_namespaces(library: &[u8]) -> (bool, bool) {
+    let r_debug = dlsym(std::ptr::null_mut(), c"_r_debug".as_ptr()) as *const RDebug;
+    let (mut main, mut other) = (false, false);
+    let mut namespace = r_debug;
+    let mut index = 0;
+    while !namespace.is_null() && index < 64 {
+        // SAFETY: `_r_debug` is the dynamic linker's, each r_next another namespace's, and
+        // their link maps stay valid while the process runs (read at exit, nothing unloads).
+        let (version, mut map, next) = unsafe {
+            (
+                (*namespace).r_version,
+                (*namespace).r_map,
+                (*namespace).r_next,
+            )
+        };
+        while !map.is_null() {
+            // SAFETY: as above; l_name is a C string or null.
+            let (name, next_map) = unsafe { ((*map).l_name, (*map).l_next) };
+            // SAFETY: as above.
+            let name = (!name.is_null()).then(|| unsafe { CStr::from_ptr(name) }.to_bytes());
+            if name.is_some_and(|n| file_name(n).starts_with(library)) {
+                if index == 0 {
+                    main = true;
+                } else {
+                    other = true;
+                }
+            }
+            map = next_map;
+        }
+        namespace = if version >= 2 { next } else { std::ptr::null() };
+        index += 1;
+    }
+    (main, other)
+}
+
+fn file_name(path: &[u8]) -> &[u8] {
+    path.rsplit(|b| *b == b'/').next().unwrap_or(path)
+}
+
 // ---- the real dlsym ------------------------------------------------------------------------
 
 type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
 
 /// The real `dlsym`, as a plain address: the `dlsym` trampoline reads it too. Our own
-/// lookups never go through our `dlsym`: this one comes from `dlvsym(RTLD_NEXT, …)`.
+/// lookups never go through our `dlsym`: this is the next `dlsym` after this library.
 pub static REAL_DLSYM: AtomicUsize = AtomicUsize::new(0);
 
-/// The real `dlsym`, resolved on first use.
+/// The real `dlsym`, resolved on first use: the next definition after this library in the
+/// lookup order, whatever its version, so a `dlsym` interposer loaded after us is not
+/// skipped. glibc's own (found by version) answers that question, with us as the caller.
 fn real_dlsym() -> Option<DlsymFn> {
     let mut addr = REAL_DLSYM.load(Relaxed);
     if addr == 0 {
-        for version in [c"GLIBC_2.34", c"GLIBC_2.2.5"] {
-            // SAFETY: dlvsym with RTLD_NEXT and valid C strings; it is not hooked by us.
-            addr = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) }
-                as usize;
-            if addr != 0 {
-                break;
-            }
-        }
+        let glibc = glibc_dlsym()?;
+        // SAFETY: glibc's dlsym with RTLD_NEXT and a C string; RTLD_NEXT searches after the
+        // caller, this library (a plain call: the return address is ours).
+        let next = unsafe { glibc(libc::RTLD_NEXT, c"dlsym".as_ptr()) } as usize;
+        addr = if next != 0 { next } else { glibc as usize };
         REAL_DLSYM.store(addr, Relaxed);
     }
     // SAFETY: a non-zero address came from the dynamic linker for `dlsym` itself.
     (addr != 0).then(|| unsafe { std::mem::transmute::<usize, DlsymFn>(addr) })
+}
+
+/// A `dlsym` of glibc's own versions after this library (glibc's, or a versioned interposer).
+fn glibc_dlsym() -> Option<DlsymFn> {
+    [c"GLIBC_2.34", c"GLIBC_2.2.5"]
+        .into_iter()
+        .find_map(|version| {
+            // SAFETY: dlvsym with RTLD_NEXT and valid C strings; it is not hooked by us.
+            let addr = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) }
+                as usize;
+            // SAFETY: a non-zero address came from the dynamic linker for `dlsym` itself.
+            (addr != 0).then(|| unsafe { std::mem::transmute::<usize, DlsymFn>(addr) })
+        })
 }
 
 /// `extern "C"` entry used by the trampoline when `REAL_DLSYM` is not resolved yet.
@@ -465,6 +555,15 @@ mod tests {
     }
 
     static NVML_HOOKS: Hooks = hooks!(LIBNVML in self::nvml: nvmlInit_v2);
+
+    #[test]
+    fn a_library_is_known_by_its_file_name() {
+        assert_eq!(file_name(b"/usr/lib/libcuda.so.1"), b"libcuda.so.1");
+        assert_eq!(file_name(b"libcuda.so"), b"libcuda.so");
+        // This test binary is linked against libc, in the main namespace only.
+        assert_eq!(loaded_in_namespaces(b"libc.so"), (true, false));
+        assert_eq!(loaded_in_namespaces(b"libcuda.so"), (false, false));
+    }
 
     #[test]
     fn a_table_without_version_facts() {

@@ -162,3 +162,60 @@ extern "C" fn after_fork_in_child() {
     // SAFETY: as above.
     unsafe { crate::trace::reset_in_child() };
 }
+
+// ---- a driver no call reached ----------------------------------------------------------------
+
+/// At unload: a destructor, not the exit handler, which only a hooked call registers.
+#[used]
+#[link_section = ".fini_array"]
+static REPORT_UNREACHED_DRIVER: extern "C" fn() = report_unreached_driver;
+
+/// The driver was loaded but no call ever reached cuquota (no engine, no hook handed out):
+/// whatever the program did with it was not enforced, so say so, with the likely cause.
+/// Whether the driver was initialised cannot be asked here (its own destructors may have
+/// run), so a program that loads the driver and never uses it gets the line too.
+extern "C" fn report_unreached_driver() {
+    let _ = std::panic::catch_unwind(|| {
+        if !ENGINE.load(Ordering::Acquire).is_null() || crate::lookup::any_hook_handed_out() {
+            return;
+        }
+        let (main, other) = crate::lookup::loaded_in_namespaces(b"libcuda.so");
+        if let Some(line) = unreached_driver_line(main, other) {
+            crate::log::line(&line);
+        }
+    });
+}
+
+fn unreached_driver_line(in_main: bool, in_other: bool) -> Option<String> {
+    let cause = match (in_main, in_other) {
+        (true, _) => {
+            "an object loaded with RTLD_DEEPBIND (`cuquota run` sets LD_AUDIT to cover it), \
+             or a statically linked caller"
+        }
+        (false, true) => "a dlmopen namespace, which the preload does not reach",
+        (false, false) => return None,
+    };
+    Some(format!(
+        "libcuda.so was loaded but no CUDA call reached cuquota: if this program used \
+         the GPU, nothing was enforced (likely cause: {cause})"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unreached_driver_line;
+
+    #[test]
+    fn the_unreached_driver_line_names_the_cause() {
+        assert_eq!(unreached_driver_line(false, false), None);
+        assert!(unreached_driver_line(true, false)
+            .unwrap()
+            .contains("RTLD_DEEPBIND"));
+        assert!(unreached_driver_line(true, true)
+            .unwrap()
+            .contains("RTLD_DEEPBIND"));
+        assert!(unreached_driver_line(false, true)
+            .unwrap()
+            .contains("dlmopen"));
+    }
+}

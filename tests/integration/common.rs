@@ -231,6 +231,31 @@ const CLIENT_BUILDS: &[ClientBuild] = &[
         flags: &[],
         link_cuda: false,
     },
+    // -- interposition (issue 12): foreign wrappers, layered dlsym, deep binding --
+    ClientBuild {
+        name: "wrapper_client",
+        sources: &["wrapper_client.c"],
+        flags: &["-rdynamic"],
+        link_cuda: false,
+    },
+    ClientBuild {
+        name: "dlsym_layer.so",
+        sources: &["dlsym_layer.c"],
+        flags: &["-shared", "-fPIC"],
+        link_cuda: false,
+    },
+    ClientBuild {
+        name: "deep_plugin.so",
+        sources: &["deep_plugin.c"],
+        flags: &["-shared", "-fPIC"],
+        link_cuda: true,
+    },
+    ClientBuild {
+        name: "deep_host",
+        sources: &["deep_host.c"],
+        flags: &[],
+        link_cuda: false,
+    },
 ];
 
 fn mtime(path: &Path) -> Option<SystemTime> {

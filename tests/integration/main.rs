@@ -17,6 +17,7 @@ mod episodes;
 mod faults;
 mod golden;
 mod imports;
+mod interposition;
 mod limits;
 mod loaders;
 mod log_lines;

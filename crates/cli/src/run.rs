@@ -1,6 +1,9 @@
 //! `cuquota run`: exec a command with libcuquota.so preloaded and the settings in its
 //! environment. exec, not spawn: the command keeps this pid (so `%p` and signals from the
 //! terminal reach it directly) and its exit status or signal is the caller's to see.
+//!
+//! Beside the preload, `LD_AUDIT` names libcuquota_audit.so (found next to libcuquota.so),
+//! which binds the driver functions of objects loaded with RTLD_DEEPBIND to the hooks too.
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
@@ -9,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 const LIBRARY: &str = "libcuquota.so";
+const AUDIT_MODULE: &str = "libcuquota_audit.so";
 
 pub struct Settings {
     pub limit: Option<String>,
@@ -32,6 +36,14 @@ pub fn exec(settings: &Settings, command: &[OsString]) -> ExitCode {
         "LD_PRELOAD",
         preload_with(&library, std::env::var_os("LD_PRELOAD").as_deref()),
     );
+    // Without the audit module (not built, not installed beside the library) deep-bound
+    // objects go unenforced, and cuquota says so at exit.
+    if let Some(audit) = usable(&library.with_file_name(AUDIT_MODULE)) {
+        cmd.env(
+            "LD_AUDIT",
+            preload_with(&audit, std::env::var_os("LD_AUDIT").as_deref()),
+        );
+    }
     let vars = [
         ("CUQUOTA_LIMIT", settings.limit.as_deref()),
         ("CUQUOTA_TRACE", settings.trace.as_deref()),
