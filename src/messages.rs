@@ -2,9 +2,10 @@
 //! configuration. Pure formatting; no I/O (episodes are grouped by the rule in
 //! `cuquota_format::episodes`). Named apart from the CLI's `report` command, which reads traces.
 
-use crate::config::{Config, Limits};
+use crate::config::{Config, DeviceId, Limits};
 use crate::quota::Usage;
 use cuquota_format::episodes;
+use cuquota_format::settings::format_uuid;
 use cuquota_format::units::{human, Size};
 
 /// `GPU 0 refused 4.00 GiB (4294967296 bytes) via cuMemAlloc_v2: quota 6.00 GiB, in use 3.10 GiB, 2.90 GiB left`
@@ -119,6 +120,28 @@ pub fn summary(device: u32, usage: &Usage, live: (u64, u64)) -> String {
         if usage.refusals == 1 { "" } else { "s" },
         live.0,
         human(live.1)
+    )
+}
+
+/// A per-GPU limit names devices the process does not see.
+pub fn unseen_devices(unseen: &[DeviceId], seen: &[(u32, Option<[u8; 16]>)]) -> String {
+    let names = unseen
+        .iter()
+        .map(|d| format!("GPU {d}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let sees = seen
+        .iter()
+        .map(|(d, u)| match u {
+            Some(u) => format!("GPU {d} ({})", format_uuid(u)),
+            None => format!("GPU {d}"),
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "CUQUOTA_LIMIT names {names}, which this process does not see, so that limit applies to no device; \
+         it sees {sees}. CUDA_VISIBLE_DEVICES renumbers the GPUs a process sees from 0: \
+         name a GPU by its UUID (nvidia-smi -L) to follow it"
     )
 }
 
