@@ -6,7 +6,7 @@
 //! Values are case-insensitive, and an empty variable is unset (except `CUQUOTA_LIMIT=`,
 //! which is an error: it says a limit was meant).
 
-use cuquota_format::settings::{self, LIMIT_EXAMPLES};
+use cuquota_format::settings::{self, printable};
 pub use cuquota_format::settings::{parse_limits, DeviceId, Limits, MAX_DEVICES};
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
@@ -166,13 +166,11 @@ impl Config {
     }
 }
 
-/// The one-line error for a bad `CUQUOTA_LIMIT` (`cuquota run --limit` prints the same).
-pub fn limit_error(value: &str, why: &str) -> String {
+/// The one-line error for a bad `CUQUOTA_LIMIT` (`cuquota run --limit` prints its start).
+fn limit_error(value: &str, why: &str) -> String {
     format!(
-        "CUQUOTA_LIMIT=\"{}\" is not valid: {}; use {LIMIT_EXAMPLES}. \
-         CUDA calls fail with CUDA_ERROR_INVALID_VALUE until it is fixed",
-        printable(value),
-        printable(why)
+        "{}. CUDA calls fail with CUDA_ERROR_INVALID_VALUE until it is fixed",
+        settings::limit_error(value, why)
     )
 }
 
@@ -191,20 +189,6 @@ fn warning(var: &str, value: &str, valid: &str, default: &str) -> String {
         "{var}=\"{}\" is not valid (use {valid}); using the default, {default}",
         printable(value)
     )
-}
-
-/// The value as it can be shown on one line: control characters escaped (`\n`, `\u{1b}`).
-fn printable(value: &str) -> String {
-    value
-        .chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_default().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
 }
 
 #[cfg(test)]

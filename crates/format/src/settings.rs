@@ -177,6 +177,30 @@ pub fn format_uuid(bytes: &[u8; 16]) -> String {
     s
 }
 
+/// The one-line error for a bad `CUQUOTA_LIMIT`, which `cuquota run --limit` prints too
+/// (the interposer adds what then happens to CUDA calls).
+pub fn limit_error(value: &str, why: &str) -> String {
+    format!(
+        "CUQUOTA_LIMIT=\"{}\" is not valid: {}; use {LIMIT_EXAMPLES}",
+        printable(value),
+        printable(why)
+    )
+}
+
+/// The value as it can be shown on one line: control characters escaped (`\n`, `\u{1b}`).
+pub fn printable(value: &str) -> String {
+    value
+        .chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 /// `CUQUOTA_MODE`: `Some(true)` to enforce, `Some(false)` to observe, `None` if it is
 /// neither (which fails closed). Empty is unset: enforce.
 pub fn parse_mode(text: &str) -> Option<bool> {
