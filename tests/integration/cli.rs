@@ -723,3 +723,46 @@ fn every_option_of_every_subcommand_has_a_help_line() {
         }
     }
 }
+
+/// scripts/install.sh PREFIX: the installed `cuquota run` finds the installed library by
+/// itself (no CUQUOTA_LIB) and enforces against the installed stand-in.
+#[test]
+fn the_install_script_installs_a_cuquota_that_finds_its_library() {
+    let art = artifacts();
+    let prefix = scratch_dir("install").join("prefix");
+    let built = art.cli.parent().unwrap();
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new(workspace.join("scripts/install.sh"))
+        .arg(&prefix)
+        .env("CUQUOTA_INSTALL_FROM", built)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let mut cmd = Command::new(prefix.join("bin/cuquota"));
+    for (key, _) in std::env::vars_os() {
+        let k = key.to_string_lossy();
+        if k.starts_with("CUQUOTA_") || k.starts_with("CUDA_SHIM_") || k == "LD_PRELOAD" {
+            cmd.env_remove(&key);
+        }
+    }
+    let out = cmd
+        .env("LD_LIBRARY_PATH", prefix.join("share/cuquota/shim"))
+        .args([
+            "run",
+            "--limit",
+            "1GiB",
+            s(&Client::Dlsym.path()),
+            "init",
+            "alloc:2G",
+            "info",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("alloc 2147483648 rc=2"), "{text}");
+    assert!(
+        text.contains(&format!("info rc=0 free={GIB} total={GIB}")),
+        "{text}"
+    );
+}
