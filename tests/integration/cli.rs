@@ -717,7 +717,7 @@ fn every_option_of_every_subcommand_has_a_help_line() {
                 let next = help.lines().nth(at + 1).unwrap_or("");
                 let same = help.lines().nth(at).unwrap();
                 let described = !next.trim().is_empty() && !next.trim_start().starts_with('-')
-                    || same.trim_start().split_whitespace().count() > 2;
+                    || same.split_whitespace().count() > 2;
                 assert!(described, "{sub}: {option} has no description in\n{help}");
             }
         }
