@@ -132,6 +132,12 @@ extern "C" fn at_exit() {
             }
             engine.flush_held_events();
             crate::trace::finish();
+            // At info: where the trace went (its template expanded), for `cuquota run --trace`.
+            if engine.config.as_ref().is_ok_and(|c| c.verbose()) {
+                if let Some(path) = crate::trace::written_path() {
+                    crate::log::line(&format!("trace written to {path}"));
+                }
+            }
             let dropped = crate::trace::dropped();
             if dropped > 0 {
                 crate::log::line(&format!(

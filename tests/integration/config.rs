@@ -165,3 +165,28 @@ fn a_gpu_the_process_does_not_see_gets_one_warning() {
          sees from 0: name a GPU by its UUID (nvidia-smi -L) to follow it",
     );
 }
+
+/// At info, the exit says where the trace went, its template expanded.
+#[test]
+fn at_info_the_exit_names_the_trace_written() {
+    let dir = scratch_dir("config-trace-path");
+    let template = dir.join("t-%p.jsonl");
+    let out = run(
+        Client::Linked,
+        "init alloc:1M",
+        &[
+            ("CUQUOTA_TRACE", template.to_str().unwrap()),
+            ("CUQUOTA_LOG_LEVEL", "info"),
+        ],
+    );
+    out.check_rcs(&[0, 0]);
+    let written = dir.join(format!("t-{}.jsonl", out.pid));
+    assert!(written.is_file(), "{out}");
+    out.check_log(&format!("trace written to {}", written.display()));
+    let quiet = run(
+        Client::Linked,
+        "init alloc:1M",
+        &[("CUQUOTA_TRACE", template.to_str().unwrap())],
+    );
+    assert!(quiet.logs_starting("trace written").is_empty(), "{quiet}");
+}
