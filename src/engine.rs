@@ -148,19 +148,22 @@ impl Engine {
         })
     }
 
-    /// At the first limit resolved: one warning if a per-GPU limit names an ordinal or UUID
-    /// the process does not see (the classic `CUDA_VISIBLE_DEVICES` renumbering).
+    /// At the first limit resolved (the driver now knows its devices): one warning if a
+    /// per-GPU limit names an ordinal or UUID the process does not see (the classic
+    /// `CUDA_VISIBLE_DEVICES` renumbering), and at info each device's quota in bytes.
     #[cold]
     fn check_named_devices(&self, limits: &Limits) {
         use std::sync::atomic::Ordering::Relaxed;
-        if !matches!(limits, Limits::PerDevice(_)) || self.devices_checked.load(Relaxed) {
+        let verbose = self.config.as_ref().is_ok_and(|c| c.verbose());
+        let per_device = matches!(limits, Limits::PerDevice(_));
+        if !(verbose || per_device) || self.devices_checked.load(Relaxed) {
             return;
         }
         let seen: Vec<(u32, Option<[u8; 16]>)> = self
             .queries
             .devices()
             .into_iter()
-            .map(|(d, _, _)| (d, self.queries.device_uuid(d)))
+            .map(|(d, _, _)| (d, per_device.then(|| self.queries.device_uuid(d)).flatten()))
             .collect();
         // No devices yet (the driver cannot tell): check at the next resolution.
         if seen.is_empty() || self.devices_checked.swap(true, Relaxed) {
@@ -169,6 +172,17 @@ impl Engine {
         let unseen = limits.unseen(&seen);
         if !unseen.is_empty() {
             crate::log::line(&crate::messages::unseen_devices(&unseen, &seen));
+        }
+        if verbose {
+            // Resolving the others here re-enters `limit`, which returns at the flag above.
+            let quotas: Vec<(u32, Option<u64>)> = seen
+                .iter()
+                .map(|(d, _)| {
+                    let limit = self.quota(*d).and_then(|q| self.limit(*d, q).ok());
+                    (*d, limit)
+                })
+                .collect();
+            crate::log::line(&crate::messages::device_quotas(&quotas));
         }
     }
 

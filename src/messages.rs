@@ -145,6 +145,20 @@ pub fn unseen_devices(unseen: &[DeviceId], seen: &[(u32, Option<[u8; 16]>)]) -> 
     )
 }
 
+/// `CUQUOTA_LOG_LEVEL=info`, once the driver knows its devices: each one's quota, resolved.
+pub fn device_quotas(quotas: &[(u32, Option<u64>)]) -> String {
+    let each = quotas
+        .iter()
+        .map(|(d, q)| match q {
+            Some(crate::quota::UNLIMITED) => format!("GPU {d} unlimited"),
+            Some(b) => format!("GPU {d} {} ({b} bytes)", human(*b)),
+            None => format!("GPU {d} unknown (the driver did not say its memory)"),
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!("quotas: {each}")
+}
+
 /// `CUQUOTA_LOG_LEVEL=info`: the effective configuration.
 pub fn config_line(c: &Config) -> String {
     let describe = |s: Size| match s {

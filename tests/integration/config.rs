@@ -190,3 +190,21 @@ fn at_info_the_exit_names_the_trace_written() {
     );
     assert!(quiet.logs_starting("trace written").is_empty(), "{quiet}");
 }
+
+/// At info, once the driver knows its devices, each one's quota resolved to bytes.
+#[test]
+fn at_info_each_devices_quota_is_shown_in_bytes() {
+    let out = run(
+        Client::Linked,
+        "init alloc:1M",
+        &[
+            ("CUDA_SHIM_DEVICES", "3"),
+            ("CUQUOTA_LIMIT", &format!("0:75%,{SHIM_GPU1}:1GiB")),
+            ("CUQUOTA_LOG_LEVEL", "info"),
+        ],
+    );
+    out.check_rcs(&[0, 0]);
+    out.check_log(
+        "quotas: GPU 0 6.00 GiB (6442450944 bytes), GPU 1 1.00 GiB (1073741824 bytes), GPU 2 unlimited",
+    );
+}
