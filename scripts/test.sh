@@ -1,19 +1,31 @@
 #!/usr/bin/env bash
 # Runs every test: formatting, lints, unit tests, and the integration tests that start real
-# processes under LD_PRELOAD against the shim (shim/, a stand-in libcuda.so.1). Needs only the
-# Rust toolchain and gcc. CI runs exactly this (.ci/run).
+# processes under LD_PRELOAD against the shim (shim/, a stand-in libcuda.so.1). CI runs
+# exactly this (.ci/run).
+#
+# Needs: the Rust toolchain, gcc, and Python 3.10+ with venv and pip. The real-client tests
+# run NVIDIA's cuda-bindings, cuda.core and numba-cuda: the first run downloads ~100 MB of
+# pinned wheels from PyPI into target/real-clients/ (~480 MB on disk with the venv; later
+# runs reuse it, and CUQUOTA_WHEELHOUSE=DIR installs from a copied wheelhouse without
+# network). The first build takes several minutes; the tests themselves a few minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-echo "== cargo fmt --check"
+step() { echo "== $(date +%H:%M:%S) $*"; }
+step "cargo fmt --check"
 cargo fmt --all -- --check
-echo "== cargo clippy"
+step "cargo clippy (builds everything in check mode: minutes the first time)"
 cargo clippy --workspace --all-targets -q -- -D warnings
-echo "== cargo test"
 # Build everything once (debug): the interposer libcuquota.so, the shim libcuda.so and the
 # cuquota CLI land in <target>/debug, and the integration tests' harness uses them from
-# there instead of building them again (tests/integration/common.rs).
-cargo build --workspace --all-targets -q
+# there instead of building them again (tests/integration/common.rs). Cargo's own progress
+# line shows while it builds.
+step "cargo build --workspace --all-targets (debug)"
+cargo build --workspace --all-targets
 target_dir=$(cargo metadata --format-version 1 --no-deps |
     sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
 export CUQUOTA_TEST_BUILD="$target_dir/debug"
+step "Python venv for the real-client tests (first time: ~100 MB from PyPI into target/real-clients)"
+scripts/real-clients-env.sh >/dev/null
+step "cargo test (unit and integration tests; the log is also in target/test.log)"
 cargo test --workspace --no-fail-fast 2>&1 | tee target/test.log
+step "done"

@@ -1,13 +1,16 @@
-//! The environment variables, parsed once. Every bad value is an error that names the
-//! variable, the value and a valid example: nothing is guessed, and no bad value means
-//! "unlimited".
+//! The environment variables, parsed once, by one principle: a bad value of a variable that
+//! could lift or widen enforcement (`CUQUOTA_LIMIT`, `CUQUOTA_MODE`) is an error that names
+//! the variable, the value and a valid example, and every hooked CUDA call then fails
+//! (nothing is guessed, and no bad value means "unlimited"); a bad value of any other
+//! variable costs one warning naming the variable and its default, which then applies.
+//! Values are case-insensitive, and an empty variable is unset (except `CUQUOTA_LIMIT=`,
+//! which is an error: it says a limit was meant).
 
-use cuquota_format::units::{parse_size, Size};
+use cuquota_format::settings::{self, printable};
+pub use cuquota_format::settings::{parse_limits, DeviceId, Limits, MAX_DEVICES};
 use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
-
-/// The most device ordinals cuquota keeps a quota for (CUDA device ordinals are small).
-pub const MAX_DEVICES: usize = 64;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
@@ -27,24 +30,15 @@ impl Mode {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Limits {
-    /// `CUQUOTA_LIMIT` unset.
-    None,
-    /// One value for every device.
-    All(Size),
-    /// `0:6GiB,1:50%`: devices not named are unlimited.
-    PerDevice(Vec<(u32, Size)>),
-}
-
-impl Limits {
-    pub fn for_device(&self, device: u32) -> Option<Size> {
-        match self {
-            Limits::None => None,
-            Limits::All(s) => Some(*s),
-            Limits::PerDevice(list) => list.iter().find(|(d, _)| *d == device).map(|(_, s)| *s),
-        }
-    }
+/// `CUQUOTA_LOG_LEVEL`, in increasing detail.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    /// Refusals, explanations, warnings and the exit summary (the default).
+    Warn,
+    /// Also the effective configuration, once.
+    Info,
+    /// Also every refusal of a back-off episode.
+    Debug,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -62,10 +56,18 @@ pub struct Config {
     /// Report the quota as the device's memory (`CUQUOTA_VIRTUALIZE`, default on).
     pub virtualize: bool,
     pub log: LogTarget,
-    /// `CUQUOTA_LOG_LEVEL=info`: print the effective configuration once.
-    pub verbose: bool,
+    pub log_level: LogLevel,
     /// `CUQUOTA_TRACE`: the trace path template, exactly as given (bytes).
     pub trace: Option<OsString>,
+    /// One line per variable with a bad value that fell back to its default.
+    pub warnings: Vec<String>,
+}
+
+impl Config {
+    /// `CUQUOTA_LOG_LEVEL=info` or more: print the effective configuration once.
+    pub fn verbose(&self) -> bool {
+        self.log_level >= LogLevel::Info
+    }
 }
 
 /// A bad variable: printed once, and every CUDA call cuquota hooks then fails.
@@ -73,8 +75,6 @@ pub struct Config {
 pub struct ConfigError {
     pub message: String,
 }
-
-const LIMIT_EXAMPLES: &str = "e.g. CUQUOTA_LIMIT=6GiB, 6144MiB, 75% or 0:6GiB,1:50%";
 
 impl Config {
     /// Reads the variables through `var` (a map in tests).
@@ -84,63 +84,94 @@ impl Config {
 
     /// Reads the variables through `raw` (the environment in the library). Paths are kept as
     /// the bytes given; other values that are not UTF-8 fail to parse (read lossily, so they
-    /// are errors rather than unset).
+    /// are errors or warnings rather than unset).
     pub fn from_os_vars(raw: impl Fn(&str) -> Option<OsString>) -> Result<Config, ConfigError> {
         let var = |name: &str| raw(name).map(|v| v.to_string_lossy().into_owned());
+        // An empty variable is unset, but for CUQUOTA_LIMIT (below).
+        let set = |name: &str| var(name).filter(|v| !v.trim().is_empty());
+        let mut warnings = Vec::new();
         let limits = match var("CUQUOTA_LIMIT") {
             None => Limits::None,
             Some(v) => parse_limits(&v).map_err(|why| ConfigError {
-                message: format!(
-                    "CUQUOTA_LIMIT=\"{}\" is not valid: {}; use {LIMIT_EXAMPLES}. \
-                     CUDA calls fail with CUDA_ERROR_INVALID_VALUE until it is fixed",
-                    printable(&v),
-                    printable(&why)
-                ),
+                message: limit_error(&v, &why),
             })?,
         };
-        let mode = match var("CUQUOTA_MODE").as_deref() {
-            None | Some("enforce") => Mode::Enforce,
-            Some("observe") => Mode::Observe,
-            Some(v) => return Err(bad("CUQUOTA_MODE", v, "enforce or observe")),
+        let mode = match set("CUQUOTA_MODE") {
+            None => Mode::Enforce,
+            Some(v) => match settings::parse_mode(&v) {
+                Some(true) => Mode::Enforce,
+                Some(false) => Mode::Observe,
+                None => return Err(bad("CUQUOTA_MODE", &v, "enforce or observe")),
+            },
         };
-        let virtualize = match var("CUQUOTA_VIRTUALIZE").as_deref() {
-            None | Some("1") | Some("on") | Some("true") | Some("yes") => true,
-            Some("0") | Some("off") | Some("false") | Some("no") => false,
-            Some(v) => return Err(bad("CUQUOTA_VIRTUALIZE", v, "1 or 0")),
+        let virtualize = match set("CUQUOTA_VIRTUALIZE").map(|v| v.trim().to_ascii_lowercase()) {
+            None => true,
+            Some(v) => match v.as_str() {
+                "1" | "on" | "true" | "yes" => true,
+                "0" | "off" | "false" | "no" => false,
+                _ => {
+                    warnings.push(warning("CUQUOTA_VIRTUALIZE", &v, "1 or 0", "1 (on)"));
+                    true
+                }
+            },
         };
         let log = match raw("CUQUOTA_LOG") {
             None => LogTarget::Stderr,
-            Some(v) if v == "stderr" => LogTarget::Stderr,
-            Some(v) if v == "off" => LogTarget::Off,
-            Some(v) if v.is_empty() => {
-                return Err(bad("CUQUOTA_LOG", "", "a file path, stderr or off"))
-            }
-            Some(path) => LogTarget::File(path.into()),
+            Some(v) => match settings::parse_log_target(v.as_bytes()) {
+                settings::LogTarget::Stderr => LogTarget::Stderr,
+                settings::LogTarget::Off => LogTarget::Off,
+                settings::LogTarget::File(_) => LogTarget::File(v.into()),
+            },
         };
-        let verbose = match var("CUQUOTA_LOG_LEVEL").as_deref() {
-            None | Some("warn") => false,
-            Some("info") => true,
-            Some(v) => return Err(bad("CUQUOTA_LOG_LEVEL", v, "warn or info")),
+        let log_level = match set("CUQUOTA_LOG_LEVEL").map(|v| v.trim().to_ascii_lowercase()) {
+            None => LogLevel::Warn,
+            Some(v) => match v.as_str() {
+                "warn" | "warning" => LogLevel::Warn,
+                "info" => LogLevel::Info,
+                "debug" => LogLevel::Debug,
+                _ => {
+                    warnings.push(warning(
+                        "CUQUOTA_LOG_LEVEL",
+                        &v,
+                        "warn, info or debug",
+                        "warn",
+                    ));
+                    LogLevel::Warn
+                }
+            },
         };
         let trace = match raw("CUQUOTA_TRACE") {
-            Some(t) if t.is_empty() => {
-                return Err(bad(
-                    "CUQUOTA_TRACE",
-                    "",
-                    "a path such as /tmp/cuquota.%p.jsonl",
-                ))
-            }
-            other => other,
+            Some(t) if t.is_empty() => None,
+            Some(t) => match settings::check_template(t.as_bytes()) {
+                Ok(()) => Some(t),
+                Err(why) => {
+                    warnings.push(format!(
+                        "{}; no trace is written (the default)",
+                        printable(&why)
+                    ));
+                    None
+                }
+            },
+            None => None,
         };
         Ok(Config {
             limits,
             mode,
             virtualize,
             log,
-            verbose,
+            log_level,
             trace,
+            warnings,
         })
     }
+}
+
+/// The one-line error for a bad `CUQUOTA_LIMIT` (`cuquota run --limit` prints its start).
+fn limit_error(value: &str, why: &str) -> String {
+    format!(
+        "{}. CUDA calls fail with CUDA_ERROR_INVALID_VALUE until it is fixed",
+        settings::limit_error(value, why)
+    )
 }
 
 fn bad(var: &str, value: &str, valid: &str) -> ConfigError {
@@ -153,51 +184,17 @@ fn bad(var: &str, value: &str, valid: &str) -> ConfigError {
     }
 }
 
-/// The value as it can be shown on one line: control characters escaped (`\n`, `\u{1b}`).
-fn printable(value: &str) -> String {
-    value
-        .chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_default().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
-}
-
-/// `6GiB` (every device) or `0:6GiB,1:50%` (per device).
-pub fn parse_limits(text: &str) -> Result<Limits, String> {
-    if !text.contains(':') {
-        return parse_size(text).map(Limits::All);
-    }
-    let mut list: Vec<(u32, Size)> = Vec::new();
-    for entry in text.split(',') {
-        let (ordinal, size) = entry
-            .split_once(':')
-            .ok_or_else(|| format!("\"{}\" has no device ordinal", entry.trim()))?;
-        let ordinal = ordinal.trim();
-        if ordinal.is_empty() || !ordinal.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(format!("\"{ordinal}\" is not a device ordinal"));
-        }
-        let device: u32 = ordinal
-            .parse()
-            .ok()
-            .filter(|d| (*d as usize) < MAX_DEVICES)
-            .ok_or_else(|| format!("device {ordinal} is beyond the {MAX_DEVICES} supported"))?;
-        if list.iter().any(|(d, _)| *d == device) {
-            return Err(format!("device {device} is named twice"));
-        }
-        let size = parse_size(size).map_err(|why| format!("device {device}: {why}"))?;
-        list.push((device, size));
-    }
-    Ok(Limits::PerDevice(list))
+fn warning(var: &str, value: &str, valid: &str, default: &str) -> String {
+    format!(
+        "{var}=\"{}\" is not valid (use {valid}); using the default, {default}",
+        printable(value)
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cuquota_format::units::Size;
     use std::collections::HashMap;
 
     fn config(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
@@ -215,18 +212,19 @@ mod tests {
         assert_eq!(c.mode, Mode::Enforce);
         assert!(c.virtualize);
         assert_eq!(c.log, LogTarget::Stderr);
-        assert!(!c.verbose);
+        assert_eq!(c.log_level, LogLevel::Warn);
         assert_eq!(c.trace, None);
+        assert!(c.warnings.is_empty());
     }
 
     #[test]
     fn per_device_limits() {
         let l = parse_limits("0:6GiB, 1:50%").unwrap();
-        assert_eq!(l.for_device(0), Some(Size::Bytes(6 << 30)));
-        assert_eq!(l.for_device(1).unwrap().resolve(8 << 30), 4 << 30);
-        assert_eq!(l.for_device(2), None);
+        assert_eq!(l.for_device(0, || None), Some(Size::Bytes(6 << 30)));
+        assert_eq!(l.for_device(1, || None).unwrap().resolve(8 << 30), 4 << 30);
+        assert_eq!(l.for_device(2, || None), None);
         assert_eq!(
-            parse_limits("6GiB").unwrap().for_device(7),
+            parse_limits("6GiB").unwrap().for_device(7, || None),
             Some(Size::Bytes(6 << 30))
         );
     }
@@ -263,7 +261,6 @@ mod tests {
         );
         assert!(config(&[("CUQUOTA_MODE", "enforcing")]).is_err());
         assert!(!config(&[("CUQUOTA_VIRTUALIZE", "0")]).unwrap().virtualize);
-        assert!(config(&[("CUQUOTA_VIRTUALIZE", "maybe")]).is_err());
         assert_eq!(
             config(&[("CUQUOTA_LOG", "off")]).unwrap().log,
             LogTarget::Off
@@ -272,9 +269,83 @@ mod tests {
             config(&[("CUQUOTA_LOG", "/tmp/x")]).unwrap().log,
             LogTarget::File("/tmp/x".into())
         );
-        assert!(config(&[("CUQUOTA_LOG_LEVEL", "info")]).unwrap().verbose);
-        assert!(config(&[("CUQUOTA_LOG_LEVEL", "loud")]).is_err());
-        assert!(config(&[("CUQUOTA_TRACE", "")]).is_err());
+        assert!(config(&[("CUQUOTA_LOG_LEVEL", "info")]).unwrap().verbose());
+        assert_eq!(
+            config(&[("CUQUOTA_LOG_LEVEL", "debug")]).unwrap().log_level,
+            LogLevel::Debug
+        );
+    }
+
+    /// Values are case-insensitive; empty is unset (but for CUQUOTA_LIMIT).
+    #[test]
+    fn keywords_in_any_case_and_empty_is_unset() {
+        assert_eq!(
+            config(&[("CUQUOTA_MODE", "OBSERVE")]).unwrap().mode,
+            Mode::Observe
+        );
+        assert_eq!(config(&[("CUQUOTA_MODE", "")]).unwrap().mode, Mode::Enforce);
+        assert_eq!(
+            config(&[("CUQUOTA_LOG", "OFF")]).unwrap().log,
+            LogTarget::Off
+        );
+        assert_eq!(
+            config(&[("CUQUOTA_LOG", "Stderr")]).unwrap().log,
+            LogTarget::Stderr
+        );
+        assert_eq!(
+            config(&[("CUQUOTA_LOG", "")]).unwrap().log,
+            LogTarget::Stderr
+        );
+        assert_eq!(
+            config(&[("CUQUOTA_LOG_LEVEL", "INFO")]).unwrap().log_level,
+            LogLevel::Info
+        );
+        assert!(!config(&[("CUQUOTA_VIRTUALIZE", "OFF")]).unwrap().virtualize);
+        let c = config(&[
+            ("CUQUOTA_TRACE", ""),
+            ("CUQUOTA_LOG_LEVEL", ""),
+            ("CUQUOTA_VIRTUALIZE", ""),
+        ])
+        .unwrap();
+        assert_eq!(
+            (c.trace, c.log_level, c.virtualize),
+            (None, LogLevel::Warn, true)
+        );
+        assert!(c.warnings.is_empty());
+        assert!(config(&[("CUQUOTA_LIMIT", "")]).is_err());
+    }
+
+    /// A bad value of a variable that cannot lift enforcement is one warning and the default.
+    #[test]
+    fn harmless_slips_warn_and_use_the_default() {
+        let c = config(&[
+            ("CUQUOTA_LOG_LEVEL", "loud"),
+            ("CUQUOTA_VIRTUALIZE", "maybe"),
+            ("CUQUOTA_TRACE", "/tmp/t-%x"),
+        ])
+        .unwrap();
+        assert_eq!(
+            (c.log_level, c.virtualize, c.trace),
+            (LogLevel::Warn, true, None)
+        );
+        assert_eq!(
+            c.warnings,
+            [
+                "CUQUOTA_VIRTUALIZE=\"maybe\" is not valid (use 1 or 0); using the default, 1 (on)",
+                "CUQUOTA_LOG_LEVEL=\"loud\" is not valid (use warn, info or debug); using the default, warn",
+                "CUQUOTA_TRACE=\"/tmp/t-%x\": unknown \"%x\" (use %p, %h, %r, %t or %%); no trace is written (the default)",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_number_without_a_unit_names_the_likely_meaning() {
+        let err = config(&[("CUQUOTA_LIMIT", "1.5")]).unwrap_err().message;
+        assert_eq!(
+            err,
+            "CUQUOTA_LIMIT=\"1.5\" is not valid: \"1.5\" has no unit, so it would be a count of bytes, which is whole; did you mean 1.5GiB?; use e.g. CUQUOTA_LIMIT=6GiB, 6144MiB, 75% or 0:6GiB,1:50%. CUDA calls fail with CUDA_ERROR_INVALID_VALUE until it is fixed"
+        );
+        assert!(config(&[("CUQUOTA_LIMIT", "18446744073709551615")]).is_err());
     }
 }
 
@@ -283,6 +354,7 @@ mod tests {
 #[cfg(test)]
 mod proptests {
     use super::*;
+    use cuquota_format::units::Size;
     use proptest::prelude::*;
 
     fn limit(value: &str) -> Result<Config, ConfigError> {
@@ -350,7 +422,7 @@ mod proptests {
             prop_assert_eq!(list.len(), entries.len());
             for ((d, (n, u)), (got_d, got)) in entries.iter().zip(&list) {
                 let (name, mult) = units[*u];
-                prop_assert_eq!(d, got_d);
+                prop_assert_eq!(DeviceId::Ordinal(*d), *got_d);
                 let want = if name == "%" {
                     Size::Fraction { numerator: n % 101, denominator: 100 }
                 } else {
@@ -379,7 +451,7 @@ mod proptests {
         }
     }
 
-    fn limits_for(list: &[(u32, Size)], device: u32) -> Option<Size> {
-        Limits::PerDevice(list.to_vec()).for_device(device)
+    fn limits_for(list: &[(DeviceId, Size)], device: u32) -> Option<Size> {
+        Limits::PerDevice(list.to_vec()).for_device(device, || None)
     }
 }

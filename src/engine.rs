@@ -38,6 +38,10 @@ pub trait Queries: Sync + Send {
     fn devices(&self) -> Vec<(u32, String, Option<u64>)> {
         Vec::new()
     }
+    /// A device's UUID (per-GPU limits may name one).
+    fn device_uuid(&self, _device: u32) -> Option<[u8; 16]> {
+        None
+    }
 }
 
 /// What a charge is keyed by: each kind is a key space with a ledger of its own. A new kind
@@ -129,6 +133,8 @@ pub struct Engine {
     vmm: SpinLock<VmmBooks>,
     /// `CUQUOTA_TRACE` is set (read on every event, so a plain bool).
     tracing: bool,
+    /// The per-GPU limits were checked against the devices the process sees (once).
+    devices_checked: std::sync::atomic::AtomicBool,
 }
 
 impl Engine {
@@ -144,6 +150,7 @@ impl Engine {
             primary: [const { AtomicUsize::new(0) }; MAX_DEVICES],
             attached: SpinLock::new(HashMap::new()),
             tracing: config.as_ref().is_ok_and(|c| c.trace.is_some()),
+            devices_checked: std::sync::atomic::AtomicBool::new(false),
             config,
         }
     }
@@ -172,12 +179,51 @@ impl Engine {
     fn limit(&self, device: u32, quota: &DeviceQuota) -> Result<u64, CuResult> {
         quota.limit_or_resolve(|| {
             let limits = self.config.as_ref().map_or(&Limits::None, |c| &c.limits);
-            match limits.for_device(device) {
+            self.check_named_devices(limits);
+            match limits.for_device(device, || self.queries.device_uuid(device)) {
                 None => Ok(UNLIMITED),
                 Some(Size::Bytes(b)) => Ok(b),
                 Some(share) => self.queries.total_memory(device).map(|t| share.resolve(t)),
             }
         })
+    }
+
+    /// At the first limit resolved (the driver now knows its devices): one warning if a
+    /// per-GPU limit names an ordinal or UUID the process does not see (the classic
+    /// `CUDA_VISIBLE_DEVICES` renumbering), and at info each device's quota in bytes.
+    #[cold]
+    fn check_named_devices(&self, limits: &Limits) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let verbose = self.config.as_ref().is_ok_and(|c| c.verbose());
+        let per_device = matches!(limits, Limits::PerDevice(_));
+        if !(verbose || per_device) || self.devices_checked.load(Relaxed) {
+            return;
+        }
+        let seen: Vec<(u32, Option<[u8; 16]>)> = self
+            .queries
+            .devices()
+            .into_iter()
+            .map(|(d, _, _)| (d, per_device.then(|| self.queries.device_uuid(d)).flatten()))
+            .collect();
+        // No devices yet (the driver cannot tell): check at the next resolution.
+        if seen.is_empty() || self.devices_checked.swap(true, Relaxed) {
+            return;
+        }
+        let unseen = limits.unseen(&seen);
+        if !unseen.is_empty() {
+            crate::log::line(&crate::messages::unseen_devices(&unseen, &seen));
+        }
+        if verbose {
+            // Resolving the others here re-enters `limit`, which returns at the flag above.
+            let quotas: Vec<(u32, Option<u64>)> = seen
+                .iter()
+                .map(|(d, _)| {
+                    let limit = self.quota(*d).and_then(|q| self.limit(*d, q).ok());
+                    (*d, limit)
+                })
+                .collect();
+            crate::log::line(&crate::messages::device_quotas(&quotas));
+        }
     }
 
     /// The device an allocation at `place` is charged to and the context that owns it;

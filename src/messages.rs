@@ -2,9 +2,10 @@
 //! configuration. Pure formatting; no I/O (episodes are grouped by the rule in
 //! `cuquota_format::episodes`). Named apart from the CLI's `report` command, which reads traces.
 
-use crate::config::{Config, Limits};
+use crate::config::{Config, DeviceId, Limits};
 use crate::quota::Usage;
 use cuquota_format::episodes;
+use cuquota_format::settings::format_uuid;
 use cuquota_format::units::{human, Size};
 
 /// `GPU 0 refused 4.00 GiB (4294967296 bytes) via cuMemAlloc_v2: quota 6.00 GiB, in use 3.10 GiB, 2.90 GiB left`
@@ -124,6 +125,42 @@ pub fn summary(device: u32, usage: &Usage, live: Option<(u64, u64)>) -> String {
         usage.refusals,
         if usage.refusals == 1 { "" } else { "s" },
     )
+}
+
+/// A per-GPU limit names devices the process does not see.
+pub fn unseen_devices(unseen: &[DeviceId], seen: &[(u32, Option<[u8; 16]>)]) -> String {
+    let names = unseen
+        .iter()
+        .map(|d| format!("GPU {d}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let sees = seen
+        .iter()
+        .map(|(d, u)| match u {
+            Some(u) => format!("GPU {d} ({})", format_uuid(u)),
+            None => format!("GPU {d}"),
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "CUQUOTA_LIMIT names {names}, which this process does not see, so that limit applies to no device; \
+         it sees {sees}. CUDA_VISIBLE_DEVICES renumbers the GPUs a process sees from 0: \
+         name a GPU by its UUID (nvidia-smi -L) to follow it"
+    )
+}
+
+/// `CUQUOTA_LOG_LEVEL=info`, once the driver knows its devices: each one's quota, resolved.
+pub fn device_quotas(quotas: &[(u32, Option<u64>)]) -> String {
+    let each = quotas
+        .iter()
+        .map(|(d, q)| match q {
+            Some(crate::quota::UNLIMITED) => format!("GPU {d} unlimited"),
+            Some(b) => format!("GPU {d} {} ({b} bytes)", human(*b)),
+            None => format!("GPU {d} unknown (the driver did not say its memory)"),
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!("quotas: {each}")
 }
 
 /// `CUQUOTA_LOG_LEVEL=info`: the effective configuration.

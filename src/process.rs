@@ -56,6 +56,9 @@ impl Queries for RealDriver {
     fn devices(&self) -> Vec<(u32, String, Option<u64>)> {
         real_driver::devices()
     }
+    fn device_uuid(&self, device: u32) -> Option<[u8; 16]> {
+        real_driver::device_uuid(device)
+    }
 }
 
 /// The process-wide engine, made (and the process handlers registered) on first use.
@@ -95,8 +98,14 @@ fn new_engine() -> Engine {
     crate::log::configure(config.as_ref().map_or(&LogTarget::Stderr, |c| &c.log));
     match &config {
         Err(e) => crate::log::line(&e.message),
-        Ok(c) if c.verbose => crate::log::line(&crate::messages::config_line(c)),
-        Ok(_) => {}
+        Ok(c) => {
+            for warning in &c.warnings {
+                crate::log::line(warning);
+            }
+            if c.verbose() {
+                crate::log::line(&crate::messages::config_line(c));
+            }
+        }
     }
     Engine::new(config, Box::new(RealDriver))
 }
@@ -135,6 +144,12 @@ extern "C" fn at_exit() {
             }
             engine.flush_held_events();
             crate::trace::finish();
+            // At info: where the trace went (its template expanded), for `cuquota run --trace`.
+            if engine.config.as_ref().is_ok_and(|c| c.verbose()) {
+                if let Some(path) = crate::trace::written_path() {
+                    crate::log::line(&format!("trace written to {path}"));
+                }
+            }
             let dropped = crate::trace::dropped();
             if dropped > 0 {
                 crate::log::line(&format!(

@@ -54,6 +54,8 @@ library! {
     cuCtxGetDevice: "cuCtxGetDevice" @ 2000, Plain: fn(*mut CuDevice) -> CuResult;
     cuDeviceGetCount: "cuDeviceGetCount" @ 2000, Plain: fn(*mut c_int) -> CuResult;
     cuDeviceGetName: "cuDeviceGetName" @ 2000, Plain: fn(*mut c_char, c_int, CuDevice) -> CuResult;
+    // -- GPUs by UUID (called: per-GPU limits may name a UUID) --
+    cuDeviceGetUuid_v2: "cuDeviceGetUuid" @ 11040, Plain: fn(*mut [u8; 16], CuDevice) -> CuResult;
     // arrays (hooked: the creations and destructions; called: the memory requirements)
     cuArrayCreate_v2: "cuArrayCreate" @ 3020, Plain:
         fn(*mut CuArray, *const CuArrayDescriptor) -> CuResult;
@@ -245,6 +247,15 @@ pub fn memory_info() -> Result<(u64, u64), CuResult> {
     } else {
         Err(rc)
     }
+}
+
+/// A device's UUID (`cuDeviceGetUuid_v2`: a CUuuid is 16 bytes).
+pub fn device_uuid(device: u32) -> Option<[u8; 16]> {
+    let f = cuDeviceGetUuid_v2.get()?;
+    let mut bytes = [0u8; 16];
+    // SAFETY: bytes is a valid out-pointer to 16 bytes, the size of a CUuuid.
+    let rc = unsafe { f(&mut bytes, device as CuDevice) };
+    rc.is_ok().then_some(bytes)
 }
 
 /// Number of devices and their names, for the configuration line and the trace header.

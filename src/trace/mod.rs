@@ -360,6 +360,11 @@ pub fn finish() {
     }
 }
 
+/// The file this process's trace went to, once it was started.
+pub fn written_path() -> Option<String> {
+    current().map(|t| t.path().to_owned())
+}
+
 /// Events dropped because the buffer was full.
 pub fn dropped() -> u64 {
     current().map_or(0, Tracer::dropped)

@@ -43,40 +43,16 @@ pub fn host_name() -> String {
     String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
-/// Expands `%p` (pid), `%h` (host), `%r` (rank), `%t` (start, unix seconds) and `%%`.
-/// Any other `%` sequence is an error rather than a guess. Works on bytes: a path that is not
-/// UTF-8 is used exactly as given.
+/// Expands `%p` (pid), `%h` (host), `%r` (rank), `%t` (start, unix seconds) and `%%`, by
+/// the rule `cuquota run` checks the template with (`cuquota_format::settings`).
 pub fn expand(template: &OsStr, vars: &Vars) -> Result<OsString, String> {
-    let bytes = template.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len() + 16);
-    let mut rest = bytes.iter();
-    while let Some(&b) = rest.next() {
-        if b != b'%' {
-            out.push(b);
-            continue;
-        }
-        match rest.next() {
-            Some(b'p') => out.extend_from_slice(vars.pid.to_string().as_bytes()),
-            Some(b'h') => out.extend_from_slice(vars.host.as_bytes()),
-            Some(b'r') => out.extend_from_slice(vars.rank.to_string().as_bytes()),
-            Some(b't') => out.extend_from_slice(vars.start_unix_secs.to_string().as_bytes()),
-            Some(b'%') => out.push(b'%'),
-            other => {
-                let seq = match other {
-                    Some(&c) => format!("%{}", String::from_utf8_lossy(&[c])),
-                    None => "%".into(),
-                };
-                return Err(format!(
-                    "CUQUOTA_TRACE=\"{}\": unknown \"{seq}\" (use %p, %h, %r, %t or %%)",
-                    template.to_string_lossy()
-                ));
-            }
-        }
-    }
-    if out.is_empty() {
-        return Err("CUQUOTA_TRACE is empty".into());
-    }
-    Ok(OsString::from_vec(out))
+    let vars = cuquota_format::settings::TemplateVars {
+        pid: vars.pid,
+        host: &vars.host,
+        rank: vars.rank,
+        start_unix_secs: vars.start_unix_secs,
+    };
+    cuquota_format::settings::expand_template(template.as_bytes(), &vars).map(OsString::from_vec)
 }
 
 /// How many suffixes (`PATH.1` … `PATH.N`) are tried before giving up.

@@ -64,6 +64,11 @@ pub struct Tracer {
 impl Tracer {
     /// Takes ownership of `fd` (header already written; closed on error) and starts the
     /// writer thread.
+    /// The file the trace is written to.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
     pub fn spawn(
         fd: i32,
         path: String,

@@ -647,3 +647,122 @@ mod xml {
         assert!(parse("<a>&amp;&#32;&#x20;</a>").is_ok());
     }
 }
+
+// ---- issue 13: `cuquota run` checks its values first, needs no `--`; help on every argument
+
+#[test]
+fn run_checks_its_values_before_starting_the_command() {
+    let dir = scratch_dir("cli-run-checks");
+    let marker = dir.join("ran");
+    let touch = ["sh", "-c", &format!("touch {}", s(&marker))].map(String::from);
+    for (args, line) in [
+        (vec!["--limit", "6GBB"], "cuquota: CUQUOTA_LIMIT=\"6GBB\" is not valid: unknown unit \"GBB\"; use e.g. CUQUOTA_LIMIT=6GiB, 6144MiB, 75% or 0:6GiB,1:50%"),
+        (vec!["--limit", "1.5"], "cuquota: CUQUOTA_LIMIT=\"1.5\" is not valid: \"1.5\" has no unit, so it would be a count of bytes, which is whole; did you mean 1.5GiB?; use e.g. CUQUOTA_LIMIT=6GiB, 6144MiB, 75% or 0:6GiB,1:50%"),
+        (vec!["--trace", "t-%x"], "cuquota: CUQUOTA_TRACE=\"t-%x\": unknown \"%x\" (use %p, %h, %r, %t or %%)"),
+        (vec!["--log", "/nonexistent/dir/log"], "cuquota: CUQUOTA_LOG=\"/nonexistent/dir/log\": there is no directory /nonexistent/dir"),
+    ] {
+        let out = run_cmd(&args).args(&touch).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert_eq!(stderr(&out), format!("{line}\n"));
+        assert!(!marker.exists(), "{args:?}: the command ran");
+    }
+}
+
+#[test]
+fn run_needs_no_double_dash() {
+    let client = Client::Linked.path();
+    let out = run_cmd(&["--limit", "1GiB", s(&client), "init", "alloc:2G"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("alloc 2147483648 rc=2"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn every_option_of_every_subcommand_has_a_help_line() {
+    for (sub, options) in [
+        (
+            "run",
+            &[
+                "--limit",
+                "--trace",
+                "--observe",
+                "--log",
+                "<COMMAND>",
+                "CUQUOTA_LIB",
+                "libcuda.so.1",
+            ][..],
+        ),
+        ("report", &["<TRACE>", "--json", "--skip-bad"][..]),
+        (
+            "export",
+            &["<TRACE>", "--format", "--output", "--skip-bad"][..],
+        ),
+        ("plot", &["<TRACE>", "--output", "--skip-bad"][..]),
+    ] {
+        let out = Command::new(&artifacts().cli)
+            .args([sub, "--help"])
+            .output()
+            .unwrap();
+        let help = stdout(&out);
+        for option in options {
+            // The option's own line, and a description under it (clap's long help).
+            let at = help.lines().position(|l| l.contains(option));
+            let at = at.unwrap_or_else(|| panic!("{sub}: no {option} in\n{help}"));
+            if option.starts_with('-') || option.starts_with('<') {
+                let next = help.lines().nth(at + 1).unwrap_or("");
+                let same = help.lines().nth(at).unwrap();
+                let described = !next.trim().is_empty() && !next.trim_start().starts_with('-')
+                    || same.split_whitespace().count() > 2;
+                assert!(described, "{sub}: {option} has no description in\n{help}");
+            }
+        }
+    }
+}
+
+/// scripts/install.sh PREFIX: the installed `cuquota run` finds the installed library by
+/// itself (no CUQUOTA_LIB) and enforces against the installed stand-in.
+#[test]
+fn the_install_script_installs_a_cuquota_that_finds_its_library() {
+    let art = artifacts();
+    let prefix = scratch_dir("install").join("prefix");
+    let built = art.cli.parent().unwrap();
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new(workspace.join("scripts/install.sh"))
+        .arg(&prefix)
+        .env("CUQUOTA_INSTALL_FROM", built)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let mut cmd = Command::new(prefix.join("bin/cuquota"));
+    for (key, _) in std::env::vars_os() {
+        let k = key.to_string_lossy();
+        if k.starts_with("CUQUOTA_") || k.starts_with("CUDA_SHIM_") || k == "LD_PRELOAD" {
+            cmd.env_remove(&key);
+        }
+    }
+    let out = cmd
+        .env("LD_LIBRARY_PATH", prefix.join("share/cuquota/shim"))
+        .args([
+            "run",
+            "--limit",
+            "1GiB",
+            s(&Client::Dlsym.path()),
+            "init",
+            "alloc:2G",
+            "info",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("alloc 2147483648 rc=2"), "{text}");
+    assert!(
+        text.contains(&format!("info rc=0 free={GIB} total={GIB}")),
+        "{text}"
+    );
+}

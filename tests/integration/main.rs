@@ -13,6 +13,7 @@ mod reliability_util;
 mod arrays;
 mod cli;
 mod concurrency;
+mod config;
 mod episodes;
 mod faults;
 mod golden;

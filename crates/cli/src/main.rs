@@ -28,8 +28,21 @@ struct Args {
 #[derive(Subcommand)]
 enum Command {
     /// Run COMMAND with libcuquota.so preloaded; its exit status is passed through.
+    ///
+    /// The values are checked before COMMAND starts (a bad one exits 2 with the line the
+    /// interposer would print). The `--` before COMMAND is optional.
+    #[command(after_help = "\
+Finding the library: CUQUOTA_LIB=/path/to/libcuquota.so if set, else libcuquota.so next to \
+this cuquota, in its parent directory, or in ../lib (the layout of scripts/install.sh PREFIX: \
+PREFIX/bin/cuquota, PREFIX/lib/libcuquota.so).
+
+Finding the driver: COMMAND loads libcuda.so.1 as it would without cuquota (the system's \
+driver, or the first on LD_LIBRARY_PATH: for the stand-in, \
+LD_LIBRARY_PATH=$(scripts/shim.sh) with CUDA_SHIM_MEMORY=8GiB and CUDA_SHIM_DEVICES=1).
+
+Other settings (CUQUOTA_LOG_LEVEL, CUQUOTA_VIRTUALIZE) pass through the environment.")]
     Run {
-        /// Quota, e.g. 6GiB, 75%, or 0:6GiB,1:50% (CUQUOTA_LIMIT).
+        /// Quota, e.g. 6GiB, 75%, or 0:6GiB,1:50%, or GPU-<uuid>:6GiB (CUQUOTA_LIMIT).
         #[arg(long, value_name = "SPEC")]
         limit: Option<String>,
         /// Write a trace (CUQUOTA_TRACE; %p pid, %h host, %r rank, %t start time, %% a %).
@@ -38,16 +51,22 @@ enum Command {
         /// Refuse nothing, only log what would have been refused (CUQUOTA_MODE=observe).
         #[arg(long)]
         observe: bool,
-        /// Write cuquota's log lines to PATH, or `off` (CUQUOTA_LOG).
+        /// Write cuquota's log lines to PATH, or `stderr` (the default), or `off` (CUQUOTA_LOG).
         #[arg(long, value_name = "PATH")]
         log: Option<String>,
-        /// The command and its arguments.
-        #[arg(required = true, last = true, value_name = "COMMAND")]
+        /// The command and its arguments (after an optional `--`).
+        #[arg(
+            required = true,
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "COMMAND"
+        )]
         command: Vec<std::ffi::OsString>,
     },
     /// Summarise traces: peaks, a chart of memory in use, back-off episodes, largest and
     /// leaked allocations, API mix; several files (ranks, hosts) make one job view.
     Report {
+        /// Trace files written with CUQUOTA_TRACE (or `cuquota run --trace`).
         #[arg(required = true, value_name = "TRACE")]
         traces: Vec<PathBuf>,
         /// Print one JSON document instead of text.
@@ -59,23 +78,29 @@ enum Command {
     },
     /// Convert traces to another format (Chrome Trace Event JSON, which Perfetto opens).
     Export {
+        /// The format to write.
         #[arg(long, value_enum, default_value_t = Format::Chrome)]
         format: Format,
+        /// Trace files written with CUQUOTA_TRACE (or `cuquota run --trace`).
         #[arg(required = true, value_name = "TRACE")]
         traces: Vec<PathBuf>,
         /// Output file (`-` for stdout).
         #[arg(short, long, value_name = "FILE")]
         output: PathBuf,
+        /// Warn about malformed lines and go on, instead of stopping at the first.
         #[arg(long)]
         skip_bad: bool,
     },
     /// Draw memory in use over time per process and device as an SVG chart, with the quota
     /// and the refusals.
     Plot {
+        /// Trace files written with CUQUOTA_TRACE (or `cuquota run --trace`).
         #[arg(required = true, value_name = "TRACE")]
         traces: Vec<PathBuf>,
+        /// The SVG file to write.
         #[arg(short, long, value_name = "FILE")]
         output: PathBuf,
+        /// Warn about malformed lines and go on, instead of stopping at the first.
         #[arg(long)]
         skip_bad: bool,
     },
@@ -103,6 +128,10 @@ fn main() -> ExitCode {
                 observe,
                 log,
             };
+            if let Err(e) = settings.check() {
+                eprintln!("cuquota: {e}");
+                return ExitCode::from(2);
+            }
             // Only returns if the command could not be started.
             return run::exec(&settings, &command);
         }
@@ -129,5 +158,48 @@ fn main() -> ExitCode {
             eprintln!("cuquota: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every argument and option of every subcommand has a line in its `--help`.
+    #[test]
+    fn every_argument_has_help() {
+        let mut cli = Args::command();
+        cli.build();
+        let mut missing = Vec::new();
+        for sub in cli.get_subcommands() {
+            assert!(sub.get_about().is_some(), "{} has no about", sub.get_name());
+            for arg in sub.get_arguments() {
+                let id = arg.get_id().as_str();
+                if id != "help" && id != "version" && arg.get_help().is_none() {
+                    missing.push(format!("{} {id}", sub.get_name()));
+                }
+            }
+        }
+        assert!(missing.is_empty(), "no help for: {missing:?}");
+    }
+
+    #[test]
+    fn the_command_needs_no_double_dash() {
+        let args =
+            Args::try_parse_from(["cuquota", "run", "--limit", "1G", "python", "-c", "x"]).unwrap();
+        let Command::Run { limit, command, .. } = args.command else {
+            panic!("not run");
+        };
+        assert_eq!(limit.as_deref(), Some("1G"));
+        assert_eq!(command, ["python", "-c", "x"]);
+        let args = Args::try_parse_from(["cuquota", "run", "--", "ls", "--limit"]).unwrap();
+        let Command::Run { limit, command, .. } = args.command else {
+            panic!("not run");
+        };
+        assert_eq!(
+            (limit, command),
+            (None, vec!["ls".into(), "--limit".into()])
+        );
     }
 }

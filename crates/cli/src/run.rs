@@ -5,6 +5,7 @@
 //! Beside the preload, `LD_AUDIT` names libcuquota_audit.so (found next to libcuquota.so),
 //! which binds the driver functions of objects loaded with RTLD_DEEPBIND to the hooks too.
 
+use cuquota_format::settings;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
@@ -19,6 +20,32 @@ pub struct Settings {
     pub trace: Option<String>,
     pub observe: bool,
     pub log: Option<String>,
+}
+
+impl Settings {
+    /// The checks the interposer makes of these values, made before the command starts: the
+    /// same parsers (`cuquota_format::settings`) and the same words.
+    pub fn check(&self) -> Result<(), String> {
+        if let Some(limit) = &self.limit {
+            settings::parse_limits(limit).map_err(|why| settings::limit_error(limit, &why))?;
+        }
+        if let Some(trace) = &self.trace {
+            settings::check_template(trace.as_bytes())?;
+        }
+        if let Some(log) = &self.log {
+            if let settings::LogTarget::File(path) = settings::parse_log_target(log.as_bytes()) {
+                let dir = Path::new(OsStr::from_bytes(path)).parent();
+                if let Some(dir) = dir.filter(|d| !d.as_os_str().is_empty() && !d.is_dir()) {
+                    return Err(format!(
+                        "CUQUOTA_LOG=\"{}\": there is no directory {}",
+                        settings::printable(log),
+                        dir.display()
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Returns only when the command could not be started (127: not found, 126: not runnable).
@@ -123,6 +150,47 @@ fn preload_with(library: &Path, existing: Option<&OsStr>) -> OsString {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn settings(limit: Option<&str>, trace: Option<&str>, log: Option<&str>) -> Settings {
+        Settings {
+            limit: limit.map(Into::into),
+            trace: trace.map(Into::into),
+            observe: false,
+            log: log.map(Into::into),
+        }
+    }
+
+    #[test]
+    fn values_are_checked_with_the_interposers_parsers() {
+        assert_eq!(
+            settings(Some("6GBB"), None, None).check().unwrap_err(),
+            "CUQUOTA_LIMIT=\"6GBB\" is not valid: unknown unit \"GBB\"; use e.g. CUQUOTA_LIMIT=6GiB, 6144MiB, 75% or 0:6GiB,1:50%"
+        );
+        assert!(settings(Some("1.5"), None, None)
+            .check()
+            .unwrap_err()
+            .contains("1.5GiB"));
+        assert!(settings(None, Some("t-%x"), None)
+            .check()
+            .unwrap_err()
+            .contains("\"%x\""));
+        assert_eq!(
+            settings(None, None, Some("/no/such/dir/log"))
+                .check()
+                .unwrap_err(),
+            "CUQUOTA_LOG=\"/no/such/dir/log\": there is no directory /no/such/dir"
+        );
+        for ok in [
+            settings(
+                Some("0:1G,GPU-63757175-6f74-412d-b368-696d00000001:2G"),
+                Some("t-%p"),
+                Some("OFF"),
+            ),
+            settings(None, None, Some("log.txt")),
+        ] {
+            assert_eq!(ok.check(), Ok(()));
+        }
+    }
 
     #[test]
     fn preload_is_prepended_once() {

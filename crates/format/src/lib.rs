@@ -3,6 +3,7 @@
 //!
 //! - [`schema`]: the trace file's lines (JSON Lines, schema 1) and its version;
 //! - [`units`]: the size parser behind `CUQUOTA_LIMIT` and the human units of every line;
+//! - [`settings`]: the values of the `CUQUOTA_*` variables, which `cuquota run` checks too;
 //! - [`read`] (with its fast path, `fastline`): the streaming trace reader;
 //! - [`episodes`]: the one rule that groups refusals into back-off episodes;
 //! - [`hash`]: the one hasher for maps keyed by device addresses.
@@ -12,4 +13,5 @@ pub mod fastline;
 pub mod hash;
 pub mod read;
 pub mod schema;
+pub mod settings;
 pub mod units;

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs cuquota into PREFIX:
+#   PREFIX/bin/cuquota                           the CLI (`cuquota run` finds the library in ../lib)
+#   PREFIX/lib/libcuquota.so                     the interposer
+#   PREFIX/share/cuquota/shim/libcuda.so.1       the stand-in driver, to try cuquota without a GPU
+#                                                (only used when named: LD_LIBRARY_PATH=PREFIX/share/cuquota/shim)
+# Usage: scripts/install.sh PREFIX
+# Builds in release mode first (a few minutes the first time); CUQUOTA_INSTALL_FROM=DIR installs
+# what is already built in DIR (a target/<profile> directory) instead.
+set -euo pipefail
+if [ $# -ne 1 ] || [ -z "$1" ]; then
+    echo "usage: $0 PREFIX   (e.g. $0 \$HOME/.local)" >&2
+    exit 2
+fi
+prefix=$1
+cd "$(dirname "$0")/.."
+built=${CUQUOTA_INSTALL_FROM:-}
+if [ -z "$built" ]; then
+    echo "== building cuquota, its CLI and the stand-in driver (cargo build --release; minutes the first time)" >&2
+    cargo build --release --workspace
+    target_dir=$(cargo metadata --format-version 1 --no-deps |
+        sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+    built=$target_dir/release
+fi
+for f in cuquota libcuquota.so libcuda.so; do
+    [ -f "$built/$f" ] || { echo "install.sh: $built/$f is not built" >&2; exit 1; }
+done
+echo "== installing into $prefix" >&2
+mkdir -p "$prefix/bin" "$prefix/lib" "$prefix/share/cuquota/shim"
+install -m 755 "$built/cuquota" "$prefix/bin/cuquota"
+install -m 755 "$built/libcuquota.so" "$prefix/lib/libcuquota.so"
+install -m 755 "$built/libcuda.so" "$prefix/share/cuquota/shim/libcuda.so.1"
+ln -sf libcuda.so.1 "$prefix/share/cuquota/shim/libcuda.so"
+cat >&2 <<EOT
+   $prefix/bin/cuquota
+   $prefix/lib/libcuquota.so
+   $prefix/share/cuquota/shim/libcuda.so.1   (the stand-in driver)
+Try it on a simulated 8 GiB GPU:
+   LD_LIBRARY_PATH=$prefix/share/cuquota/shim CUDA_SHIM_MEMORY=8GiB \\
+     $prefix/bin/cuquota run --limit 6GiB YOUR-PROGRAM
+EOT
