@@ -64,6 +64,8 @@ pub struct Config {
     pub log: LogTarget,
     /// `CUQUOTA_LOG_LEVEL=info`: print the effective configuration once.
     pub verbose: bool,
+    /// `CUQUOTA_LOG_LEVEL=debug`: as info, and every refusal of an episode gets its line.
+    pub debug: bool,
     /// `CUQUOTA_TRACE`: the trace path template, exactly as given (bytes).
     pub trace: Option<OsString>,
 }
@@ -117,10 +119,11 @@ impl Config {
             }
             Some(path) => LogTarget::File(path.into()),
         };
-        let verbose = match var("CUQUOTA_LOG_LEVEL").as_deref() {
-            None | Some("warn") => false,
-            Some("info") => true,
-            Some(v) => return Err(bad("CUQUOTA_LOG_LEVEL", v, "warn or info")),
+        let (verbose, debug) = match var("CUQUOTA_LOG_LEVEL").as_deref() {
+            None | Some("warn") => (false, false),
+            Some("info") => (true, false),
+            Some("debug") => (true, true),
+            Some(v) => return Err(bad("CUQUOTA_LOG_LEVEL", v, "warn, info or debug")),
         };
         let trace = match raw("CUQUOTA_TRACE") {
             Some(t) if t.is_empty() => {
@@ -138,6 +141,7 @@ impl Config {
             virtualize,
             log,
             verbose,
+            debug,
             trace,
         })
     }
@@ -273,6 +277,8 @@ mod tests {
             LogTarget::File("/tmp/x".into())
         );
         assert!(config(&[("CUQUOTA_LOG_LEVEL", "info")]).unwrap().verbose);
+        let debug = config(&[("CUQUOTA_LOG_LEVEL", "debug")]).unwrap();
+        assert!(debug.verbose && debug.debug);
         assert!(config(&[("CUQUOTA_LOG_LEVEL", "loud")]).is_err());
         assert!(config(&[("CUQUOTA_TRACE", "")]).is_err());
     }
