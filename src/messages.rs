@@ -92,7 +92,8 @@ pub fn outcome(
 ) -> String {
     let one_size = refused.windows(2).all(|w| w[0] == w[1]);
     let count = format!("{refusals} refusal{}", if refusals == 1 { "" } else { "s" });
-    let refused_words = if one_size {
+    let backed_off = matches!(outcome, Outcome::BackedOff { .. });
+    let refused_words = if one_size && !backed_off {
         format!("was refused {} ({count})", human(refused[0]))
     } else {
         let mut steps: Vec<String> = refused.iter().map(|b| human(*b)).collect();
@@ -134,9 +135,11 @@ pub fn outcome(
     }
 }
 
-/// `0.3 ms`, `12 ms`, `1.5 s`.
+/// `40 µs`, `1.3 ms`, `12 ms`, `15 s`.
 fn duration(ns: u64) -> String {
-    if ns < 10_000_000 {
+    if ns < 1_000_000 {
+        format!("{} µs", ns / 1000)
+    } else if ns < 10_000_000 {
         format!("{:.1} ms", ns as f64 / 1e6)
     } else if ns < 10_000_000_000 {
         format!("{} ms", ns / 1_000_000)
