@@ -200,6 +200,19 @@ fn observe_mode_traces_would_be_refusals() {
         assert!(report.contains(want), "missing {want:?} in\n{report}");
     }
     assert!(!report.contains("Back-off episodes"), "{report}");
+
+    // The plot marks them, and says what they are.
+    let svg = dir.join("t.svg");
+    let plot = std::process::Command::new(&artifacts().cli)
+        .arg("plot")
+        .arg(&path)
+        .arg("-o")
+        .arg(&svg)
+        .output()
+        .unwrap();
+    assert!(plot.status.success(), "{plot:?}");
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.contains("GPU 0 would be refused (observe mode)"), "{svg}");
 }
 
 #[test]
