@@ -320,19 +320,21 @@ impl Engine {
                 in_use_before,
                 limit,
             } => {
-                crate::log::line(&messages::would_refuse(
-                    device,
-                    bytes,
-                    api,
-                    limit,
-                    in_use_before,
-                ));
-                // Traced as a refusal marked observed, so that the trace and the report count
-                // what the log summary counts. Not an episode: the caller got its memory.
-                self.emit(Event::observed_refusal(device, api, bytes, in_use_before));
+                self.would_refuse(device, bytes, api, limit, in_use_before);
                 Reserved::Charged
             }
         }
+    }
+
+    /// Observe mode allowed what the quota would have refused: said, and traced as a refusal
+    /// marked observed, so that the trace and the report count what the log summary counts.
+    /// Not an episode: the caller got its memory. Out of line, so that `reserve` (on the
+    /// alloc path) stays small.
+    #[cold]
+    #[inline(never)]
+    fn would_refuse(&self, device: u32, bytes: u64, api: &'static str, limit: u64, in_use: u64) {
+        crate::log::line(&messages::would_refuse(device, bytes, api, limit, in_use));
+        self.emit(Event::observed_refusal(device, api, bytes, in_use));
     }
 
     /// Refused over quota: explain, and remember it for the back-off line.
@@ -352,7 +354,10 @@ impl Engine {
         refusal.opened || self.config.as_ref().is_ok_and(|c| c.debug)
     }
 
-    /// Episodes that ended: their outcome lines, and the trace's `backoff` events.
+    /// Episodes that ended: their outcome lines, and the trace's `backoff` events. Cold and
+    /// out of line: `committed` (the alloc path) only calls it when an episode was open.
+    #[cold]
+    #[inline(never)]
     fn episodes_ended(&self, ended: Vec<episodes::Ended>) {
         for e in ended {
             crate::log::line(&e.line());

@@ -212,7 +212,10 @@ fn observe_mode_traces_would_be_refusals() {
         .unwrap();
     assert!(plot.status.success(), "{plot:?}");
     let svg = std::fs::read_to_string(&svg).unwrap();
-    assert!(svg.contains("GPU 0 would be refused (observe mode)"), "{svg}");
+    assert!(
+        svg.contains("GPU 0 would be refused (observe mode)"),
+        "{svg}"
+    );
 }
 
 #[test]
