@@ -93,6 +93,9 @@ fn run_check(script: &str, mode: Mode) -> ClientRun {
             // The wheels are CUDA 13; a 12.x driver would make cuda-bindings warn.
             ("CUDA_SHIM_DRIVER_VERSION", "13000"),
             ("CUQUOTA_LIMIT", "1GiB"),
+            // Every refusal its line (the default prints an episode's first only): the
+            // checks below count them.
+            ("CUQUOTA_LOG_LEVEL", "debug"),
             ("CUQUOTA_TRACE", trace.to_str().unwrap()),
             // Also numba's switch: on the NVIDIA bindings it asks for this one instead.
             ("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM", per_thread),
