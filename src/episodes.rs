@@ -77,7 +77,7 @@ pub struct Refusal {
 pub fn refused(device: u32, bytes: u64, api: &'static str) -> Refusal {
     let (tid, now) = (thread_id(), now_ns());
     let mut open = OPEN.lock();
-    let mut ended = expire(&mut open, now, tid);
+    let mut ended = expire(&mut open, now);
     let opened = match open.iter_mut().find(|(t, ..)| *t == tid) {
         Some((_, first_api, e)) => match e.refused(device, bytes, now) {
             None => false,
@@ -111,7 +111,7 @@ pub fn allocated(device: u32, bytes: u64, ptr: u64, api: &'static str) -> Option
 fn end(device: u32, bytes: u64, ptr: u64, api: &'static str) -> Option<Vec<Ended>> {
     let (tid, now) = (thread_id(), now_ns());
     let mut open = OPEN.lock();
-    let mut ended = expire(&mut open, now, tid);
+    let mut ended = expire(&mut open, now);
     if let Some(i) = open.iter().position(|(t, ..)| *t == tid) {
         let (_, first_api, e) = open[i];
         if let Some(outcome) = e.succeeded(device, bytes, now) {
@@ -127,12 +127,13 @@ fn end(device: u32, bytes: u64, ptr: u64, api: &'static str) -> Option<Vec<Ended
     (!ended.is_empty()).then_some(ended)
 }
 
-/// Ends the episodes of other threads whose gap has passed (this thread's own is judged by
-/// its request).
-fn expire(open: &mut Vec<Open>, now: u64, tid: u32) -> Vec<Ended> {
+/// Ends the episodes whose gap has passed, this thread's too (the rule ends them whatever
+/// comes next), so that no episode keeps the alloc path on its slow branch for longer than
+/// the gap after its last refusal, however the threads go on.
+fn expire(open: &mut Vec<Open>, now: u64) -> Vec<Ended> {
     let mut ended = Vec::new();
-    open.retain(|(t, api, e)| {
-        let keep = *t == tid || !e.expired(now);
+    open.retain(|(_, api, e)| {
+        let keep = !e.expired(now);
         if !keep {
             ended.push(Ended::new(api, 0, e, e.at_exit(now)));
         }

@@ -11,9 +11,10 @@
 //!   it: *retried* when every refusal and the success were of one size (an allocator that
 //!   freed its cache and asked again), *backed off* otherwise (one that shrank its request).
 //!   Frees in between do not matter: PyTorch and CuPy free their caches, then retry;
-//! - anything else on that device ends it as *gave up*: a request larger than the last refused
-//!   one, or one after the gap (a refusal then opens the next episode), a refusal on another
-//!   device, or the end of the process. Successes on other devices leave it open.
+//! - anything else ends it as *gave up*: any request after the gap (a refusal then opens the
+//!   next episode), a request on that device larger than the last refused one, a refusal on
+//!   another device, or the end of the process. Successes on other devices within the gap
+//!   leave it open.
 //!
 //! The gap, 200 ms: the allocators that retry do so at once. TensorFlow's BFC allocator, on a
 //! refused growth, asks again for 90% of the size in a tight loop (microseconds apart);
@@ -114,9 +115,9 @@ impl<const HEAD: usize, const TAIL: usize> Episode<HEAD, TAIL> {
     }
 
     /// A successful allocation of `bytes` on the same thread: how the episode ended, or
-    /// `None` when it is on another device (the episode stays open).
+    /// `None` when it is on another device within the gap (the episode stays open).
     pub fn succeeded(&self, device: u32, bytes: u64, t_ns: u64) -> Option<Outcome> {
-        if device != self.device {
+        if device != self.device && !self.expired(t_ns) {
             return None;
         }
         if let Some(why) = self.gave_up(device, bytes, t_ns) {
@@ -138,10 +139,11 @@ impl<const HEAD: usize, const TAIL: usize> Episode<HEAD, TAIL> {
 
     /// Whether a request of `bytes` on `device` at `t_ns` shows the caller gave up.
     fn gave_up(&self, device: u32, bytes: u64, t_ns: u64) -> Option<GaveUp> {
-        if device != self.device {
-            Some(GaveUp::OtherDevice(device))
-        } else if t_ns.saturating_sub(self.last_t_ns) > GAP_NS {
+        // The gap first: once it has passed the episode is over, whatever comes next.
+        if t_ns.saturating_sub(self.last_t_ns) > GAP_NS {
             Some(GaveUp::Gap)
+        } else if device != self.device {
+            Some(GaveUp::OtherDevice(device))
         } else if bytes > self.last_bytes {
             Some(GaveUp::Larger(bytes))
         } else {
@@ -265,6 +267,15 @@ mod tests {
             Some(Outcome::GaveUp(GaveUp::OtherDevice(1)))
         );
         assert_eq!(e.refusals(), 1);
+        assert_eq!(
+            e.succeeded(1, GIB, GAP_NS + 1),
+            Some(Outcome::GaveUp(GaveUp::Gap)),
+            "after the gap, anything ends it"
+        );
+        assert_eq!(
+            e.refused(1, GIB, GAP_NS + 1),
+            Some(Outcome::GaveUp(GaveUp::Gap))
+        );
     }
 
     #[test]
