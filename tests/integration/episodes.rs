@@ -313,3 +313,35 @@ fn episodes_are_per_thread() {
         gave_up_at_exit(s, &[512 * MIB]);
     }
 }
+
+/// An episode whose gap has passed ends at the next successful allocation of any thread (not
+/// only at exit), so that the alloc path leaves its slow branch: here another thread's.
+#[test]
+fn another_threads_allocation_ends_an_expired_episode() {
+    let dir = scratch_dir("episodes-expired");
+    let path = dir.join("t.jsonl");
+    let out = run(
+        Client::Linked,
+        "init alloc:768M tc-alloc:512M sleep:300 alloc:128M info",
+        &[
+            ("CUQUOTA_LIMIT", "1GiB"),
+            ("CUQUOTA_TRACE", path.to_str().unwrap()),
+        ],
+    );
+    out.check_rcs(&[0, 0, OUT_OF_MEMORY, 0, 0]);
+    out.check_log(&gave_up_line(
+        &[512 * MIB],
+        "no request of 512.00 MiB or less followed within 200 ms",
+    ));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let kinds: Vec<String> = text
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["type"].to_string())
+        .collect();
+    let kinds: Vec<&str> = kinds.iter().map(|k| k.trim_matches('"')).collect();
+    assert_eq!(
+        kinds,
+        ["header", "alloc", "refused", "alloc", "backoff", "meminfo", "summary"],
+        "ended at the 128M allocation, before the info:\n{text}"
+    );
+}
