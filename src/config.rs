@@ -68,6 +68,11 @@ impl Config {
     pub fn verbose(&self) -> bool {
         self.log_level >= LogLevel::Info
     }
+
+    /// `CUQUOTA_LOG_LEVEL=debug`: as info, and every refusal of an episode gets its line.
+    pub fn debug(&self) -> bool {
+        self.log_level >= LogLevel::Debug
+    }
 }
 
 /// A bad variable: printed once, and every CUDA call cuquota hooks then fails.

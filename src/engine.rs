@@ -530,24 +530,66 @@ impl Engine {
                 in_use_before,
                 limit,
             } => {
-                crate::log::line(&messages::would_refuse(
-                    device,
-                    bytes,
-                    api,
-                    limit,
-                    in_use_before,
-                ));
+                self.would_refuse(device, bytes, api, limit, in_use_before);
                 Reserved::Charged
             }
         }
     }
 
+    /// Observe mode allowed what the quota would have refused: said, and traced as a refusal
+    /// marked observed, so that the trace and the report count what the log summary counts.
+    /// Not an episode: the caller got its memory. Out of line, so that `reserve` (on the
+    /// alloc path) stays small.
+    #[cold]
+    #[inline(never)]
+    fn would_refuse(&self, device: u32, bytes: u64, api: &'static str, limit: u64, in_use: u64) {
+        crate::log::line(&messages::would_refuse(device, bytes, api, limit, in_use));
+        self.emit(Event::observed_refusal(device, api, bytes, in_use));
+    }
+
     /// Refused over quota: explain, and remember it for the back-off line.
     fn refused(&self, device: u32, bytes: u64, api: &'static str, limit: u64, in_use: u64) {
-        crate::log::line(&messages::quota_refusal(device, bytes, api, limit, in_use));
-        episodes::refused(device, bytes);
+        if self.episode_refusal(device, bytes, api) {
+            crate::log::line(&messages::quota_refusal(device, bytes, api, limit, in_use));
+        }
         // The figure it was refused at (requests in flight included): no peak counts it.
         self.emit(Event::refused_by_quota(device, api, bytes, in_use));
+    }
+
+    /// A refusal joins or opens this thread's episode; the episodes it ends get their
+    /// outcome line first. True when its own line is to be printed: the first of an
+    /// episode, or every one at `CUQUOTA_LOG_LEVEL=debug`.
+    fn episode_refusal(&self, device: u32, bytes: u64, api: &'static str) -> bool {
+        let refusal = episodes::refused(device, bytes, api);
+        self.episodes_ended(refusal.ended);
+        refusal.opened || self.config.as_ref().is_ok_and(|c| c.debug())
+    }
+
+    /// Episodes that ended: their outcome lines, and the trace's `backoff` events. Cold and
+    /// out of line: `committed` (the alloc path) only calls it when an episode was open.
+    #[cold]
+    #[inline(never)]
+    fn episodes_ended(&self, ended: Vec<episodes::Ended>) {
+        for e in ended {
+            crate::log::line(&e.line());
+            let in_use = self.quota(e.device).map_or(0, |q| q.held());
+            let event = match e.outcome {
+                messages::Outcome::BackedOff { got, .. }
+                | messages::Outcome::Retried { got, .. } => {
+                    Event::backoff(e.device, e.api, e.ptr, got, in_use, e.sizes())
+                }
+                messages::Outcome::GaveUp(_) => {
+                    let last = e.refused.last().copied().unwrap_or(0);
+                    Event::gave_up(e.device, e.api, last, in_use, e.sizes())
+                }
+            };
+            self.emit(event);
+        }
+    }
+
+    /// At exit, before the summary lines: every episode still open ends (gave up).
+    pub fn end_episodes(&self) {
+        self.episodes_ended(episodes::at_exit());
     }
 
     /// The driver failed a call we had reserved for: explain an out-of-memory.
@@ -576,16 +618,17 @@ impl Engine {
             _ => None,
         };
         let limit = (limit != UNLIMITED).then_some(limit);
-        crate::log::line(&messages::driver_refusal(
-            device,
-            bytes,
-            api,
-            &rc.describe(),
-            driver_free,
-            limit,
-            quota.in_use(),
-        ));
-        episodes::refused(device, bytes);
+        if self.episode_refusal(device, bytes, api) {
+            crate::log::line(&messages::driver_refusal(
+                device,
+                bytes,
+                api,
+                &rc.describe(),
+                driver_free,
+                limit,
+                quota.in_use(),
+            ));
+        }
     }
 
     // Inline: its frame cost more than its work on the plain allocation's path.
@@ -609,18 +652,8 @@ impl Engine {
         if self.tracing {
             self.emit(Event::alloc(device, api, key, bytes, held));
         }
-        if let Some(ended) = episodes::allocated(device, bytes) {
-            crate::log::line(&ended.line());
-            // The trace gets the same episode: refused sizes, then the one that fit.
-            let in_use = quota.held();
-            self.emit(Event::backoff(
-                device,
-                api,
-                key,
-                bytes,
-                in_use,
-                ended.sizes(),
-            ));
+        if let Some(ended) = episodes::allocated(device, bytes, key, api) {
+            self.episodes_ended(ended);
         }
     }
 

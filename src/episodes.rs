@@ -1,96 +1,183 @@
 //! Back-off episodes as the calling threads live them: each thread's open run of refusals,
-//! and whether its next success ends one. The rule that groups refusals (`Episode`) is
-//! shared with the `report` command; this module only keeps one per thread.
+//! and what ends it. The rule that groups refusals and names the outcome (`Episode`) is
+//! shared with the `report` command; this module only keeps the open ones, one per thread, in
+//! one table (so that the exit handler and any thread can end those whose gap has passed).
 
-use crate::messages::{self, Episode, Recovery, EPISODE_SIZES};
-use std::cell::Cell;
+use crate::messages::{self, Episode, Outcome};
+use crate::spin::SpinLock;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
-thread_local! {
-    /// This thread's open run of refusals (`Copy`: no thread-local destructor).
-    static EPISODE: Cell<Option<Episode>> = const { Cell::new(None) };
-}
+/// A thread's open episode: (thread id, the API of its first refusal, the episode). `Copy`
+/// and fixed-size entries; the table is small (one entry per thread that is being refused).
+type Open = (u32, &'static str, Episode);
 
-/// How many threads have an open episode: while none does, a successful allocation skips the
-/// thread-local look-up (a `__tls_get_addr` call in a shared library) altogether.
+static OPEN: SpinLock<Vec<Open>> = SpinLock::new(Vec::new());
+
+/// How many episodes are open: while none is, a successful allocation skips the table (one
+/// relaxed load on the alloc path).
 static OPEN_EPISODES: AtomicUsize = AtomicUsize::new(0);
 
-/// A refusal on this thread: opens or extends its episode.
-pub fn refused(device: u32, bytes: u64) {
-    EPISODE.with(|cell| {
-        let next = match cell.get() {
-            Some(mut e) => {
-                if e.refused(device, bytes) {
-                    e
-                } else {
-                    Episode::start(device, bytes)
-                }
-            }
-            None => {
-                OPEN_EPISODES.fetch_add(1, Relaxed);
-                Episode::start(device, bytes)
-            }
-        };
-        cell.set(Some(next));
-    });
-}
-
-/// How an episode ended in a success: for the log line and the trace's `backoff` event.
+/// How an episode ended: for its log line and the trace's `backoff` event.
 pub struct Ended {
     pub device: u32,
-    pub recovery: Recovery,
-    /// More refusals than the episode keeps sizes of.
+    /// The API of its first refusal, or of the allocation that ended it.
+    pub api: &'static str,
+    /// The allocation that ended it (recovered), else 0.
+    pub ptr: u64,
+    pub outcome: Outcome,
+    /// The refused sizes kept (the first ones and the last).
+    pub refused: Vec<u64>,
+    pub refusals: u64,
+    /// More refusals than sizes kept.
     pub truncated: bool,
 }
 
 impl Ended {
-    /// The log line that explains the recovery.
-    pub fn line(&self) -> String {
-        messages::recovery(self.device, &self.recovery, self.truncated)
+    fn new(api: &'static str, ptr: u64, e: &Episode, outcome: Outcome) -> Ended {
+        Ended {
+            device: e.device,
+            api,
+            ptr,
+            outcome,
+            refused: e.sizes().collect(),
+            refusals: e.refusals(),
+            truncated: e.truncated(),
+        }
     }
 
-    /// The trace's sizes: those refused in order, then the one that fit.
-    pub fn sizes(self) -> Box<[u64]> {
-        match self.recovery {
-            Recovery::BackedOff { refused, got } => refused.into_iter().chain([got]).collect(),
-            Recovery::Retried { bytes, refusals } => {
-                let shown = refusals.min(EPISODE_SIZES as u64) as usize;
-                vec![bytes; shown + 1].into_boxed_slice()
-            }
-        }
+    /// The log line that says how it ended.
+    pub fn line(&self) -> String {
+        messages::outcome(
+            self.device,
+            &self.refused,
+            self.truncated,
+            self.refusals,
+            &self.outcome,
+        )
+    }
+
+    /// The trace's sizes: those refused in order, then the one that fit (if one did).
+    pub fn sizes(&self) -> Box<[u64]> {
+        let got = match self.outcome {
+            Outcome::BackedOff { got, .. } | Outcome::Retried { got, .. } => Some(got),
+            Outcome::GaveUp(_) => None,
+        };
+        self.refused.iter().copied().chain(got).collect()
     }
 }
 
-/// A success of `bytes` on `device` on this thread: closes its open episode (if on the same
-/// device) and says how it ended, if that was a recovery. One relaxed load while no thread
-/// has an episode open.
+/// What a refusal did: the episodes it ended (gave up), and whether it opened one (its log
+/// line is the episode's first).
+pub struct Refusal {
+    pub ended: Vec<Ended>,
+    pub opened: bool,
+}
+
+/// A refusal of `bytes` on `device` on this thread, by `api`.
+pub fn refused(device: u32, bytes: u64, api: &'static str) -> Refusal {
+    let (tid, now) = (thread_id(), now_ns());
+    let mut open = OPEN.lock();
+    let mut ended = expire(&mut open, now);
+    let opened = match open.iter_mut().find(|(t, ..)| *t == tid) {
+        Some((_, first_api, e)) => match e.refused(device, bytes, now) {
+            None => false,
+            Some(outcome) => {
+                ended.push(Ended::new(first_api, 0, e, outcome));
+                (*first_api, *e) = (api, Episode::start(device, bytes, now));
+                true
+            }
+        },
+        None => {
+            open.push((tid, api, Episode::start(device, bytes, now)));
+            true
+        }
+    };
+    OPEN_EPISODES.store(open.len(), Relaxed);
+    Refusal { ended, opened }
+}
+
+/// A success of `bytes` on `device` on this thread (at `ptr`, by `api`): the episodes it ends
+/// (this thread's, if on the same device; any whose gap has passed). One relaxed load while
+/// no episode is open.
 #[inline]
-pub fn allocated(device: u32, bytes: u64) -> Option<Ended> {
+pub fn allocated(device: u32, bytes: u64, ptr: u64, api: &'static str) -> Option<Vec<Ended>> {
     if OPEN_EPISODES.load(Relaxed) == 0 {
         return None;
     }
-    end(device, bytes)
+    end(device, bytes, ptr, api)
 }
 
 #[cold]
-fn end(device: u32, bytes: u64) -> Option<Ended> {
-    EPISODE.with(|cell| {
-        let e = cell.get().filter(|e| e.device == device)?;
-        cell.set(None);
-        OPEN_EPISODES.fetch_sub(1, Relaxed);
-        let recovery = e.succeeded(device, bytes)?;
-        Some(Ended {
-            device,
-            recovery,
-            truncated: e.truncated(),
-        })
-    })
+fn end(device: u32, bytes: u64, ptr: u64, api: &'static str) -> Option<Vec<Ended>> {
+    let (tid, now) = (thread_id(), now_ns());
+    let mut open = OPEN.lock();
+    let mut ended = expire(&mut open, now);
+    if let Some(i) = open.iter().position(|(t, ..)| *t == tid) {
+        let (_, first_api, e) = open[i];
+        if let Some(outcome) = e.succeeded(device, bytes, now) {
+            open.swap_remove(i);
+            let (api, ptr) = match outcome {
+                Outcome::GaveUp(_) => (first_api, 0),
+                _ => (api, ptr),
+            };
+            ended.push(Ended::new(api, ptr, &e, outcome));
+        }
+    }
+    OPEN_EPISODES.store(open.len(), Relaxed);
+    (!ended.is_empty()).then_some(ended)
 }
 
-/// In a forked child: no thread but this one has an episode; this one keeps none either.
-pub fn reset_in_child() {
+/// Ends the episodes whose gap has passed, this thread's too (the rule ends them whatever
+/// comes next), so that no episode keeps the alloc path on its slow branch for longer than
+/// the gap after its last refusal, however the threads go on.
+fn expire(open: &mut Vec<Open>, now: u64) -> Vec<Ended> {
+    let mut ended = Vec::new();
+    open.retain(|(_, api, e)| {
+        let keep = !e.expired(now);
+        if !keep {
+            ended.push(Ended::new(api, 0, e, e.at_exit(now)));
+        }
+        keep
+    });
+    ended
+}
+
+/// At exit: every open episode ends (gave up), in the order they opened.
+pub fn at_exit() -> Vec<Ended> {
+    let now = now_ns();
+    let mut open = OPEN.lock();
     OPEN_EPISODES.store(0, Relaxed);
-    EPISODE.with(|e| e.set(None));
+    open.drain(..)
+        .map(|(_, api, e)| Ended::new(api, 0, &e, e.at_exit(now)))
+        .collect()
+}
+
+/// In a forked child: the parent's threads and their episodes are not the child's.
+///
+/// # Safety
+/// Only in the child right after `fork()`, while it has one thread.
+pub unsafe fn reset_in_child() {
+    OPEN_EPISODES.store(0, Relaxed);
+    // SAFETY: the caller's promise.
+    unsafe { OPEN.reset_in_child(Vec::new()) };
+}
+
+fn thread_id() -> u32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
+}
+
+/// CLOCK_MONOTONIC in nanoseconds.
+fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec to write; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
 }
 
 #[cfg(test)]
@@ -99,30 +186,43 @@ mod tests {
 
     const GIB: u64 = 1 << 30;
 
-    #[test]
-    fn a_thread_backs_off_and_recovers() {
-        // On a thread of its own: the thread-local and the count start empty for it.
-        std::thread::spawn(|| {
-            refused(0, 4 * GIB);
-            refused(0, 2 * GIB);
-            assert!(allocated(1, GIB).is_none(), "another device ends nothing");
-            let ended = allocated(0, GIB).expect("a smaller success ends the episode");
-            assert!(ended
-                .line()
-                .contains("backed off 4.00 GiB → 2.00 GiB and got 1.00 GiB"));
-            assert_eq!(&*ended.sizes(), [4 * GIB, 2 * GIB, GIB]);
-            assert!(allocated(0, GIB).is_none(), "and it is closed");
+    const API: &str = "episodes-test";
 
-            refused(3, GIB);
-            refused(3, GIB);
-            let ended = allocated(3, GIB).unwrap();
-            assert_eq!(
-                &*ended.sizes(),
-                [GIB; 3],
-                "a retry: each refusal, then the success"
-            );
-        })
-        .join()
-        .unwrap();
+    /// The table is shared by the whole test binary (the engine's tests refuse too): only
+    /// what this test's API opened counts.
+    fn mine(ended: Vec<Ended>) -> Vec<Ended> {
+        ended.into_iter().filter(|e| e.api == API).collect()
+    }
+
+    #[test]
+    fn episodes_open_end_and_give_up() {
+        let r = refused(0, 4 * GIB, API);
+        assert!(r.opened && mine(r.ended).is_empty());
+        let r = refused(0, 2 * GIB, API);
+        assert!(!r.opened, "a smaller refusal joins");
+        let elsewhere = allocated(1, GIB, 7, API).map(mine).unwrap_or_default();
+        assert!(elsewhere.is_empty(), "another device ends nothing");
+        let ended = mine(allocated(0, GIB, 7, API).expect("a smaller success ends it"));
+        assert_eq!(ended.len(), 1);
+        assert!(
+            ended[0]
+                .line()
+                .contains("backed off 4.00 GiB → 2.00 GiB (2 refusals) and got 1.00 GiB"),
+            "{}",
+            ended[0].line()
+        );
+        assert_eq!(&*ended[0].sizes(), [4 * GIB, 2 * GIB, GIB]);
+        let again = allocated(0, GIB, 8, API).map(mine).unwrap_or_default();
+        assert!(again.is_empty(), "and it is closed");
+
+        refused(3, GIB, API);
+        let r = refused(3, 2 * GIB, API);
+        assert!(r.opened, "a larger refusal opens the next episode");
+        let ended = mine(r.ended);
+        assert!(matches!(ended[0].outcome, Outcome::GaveUp(_)));
+        assert_eq!(&*ended[0].sizes(), [GIB]);
+        let left = mine(at_exit());
+        assert_eq!(left.len(), 1);
+        assert_eq!(left[0].refused, [2 * GIB]);
     }
 }

@@ -78,29 +78,74 @@ pub const EPISODE_SIZES: usize = 24;
 /// `cuquota report` (`cuquota_format::episodes`): the first sizes and the latest one kept.
 pub type Episode = episodes::Episode<{ EPISODE_SIZES - 1 }, 1>;
 
-pub use episodes::Recovery;
+pub use episodes::{GaveUp, Outcome};
 
-/// The line that explains a recovered episode (the seed's question).
-pub fn recovery(device: u32, recovery: &Recovery, truncated: bool) -> String {
-    match recovery {
-        Recovery::BackedOff { refused, got } => {
-            let mut steps: Vec<String> = refused.iter().map(|b| human(*b)).collect();
-            if truncated {
-                steps.insert(steps.len() - 1, "…".to_string());
-            }
+/// The line that says how an episode ended (its first refusal has its own line). What was
+/// seen is said as fact; what it likely means, as likely.
+///
+/// `GPU 0: the caller backed off 4.00 GiB → … → 2.08 MiB (73 refusals) and gave up; it got CUDA_ERROR_OUT_OF_MEMORY (no request of 2.08 MiB or less followed within 200 ms)`
+pub fn outcome(
+    device: u32,
+    refused: &[u64],
+    truncated: bool,
+    refusals: u64,
+    outcome: &Outcome,
+) -> String {
+    let one_size = refused.windows(2).all(|w| w[0] == w[1]);
+    let count = format!("{refusals} refusal{}", if refusals == 1 { "" } else { "s" });
+    let backed_off = matches!(outcome, Outcome::BackedOff { .. });
+    let refused_words = if one_size && !backed_off {
+        format!("was refused {} ({count})", human(refused[0]))
+    } else {
+        let mut steps: Vec<String> = refused.iter().map(|b| human(*b)).collect();
+        if truncated {
+            steps.insert(steps.len() - 1, "…".to_string());
+        }
+        format!("backed off {} ({count})", steps.join(" → "))
+    };
+    let last = refused.last().copied().unwrap_or(0);
+    match outcome {
+        Outcome::BackedOff { got, after_ns } => format!(
+            "GPU {device}: the caller {refused_words} and got {} {} later; it keeps running \
+             (likely an allocator shrinking its request, e.g. TensorFlow allow_growth)",
+            human(*got),
+            duration(*after_ns)
+        ),
+        Outcome::Retried { after_ns, .. } => format!(
+            "GPU {device}: the caller {refused_words}; the next request of that size, {} later, \
+             fit; it keeps running (likely an allocator that frees its cache and retries, \
+             e.g. PyTorch or CuPy)",
+            duration(*after_ns)
+        ),
+        Outcome::GaveUp(why) => {
+            let why = match why {
+                GaveUp::Gap => format!(
+                    "no request of {} or less followed within {} ms",
+                    human(last),
+                    episodes::GAP_NS / 1_000_000
+                ),
+                GaveUp::Larger(b) => format!("its next request, {}, was larger", human(*b)),
+                GaveUp::OtherDevice(d) => format!("its next refusal was on GPU {d}"),
+                GaveUp::Exit => "the process ended before it asked again".to_string(),
+            };
             format!(
-                "GPU {device}: the caller backed off {} and got {}; it keeps running \
-                 (an allocator shrinking its request, e.g. TensorFlow allow_growth)",
-                steps.join(" → "),
-                human(*got)
+                "GPU {device}: the caller {refused_words} and gave up; it got \
+                 CUDA_ERROR_OUT_OF_MEMORY ({why})"
             )
         }
-        Recovery::Retried { bytes, refusals } => format!(
-            "GPU {device}: the caller retried {} after {refusals} refusal{} and got it; it keeps \
-             running (an allocator that frees its cache and retries, e.g. PyTorch or CuPy)",
-            human(*bytes),
-            if *refusals == 1 { "" } else { "s" }
-        ),
+    }
+}
+
+/// `40 µs`, `1.3 ms`, `12 ms`, `15 s`.
+fn duration(ns: u64) -> String {
+    if ns < 1_000_000 {
+        format!("{} µs", ns / 1000)
+    } else if ns < 10_000_000 {
+        format!("{:.1} ms", ns as f64 / 1e6)
+    } else if ns < 10_000_000_000 {
+        format!("{} ms", ns / 1_000_000)
+    } else {
+        format!("{} s", ns / 1_000_000_000)
     }
 }
 
@@ -219,44 +264,47 @@ mod tests {
     }
 
     #[test]
-    fn back_off_episode() {
-        let mut e = Episode::start(0, 4 * GIB);
-        assert!(e.refused(0, 3_865_470_566));
-        assert!(e.refused(0, 3_478_923_509));
+    fn episode_outcomes() {
+        const MS: u64 = 1_000_000;
+        let mut e = Episode::start(0, 4 * GIB, 0);
+        assert_eq!(e.refused(0, 3_865_470_566, MS), None);
+        assert_eq!(e.refused(0, 3_478_923_509, 2 * MS), None);
+        let sizes: Vec<u64> = e.sizes().collect();
+        let o = e.succeeded(0, 3_131_031_158, 3 * MS).unwrap();
         assert_eq!(
-            e.succeeded(1, GIB),
-            None,
-            "another device is not a recovery"
+            outcome(0, &sizes, false, 3, &o),
+            "GPU 0: the caller backed off 4.00 GiB → 3.60 GiB → 3.24 GiB (3 refusals) and got 2.92 GiB 1.0 ms later; it keeps running (likely an allocator shrinking its request, e.g. TensorFlow allow_growth)"
         );
-        let r = e.succeeded(0, 3_131_031_158).unwrap();
+        let retried = Outcome::Retried {
+            got: GIB,
+            after_ns: 25 * MS,
+        };
         assert_eq!(
-            recovery(0, &r, e.truncated()),
-            "GPU 0: the caller backed off 4.00 GiB → 3.60 GiB → 3.24 GiB and got 2.92 GiB; it keeps running (an allocator shrinking its request, e.g. TensorFlow allow_growth)"
+            outcome(2, &[GIB, GIB], false, 2, &retried),
+            "GPU 2: the caller was refused 1.00 GiB (2 refusals); the next request of that size, 25 ms later, fit; it keeps running (likely an allocator that frees its cache and retries, e.g. PyTorch or CuPy)"
         );
-    }
-
-    #[test]
-    fn retry_episode_and_long_episodes() {
-        let mut e = Episode::start(2, GIB);
-        e.refused(2, GIB);
-        let r = e.succeeded(2, GIB).unwrap();
-        assert_eq!(
-            r,
-            Recovery::Retried {
-                bytes: GIB,
-                refusals: 2
-            }
-        );
-        assert!(recovery(2, &r, false)
-            .starts_with("GPU 2: the caller retried 1.00 GiB after 2 refusals and got it;"));
-
-        let mut long = Episode::start(0, 1000);
-        for i in 1..40 {
-            long.refused(0, 1000 - i);
+        let mut long = Episode::start(0, 4 * GIB, 0);
+        for i in 1..73 {
+            long.refused(0, (4 * GIB) >> (i / 6), i);
         }
-        assert!(long.truncated());
-        let line = recovery(0, &long.succeeded(0, 10).unwrap(), long.truncated());
-        assert!(line.contains("→ … → 961 B and got 10 B"), "{line}");
+        let sizes: Vec<u64> = long.sizes().collect();
+        assert_eq!(
+            outcome(0, &sizes, long.truncated(), long.refusals(), &long.at_exit(GIB)),
+            "GPU 0: the caller backed off 4.00 GiB → 4.00 GiB → 4.00 GiB → 4.00 GiB → 4.00 GiB → 4.00 GiB → 2.00 GiB → 2.00 GiB → 2.00 GiB → 2.00 GiB → 2.00 GiB → 2.00 GiB → 1.00 GiB → 1.00 GiB → 1.00 GiB → 1.00 GiB → 1.00 GiB → 1.00 GiB → 512.00 MiB → 512.00 MiB → 512.00 MiB → 512.00 MiB → 512.00 MiB → … → 1.00 MiB (73 refusals) and gave up; it got CUDA_ERROR_OUT_OF_MEMORY (no request of 1.00 MiB or less followed within 200 ms)"
+        );
+        for (why, words) in [
+            (
+                GaveUp::Larger(8 * GIB),
+                "(its next request, 8.00 GiB, was larger)",
+            ),
+            (GaveUp::OtherDevice(1), "(its next refusal was on GPU 1)"),
+            (GaveUp::Exit, "(the process ended before it asked again)"),
+        ] {
+            assert_eq!(
+                outcome(0, &[4 * GIB], false, 1, &Outcome::GaveUp(why)),
+                format!("GPU 0: the caller was refused 4.00 GiB (1 refusal) and gave up; it got CUDA_ERROR_OUT_OF_MEMORY {words}")
+            );
+        }
     }
 
     #[test]

@@ -139,6 +139,7 @@ extern "C" fn at_exit() {
         crate::log::exiting();
         // SAFETY: as in `engine`.
         if let Some(engine) = unsafe { ENGINE.load(Ordering::Acquire).as_ref() } {
+            engine.end_episodes();
             for line in engine.summary_lines() {
                 crate::log::line(&line);
             }
@@ -167,7 +168,8 @@ extern "C" fn after_fork_in_child() {
         Some(engine) => {
             // SAFETY: this is the pthread_atfork child handler: the child has one thread.
             unsafe { engine.reset_in_child() };
-            crate::episodes::reset_in_child();
+            // SAFETY: the child of a fork, with one thread (pthread_atfork's child handler).
+            unsafe { crate::episodes::reset_in_child() };
         }
         // The thread that was making the engine is not in the child: it makes its own.
         None => MAKING_STATE.store(EMPTY, Ordering::Release),

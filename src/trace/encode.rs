@@ -98,7 +98,7 @@ impl Encoder {
         let (kind, sizes): (usize, &[u64]) = match &ev.kind {
             EventKind::Alloc => (0, &[]),
             EventKind::Free => (1, &[]),
-            EventKind::Refused { .. } => (2, &[]),
+            EventKind::Refused { .. } | EventKind::Observed => (2, &[]),
             EventKind::MemInfo { .. } => (3, &[]),
             EventKind::Backoff { sizes } => (4, sizes),
             EventKind::Context { ptrs } => (5, ptrs),
@@ -174,6 +174,7 @@ impl Encoder {
             EventKind::Alloc | EventKind::Free => w.put(b"}\n"),
             EventKind::Refused { by_driver: true } => w.put(b",\"reason\":\"driver\"}\n"),
             EventKind::Refused { by_driver: false } => w.put(b",\"reason\":\"quota\"}\n"),
+            EventKind::Observed => w.put(b",\"reason\":\"quota\",\"observed\":true}\n"),
             EventKind::MemInfo {
                 told_free,
                 told_total,
@@ -647,7 +648,7 @@ impl Tally {
                     d.live_bytes = d.live_bytes.wrapping_sub(old);
                 }
             }
-            EventKind::Refused { .. } => d.refusals += 1,
+            EventKind::Refused { .. } | EventKind::Observed => d.refusals += 1,
             _ => {}
         }
         d.in_use = ev.in_use;
@@ -725,6 +726,15 @@ mod tests {
         let ev: EventLine = serde_json::from_str(text).unwrap();
         assert_eq!(ev.reason.as_deref(), Some("quota"));
         assert_eq!(ev.result, "CUDA_ERROR_OUT_OF_MEMORY");
+        assert!(!ev.observed);
+
+        let text = line(&stamped(EventKind::Observed, 0, 1 << 32, 2, 5));
+        let ev: EventLine = serde_json::from_str(text).unwrap();
+        assert_eq!(
+            (ev.kind.as_ref(), ev.reason.as_deref()),
+            ("refused", Some("quota"))
+        );
+        assert!(ev.observed);
 
         let text = line(&stamped(
             EventKind::Refused { by_driver: true },
@@ -837,6 +847,8 @@ mod tests {
         count: Option<u64>,
         #[serde(skip_serializing_if = "Option::is_none")]
         ptrs: Option<Vec<String>>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        observed: Option<bool>,
     }
 
     fn reference(s: &Stamped) -> String {
@@ -861,6 +873,7 @@ mod tests {
             sizes: None,
             count: None,
             ptrs: None,
+            observed: None,
         };
         match &ev.kind {
             EventKind::Alloc => r.kind = kind::ALLOC,
@@ -868,6 +881,11 @@ mod tests {
             EventKind::Refused { by_driver } => {
                 r.kind = kind::REFUSED;
                 r.reason = Some(if *by_driver { "driver" } else { "quota" });
+            }
+            EventKind::Observed => {
+                r.kind = kind::REFUSED;
+                r.reason = Some("quota");
+                r.observed = Some(true);
             }
             EventKind::MemInfo {
                 told_free,
@@ -935,6 +953,7 @@ mod tests {
                 EventKind::Free,
                 EventKind::Refused { by_driver: true },
                 EventKind::Refused { by_driver: false },
+                EventKind::Observed,
                 EventKind::MemInfo {
                     told_free: n,
                     told_total: m,
@@ -1089,6 +1108,7 @@ mod tests {
                     real_total: u64::MAX,
                 },
                 EventKind::Refused { by_driver: true },
+                EventKind::Observed,
                 EventKind::Backoff {
                     sizes: vec![u64::MAX; 1000].into_boxed_slice(),
                 },

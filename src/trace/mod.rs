@@ -121,6 +121,30 @@ impl Event {
         Event::ok(EventKind::Context { ptrs }, device, api, 0, bytes, in_use)
     }
 
+    /// An episode of refusals that ended without memory (the caller gave up); `sizes` are
+    /// the refused sizes in order, `bytes` the last of them.
+    pub fn gave_up(
+        device: u32,
+        api: &'static str,
+        bytes: u64,
+        in_use: u64,
+        sizes: Box<[u64]>,
+    ) -> Event {
+        Event {
+            result: crate::cuda_abi::CuResult::OUT_OF_MEMORY.0,
+            ..Event::backoff(device, api, 0, bytes, in_use, sizes)
+        }
+    }
+
+    /// Observe mode: a request the quota would have refused, allowed (`result` is what the
+    /// caller would have got in enforce mode).
+    pub fn observed_refusal(device: u32, api: &'static str, bytes: u64, in_use: u64) -> Event {
+        Event {
+            kind: EventKind::Observed,
+            ..Event::refused_by_quota(device, api, bytes, in_use)
+        }
+    }
+
     fn ok(
         kind: EventKind,
         device: u32,
@@ -154,7 +178,10 @@ pub enum EventKind {
         real_free: u64,
         real_total: u64,
     },
-    /// Refused sizes in order, then the size that succeeded.
+    /// Observe mode's would-be refusal: a `refused` line with reason `"quota"` and
+    /// `"observed":true`.
+    Observed,
+    /// Refused sizes in order, then the size that succeeded (none when the caller gave up).
     Backoff {
         sizes: Box<[u64]>,
     },

@@ -125,7 +125,7 @@ fn report_text_and_json_on_synthetic_traces() {
         "== node1 · rank 0 · pid 100 · train.py",
         "GPU 0 (Stand-in GPU, 8.00 GiB): quota 1.00 GiB, peak 1012.00 MiB (98.8%) at 3.200 ms",
         "GPU 1 (Stand-in GPU, 8.00 GiB): no quota, peak 100.00 MiB at 2.000 ms",
-        "refused 800.00 MiB → 720.00 MiB; then got 500.00 MiB",
+        "refused 800.00 MiB → 720.00 MiB; backed off, then got 500.00 MiB",
         "Live at exit: 2 allocations, 600.00 MiB",
         "API mix: cuMemAlloc_v2 5, cuMemFree_v2 1, cuMemGetInfo_v2 1",
         "== node1 · rank 1 · pid 200 · train.py",

@@ -49,10 +49,22 @@ fn a_caller_that_backs_off() {
         &[LIMIT],
     );
     out.check_rcs(&[0, 0, OUT_OF_MEMORY, OUT_OF_MEMORY, 0]);
-    out.check_log(
-        "GPU 0: the caller backed off 1.00 GiB → 512.00 MiB and got 256.00 MiB; \
-         it keeps running (an allocator shrinking its request, e.g. TensorFlow allow_growth)",
+    check_outcome(
+        &out,
+        "GPU 0: the caller backed off 1.00 GiB → 512.00 MiB (2 refusals) and got 256.00 MiB \
+         T later; it keeps running (likely an allocator shrinking its request, e.g. TensorFlow \
+         allow_growth)",
     );
+}
+
+/// Asserts stderr has this outcome line once (its time replaced by `T later`).
+fn check_outcome(out: &Output, want: &str) {
+    let lines: Vec<String> = out
+        .logs_starting("GPU 0: the caller ")
+        .into_iter()
+        .map(|l| crate::episodes::timeless(l.split_once("]: ").unwrap().1))
+        .collect();
+    assert_eq!(lines, [want], "{out}");
 }
 
 #[test]
@@ -63,9 +75,11 @@ fn a_caller_that_retries_the_same_size() {
         &[LIMIT],
     );
     out.check_rcs(&[0, 0, OUT_OF_MEMORY, 0, 0]);
-    out.check_log(
-        "GPU 0: the caller retried 512.00 MiB after 1 refusal and got it; it keeps running \
-         (an allocator that frees its cache and retries, e.g. PyTorch or CuPy)",
+    check_outcome(
+        &out,
+        "GPU 0: the caller was refused 512.00 MiB (1 refusal); the next request of that size, \
+         T later, fit; it keeps running (likely an allocator that frees its cache and retries, \
+         e.g. PyTorch or CuPy)",
     );
 
     let out = run(
@@ -74,9 +88,133 @@ fn a_caller_that_retries_the_same_size() {
         &[LIMIT],
     );
     out.check_rcs(&[0, 0, OUT_OF_MEMORY, OUT_OF_MEMORY, 0, 0]);
+    check_outcome(
+        &out,
+        "GPU 0: the caller was refused 512.00 MiB (2 refusals); the next request of that size, \
+         T later, fit; it keeps running (likely an allocator that frees its cache and retries, \
+         e.g. PyTorch or CuPy)",
+    );
+}
+
+/// At the default level an episode prints its first refusal (exact bytes, for grep) and its
+/// outcome; the refusals in between are only counted. `CUQUOTA_LOG_LEVEL=debug` prints all.
+#[test]
+fn an_episode_prints_its_first_refusal_and_its_outcome() {
+    let ops = "init alloc:768M alloc:1G alloc:768M alloc:512M alloc:384M";
+    let rcs = [
+        0,
+        0,
+        OUT_OF_MEMORY,
+        OUT_OF_MEMORY,
+        OUT_OF_MEMORY,
+        OUT_OF_MEMORY,
+    ];
+    let out = run(Client::Linked, ops, &[LIMIT]);
+    out.check_rcs(&rcs);
+    let refusals = out.logs_starting("GPU 0 refused");
+    assert_eq!(refusals.len(), 1, "{out}");
     out.check_log(
-        "GPU 0: the caller retried 512.00 MiB after 2 refusals and got it; it keeps running \
-         (an allocator that frees its cache and retries, e.g. PyTorch or CuPy)",
+        "GPU 0 refused 1.00 GiB (1073741824 bytes) via cuMemAlloc_v2: quota 1.00 GiB, \
+         in use 768.00 MiB, 256.00 MiB left",
+    );
+    let outcome = out.logs_starting("GPU 0: the caller backed off 1.00 GiB → 768.00 MiB → 512.00 MiB → 384.00 MiB (4 refusals) and gave up; it got CUDA_ERROR_OUT_OF_MEMORY (");
+    assert_eq!(outcome.len(), 1, "{out}");
+    // Nothing else but the summary.
+    assert_eq!(out.cuquota_lines().len(), 3, "{out}");
+
+    let out = run(
+        Client::Linked,
+        ops,
+        &[LIMIT, ("CUQUOTA_LOG_LEVEL", "debug")],
+    );
+    out.check_rcs(&rcs);
+    assert_eq!(out.logs_starting("GPU 0 refused").len(), 4, "{out}");
+    out.check_log(
+        "GPU 0 refused 384.00 MiB (402653184 bytes) via cuMemAlloc_v2: quota 1.00 GiB, \
+         in use 768.00 MiB, 256.00 MiB left",
+    );
+    assert_eq!(
+        out.logs_starting("GPU 0: the caller backed off").len(),
+        1,
+        "{out}"
+    );
+}
+
+/// Observe mode: each would-be refusal is in the trace as a `refused` line marked observed,
+/// and the log summary, the trace summary and the report count the same; the report says
+/// which quota would have held the run.
+#[test]
+fn observe_mode_traces_would_be_refusals() {
+    let dir = scratch_dir("observe");
+    let path = dir.join("t.jsonl");
+    let out = run(
+        Client::Linked,
+        "init alloc:768M alloc:512M alloc:256M",
+        &[
+            LIMIT,
+            ("CUQUOTA_MODE", "observe"),
+            ("CUQUOTA_TRACE", path.to_str().unwrap()),
+        ],
+    );
+    out.check_rcs(&[0, 0, 0, 0]);
+    out.check_log(
+        "GPU 0 summary: peak 1.50 GiB (1610612736 bytes) of quota 1.00 GiB, 3 allocations, \
+         2 refusals, 3 live at exit (1.50 GiB)",
+    );
+    let text = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let refused: Vec<(u64, u64)> = lines
+        .iter()
+        .filter(|l| l["type"] == "refused")
+        .map(|l| {
+            assert_eq!(
+                (&l["observed"], &l["reason"]),
+                (&true.into(), &"quota".into())
+            );
+            (l["bytes"].as_u64().unwrap(), l["in_use"].as_u64().unwrap())
+        })
+        .collect();
+    assert_eq!(refused, [(512 * MIB, 768 * MIB), (256 * MIB, 1280 * MIB)]);
+    assert!(
+        lines.iter().all(|l| l["type"] != "backoff"),
+        "no episodes: {text}"
+    );
+    let summary = lines.last().unwrap();
+    assert_eq!(summary["devices"][0]["refusals"], 2, "{text}");
+
+    let report = std::process::Command::new(&artifacts().cli)
+        .arg("report")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&report.stdout);
+    for want in [
+        "3 allocations (1.50 GiB in all), 0 frees, 2 refusals (2 by quota, 0 by the driver; 2 observed, allowed), 3 live (1.50 GiB)",
+        "     observe mode: a quota of 1.50 GiB (1610612736 bytes) or more would have held this run (its peak)",
+        "     2 requests would have been refused by the quota of 1.00 GiB:",
+        "         512.00 MiB  at ",
+    ] {
+        assert!(report.contains(want), "missing {want:?} in\n{report}");
+    }
+    assert!(!report.contains("Back-off episodes"), "{report}");
+
+    // The plot marks them, and says what they are.
+    let svg = dir.join("t.svg");
+    let plot = std::process::Command::new(&artifacts().cli)
+        .arg("plot")
+        .arg(&path)
+        .arg("-o")
+        .arg(&svg)
+        .output()
+        .unwrap();
+    assert!(plot.status.success(), "{plot:?}");
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        svg.contains("GPU 0 would be refused (observe mode)"),
+        "{svg}"
     );
 }
 
@@ -297,11 +435,15 @@ fn bfc_growth_demo_backs_off_and_keeps_running() {
         "{out}"
     );
     let chain: Vec<String> = refused.iter().map(|&r| h(r)).collect();
-    out.check_log(&format!(
-        "GPU 0: the caller backed off {} and got {}; it keeps running \
-         (an allocator shrinking its request, e.g. TensorFlow allow_growth)",
-        chain.join(" → "),
-        h(ask)
-    ));
-    assert!(!out.logs_starting("GPU 0 refused").is_empty(), "{out}");
+    check_outcome(
+        &out,
+        &format!(
+            "GPU 0: the caller backed off {} ({} refusals) and got {} T later; it keeps running \
+             (likely an allocator shrinking its request, e.g. TensorFlow allow_growth)",
+            chain.join(" → "),
+            refused.len(),
+            h(ask)
+        ),
+    );
+    assert_eq!(out.logs_starting("GPU 0 refused").len(), 1, "{out}");
 }

@@ -96,6 +96,9 @@ fn run_check(script: &str, mode: Mode) -> ClientRun {
             // The wheels are CUDA 13; a 12.x driver would make cuda-bindings warn.
             ("CUDA_SHIM_DRIVER_VERSION", "13000"),
             ("CUQUOTA_LIMIT", "1GiB"),
+            // Every refusal its line (the default prints an episode's first only): the
+            // checks below count them.
+            ("CUQUOTA_LOG_LEVEL", "debug"),
             ("CUQUOTA_TRACE", trace.to_str().unwrap()),
             // Also numba's switch: on the NVIDIA bindings it asks for this one instead.
             ("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM", per_thread),
@@ -648,6 +651,8 @@ fn tinygrad_fills_a_gpus_quota_and_a_cross_gpu_copy_is_refused() {
             ("CUDA_SHIM_MEMORY", "4GiB"),
             ("CUDA_SHIM_DRIVER_VERSION", "13000"),
             ("CUQUOTA_LIMIT", "0:1GiB,1:256MiB"),
+            // every refusal its own line (the default prints an episode's first and its outcome)
+            ("CUQUOTA_LOG_LEVEL", "debug"),
             ("CUQUOTA_TRACE", trace.to_str().unwrap()),
             ("PYTHONDONTWRITEBYTECODE", "1"),
             // tinygrad's caches (compiled kernels, downloads) stay in the scratch dir.
@@ -758,6 +763,8 @@ fn tinygrad_fills_a_gpus_quota_and_a_cross_gpu_copy_is_refused() {
         ("alloc", "cuMemAlloc_v2", 1, 1),
         ("free", "cuMemFree_v2", 1, 1),
         ("refused", "cuMemAlloc_v2", 1, 2),
+        // GPU 1's episode: the caller gave up (its outcome line carries the out-of-memory).
+        ("backoff", "cuMemAlloc_v2", 1, 1),
     ] {
         want.insert((kind.to_string(), api.to_string(), dev), n);
     }

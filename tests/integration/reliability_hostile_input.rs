@@ -49,6 +49,7 @@ fn value() -> impl Strategy<Value = String> {
         Just("1e3".to_string()),
         Just("null".to_string()),
         Just("true".to_string()),
+        Just("false".to_string()),
         "[a-zA-Z0-9_ ]{0,12}".prop_map(|s| format!("\"{s}\"")),
         "\\PC{0,6}".prop_map(|s| serde_json::to_string(&s).unwrap()),
         Just("\"a\\\"b\"".to_string()),
@@ -64,7 +65,7 @@ fn value() -> impl Strategy<Value = String> {
     ]
 }
 
-const KEYS: [&str; 19] = [
+const KEYS: [&str; 20] = [
     "type",
     "t_ns",
     "tid",
@@ -82,6 +83,7 @@ const KEYS: [&str; 19] = [
     "sizes",
     "count",
     "ptrs",
+    "observed",
     "new_field",
     "type",
 ];

@@ -200,7 +200,11 @@ impl Process {
                 let reason = e.reason.as_deref().unwrap_or("quota");
                 w.event(format_args!(
                     r#"{{"name":{},"cat":"cuquota","ph":"i","s":"t","pid":{},"tid":{},"ts":{ts},"args":{{"dev":{},"api":{},"bytes":{},"reason":{},"result":{},"in_use":{}}}}}"#,
-                    json(&format!("GPU {} refused {} ({reason})", e.dev, human(e.bytes))),
+                    json(&if e.observed {
+                        format!("GPU {} would refuse {} ({reason}, observe mode)", e.dev, human(e.bytes))
+                    } else {
+                        format!("GPU {} refused {} ({reason})", e.dev, human(e.bytes))
+                    }),
                     self.pid,
                     e.tid,
                     e.dev,

@@ -22,6 +22,8 @@ struct Series {
     quota: Option<u64>,
     peak: u64,
     timeline: Timeline,
+    /// Its refusals are observe mode's would-be ones (the calls went ahead).
+    observed: bool,
 }
 
 pub fn svg(traces: &[PathBuf], output: &Path, options: &Options) -> Result<(), String> {
@@ -60,6 +62,7 @@ pub fn svg(traces: &[PathBuf], output: &Path, options: &Options) -> Result<(), S
                     s.peak = s.peak.max(e.in_use);
                     if kind == kind::REFUSED {
                         s.timeline.refusal(t, e.in_use);
+                        s.observed |= e.observed;
                     }
                 }
                 Record::Summary(_) => {}
@@ -102,6 +105,7 @@ fn new_series(header: Option<&Header>, dev: i32) -> Series {
         quota,
         peak: 0,
         timeline: Timeline::new(BUCKETS),
+        observed: false,
     }
 }
 
@@ -187,7 +191,11 @@ fn draw(series: &[Series], text: &mut String) -> Result<(), Box<dyn std::error::
             let cross = color.stroke_width(2);
             chart
                 .draw_series(refusals.into_iter().map(|p| Cross::new(p, 5, cross)))?
-                .label(format!("{} refused", s.label))
+                .label(if s.observed {
+                    format!("{} would be refused (observe mode)", s.label)
+                } else {
+                    format!("{} refused", s.label)
+                })
                 .legend(move |(x, y)| Cross::new((x + 7, y), 4, cross));
         }
     }

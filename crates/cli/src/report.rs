@@ -2,7 +2,7 @@
 //! state, then the same [`Report`] printed as text or as one JSON document.
 
 use crate::timeline::Timeline;
-use cuquota_format::episodes::Episode;
+use cuquota_format::episodes::{Episode, GaveUp, Outcome, GAP_NS};
 use cuquota_format::hash::BuildKeyHasher;
 use cuquota_format::read::{self, Options, Record};
 use cuquota_format::schema::{kind, parse_ptr, EventLine, Header, Summary};
@@ -22,6 +22,8 @@ const CHART_ROWS: usize = 5;
 /// Refused sizes kept per episode: the first few and the last few.
 const EPISODE_HEAD: usize = 6;
 const EPISODE_TAIL: usize = 2;
+/// Observe mode's would-be refusals listed one by one, per device.
+const OBSERVED_SHOWN: usize = 10;
 
 pub fn run(traces: &[PathBuf], json: bool, options: &Options) -> Result<(), String> {
     let report = build(traces, options)?;
@@ -82,6 +84,11 @@ pub struct DeviceReport {
     pub refusals: u64,
     pub refused_by_quota: u64,
     pub refused_by_driver: u64,
+    /// Observe mode: refusals the quota would have made (counted in `refusals` and
+    /// `refused_by_quota` too, as the log's summary counts them); the calls went ahead.
+    pub refused_observed: u64,
+    /// The first of them, in order.
+    pub observed_shown: Vec<ObservedReport>,
     pub meminfo_calls: u64,
     pub live: u64,
     pub live_bytes: u64,
@@ -89,12 +96,24 @@ pub struct DeviceReport {
     pub timeline: Vec<u64>,
 }
 
+/// A request observe mode let through that the quota would have refused.
+#[derive(Serialize, Debug, Clone)]
+pub struct ObservedReport {
+    pub t_ns: u64,
+    pub tid: u32,
+    pub api: String,
+    pub bytes: u64,
+    /// Bytes charged before it.
+    pub in_use: u64,
+}
+
 #[derive(Serialize, Debug, Default)]
 pub struct EpisodesReport {
     /// Runs of refusals on one thread and device (the rule of `cuquota_format::episodes`,
     /// the same as the log's back-off lines).
     pub count: u64,
-    /// Those followed by a successful allocation on that thread and device.
+    /// Those that ended in a successful allocation on that thread and device (backed off or
+    /// retried); the others gave up.
     pub recovered: u64,
     /// The first ones, in order of their first refusal.
     pub shown: Vec<EpisodeReport>,
@@ -111,9 +130,14 @@ pub struct EpisodeReport {
     pub refused: Vec<u64>,
     /// Sizes left out of `refused`, between its head and tail.
     pub refused_elided: u64,
-    /// The size that then succeeded; null if none did before the trace ended.
+    /// The size that then succeeded; null if none did (the caller gave up).
     pub got: Option<u64>,
     pub got_t_ns: Option<u64>,
+    /// `"backed off"`, `"retried"` or `"gave up"`.
+    pub outcome: &'static str,
+    /// Why it counts as given up: `"gap"` (no request within the gap), `"larger"` (the next
+    /// request was larger), `"other device"`, `"end"` (the trace ended); null otherwise.
+    pub gave_up: Option<&'static str>,
 }
 
 #[derive(Serialize, Debug, Clone)]
@@ -356,9 +380,9 @@ impl Process {
                 // `as u32` (here and below): the trace's i32 ordinal, one to one.
                 let dev = e.dev as u32;
                 if let Some(open) = self.open.get(&e.tid) {
-                    if open.episode.succeeded(dev, e.bytes).is_some() {
+                    if let Some(outcome) = open.episode.succeeded(dev, e.bytes, t) {
                         let open = self.open.remove(&e.tid).unwrap();
-                        self.close_episode(e.tid, open, Some((e.bytes, t)));
+                        self.close_episode(e.tid, open, outcome, t);
                     }
                 }
             }
@@ -376,20 +400,39 @@ impl Process {
                     r.refused_by_quota += 1;
                 }
                 timeline.refusal(t, e.in_use);
-                let dev = e.dev as u32;
-                let continued = self
-                    .open
-                    .get_mut(&e.tid)
-                    .is_some_and(|open| open.episode.refused(dev, e.bytes));
-                if !continued {
-                    let started = OpenEpisode {
-                        episode: Episode::start(dev, e.bytes),
-                        t_ns: t,
-                        api,
-                    };
-                    if let Some(ended) = self.open.insert(e.tid, started) {
-                        self.close_episode(e.tid, ended, None);
+                if e.observed {
+                    // Allowed: the caller got its memory, so it is no episode.
+                    r.refused_observed += 1;
+                    if r.observed_shown.len() < OBSERVED_SHOWN {
+                        r.observed_shown.push(ObservedReport {
+                            t_ns: t,
+                            tid: e.tid,
+                            api: self.api_names[api as usize].clone(),
+                            bytes: e.bytes,
+                            in_use: e.in_use,
+                        });
                     }
+                    return;
+                }
+                // The interposer's episodes are of out-of-memory refusals only.
+                if e.result != "CUDA_ERROR_OUT_OF_MEMORY" {
+                    return;
+                }
+                let dev = e.dev as u32;
+                let ended = match self.open.get_mut(&e.tid) {
+                    Some(open) => match open.episode.refused(dev, e.bytes, t) {
+                        None => return, // joined
+                        Some(outcome) => Some(outcome),
+                    },
+                    None => None,
+                };
+                let started = OpenEpisode {
+                    episode: Episode::start(dev, e.bytes, t),
+                    t_ns: t,
+                    api,
+                };
+                if let (Some(old), Some(outcome)) = (self.open.insert(e.tid, started), ended) {
+                    self.close_episode(e.tid, old, outcome, t);
                 }
             }
             kind::MEMINFO => r.meminfo_calls += 1,
@@ -431,7 +474,22 @@ impl Process {
         }
     }
 
-    fn close_episode(&mut self, tid: u32, open: OpenEpisode, got: Option<(u64, u64)>) {
+    /// `t_ns`: when it ended (the request that ended it, or the end of the trace).
+    fn close_episode(&mut self, tid: u32, open: OpenEpisode, outcome: Outcome, t_ns: u64) {
+        let (got, outcome_words, gave_up) = match outcome {
+            Outcome::BackedOff { got, .. } => (Some((got, t_ns)), "backed off", None),
+            Outcome::Retried { got, .. } => (Some((got, t_ns)), "retried", None),
+            Outcome::GaveUp(why) => (
+                None,
+                "gave up",
+                Some(match why {
+                    GaveUp::Gap => "gap",
+                    GaveUp::Larger(_) => "larger",
+                    GaveUp::OtherDevice(_) => "other device",
+                    GaveUp::Exit => "end",
+                }),
+            ),
+        };
         let eps = &mut self.episodes;
         eps.count += 1;
         eps.recovered += u64::from(got.is_some());
@@ -447,6 +505,8 @@ impl Process {
                 refused_elided: episode.elided(),
                 got: got.map(|g| g.0),
                 got_t_ns: got.map(|g| g.1),
+                outcome: outcome_words,
+                gave_up,
             });
         }
     }
@@ -457,11 +517,13 @@ impl Process {
     }
 
     fn finish(mut self) -> ProcessReport {
-        // Refusals never followed by a success: the caller gave up (or was killed).
+        // Episodes open at the end of the trace: the caller gave up (or was killed).
         let mut open: Vec<_> = self.open.drain().collect();
         open.sort_by_key(|(_, o)| o.t_ns);
+        let end = self.end_t_ns;
         for (tid, o) in open {
-            self.close_episode(tid, o, None);
+            let outcome = o.episode.at_exit(end);
+            self.close_episode(tid, o, outcome, end);
         }
         self.episodes.shown.sort_by_key(|e| e.t_ns);
 
@@ -724,16 +786,24 @@ fn render_device(out: &mut String, p: &ProcessReport, d: &DeviceReport) {
     );
     let _ = writeln!(
         out,
-        "     {} allocations ({} in all), {} frees, {} refusals ({} by quota, {} by the driver), {} live ({})",
+        "     {} allocations ({} in all), {} frees, {} refusals ({} by quota, {} by the driver{}), {} live ({})",
         d.allocs,
         human(d.alloc_bytes),
         d.frees,
         d.refusals,
         d.refused_by_quota,
         d.refused_by_driver,
+        if d.refused_observed > 0 {
+            format!("; {} observed, allowed", d.refused_observed)
+        } else {
+            String::new()
+        },
         d.live,
         human(d.live_bytes)
     );
+    if d.refused_observed > 0 || p.mode == "observe" {
+        render_observed(out, d);
+    }
     let scale = d.quota.unwrap_or(0).max(d.peak);
     chart(
         out,
@@ -779,25 +849,64 @@ fn chart(out: &mut String, columns: &[u64], scale: u64, duration_ns: u64, scale_
     let _ = writeln!(out, "     {:>label_width$}  0 s{:pad$}{end}", "", "");
 }
 
+/// Observe mode: what the quota would have refused, and the quota that would have held.
+fn render_observed(out: &mut String, d: &DeviceReport) {
+    let _ = writeln!(
+        out,
+        "     observe mode: a quota of {} ({} bytes) or more would have held this run (its peak)",
+        human(d.peak),
+        d.peak
+    );
+    if d.refused_observed == 0 {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "     {} request{} would have been refused{}:",
+        d.refused_observed,
+        if d.refused_observed == 1 { "" } else { "s" },
+        d.quota
+            .map_or(String::new(), |q| format!(" by the quota of {}", human(q)))
+    );
+    for o in &d.observed_shown {
+        let _ = writeln!(
+            out,
+            "       {:>12}  at {} via {} (in use {})",
+            human(o.bytes),
+            seconds(o.t_ns),
+            o.api,
+            human(o.in_use)
+        );
+    }
+    let more = d.refused_observed - d.observed_shown.len() as u64;
+    if more > 0 {
+        let _ = writeln!(out, "       … and {more} more");
+    }
+}
+
 fn render_episodes(out: &mut String, e: &EpisodesReport) {
     if e.count == 0 {
         return;
     }
     let _ = writeln!(
         out,
-        "   Back-off episodes: {} ({} then succeeded, {} never did)",
+        "   Back-off episodes: {} ({} then succeeded, {} gave up; episodes end after {} ms without a request)",
         e.count,
         e.recovered,
-        e.count - e.recovered
+        e.count - e.recovered,
+        GAP_NS / 1_000_000
     );
     for ep in &e.shown {
         let mut sizes: Vec<String> = ep.refused.iter().map(|&b| human(b)).collect();
         if ep.refused_elided > 0 {
             sizes.insert(EPISODE_HEAD, format!("… {} more …", ep.refused_elided));
         }
-        let outcome = match ep.got {
-            Some(got) => format!("then got {}", human(got)),
-            None => "never satisfied".to_string(),
+        let outcome = match (ep.got, ep.gave_up) {
+            (Some(got), _) => format!("{}, then got {}", ep.outcome, human(got)),
+            (None, Some("gap")) => "gave up (no request within the gap)".to_string(),
+            (None, Some("larger")) => "gave up (asked for more next)".to_string(),
+            (None, Some("other device")) => "gave up (went on to another GPU)".to_string(),
+            (None, _) => "gave up (the trace ended)".to_string(),
         };
         let _ = writeln!(
             out,
@@ -983,8 +1092,8 @@ mod tests {
         for needle in [
             "== node1 · rank 0 · pid 100 · train --x",
             "quota 100.00 MiB, peak 100.00 MiB (100.0%) at 6 µs",
-            "refused 40.00 MiB → 36.00 MiB; then got 20.00 MiB",
-            "refused 50.00 MiB; never satisfied",
+            "refused 40.00 MiB → 36.00 MiB; backed off, then got 20.00 MiB",
+            "refused 50.00 MiB; gave up (the trace ended)",
             "Live at exit: 1 allocations, 20.00 MiB",
             "API mix: cuMemAlloc_v2 8",
             "█",

@@ -1,51 +1,85 @@
 //! The one rule that groups refusals into back-off episodes. The interposer applies it as the
-//! refusals happen (its log's "backed off" / "retried" line and the trace's `backoff` line),
-//! and `cuquota report` applies it again to the trace's `refused` and `alloc` lines, so both
-//! show the same episodes with the same sizes.
+//! refusals happen (its log's outcome line and the trace's `backoff` line), and `cuquota
+//! report` applies it again to the trace's `refused` and `alloc` lines, so all three show the
+//! same episodes with the same sizes and the same outcome.
 //!
-//! The rule, per thread:
-//! - a refusal opens an episode on its device when the thread has none open;
-//! - every later refusal of that thread on that device joins it, whatever its size (a larger
-//!   request is still the same caller failing to get memory: nothing is dropped);
-//! - the thread's next successful allocation on that device ends it as a recovery, with the
-//!   size it got; successful allocations on other devices leave it open;
-//! - a refusal on another device ends it unrecovered (the caller gave up on that device) and
-//!   opens the next one; so does the end of the process (never satisfied).
+//! The rule, per thread and device:
+//! - a refusal opens an episode when the thread has none open;
+//! - a refusal on the same device, no larger than the last refused size and within [`GAP_NS`]
+//!   of the previous refusal, joins it;
+//! - a success on the same device within the gap, no larger than the last refused size, ends
+//!   it: *retried* when every refusal and the success were of one size (an allocator that
+//!   freed its cache and asked again), *backed off* otherwise (one that shrank its request).
+//!   Frees in between do not matter: PyTorch and CuPy free their caches, then retry;
+//! - anything else ends it as *gave up*: any request after the gap (a refusal then opens the
+//!   next episode), a request on that device larger than the last refused one, a refusal on
+//!   another device, or the end of the process. Successes on other devices within the gap
+//!   leave it open.
 //!
-//! A recovery is a retry when every refused size is the size that then fit (an allocator that
-//! freed its cache and asked again), and a back-off otherwise (one that shrank its request).
+//! The gap, 200 ms: the allocators that retry do so at once. TensorFlow's BFC allocator, on a
+//! refused growth, asks again for 90% of the size in a tight loop (microseconds apart);
+//! PyTorch's caching allocator, refused, synchronises the device, frees its cached segments and
+//! asks again (milliseconds, a few tens for a large cache); CuPy's pool frees its free blocks,
+//! then runs Python's `gc.collect()` and asks again (tens of milliseconds in a large program).
+//! A program that gives up and, half a second later, asks for that size for another reason
+//! has not retried.
 //!
 //! An episode keeps the count of its refusals, its first `HEAD` sizes and its last `TAIL`;
-//! it is `Copy` and fixed-size, so that the interposer can keep it in a thread-local without
-//! a destructor.
+//! it is `Copy` and fixed-size, so that the interposer can keep it without a destructor.
 
-/// A run of refusals on one thread and device, waiting to see whether the caller recovers.
+/// Longest time between a refusal and the next request of the same episode.
+pub const GAP_NS: u64 = 200_000_000;
+
+/// A run of refusals on one thread and device, waiting to see what the caller does next.
 #[derive(Clone, Copy, Debug)]
 pub struct Episode<const HEAD: usize, const TAIL: usize> {
     pub device: u32,
     refusals: u64,
     /// Every refusal so far asked for `head[0]` bytes.
     same_size: bool,
+    /// The last refused size, and when (ns, on any clock the caller keeps to).
+    last_bytes: u64,
+    last_t_ns: u64,
     head: [u64; HEAD],
     /// The latest sizes beyond `head`, a ring: the n-th of them is at `n % TAIL`.
     tail: [u64; TAIL],
 }
 
-/// How an episode ended, when the caller recovered.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Recovery {
-    /// Other sizes were refused (the sizes kept, in order), then `got` fit.
-    BackedOff { refused: Vec<u64>, got: u64 },
-    /// The same size every time (after the caller freed its cache), and it fit.
-    Retried { bytes: u64, refusals: u64 },
+/// How an episode ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Other (smaller) sizes were refused, then `got` fit, `after_ns` after the last refusal.
+    BackedOff { got: u64, after_ns: u64 },
+    /// One size every time, and then it fit.
+    Retried { got: u64, after_ns: u64 },
+    /// The caller did not get memory within the episode.
+    GaveUp(GaveUp),
+}
+
+/// What showed that the caller gave up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GaveUp {
+    /// No request on that device within the gap.
+    Gap,
+    /// Its next request on that device was for more (this many bytes).
+    Larger(u64),
+    /// Its next refusal was on another device.
+    OtherDevice(u32),
+    /// The process ended (or the trace did) with the episode open.
+    Exit,
+}
+
+impl Outcome {
+    pub fn recovered(&self) -> bool {
+        !matches!(self, Outcome::GaveUp(_))
+    }
 }
 
 impl<const HEAD: usize, const TAIL: usize> Episode<HEAD, TAIL> {
     const KEEPS_BOTH_ENDS: () = assert!(HEAD > 0 && TAIL > 0);
 
-    /// A thread's first refusal since its last success on `device` (or since it had
-    /// refusals on another device).
-    pub fn start(device: u32, bytes: u64) -> Self {
+    /// A thread's refusal of `bytes` on `device` at `t_ns` with no episode open.
+    pub fn start(device: u32, bytes: u64, t_ns: u64) -> Self {
         #[allow(clippy::let_unit_value)]
         let () = Self::KEEPS_BOTH_ENDS;
         let mut head = [0; HEAD];
@@ -54,16 +88,18 @@ impl<const HEAD: usize, const TAIL: usize> Episode<HEAD, TAIL> {
             device,
             refusals: 1,
             same_size: true,
+            last_bytes: bytes,
+            last_t_ns: t_ns,
             head,
             tail: [0; TAIL],
         }
     }
 
-    /// Another refusal on the same thread. Returns false when it is on another device: this
-    /// episode ended unrecovered, and the caller starts a new one with this refusal.
-    pub fn refused(&mut self, device: u32, bytes: u64) -> bool {
-        if device != self.device {
-            return false;
+    /// Another refusal on the same thread: `None` when it joined the episode, or how the
+    /// episode ended (gave up), and the caller starts a new one with this refusal.
+    pub fn refused(&mut self, device: u32, bytes: u64, t_ns: u64) -> Option<Outcome> {
+        if let Some(why) = self.gave_up(device, bytes, t_ns) {
+            return Some(Outcome::GaveUp(why));
         }
         let n = self.refusals as usize;
         if n < HEAD {
@@ -73,31 +109,71 @@ impl<const HEAD: usize, const TAIL: usize> Episode<HEAD, TAIL> {
         }
         self.refusals += 1;
         self.same_size &= bytes == self.head[0];
-        true
+        self.last_bytes = bytes;
+        self.last_t_ns = t_ns;
+        None
     }
 
-    /// A successful allocation of `bytes` on the same thread: the recovery that ends this
-    /// episode, or `None` when it is on another device (the episode stays open).
-    pub fn succeeded(&self, device: u32, bytes: u64) -> Option<Recovery> {
-        if device != self.device {
+    /// A successful allocation of `bytes` on the same thread: how the episode ended, or
+    /// `None` when it is on another device within the gap (the episode stays open).
+    pub fn succeeded(&self, device: u32, bytes: u64, t_ns: u64) -> Option<Outcome> {
+        if device != self.device && !self.expired(t_ns) {
             return None;
         }
+        if let Some(why) = self.gave_up(device, bytes, t_ns) {
+            return Some(Outcome::GaveUp(why));
+        }
+        let after_ns = t_ns.saturating_sub(self.last_t_ns);
         Some(if self.same_size && bytes == self.head[0] {
-            Recovery::Retried {
-                bytes,
-                refusals: self.refusals,
+            Outcome::Retried {
+                got: bytes,
+                after_ns,
             }
         } else {
-            Recovery::BackedOff {
-                refused: self.sizes().collect(),
+            Outcome::BackedOff {
                 got: bytes,
+                after_ns,
             }
         })
+    }
+
+    /// Whether a request of `bytes` on `device` at `t_ns` shows the caller gave up.
+    fn gave_up(&self, device: u32, bytes: u64, t_ns: u64) -> Option<GaveUp> {
+        // The gap first: once it has passed the episode is over, whatever comes next.
+        if t_ns.saturating_sub(self.last_t_ns) > GAP_NS {
+            Some(GaveUp::Gap)
+        } else if device != self.device {
+            Some(GaveUp::OtherDevice(device))
+        } else if bytes > self.last_bytes {
+            Some(GaveUp::Larger(bytes))
+        } else {
+            None
+        }
+    }
+
+    /// The end of the process (or of the trace) with this episode open: gave up, after the
+    /// gap when it had passed.
+    pub fn at_exit(&self, t_ns: u64) -> Outcome {
+        if t_ns.saturating_sub(self.last_t_ns) > GAP_NS {
+            Outcome::GaveUp(GaveUp::Gap)
+        } else {
+            Outcome::GaveUp(GaveUp::Exit)
+        }
+    }
+
+    /// Whether the gap has passed at `t_ns` (the episode is over, whatever comes next).
+    pub fn expired(&self, t_ns: u64) -> bool {
+        t_ns.saturating_sub(self.last_t_ns) > GAP_NS
     }
 
     /// Every refusal of the episode, also those whose sizes were not kept.
     pub fn refusals(&self) -> u64 {
         self.refusals
+    }
+
+    /// The last refused size.
+    pub fn last_bytes(&self) -> u64 {
+        self.last_bytes
     }
 
     /// The refused sizes kept, in order: the first `HEAD`, then the last `TAIL`.
@@ -126,62 +202,109 @@ mod tests {
     use super::*;
 
     const GIB: u64 = 1 << 30;
+    const MS: u64 = 1_000_000;
     type Ep = Episode<6, 2>;
 
     #[test]
-    fn larger_requests_stay_in_the_episode() {
-        // The case the log and the report used to disagree on.
-        let mut e = Ep::start(0, 4 * GIB);
-        assert!(e.refused(0, 8 * GIB));
+    fn shrinking_refusals_then_a_fit_back_off() {
+        let mut e = Ep::start(0, 4 * GIB, 0);
+        assert_eq!(e.refused(0, 2 * GIB, MS), None);
         assert_eq!(
-            e.succeeded(0, GIB),
-            Some(Recovery::BackedOff {
-                refused: vec![4 * GIB, 8 * GIB],
-                got: GIB
+            e.succeeded(0, GIB, 3 * MS),
+            Some(Outcome::BackedOff {
+                got: GIB,
+                after_ns: 2 * MS
             })
         );
+        assert_eq!(e.sizes().collect::<Vec<_>>(), [4 * GIB, 2 * GIB]);
+    }
+
+    #[test]
+    fn a_larger_request_ends_it_given_up() {
+        let mut e = Ep::start(0, 4 * GIB, 0);
+        assert_eq!(
+            e.refused(0, 8 * GIB, MS),
+            Some(Outcome::GaveUp(GaveUp::Larger(8 * GIB)))
+        );
+        assert_eq!(e.refusals(), 1, "the larger refusal is not part of it");
+        assert_eq!(
+            e.succeeded(0, 5 * GIB, MS),
+            Some(Outcome::GaveUp(GaveUp::Larger(5 * GIB)))
+        );
+    }
+
+    #[test]
+    fn the_gap_ends_it_given_up() {
+        let mut e = Ep::start(0, GIB, 0);
+        assert_eq!(
+            e.refused(0, GIB, GAP_NS),
+            None,
+            "exactly the gap still joins"
+        );
+        assert_eq!(
+            e.succeeded(0, GIB, 2 * GAP_NS + 1),
+            Some(Outcome::GaveUp(GaveUp::Gap))
+        );
+        assert_eq!(
+            e.refused(0, GIB, 2 * GAP_NS + 1),
+            Some(Outcome::GaveUp(GaveUp::Gap))
+        );
+        assert!(e.expired(3 * GAP_NS));
+        assert_eq!(e.at_exit(GAP_NS + 1), Outcome::GaveUp(GaveUp::Exit));
+        assert_eq!(e.at_exit(3 * GAP_NS), Outcome::GaveUp(GaveUp::Gap));
     }
 
     #[test]
     fn devices_end_and_keep_episodes() {
-        let mut e = Ep::start(0, GIB);
+        let mut e = Ep::start(0, GIB, 0);
         assert_eq!(
-            e.succeeded(1, GIB),
+            e.succeeded(1, GIB, 0),
             None,
             "a success elsewhere leaves it open"
         );
-        assert!(!e.refused(1, GIB), "a refusal elsewhere ends it");
+        assert_eq!(
+            e.refused(1, GIB, 0),
+            Some(Outcome::GaveUp(GaveUp::OtherDevice(1)))
+        );
         assert_eq!(e.refusals(), 1);
+        assert_eq!(
+            e.succeeded(1, GIB, GAP_NS + 1),
+            Some(Outcome::GaveUp(GaveUp::Gap)),
+            "after the gap, anything ends it"
+        );
+        assert_eq!(
+            e.refused(1, GIB, GAP_NS + 1),
+            Some(Outcome::GaveUp(GaveUp::Gap))
+        );
     }
 
     #[test]
     fn retries_are_the_same_size_every_time() {
-        let mut e = Ep::start(0, GIB);
-        e.refused(0, GIB);
+        let mut e = Ep::start(0, GIB, 0);
+        e.refused(0, GIB, MS);
         assert_eq!(
-            e.succeeded(0, GIB),
-            Some(Recovery::Retried {
-                bytes: GIB,
-                refusals: 2
+            e.succeeded(0, GIB, 2 * MS),
+            Some(Outcome::Retried {
+                got: GIB,
+                after_ns: MS
             })
         );
-        e.refused(0, 2 * GIB);
-        e.refused(0, GIB);
+        e.refused(0, GIB / 2, 2 * MS);
         assert!(matches!(
-            e.succeeded(0, GIB),
-            Some(Recovery::BackedOff { .. })
+            e.succeeded(0, GIB / 2, 2 * MS),
+            Some(Outcome::BackedOff { .. })
         ));
         assert!(matches!(
-            Ep::start(0, GIB).succeeded(0, GIB / 2),
-            Some(Recovery::BackedOff { .. })
+            Ep::start(0, GIB, 0).succeeded(0, GIB / 2, 0),
+            Some(Outcome::BackedOff { .. })
         ));
     }
 
     #[test]
     fn long_episodes_keep_head_and_tail() {
-        let mut e = Ep::start(0, 100);
+        let mut e = Ep::start(0, 100, 0);
         for i in 1..20 {
-            assert!(e.refused(0, 100 - i));
+            assert_eq!(e.refused(0, 100 - i, i), None);
         }
         assert_eq!(e.refusals(), 20);
         assert_eq!(
@@ -190,10 +313,10 @@ mod tests {
         );
         assert_eq!((e.elided(), e.truncated()), (12, true));
 
-        let mut short = Episode::<3, 1>::start(0, 9);
+        let mut short = Episode::<3, 1>::start(0, 9, 0);
         assert_eq!(short.sizes().collect::<Vec<_>>(), [9]);
         for b in [8, 7, 6, 5] {
-            short.refused(0, b);
+            short.refused(0, b, 0);
         }
         assert_eq!(short.sizes().collect::<Vec<_>>(), [9, 8, 7, 5]);
         assert_eq!(short.elided(), 1);

@@ -84,6 +84,10 @@ pub fn parse(line: &[u8]) -> Option<EventLine<'_>> {
                 ev.ptrs = Some(c.string_array()?);
                 16
             }
+            b"observed" => {
+                ev.observed = c.literal_true()?;
+                17
+            }
             _ => return None,
         };
         if seen & (1 << bit) != 0 {
@@ -160,6 +164,13 @@ impl<'a> Cursor<'a> {
         Some(value)
     }
 
+    /// `true` (the writer never writes `"observed":false`; anything else falls back).
+    fn literal_true(&mut self) -> Option<bool> {
+        let rest = self.s.get(self.i..)?;
+        rest.starts_with(b"true").then(|| self.i += 4)?;
+        Some(true)
+    }
+
     fn i32(&mut self) -> Option<i32> {
         if self.s.get(self.i) == Some(&b'-') {
             self.i += 1;
@@ -230,6 +241,7 @@ mod tests {
         for line in [
             r#"{"type":"alloc","t_ns":123,"tid":9,"dev":1,"api":"cuMemAlloc_v2","ptr":"0x7f12","bytes":4096,"result":"CUDA_SUCCESS","in_use":8192}"#,
             r#"{"type":"refused","t_ns":0,"tid":9,"dev":0,"api":"a","ptr":"0x0","bytes":1,"result":"CUDA_ERROR_OUT_OF_MEMORY","in_use":0,"reason":"quota"}"#,
+            r#"{"type":"refused","t_ns":0,"reason":"quota","observed":true}"#,
             r#"{"type":"meminfo","t_ns":1,"told_free":1,"told_total":2,"real_free":3,"real_total":18446744073709551615}"#,
             r#"{"type":"backoff","dev":-1,"sizes":[40,36,32]}"#,
             r#"{"type":"backoff","sizes":[]}"#,
@@ -253,6 +265,8 @@ mod tests {
             r#"{"type":"alloc","dev":2147483648}"#,
             r#"{"type":"alloc","api":"a\"b"}"#,
             r#"{"type":"alloc","reason":null}"#,
+            r#"{"type":"refused","observed":false}"#,
+            r#"{"type":"refused","observed":tru}"#,
             r#"{"type":"alloc","t_ns":1,"t_ns":2}"#,
             r#"{"type": "alloc"}"#,
             r#"{"type":"alloc"} "#,

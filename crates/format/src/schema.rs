@@ -98,6 +98,10 @@ pub struct EventLine<'a> {
     /// refused: `"quota"` or `"driver"`.
     #[serde(default, borrow)]
     pub reason: Option<Cow<'a, str>>,
+    /// refused, observe mode: the quota would have refused it, and the call went ahead
+    /// (`result` is what enforce mode would have returned).
+    #[serde(default)]
+    pub observed: bool,
     #[serde(default)]
     pub told_free: u64,
     #[serde(default)]
@@ -106,7 +110,8 @@ pub struct EventLine<'a> {
     pub real_free: u64,
     #[serde(default)]
     pub real_total: u64,
-    /// backoff: the refused sizes in order, then the size that succeeded.
+    /// backoff: the refused sizes in order, then the size that succeeded (none when the caller
+    /// gave up: then `result` is what it got).
     #[serde(default)]
     pub sizes: Option<Vec<u64>>,
     /// dropped: events lost since the previous batch because the buffer was full;
