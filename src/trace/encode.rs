@@ -10,7 +10,7 @@
 //! ([`LineStart`]), and the thread, device, API name and high digits of the pointer
 //! ([`Segments`]). Tests compare the lines with serde_json's.
 
-use super::{schema_ordinal, Event, EventKind};
+use super::{Event, EventKind};
 use crate::cuda_abi::CuResult;
 use cuquota_format::hash::KeyHasher;
 use cuquota_format::schema::{kind, Summary, SummaryDevice};
@@ -566,7 +566,7 @@ struct DeviceTally {
 
 impl Tally {
     /// Starts with a row for every device of the header, so that unused devices show too.
-    pub fn new(quotas: impl IntoIterator<Item = (i32, Option<u64>)>) -> Tally {
+    pub fn new(quotas: impl IntoIterator<Item = (u32, Option<u64>)>) -> Tally {
         let mut tally = Tally::default();
         for (dev, quota) in quotas {
             tally.device(dev).summary.quota = quota;
@@ -575,7 +575,7 @@ impl Tally {
     }
 
     #[inline]
-    fn device(&mut self, dev: i32) -> &mut DeviceTally {
+    fn device(&mut self, dev: u32) -> &mut DeviceTally {
         if self
             .devices
             .get(self.last)
@@ -588,7 +588,7 @@ impl Tally {
 
     /// The index of `dev`'s row, added if new.
     #[cold]
-    fn find_device(&mut self, dev: i32) -> usize {
+    fn find_device(&mut self, dev: u32) -> usize {
         match self.devices.binary_search_by_key(&dev, |d| d.summary.dev) {
             Ok(i) => i,
             Err(i) => {
@@ -611,7 +611,7 @@ impl Tally {
             // may be on another one).
             // The line's in_use is of the context's device; another one's drops by what
             // was freed there.
-            let own = schema_ordinal(ev.device);
+            let own = ev.device;
             for d in &mut self.devices {
                 for ptr in ptrs.iter() {
                     if let Some(old) = d.live.remove(ptr) {
@@ -627,7 +627,7 @@ impl Tally {
         }
         self.events += 1;
         let ok = ev.result == 0;
-        let DeviceTally { summary: d, live } = self.device(schema_ordinal(ev.device));
+        let DeviceTally { summary: d, live } = self.device(ev.device);
         // The live totals wrap rather than panic: only absurd sizes (a test's u64::MAX)
         // could overflow them, and the summary is garbage then either way.
         match ev.kind {
@@ -791,7 +791,7 @@ mod tests {
             let ev: EventLine = serde_json::from_str(line(&s)).unwrap();
             assert_eq!(
                 (ev.t_ns, ev.tid, ev.dev, ev.bytes, ev.in_use),
-                (t, tid, schema_ordinal(dev), bytes, bytes)
+                (t, tid, dev, bytes, bytes)
             );
             assert_eq!(ev.ptr, format!("{ptr:#x}"));
         }
@@ -825,7 +825,7 @@ mod tests {
         kind: &'a str,
         t_ns: u64,
         tid: u32,
-        dev: i32,
+        dev: u32,
         api: &'a str,
         ptr: String,
         bytes: u64,
@@ -857,7 +857,7 @@ mod tests {
             kind: "",
             t_ns: s.t_ns,
             tid: s.tid,
-            dev: schema_ordinal(ev.device),
+            dev: ev.device,
             api: ev.api,
             ptr: format!("{:#x}", ev.ptr),
             bytes: ev.bytes,
@@ -1137,7 +1137,10 @@ mod tests {
                 // serde_json too writes \u0001 for the byte 1.
                 assert_eq!(std::str::from_utf8(&out).unwrap(), reference(&s));
                 let ev: EventLine = serde_json::from_slice(&out).unwrap();
-                assert_eq!((ev.t_ns, ev.dev, ev.api.len()), (u64::MAX, i32::MAX, 200));
+                assert_eq!(
+                    (ev.t_ns, ev.dev, ev.api.len()),
+                    (u64::MAX, i32::MAX as u32, 200)
+                );
             }
         }
         let mut out = Vec::new();

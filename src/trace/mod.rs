@@ -206,12 +206,6 @@ pub struct StartInfo {
     pub devices: Vec<DeviceInfo>,
 }
 
-/// A device ordinal as the schema writes it.
-fn schema_ordinal(device: u32) -> i32 {
-    // Ordinals are below `config::MAX_DEVICES`: the cast never wraps.
-    device as i32
-}
-
 /// The running trace of this process; null when off (never started, failed, or reset in a
 /// forked child). Tracers are leaked, so a non-null pointer stays valid forever.
 static CURRENT: AtomicPtr<Tracer> = AtomicPtr::new(std::ptr::null_mut());
@@ -441,7 +435,7 @@ fn open(
             .devices
             .iter()
             .map(|d| schema::HeaderDevice {
-                ordinal: schema_ordinal(d.ordinal),
+                ordinal: d.ordinal,
                 name: d.name.clone(),
                 total: d.total,
                 quota: d.quota,
@@ -464,11 +458,7 @@ fn open(
         }
         return Err(format!("cannot write trace file \"{shown}\": {e}"));
     }
-    let quotas = info
-        .devices
-        .iter()
-        .map(|d| (schema_ordinal(d.ordinal), d.quota))
-        .collect();
+    let quotas = info.devices.iter().map(|d| (d.ordinal, d.quota)).collect();
     Tracer::spawn(fd, shown, start_mono_ns, quotas, options)
 }
 

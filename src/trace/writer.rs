@@ -73,7 +73,7 @@ impl Tracer {
         fd: i32,
         path: String,
         start_mono_ns: u64,
-        quotas: Vec<(i32, Option<u64>)>,
+        quotas: Vec<(u32, Option<u64>)>,
         options: Options,
     ) -> Result<&'static Tracer, String> {
         // SAFETY: eventfd has no memory preconditions.

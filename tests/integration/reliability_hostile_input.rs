@@ -120,7 +120,7 @@ fn canonical() -> impl Strategy<Value = String> {
     (
         any::<u64>(),
         any::<u32>(),
-        -1i32..8,
+        0u32..8,
         any::<u64>(),
         any::<u64>(),
         any::<u64>(),

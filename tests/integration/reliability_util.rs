@@ -15,7 +15,7 @@ pub struct Ev {
     pub kind: String,
     pub t_ns: u64,
     pub tid: u32,
-    pub dev: i32,
+    pub dev: u32,
     pub api: String,
     pub ptr: String,
     pub bytes: u64,

@@ -104,7 +104,7 @@ struct Process {
     pid: u64,
     offset_ns: u64,
     last_t_ns: u64,
-    devices: BTreeMap<i32, Device>,
+    devices: BTreeMap<u32, Device>,
 }
 
 /// `1234.567` µs from nanoseconds.
@@ -157,7 +157,7 @@ impl Process {
         }
     }
 
-    fn counter(&self, w: &mut Writer, t_ns: u64, dev: i32, what: &str, bytes: u64) {
+    fn counter(&self, w: &mut Writer, t_ns: u64, dev: u32, what: &str, bytes: u64) {
         w.event(format_args!(
             r#"{{"name":"GPU {dev} {what}","ph":"C","pid":{},"ts":{},"args":{{"bytes":{bytes}}}}}"#,
             self.pid,

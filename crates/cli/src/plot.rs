@@ -35,7 +35,7 @@ pub fn svg(traces: &[PathBuf], output: &Path, options: &Options) -> Result<(), S
     let mut processes = 0usize;
     for path in traces {
         // The series of the current process, by device.
-        let mut current: BTreeMap<i32, Series> = BTreeMap::new();
+        let mut current: BTreeMap<u32, Series> = BTreeMap::new();
         let mut header: Option<Header> = None;
         let mut offset = 0u64;
         read::read(path, options, |record| {
@@ -89,7 +89,7 @@ pub fn svg(traces: &[PathBuf], output: &Path, options: &Options) -> Result<(), S
     }
 }
 
-fn new_series(header: Option<&Header>, dev: i32) -> Series {
+fn new_series(header: Option<&Header>, dev: u32) -> Series {
     let (label, quota) = match header {
         Some(h) => (
             format!("rank {} pid {} GPU {dev}", h.rank, h.pid),

@@ -71,7 +71,7 @@ pub struct ProcessReport {
 
 #[derive(Serialize, Debug, Default)]
 pub struct DeviceReport {
-    pub dev: i32,
+    pub dev: u32,
     pub name: Option<String>,
     pub total: Option<u64>,
     pub quota: Option<u64>,
@@ -121,7 +121,7 @@ pub struct EpisodesReport {
 
 #[derive(Serialize, Debug, Clone)]
 pub struct EpisodeReport {
-    pub dev: i32,
+    pub dev: u32,
     pub tid: u32,
     pub t_ns: u64,
     pub api: String,
@@ -142,7 +142,7 @@ pub struct EpisodeReport {
 
 #[derive(Serialize, Debug, Clone)]
 pub struct AllocReport {
-    pub dev: i32,
+    pub dev: u32,
     pub ptr: String,
     pub bytes: u64,
     pub t_ns: u64,
@@ -234,7 +234,7 @@ struct Live {
 }
 
 /// Largest allocations: a min-heap of (bytes, earlier first, dev, ptr, api).
-type Big = Reverse<(u64, Reverse<u64>, i32, u64, u32)>;
+type Big = Reverse<(u64, Reverse<u64>, u32, u64, u32)>;
 
 /// A thread's open episode (grouped by the interposer's rule), and where it started.
 struct OpenEpisode {
@@ -246,11 +246,11 @@ struct OpenEpisode {
 struct Process {
     file: String,
     header: Header,
-    devices: BTreeMap<i32, Device>,
+    devices: BTreeMap<u32, Device>,
     api_names: Vec<String>,
     api_counts: Vec<u64>,
     api_ids: HashMap<String, u32>,
-    live: HashMap<(i32, u64), Live, BuildKeyHasher>,
+    live: HashMap<(u32, u64), Live, BuildKeyHasher>,
     largest: BinaryHeap<Big>,
     /// By thread id: a thread has at most one open episode.
     open: HashMap<u32, OpenEpisode>,
@@ -377,8 +377,7 @@ impl Process {
                     self.largest.pop();
                     self.largest.push(big);
                 }
-                // `as u32` (here and below): the trace's i32 ordinal, one to one.
-                let dev = e.dev as u32;
+                let dev = e.dev;
                 if let Some(open) = self.open.get(&e.tid) {
                     if let Some(outcome) = open.episode.succeeded(dev, e.bytes, t) {
                         let open = self.open.remove(&e.tid).unwrap();
@@ -418,7 +417,7 @@ impl Process {
                 if e.result != "CUDA_ERROR_OUT_OF_MEMORY" {
                     return;
                 }
-                let dev = e.dev as u32;
+                let dev = e.dev;
                 let ended = match self.open.get_mut(&e.tid) {
                     Some(open) => match open.episode.refused(dev, e.bytes, t) {
                         None => return, // joined
@@ -496,7 +495,7 @@ impl Process {
         if eps.shown.len() < EPISODES_SHOWN {
             let episode = &open.episode;
             eps.shown.push(EpisodeReport {
-                dev: episode.device as i32,
+                dev: episode.device,
                 tid,
                 t_ns: open.t_ns,
                 api: self.api_names[open.api as usize].clone(),
@@ -528,7 +527,7 @@ impl Process {
         self.episodes.shown.sort_by_key(|e| e.t_ns);
 
         let end = self.end_t_ns;
-        let mut live_per_dev: BTreeMap<i32, (u64, u64)> = BTreeMap::new();
+        let mut live_per_dev: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
         let mut live_top: BinaryHeap<Big> = BinaryHeap::new();
         for (&(dev, ptr), l) in &self.live {
             let e = live_per_dev.entry(dev).or_default();
@@ -539,7 +538,7 @@ impl Process {
                 live_top.pop();
             }
         }
-        let alloc = |big: Big, live: &HashMap<(i32, u64), Live, BuildKeyHasher>| {
+        let alloc = |big: Big, live: &HashMap<(u32, u64), Live, BuildKeyHasher>| {
             let Reverse((bytes, Reverse(t_ns), dev, ptr, api)) = big;
             AllocReport {
                 dev,

@@ -29,7 +29,7 @@ pub fn parse(line: &[u8]) -> Option<EventLine<'_>> {
                 2
             }
             b"dev" => {
-                ev.dev = c.i32()?;
+                ev.dev = c.u32()?;
                 3
             }
             b"api" => {
@@ -171,16 +171,12 @@ impl<'a> Cursor<'a> {
         Some(true)
     }
 
-    fn i32(&mut self) -> Option<i32> {
+    /// An unsigned 32-bit number; a sign is left to serde (which reads `-0` as 0).
+    fn u32(&mut self) -> Option<u32> {
         if self.s.get(self.i) == Some(&b'-') {
-            self.i += 1;
-            let v = self.u64()?;
-            if v == 0 {
-                return None; // "-0": leave it to serde
-            }
-            return i32::try_from(-i64::try_from(v).ok()?).ok();
+            return None;
         }
-        i32::try_from(self.u64()?).ok()
+        u32::try_from(self.u64()?).ok()
     }
 
     fn string_array(&mut self) -> Option<Vec<Cow<'a, str>>> {
@@ -243,7 +239,7 @@ mod tests {
             r#"{"type":"refused","t_ns":0,"tid":9,"dev":0,"api":"a","ptr":"0x0","bytes":1,"result":"CUDA_ERROR_OUT_OF_MEMORY","in_use":0,"reason":"quota"}"#,
             r#"{"type":"refused","t_ns":0,"reason":"quota","observed":true}"#,
             r#"{"type":"meminfo","t_ns":1,"told_free":1,"told_total":2,"real_free":3,"real_total":18446744073709551615}"#,
-            r#"{"type":"backoff","dev":-1,"sizes":[40,36,32]}"#,
+            r#"{"type":"backoff","dev":3,"sizes":[40,36,32]}"#,
             r#"{"type":"backoff","sizes":[]}"#,
             r#"{"type":"dropped","t_ns":7,"count":3}"#,
             r#"{"type":"ålloc"}"#,
@@ -261,8 +257,9 @@ mod tests {
             r#"{"type":"alloc","t_ns":01}"#,
             r#"{"type":"alloc","t_ns":-1}"#,
             r#"{"type":"alloc","t_ns":18446744073709551616}"#,
+            r#"{"type":"alloc","dev":-1}"#,
             r#"{"type":"alloc","dev":-0}"#,
-            r#"{"type":"alloc","dev":2147483648}"#,
+            r#"{"type":"alloc","dev":4294967296}"#,
             r#"{"type":"alloc","api":"a\"b"}"#,
             r#"{"type":"alloc","reason":null}"#,
             r#"{"type":"refused","observed":false}"#,

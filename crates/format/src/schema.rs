@@ -60,7 +60,7 @@ pub struct Header {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct HeaderDevice {
-    pub ordinal: i32,
+    pub ordinal: u32,
     pub name: String,
     /// The device's real total memory in bytes.
     pub total: u64,
@@ -81,7 +81,7 @@ pub struct EventLine<'a> {
     #[serde(default)]
     pub tid: u32,
     #[serde(default)]
-    pub dev: i32,
+    pub dev: u32,
     #[serde(default, borrow)]
     pub api: Cow<'a, str>,
     /// Device pointer or `cuMemCreate` handle as a hex string (`"0x7f0000000000"`).
@@ -141,7 +141,7 @@ pub struct Summary {
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct SummaryDevice {
-    pub dev: i32,
+    pub dev: u32,
     pub quota: Option<u64>,
     /// Highest `in_use` seen, and when.
     pub peak: u64,
