@@ -2,6 +2,8 @@
 # Installs cuquota into PREFIX:
 #   PREFIX/bin/cuquota                           the CLI (`cuquota run` finds the library in ../lib)
 #   PREFIX/lib/libcuquota.so                     the interposer
+#   PREFIX/lib/libcuquota_audit.so               the rtld-audit module `cuquota run` sets as
+#                                                LD_AUDIT (covers RTLD_DEEPBIND plugins)
 #   PREFIX/share/cuquota/shim/libcuda.so.1       the stand-in driver, to try cuquota without a GPU
 #                                                (only used when named: LD_LIBRARY_PATH=PREFIX/share/cuquota/shim)
 # Usage: scripts/install.sh PREFIX
@@ -22,18 +24,20 @@ if [ -z "$built" ]; then
         sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
     built=$target_dir/release
 fi
-for f in cuquota libcuquota.so libcuda.so; do
+for f in cuquota libcuquota.so libcuquota_audit.so libcuda.so; do
     [ -f "$built/$f" ] || { echo "install.sh: $built/$f is not built" >&2; exit 1; }
 done
 echo "== installing into $prefix" >&2
 mkdir -p "$prefix/bin" "$prefix/lib" "$prefix/share/cuquota/shim"
 install -m 755 "$built/cuquota" "$prefix/bin/cuquota"
 install -m 755 "$built/libcuquota.so" "$prefix/lib/libcuquota.so"
+install -m 755 "$built/libcuquota_audit.so" "$prefix/lib/libcuquota_audit.so"
 install -m 755 "$built/libcuda.so" "$prefix/share/cuquota/shim/libcuda.so.1"
 ln -sf libcuda.so.1 "$prefix/share/cuquota/shim/libcuda.so"
 cat >&2 <<EOT
    $prefix/bin/cuquota
    $prefix/lib/libcuquota.so
+   $prefix/lib/libcuquota_audit.so
    $prefix/share/cuquota/shim/libcuda.so.1   (the stand-in driver)
 Try it on a simulated 8 GiB GPU:
    LD_LIBRARY_PATH=$prefix/share/cuquota/shim CUDA_SHIM_MEMORY=8GiB \\
