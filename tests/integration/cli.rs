@@ -738,7 +738,11 @@ fn the_install_script_installs_a_cuquota_that_finds_its_library() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
-    for file in ["bin/cuquota", "lib/libcuquota.so", "lib/libcuquota_audit.so"] {
+    for file in [
+        "bin/cuquota",
+        "lib/libcuquota.so",
+        "lib/libcuquota_audit.so",
+    ] {
         assert!(prefix.join(file).is_file(), "{file} is not installed");
     }
     let mut cmd = Command::new(prefix.join("bin/cuquota"));
