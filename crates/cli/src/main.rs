@@ -8,6 +8,7 @@ mod plot;
 mod report;
 mod run;
 mod timeline;
+mod traces;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use cuquota_format::read;

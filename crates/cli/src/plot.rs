@@ -29,7 +29,7 @@ struct Series {
 pub fn svg(traces: &[PathBuf], output: &Path, options: &Options) -> Result<(), String> {
     let mut t0 = u64::MAX;
     for path in traces {
-        t0 = t0.min(read::header(path)?.start_unix_ns);
+        t0 = t0.min(crate::traces::header(path)?.start_unix_ns);
     }
     let mut series: Vec<Series> = Vec::new();
     let mut processes = 0usize;
