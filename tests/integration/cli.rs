@@ -366,43 +366,150 @@ fn export_chrome_has_counters_and_refusals() {
 }
 
 #[test]
-fn plot_draws_one_series_per_process_and_device() {
+fn plot_draws_one_panel_per_process_and_device() {
     let dir = temp_dir("plot");
     let (a, b) = write_traces(&dir);
     let svg_path = dir.join("memory.svg");
     ok(&["plot", s(&a), s(&b), "-o", s(&svg_path)]);
     let svg = std::fs::read_to_string(&svg_path).unwrap();
     let elements = xml::parse(&svg).unwrap_or_else(|e| panic!("not XML: {e}"));
-    assert_eq!(elements[0].name, "svg");
-    // The in-use lines are the 2-px polylines: rank 0 GPU 0 and 1, rank 1 GPU 0.
-    let series: Vec<&xml::Element> = elements
-        .iter()
-        .filter(|e| e.name == "polyline" && e.attr("stroke-width") == Some("2"))
-        .collect();
-    assert_eq!(series.len(), 3, "one line per process and device");
-    let mut colours: Vec<&str> = series.iter().filter_map(|e| e.attr("stroke")).collect();
-    colours.dedup();
-    assert_eq!(colours.len(), 3);
+    let root = &elements[0];
+    assert_eq!(root.name, "svg");
+    // The time axis spans the events (rank 0's first at 1 ms of the job, its last at 4 ms),
+    // not the processes' quiet starts, and says where its zero is.
+    assert_eq!(root.attr("data-time-from-ns"), Some("1000000"));
+    assert_eq!(root.attr("data-time-to-ns"), Some("4000000"));
     let texts = xml::texts(&svg);
+    let has = |t: &str| texts.iter().any(|x| x == t);
+    assert!(
+        has("rank 0 · pid 100 · node1 · GPU 0 (Stand-in GPU) · peak 1012.00 MiB · quota 1.00 GiB · 2 refused"),
+        "{texts:?}"
+    );
+    assert!(
+        has("time (ms) since the first event, 1.000 ms after the first process started"),
+        "{texts:?}"
+    );
+    // The title names the program and the traces.
+    assert!(has("Device memory in use: train.py"), "{texts:?}");
+    assert!(
+        has(&format!("trace: {} and 1 more", a.display())),
+        "{texts:?}"
+    );
+    // Small multiples: one panel per process and GPU, in order, each with one in-use line.
+    let with = |name: &str, class: &str| -> Vec<&xml::Element> {
+        elements
+            .iter()
+            .filter(|e| e.name == name && e.attr("class") == Some(class))
+            .collect()
+    };
+    let panels: Vec<&str> = with("g", "panel")
+        .iter()
+        .filter_map(|e| e.attr("data-label"))
+        .collect();
+    assert_eq!(
+        panels,
+        [
+            "rank 0 · pid 100 · node1 · GPU 0 (Stand-in GPU)",
+            "rank 0 · pid 100 · node1 · GPU 1 (Stand-in GPU)",
+            "rank 1 · pid 200 · node1 · GPU 0 (Stand-in GPU)",
+        ]
+    );
+    assert_eq!(with("polyline", "in-use").len(), 3);
+    let areas = with("rect", "plot-area");
+    assert_eq!(areas.len(), 3);
+    let num = |e: &xml::Element, k: &str| -> f64 { e.attr(k).unwrap().parse().unwrap() };
+    // A shared time axis: the same x extent in every panel, time labels under the last only.
+    assert!(areas
+        .iter()
+        .all(|r| num(r, "x") == num(areas[0], "x") && num(r, "width") == num(areas[0], "width")));
+    let last_top = num(areas[2], "y");
+    let x_ticks = with("text", "x-tick");
+    assert!(!x_ticks.is_empty());
+    assert!(x_ticks
+        .iter()
+        .all(|t| num(t, "y") > last_top + num(areas[2], "height")));
+    // The legend lies right of the data, inside the picture.
+    let legend = with("rect", "legend-box")[0];
+    let right_of_data = num(areas[0], "x") + num(areas[0], "width");
+    assert!(num(legend, "x") > right_of_data, "legend over the data");
+    assert!(num(legend, "x") + num(legend, "width") <= num(root, "width"));
     for label in [
-        "rank 0 pid 100 GPU 0",
-        "rank 0 pid 100 GPU 1",
-        "rank 1 pid 200 GPU 0",
-        "rank 0 pid 100 GPU 0 quota 1.00 GiB",
-        "rank 0 pid 100 GPU 0 refused",
-        "time (ms)",
-        "in use (GiB)",
+        "in use",
+        "quota",
+        "refused (marked at",
+        "in use + the request)",
     ] {
-        assert!(
-            texts.iter().any(|t| t == label),
-            "no {label:?} in {texts:?}"
-        );
+        assert!(has(label), "no {label:?} in {texts:?}");
+    }
+    // Quotas: dark and dashed, for the two limited GPUs only.
+    let quotas = with("line", "quota");
+    assert_eq!(quotas.len(), 2);
+    assert!(quotas
+        .iter()
+        .all(|q| q.attr("stroke") == Some("#222222") && q.attr("stroke-dasharray").is_some()));
+    // Rank 0 GPU 0: y to 1.5 GiB (the refusal of 800 MiB at 512 MiB in use reaches 1.28 GiB);
+    // the quota of 1 GiB two thirds up, the first refusal mark at 1312 MiB.
+    let p0 = with("g", "panel")[0];
+    assert_eq!(
+        (p0.attr("data-y-max"), p0.attr("data-unit")),
+        (Some("1.5"), Some("GiB"))
+    );
+    let (top, height) = (num(areas[0], "y"), num(areas[0], "height"));
+    let level = |y: f64| (top + height - y) / height * 1.5;
+    assert!((level(num(quotas[0], "y1")) - 1.0).abs() < 0.01);
+    let marks = with("path", "refusal");
+    assert_eq!(marks.len(), 2);
+    let d = marks[0].attr("d").unwrap();
+    let centre: f64 = d
+        .split(['L', 'M', ','])
+        .nth(2)
+        .unwrap()
+        .parse::<f64>()
+        .unwrap()
+        + 5.0;
+    assert!((level(centre) - 1312.0 / 1024.0).abs() < 0.01, "{d}");
+    // Nothing runs off the picture: every text starts inside it.
+    let (w, h) = (num(root, "width"), num(root, "height"));
+    for t in elements
+        .iter()
+        .filter(|e| e.name == "text" && e.attr("x").is_some())
+    {
+        assert!((0.0..w).contains(&num(t, "x")) && (0.0..h).contains(&num(t, "y")));
     }
 
-    // One process: labels are just the device.
+    // One process: panels name just the device.
     ok(&["plot", s(&a), "-o", s(&svg_path)]);
-    let texts = xml::texts(&std::fs::read_to_string(&svg_path).unwrap());
-    assert!(texts.iter().any(|t| t == "GPU 1"), "{texts:?}");
+    let svg = std::fs::read_to_string(&svg_path).unwrap();
+    let elements = xml::parse(&svg).unwrap();
+    assert!(elements
+        .iter()
+        .any(|e| e.attr("data-label") == Some("GPU 1 (Stand-in GPU)")));
+    let texts = xml::texts(&svg);
+    assert!(texts
+        .iter()
+        .any(|t| t == "time (ms) since the first event, 1.000 ms after the process started"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A trace without a single device-memory event has nothing to plot: an error, not an
+/// empty chart.
+#[test]
+fn plot_of_a_trace_without_events_fails() {
+    let dir = temp_dir("plot-empty");
+    let path = dir.join("quiet.jsonl");
+    std::fs::write(&path, header(9, 0, 0, &[(0, Some(GIB))]) + "\n").unwrap();
+    let svg = dir.join("quiet.svg");
+    let out = cuquota(&["plot", s(&path), "-o", s(&svg)]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "cuquota: {}: no device-memory events to plot (the program made no allocation, \
+             free, refusal or memory query)\n",
+            path.display()
+        )
+    );
+    assert!(!svg.exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
 
