@@ -94,7 +94,10 @@ pub struct DeviceReport {
     pub meminfo_calls: u64,
     pub live: u64,
     pub live_bytes: u64,
-    /// Highest in-use bytes in each of 60 equal slices of the process's duration.
+    /// Highest in-use bytes in each of 60 equal slices of the trace: slice `i` covers
+    /// `[i·w, (i+1)·w)` ns after `start_unix_ns`, with `w = (duration_ns + 1) / 60`; a value
+    /// carries over quiet slices. Exact to the reader's time bucket (a quarter to a half of
+    /// `w`, at least 1 µs): an event near a slice's edge may count in its neighbour.
     pub timeline: Vec<u64>,
 }
 
