@@ -274,7 +274,14 @@ fn the_same_trace_given_twice_is_read_once() {
             a.display()
         )
     };
-    assert_eq!(stderr(&out), warning(&copy) + &warning(&a));
+    assert_eq!(
+        stderr(&out),
+        warning(&copy)
+            + &format!(
+                "cuquota: warning: {}: given twice; read once\n",
+                a.display()
+            )
+    );
     let out = ok(&["report", "--json", s(&a), s(&copy)]);
     let json: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(json["job"]["processes"], 1);

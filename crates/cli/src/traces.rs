@@ -53,6 +53,10 @@ impl Seen {
                 self.files.insert(key, file.to_string());
                 true
             }
+            Some(earlier) if earlier == file => {
+                read::warn(&format!("{file}: given twice; read once"));
+                false
+            }
             Some(earlier) => {
                 read::warn(&format!(
                     "{file}: the trace of pid {} on {} (started at {} ns) is also in {earlier}; \
