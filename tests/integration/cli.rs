@@ -127,12 +127,12 @@ fn report_text_and_json_on_synthetic_traces() {
         "GPU 1 (Stand-in GPU, 8.00 GiB): no quota, peak 100.00 MiB at 2.000 ms",
         "refused 800.00 MiB → 720.00 MiB; backed off, then got 500.00 MiB",
         "Live at exit: 2 allocations, 600.00 MiB",
-        "API mix: cuMemAlloc_v2 5, cuMemFree_v2 1, cuMemGetInfo_v2 1",
+        "API mix (calls traced, refused ones included): cuMemAlloc_v2 5, cuMemFree_v2 1, cuMemGetInfo_v2 1",
         "== node1 · rank 1 · pid 200 · train.py",
-        "no summary line: the process was killed or crashed",
+        "no summary line: the process is still running, or was killed",
         "Live at the end of the trace: 2 allocations, 512.00 MiB",
         "== job: 2 processes on 1 host",
-        "1 trace without a summary (killed or crashed)",
+        "1 trace without a summary (still running, or killed)",
     ] {
         assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
     }
@@ -204,7 +204,98 @@ fn bad_lines_name_file_and_line_unless_skipped() {
     let not_trace = dir.join("other.jsonl");
     std::fs::write(&not_trace, "{\"a\":1}\n").unwrap();
     let out = cuquota(&["report", s(&not_trace)]);
-    assert!(stderr(&out).contains("other.jsonl:1: missing field `type`"));
+    assert!(
+        stderr(&out).contains(&not_a_trace(&not_trace)),
+        "{}",
+        stderr(&out)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn not_a_trace(path: &Path) -> String {
+    format!(
+        "cuquota: {}: not a cuquota trace (its first line is not a cuquota header; traces are \
+         written with CUQUOTA_TRACE=PATH or cuquota run --trace PATH)\n",
+        path.display()
+    )
+}
+
+/// Report, export and plot say the same one line for a file that is not a trace, whatever
+/// it holds instead.
+#[test]
+fn not_a_trace_is_one_wording_in_every_subcommand() {
+    let dir = temp_dir("notrace");
+    let svg = dir.join("out.svg");
+    let json = dir.join("out.json");
+    let an_event = event("alloc", 1, 1, 0, 0x1, 1, 1) + "\n";
+    for (name, text) in [
+        ("empty", ""),
+        ("text", "hello\n"),
+        ("json", "{\"a\":1}\n"),
+        ("event", an_event.as_str()),
+    ] {
+        let path = dir.join(format!("{name}.jsonl"));
+        std::fs::write(&path, text).unwrap();
+        for args in [
+            vec!["report", s(&path)],
+            vec!["report", "--json", s(&path)],
+            vec!["export", s(&path), "-o", s(&json)],
+            vec!["plot", s(&path), "-o", s(&svg)],
+        ] {
+            let out = cuquota(&args);
+            assert_eq!(out.status.code(), Some(1), "{args:?}");
+            assert_eq!(stderr(&out), not_a_trace(&path), "{args:?}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The same trace given twice, or a copy of it, is one process with a warning, in the
+/// report (text and JSON) and the export.
+#[test]
+fn the_same_trace_given_twice_is_read_once() {
+    let dir = temp_dir("twice");
+    let (a, _) = write_traces(&dir);
+    let copy = dir.join("copy.jsonl");
+    std::fs::copy(&a, &copy).unwrap();
+    let out = ok(&["report", s(&a), s(&copy), s(&a)]);
+    let text = stdout(&out);
+    assert!(text.contains("== job: 1 process on 1 host"), "{text}");
+    assert_eq!(
+        text.matches("== node1 · rank 0 · pid 100").count(),
+        1,
+        "{text}"
+    );
+    let warning = |file: &Path| {
+        format!(
+            "cuquota: warning: {}: the trace of pid 100 on node1 (started at 1000000000 ns) is \
+             also in {}; read once\n",
+            file.display(),
+            a.display()
+        )
+    };
+    assert_eq!(
+        stderr(&out),
+        warning(&copy)
+            + &format!(
+                "cuquota: warning: {}: given twice; read once\n",
+                a.display()
+            )
+    );
+    let out = ok(&["report", "--json", s(&a), s(&copy)]);
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["job"]["processes"], 1);
+    assert_eq!(json["job"]["refusals"], 2);
+    let chrome = dir.join("chrome.json");
+    ok(&["export", s(&a), s(&copy), "-o", s(&chrome)]);
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&chrome).unwrap()).unwrap();
+    let names = doc["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] == "process_name")
+        .count();
+    assert_eq!(names, 1);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -282,43 +373,150 @@ fn export_chrome_has_counters_and_refusals() {
 }
 
 #[test]
-fn plot_draws_one_series_per_process_and_device() {
+fn plot_draws_one_panel_per_process_and_device() {
     let dir = temp_dir("plot");
     let (a, b) = write_traces(&dir);
     let svg_path = dir.join("memory.svg");
     ok(&["plot", s(&a), s(&b), "-o", s(&svg_path)]);
     let svg = std::fs::read_to_string(&svg_path).unwrap();
     let elements = xml::parse(&svg).unwrap_or_else(|e| panic!("not XML: {e}"));
-    assert_eq!(elements[0].name, "svg");
-    // The in-use lines are the 2-px polylines: rank 0 GPU 0 and 1, rank 1 GPU 0.
-    let series: Vec<&xml::Element> = elements
-        .iter()
-        .filter(|e| e.name == "polyline" && e.attr("stroke-width") == Some("2"))
-        .collect();
-    assert_eq!(series.len(), 3, "one line per process and device");
-    let mut colours: Vec<&str> = series.iter().filter_map(|e| e.attr("stroke")).collect();
-    colours.dedup();
-    assert_eq!(colours.len(), 3);
+    let root = &elements[0];
+    assert_eq!(root.name, "svg");
+    // The time axis spans the events (rank 0's first at 1 ms of the job, its last at 4 ms),
+    // not the processes' quiet starts, and says where its zero is.
+    assert_eq!(root.attr("data-time-from-ns"), Some("1000000"));
+    assert_eq!(root.attr("data-time-to-ns"), Some("4000000"));
     let texts = xml::texts(&svg);
+    let has = |t: &str| texts.iter().any(|x| x == t);
+    assert!(
+        has("rank 0 · pid 100 · node1 · GPU 0 (Stand-in GPU) · peak 1012.00 MiB · quota 1.00 GiB · 2 refused"),
+        "{texts:?}"
+    );
+    assert!(
+        has("time (ms) since the first event, 1.000 ms after the first process started"),
+        "{texts:?}"
+    );
+    // The title names the program and the traces.
+    assert!(has("Device memory in use: train.py"), "{texts:?}");
+    assert!(
+        has(&format!("trace: {} and 1 more", a.display())),
+        "{texts:?}"
+    );
+    // Small multiples: one panel per process and GPU, in order, each with one in-use line.
+    let with = |name: &str, class: &str| -> Vec<&xml::Element> {
+        elements
+            .iter()
+            .filter(|e| e.name == name && e.attr("class") == Some(class))
+            .collect()
+    };
+    let panels: Vec<&str> = with("g", "panel")
+        .iter()
+        .filter_map(|e| e.attr("data-label"))
+        .collect();
+    assert_eq!(
+        panels,
+        [
+            "rank 0 · pid 100 · node1 · GPU 0 (Stand-in GPU)",
+            "rank 0 · pid 100 · node1 · GPU 1 (Stand-in GPU)",
+            "rank 1 · pid 200 · node1 · GPU 0 (Stand-in GPU)",
+        ]
+    );
+    assert_eq!(with("polyline", "in-use").len(), 3);
+    let areas = with("rect", "plot-area");
+    assert_eq!(areas.len(), 3);
+    let num = |e: &xml::Element, k: &str| -> f64 { e.attr(k).unwrap().parse().unwrap() };
+    // A shared time axis: the same x extent in every panel, time labels under the last only.
+    assert!(areas
+        .iter()
+        .all(|r| num(r, "x") == num(areas[0], "x") && num(r, "width") == num(areas[0], "width")));
+    let last_top = num(areas[2], "y");
+    let x_ticks = with("text", "x-tick");
+    assert!(!x_ticks.is_empty());
+    assert!(x_ticks
+        .iter()
+        .all(|t| num(t, "y") > last_top + num(areas[2], "height")));
+    // The legend lies right of the data, inside the picture.
+    let legend = with("rect", "legend-box")[0];
+    let right_of_data = num(areas[0], "x") + num(areas[0], "width");
+    assert!(num(legend, "x") > right_of_data, "legend over the data");
+    assert!(num(legend, "x") + num(legend, "width") <= num(root, "width"));
     for label in [
-        "rank 0 pid 100 GPU 0",
-        "rank 0 pid 100 GPU 1",
-        "rank 1 pid 200 GPU 0",
-        "rank 0 pid 100 GPU 0 quota 1.00 GiB",
-        "rank 0 pid 100 GPU 0 refused",
-        "time (ms)",
-        "in use (GiB)",
+        "in use",
+        "quota",
+        "refused (marked at",
+        "in use + the request)",
     ] {
-        assert!(
-            texts.iter().any(|t| t == label),
-            "no {label:?} in {texts:?}"
-        );
+        assert!(has(label), "no {label:?} in {texts:?}");
+    }
+    // Quotas: dark and dashed, for the two limited GPUs only.
+    let quotas = with("line", "quota");
+    assert_eq!(quotas.len(), 2);
+    assert!(quotas
+        .iter()
+        .all(|q| q.attr("stroke") == Some("#222222") && q.attr("stroke-dasharray").is_some()));
+    // Rank 0 GPU 0: y to 1.5 GiB (the refusal of 800 MiB at 512 MiB in use reaches 1.28 GiB);
+    // the quota of 1 GiB two thirds up, the first refusal mark at 1312 MiB.
+    let p0 = with("g", "panel")[0];
+    assert_eq!(
+        (p0.attr("data-y-max"), p0.attr("data-unit")),
+        (Some("1.5"), Some("GiB"))
+    );
+    let (top, height) = (num(areas[0], "y"), num(areas[0], "height"));
+    let level = |y: f64| (top + height - y) / height * 1.5;
+    assert!((level(num(quotas[0], "y1")) - 1.0).abs() < 0.01);
+    let marks = with("path", "refusal");
+    assert_eq!(marks.len(), 2);
+    let d = marks[0].attr("d").unwrap();
+    let centre: f64 = d
+        .split(['L', 'M', ','])
+        .nth(2)
+        .unwrap()
+        .parse::<f64>()
+        .unwrap()
+        + 5.0;
+    assert!((level(centre) - 1312.0 / 1024.0).abs() < 0.01, "{d}");
+    // Nothing runs off the picture: every text starts inside it.
+    let (w, h) = (num(root, "width"), num(root, "height"));
+    for t in elements
+        .iter()
+        .filter(|e| e.name == "text" && e.attr("x").is_some())
+    {
+        assert!((0.0..w).contains(&num(t, "x")) && (0.0..h).contains(&num(t, "y")));
     }
 
-    // One process: labels are just the device.
+    // One process: panels name just the device.
     ok(&["plot", s(&a), "-o", s(&svg_path)]);
-    let texts = xml::texts(&std::fs::read_to_string(&svg_path).unwrap());
-    assert!(texts.iter().any(|t| t == "GPU 1"), "{texts:?}");
+    let svg = std::fs::read_to_string(&svg_path).unwrap();
+    let elements = xml::parse(&svg).unwrap();
+    assert!(elements
+        .iter()
+        .any(|e| e.attr("data-label") == Some("GPU 1 (Stand-in GPU)")));
+    let texts = xml::texts(&svg);
+    assert!(texts
+        .iter()
+        .any(|t| t == "time (ms) since the first event, 1.000 ms after the process started"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A trace without a single device-memory event has nothing to plot: an error, not an
+/// empty chart.
+#[test]
+fn plot_of_a_trace_without_events_fails() {
+    let dir = temp_dir("plot-empty");
+    let path = dir.join("quiet.jsonl");
+    std::fs::write(&path, header(9, 0, 0, &[(0, Some(GIB))]) + "\n").unwrap();
+    let svg = dir.join("quiet.svg");
+    let out = cuquota(&["plot", s(&path), "-o", s(&svg)]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "cuquota: {}: no device-memory events to plot (the program made no allocation, \
+             free, refusal or memory query)\n",
+            path.display()
+        )
+    );
+    assert!(!svg.exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -772,4 +970,46 @@ fn the_install_script_installs_a_cuquota_that_finds_its_library() {
         text.contains(&format!("info rc=0 free={GIB} total={GIB}")),
         "{text}"
     );
+}
+
+/// "1 refusal", not "1 refusals"; a block reused at one address is one "largest" line with
+/// its count.
+#[test]
+fn report_counts_of_one_and_distinct_largest_allocations() {
+    let dir = temp_dir("singular");
+    let path = dir.join("t.jsonl");
+    let mut lines = vec![header(7, 0, 1_000_000_000, &[(0, Some(GIB))])];
+    for i in 0..3u64 {
+        lines.push(event(
+            "alloc",
+            1000 + i * 2000,
+            1,
+            0,
+            0xa000,
+            64 * MIB,
+            64 * MIB,
+        ));
+        lines.push(event("free", 2000 + i * 2000, 1, 0, 0xa000, 64 * MIB, 0));
+    }
+    lines.push(event("refused", 9000, 1, 0, 0, 2 * GIB, 0));
+    lines.push(event("alloc", 10_000, 1, 0, 0xb000, MIB, MIB));
+    lines.push(
+        r#"{"type":"summary","t_ns":11000,"end":"exit","events":8,"dropped":0,"devices":[]}"#
+            .into(),
+    );
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    let text = stdout(&ok(&["report", s(&path)]));
+    for needle in [
+        "     4 allocations (193.00 MiB in all), 3 frees, 1 refusal (1 by quota, 0 by the driver), 1 live (1.00 MiB)",
+        "   Largest allocations (the same address and size again counts as one):\n        64.00 MiB  GPU 0  cuMemAlloc_v2  0xa000  3 times, first at 1 µs\n         1.00 MiB  GPU 0  cuMemAlloc_v2  0xb000  at 10 µs  (still live)\n",
+        "   Live at exit: 1 allocation, 1.00 MiB",
+        "total: peaks add up to 64.00 MiB; 1 refusal in 1 back-off episode; 1 allocation (1.00 MiB) live at the end; 8 events",
+    ] {
+        assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
+    }
+    let json: Value = serde_json::from_slice(&ok(&["report", "--json", s(&path)]).stdout).unwrap();
+    let largest = &json["processes"][0]["largest_allocations"];
+    assert_eq!(largest.as_array().unwrap().len(), 2);
+    assert_eq!(largest[0]["count"], 3);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -213,7 +213,7 @@ fn observe_mode_traces_would_be_refusals() {
     assert!(plot.status.success(), "{plot:?}");
     let svg = std::fs::read_to_string(&svg).unwrap();
     assert!(
-        svg.contains("GPU 0 would be refused (observe mode)"),
+        svg.contains("· quota 1.00 GiB · 2 would be refused (observe mode)</text>"),
         "{svg}"
     );
 }

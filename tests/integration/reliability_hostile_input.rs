@@ -412,7 +412,10 @@ fn report_names_bad_lines_and_goes_on_with_skip_bad() {
     let dir = std::env::temp_dir();
     for (file, want) in [
         (empty.to_str().unwrap(), "not a cuquota trace"),
-        (binary.to_str().unwrap(), ":1: "),
+        (
+            binary.to_str().unwrap(),
+            "binary.jsonl: not a cuquota trace",
+        ),
         (dir.to_str().unwrap(), dir.to_str().unwrap()),
         ("/nonexistent/t.jsonl", "/nonexistent/t.jsonl"),
     ] {

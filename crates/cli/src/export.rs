@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 pub fn chrome(traces: &[PathBuf], output: &Path, options: &Options) -> Result<(), String> {
     let mut t0 = u64::MAX;
     for path in traces {
-        t0 = t0.min(read::header(path)?.start_unix_ns);
+        t0 = t0.min(crate::traces::header(path)?.start_unix_ns);
     }
     let out_name = output.display().to_string();
     let sink: Box<dyn Write> = if output == Path::new("-") {
@@ -31,7 +31,9 @@ pub fn chrome(traces: &[PathBuf], output: &Path, options: &Options) -> Result<()
     };
     w.raw("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
     let mut pids = HashSet::new();
+    let mut seen = crate::traces::Seen::default();
     for path in traces {
+        let file = path.display().to_string();
         let mut process: Option<Process> = None;
         read::read(path, options, |record| {
             match record {
@@ -39,7 +41,10 @@ pub fn chrome(traces: &[PathBuf], output: &Path, options: &Options) -> Result<()
                     if let Some(p) = process.take() {
                         p.close(&mut w);
                     }
-                    process = Some(Process::open(h, t0, &mut pids, &mut w));
+                    // A process already written (the same trace given twice): skip it.
+                    if seen.first(h, &file) {
+                        process = Some(Process::open(h, t0, &mut pids, &mut w));
+                    }
                 }
                 Record::Event(e) => {
                     if let Some(p) = process.as_mut() {

@@ -8,6 +8,7 @@ mod plot;
 mod report;
 mod run;
 mod timeline;
+mod traces;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use cuquota_format::read;
@@ -91,8 +92,9 @@ Other settings (CUQUOTA_LOG_LEVEL, CUQUOTA_VIRTUALIZE) pass through the environm
         #[arg(long)]
         skip_bad: bool,
     },
-    /// Draw memory in use over time per process and device as an SVG chart, with the quota
-    /// and the refusals.
+    /// Draw device memory in use over time as an SVG chart: one panel per process and GPU on
+    /// a shared time axis that spans the events, with the quota (dashed) and the refusals
+    /// (crosses, at in use + the request).
     Plot {
         /// Trace files written with CUQUOTA_TRACE (or `cuquota run --trace`).
         #[arg(required = true, value_name = "TRACE")]

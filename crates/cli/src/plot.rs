@@ -1,52 +1,117 @@
-//! `cuquota plot`: an SVG chart of in-use memory over time, one line per process and device,
-//! its quota as a thin horizontal line of the same colour, refusals as crosses.
+//! `cuquota plot`: an SVG chart of device memory in use over time, as small multiples: one
+//! panel per process and GPU, stacked on a shared time axis that spans the events (not the
+//! process's idle start), each with its quota as a dark dashed line and its refusals as
+//! crosses at the level the refused request would have reached (in use + the request).
 //!
 //! Each series is summarised in a fixed number of time buckets while the trace streams by
-//! (see `timeline`), so a trace of any length draws at most a few thousand points per line.
-//! Text is emitted as SVG `<text>` (plotters without its `ttf` feature): the viewer's fonts
-//! render it.
+//! (see `timeline`), so a trace of any length draws at most a few thousand points per panel.
+//! The SVG is written by hand: a few elements with classes and `data-` attributes (the time
+//! range, each panel's label) that tests can check without rendering it.
 
 use crate::timeline::Timeline;
+use crate::traces::{self, Seen};
 use cuquota_format::read::{self, Options, Record};
 use cuquota_format::schema::{kind, Header};
 use cuquota_format::units::human;
-use plotters::prelude::*;
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 const BUCKETS: usize = 2048;
-const SIZE: (u32, u32) = (1200, 600);
+
+// Layout, in px. The legend sits right of the panels, outside the data.
+const WIDTH: f64 = 1200.0;
+const LEFT: f64 = 90.0;
+const LEGEND_WIDTH: f64 = 250.0;
+const PLOT_WIDTH: f64 = WIDTH - LEFT - LEGEND_WIDTH - 30.0;
+const TOP: f64 = 78.0;
+const PANEL_HEIGHT: f64 = 200.0;
+/// Above each panel, for its label.
+const PANEL_GAP: f64 = 34.0;
+const BOTTOM: f64 = 64.0;
+
+// Colours readable on white.
+const IN_USE: &str = "#1f4e9c";
+const QUOTA: &str = "#222222";
+const REFUSED: &str = "#c0392b";
+const OBSERVED: &str = "#d35400";
+const GRID: &str = "#e3e3e3";
+const TEXT: &str = "#222222";
+const SUBTLE: &str = "#555555";
+const FRAME: &str = "#999999";
 
 struct Series {
     label: String,
     quota: Option<u64>,
     peak: u64,
+    /// First event, in job time (ns since the earliest start); the timeline counts from it.
+    first_ns: u64,
+    /// Highest refusal mark (in use + the request).
+    top_refusal: u64,
+    refusals: u64,
     timeline: Timeline,
     /// Its refusals are observe mode's would-be ones (the calls went ahead).
     observed: bool,
+    /// The process's last event on any device, in job time: memory stays held until then.
+    end_ns: u64,
+}
+
+/// The series of one process, done: each lasts until the process's last event.
+fn finish(process: BTreeMap<u32, Series>, into: &mut Vec<Series>) {
+    let end = process
+        .values()
+        .map(|s| s.first_ns + s.timeline.end_ns())
+        .max()
+        .unwrap_or(0);
+    into.extend(process.into_values().map(|s| Series { end_ns: end, ..s }));
+}
+
+/// What the title names.
+struct Sources {
+    programs: Vec<String>,
+    files: Vec<String>,
 }
 
 pub fn svg(traces: &[PathBuf], output: &Path, options: &Options) -> Result<(), String> {
     let mut t0 = u64::MAX;
     for path in traces {
-        t0 = t0.min(read::header(path)?.start_unix_ns);
+        t0 = t0.min(traces::header(path)?.start_unix_ns);
     }
     let mut series: Vec<Series> = Vec::new();
+    let mut sources = Sources {
+        programs: Vec::new(),
+        files: Vec::new(),
+    };
     let mut processes = 0usize;
+    let mut seen = Seen::default();
     for path in traces {
-        // The series of the current process, by device.
+        let file = path.display().to_string();
+        // The series of the current process, by device; None while skipping a repeat.
         let mut current: BTreeMap<u32, Series> = BTreeMap::new();
         let mut header: Option<Header> = None;
         let mut offset = 0u64;
         read::read(path, options, |record| {
             match record {
                 Record::Header(h) => {
-                    series.extend(std::mem::take(&mut current).into_values());
-                    offset = h.start_unix_ns.saturating_sub(t0);
-                    processes += 1;
-                    header = Some(h.clone());
+                    finish(std::mem::take(&mut current), &mut series);
+                    header = None;
+                    if seen.first(h, &file) {
+                        offset = h.start_unix_ns.saturating_sub(t0);
+                        processes += 1;
+                        let program = program(&h.argv);
+                        if !sources.programs.contains(&program) {
+                            sources.programs.push(program);
+                        }
+                        if !sources.files.contains(&file) {
+                            sources.files.push(file.clone());
+                        }
+                        header = Some(h.clone());
+                    }
                 }
                 Record::Event(e) => {
+                    let Some(h) = header.as_ref() else {
+                        return Ok(());
+                    };
                     let kind = e.kind.as_ref();
                     if !matches!(
                         kind,
@@ -54,33 +119,47 @@ pub fn svg(traces: &[PathBuf], output: &Path, options: &Options) -> Result<(), S
                     ) {
                         return Ok(());
                     }
+                    let t = offset + e.t_ns;
                     let s = current
                         .entry(e.dev)
-                        .or_insert_with(|| new_series(header.as_ref(), e.dev));
-                    let t = offset + e.t_ns;
-                    s.timeline.add(t, e.in_use);
-                    s.peak = s.peak.max(e.in_use);
+                        .or_insert_with(|| new_series(h, e.dev, t));
+                    // The buckets start at the series' first event: all of them span events.
+                    let rel = t.saturating_sub(s.first_ns);
+                    s.timeline.add(rel, e.in_use);
                     if kind == kind::REFUSED {
-                        s.timeline.refusal(t, e.in_use);
+                        let reached = e.in_use.saturating_add(e.bytes);
+                        s.timeline.refusal(rel, reached);
+                        s.top_refusal = s.top_refusal.max(reached);
+                        s.refusals += 1;
                         s.observed |= e.observed;
+                    } else {
+                        s.peak = s.peak.max(e.in_use);
                     }
                 }
                 Record::Summary(_) => {}
             }
             Ok(())
         })?;
-        series.extend(current.into_values());
+        finish(current, &mut series);
+    }
+    if series.is_empty() {
+        let names: Vec<String> = traces.iter().map(|p| p.display().to_string()).collect();
+        return Err(format!(
+            "{}: no device-memory events to plot (the program{} made no allocation, free, \
+             refusal or memory query)",
+            names.join(", "),
+            if processes == 1 { "" } else { "s" }
+        ));
     }
     if processes == 1 {
-        // One process: "GPU 0" says it all.
+        // One process: the title names it, each panel only its GPU.
         for s in &mut series {
             if let Some(at) = s.label.find("GPU ") {
                 s.label = s.label[at..].to_string();
             }
         }
     }
-    let mut text = String::new();
-    draw(&series, &mut text).map_err(|e| format!("drawing the chart: {e}"))?;
+    let text = draw(&series, &sources, t0_note(&series, processes));
     if output == Path::new("-") {
         print!("{text}");
         Ok(())
@@ -89,24 +168,49 @@ pub fn svg(traces: &[PathBuf], output: &Path, options: &Options) -> Result<(), S
     }
 }
 
-fn new_series(header: Option<&Header>, dev: u32) -> Series {
-    let (label, quota) = match header {
-        Some(h) => (
-            format!("rank {} pid {} GPU {dev}", h.rank, h.pid),
-            h.devices
-                .iter()
-                .find(|d| d.ordinal == dev)
-                .and_then(|d| d.quota),
-        ),
-        None => (format!("GPU {dev}"), None),
-    };
+/// The command line, its program by file name (a full path would crowd the title out).
+fn program(argv: &[String]) -> String {
+    let mut words: Vec<&str> = argv.iter().map(String::as_str).collect();
+    if let Some(first) = words.first_mut() {
+        *first = first.rsplit('/').next().unwrap_or(first);
+    }
+    words.join(" ")
+}
+
+fn new_series(h: &Header, dev: u32, first_ns: u64) -> Series {
+    let device = h.devices.iter().find(|d| d.ordinal == dev);
+    let mut label = format!("rank {} · pid {} · {} · GPU {dev}", h.rank, h.pid, h.host);
+    if let Some(d) = device {
+        let _ = write!(label, " ({})", d.name);
+    }
     Series {
         label,
-        quota,
+        quota: device.and_then(|d| d.quota),
         peak: 0,
+        first_ns,
+        top_refusal: 0,
+        refusals: 0,
         timeline: Timeline::new(BUCKETS),
         observed: false,
+        end_ns: first_ns,
     }
+}
+
+/// Where t = 0 of the axis is, said in words.
+fn t0_note(series: &[Series], processes: usize) -> (u64, String) {
+    let first = series.iter().map(|s| s.first_ns).min().unwrap_or(0);
+    let whose = if processes == 1 {
+        "the process started"
+    } else {
+        "the first process started"
+    };
+    (
+        first,
+        format!(
+            "since the first event, {} after {whose}",
+            crate::report::seconds(first)
+        ),
+    )
 }
 
 /// Binary unit for the y axis, from the largest value shown.
@@ -119,95 +223,384 @@ fn unit(max: u64) -> (&'static str, f64) {
     }
 }
 
-fn draw(series: &[Series], text: &mut String) -> Result<(), Box<dyn std::error::Error>> {
-    let end_ns = series
+/// Tick values from 0 to at least `max`: a step of 1, 2 or 5 times a power of ten, about
+/// `target` of them. Returns (step, decimals to print).
+fn ticks(max: f64, target: f64) -> (f64, usize) {
+    let raw = (max / target).max(f64::MIN_POSITIVE);
+    let power = 10f64.powf(raw.log10().floor());
+    let step = [1.0, 2.0, 5.0, 10.0]
+        .into_iter()
+        .map(|m| m * power)
+        .find(|&s| s >= raw)
+        .unwrap_or(10.0 * power);
+    let decimals = (-step.log10().floor()).max(0.0) as usize;
+    (step, decimals)
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// At most `max` characters, with an ellipsis.
+fn clip(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        text.to_string()
+    } else {
+        let mut s: String = text.chars().take(max - 1).collect();
+        s.push('…');
+        s
+    }
+}
+
+fn draw(series: &[Series], sources: &Sources, (from_ns, note): (u64, String)) -> String {
+    let to_ns = series
         .iter()
-        .map(|s| s.timeline.end_ns())
+        .map(|s| s.end_ns)
         .max()
         .unwrap_or(0)
-        .max(1);
-    let top = series
-        .iter()
-        .map(|s| s.peak.max(s.quota.unwrap_or(0)))
-        .max()
-        .unwrap_or(0)
-        .max(1);
-    let (unit_name, unit) = unit(top);
-    let (time_unit, ns_per_unit) = match end_ns {
+        .max(from_ns + 1);
+    let span_ns = to_ns - from_ns;
+    let (time_unit, ns_per_unit) = match span_ns {
         t if t >= 2_000_000_000 => ("s", 1e9),
         t if t >= 2_000_000 => ("ms", 1e6),
         _ => ("µs", 1e3),
     };
-    let x_end = end_ns as f64 / ns_per_unit;
-    // Headroom above the highest line for the legend.
-    let y_end = top as f64 / unit * 1.25;
-    let root = SVGBackend::with_string(text, SIZE).into_drawing_area();
-    root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption("cuquota: device memory in use", ("sans-serif", 22))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0f64..x_end, 0f64..y_end)?;
-    chart
-        .configure_mesh()
-        .x_desc(format!("time ({time_unit})"))
-        .y_desc(format!("in use ({unit_name})"))
-        .label_style(("sans-serif", 15))
-        .axis_desc_style(("sans-serif", 16))
-        .light_line_style(WHITE.mix(0.0))
-        .draw()?;
-    let y = |bytes: u64| bytes as f64 / unit;
-    let x = |t_ns: u64| t_ns as f64 / ns_per_unit;
+    let x_end = span_ns as f64 / ns_per_unit;
+    let x = |t_ns: u64| LEFT + (t_ns.saturating_sub(from_ns)) as f64 / span_ns as f64 * PLOT_WIDTH;
+    let height = TOP + series.len() as f64 * (PANEL_GAP + PANEL_HEIGHT) + BOTTOM;
+
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="sans-serif" data-time-from-ns="{from_ns}" data-time-to-ns="{to_ns}">"#
+    );
+    let _ = writeln!(out, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    // Title: the program and the trace.
+    let program = match sources.programs.as_slice() {
+        [one] => clip(one, 70),
+        [first, rest @ ..] => format!("{} and {} other programs", clip(first, 50), rest.len()),
+        [] => String::new(),
+    };
+    let files = match sources.files.as_slice() {
+        [one] => clip(one, 90),
+        [first, rest @ ..] => format!("{} and {} more", clip(first, 70), rest.len()),
+        [] => String::new(),
+    };
+    let _ = writeln!(
+        out,
+        r#"<text class="title" x="{LEFT}" y="30" font-size="18" fill="{TEXT}">Device memory in use: {}</text>"#,
+        escape(&program)
+    );
+    let _ = writeln!(
+        out,
+        r#"<text class="subtitle" x="{LEFT}" y="52" font-size="13" fill="{SUBTLE}">trace: {}</text>"#,
+        escape(&files)
+    );
+
+    let (x_step, x_decimals) = ticks(x_end, 8.0);
     for (i, s) in series.iter().enumerate() {
-        let color = Palette99::pick(i).to_rgba();
-        let width = s.timeline.width_ns();
-        let mut points = Vec::new();
-        let mut last = 0u64;
-        for (start, b) in s.timeline.buckets().filter(|(_, b)| b.used) {
-            points.push((x(start), y(last)));
-            points.push((x(start), y(b.max)));
-            points.push((x(start + width).min(x_end), y(b.last)));
-            last = b.last;
+        let top = TOP + i as f64 * (PANEL_GAP + PANEL_HEIGHT) + PANEL_GAP;
+        let bottom = top + PANEL_HEIGHT;
+        panel(
+            &mut out,
+            s,
+            top,
+            bottom,
+            &x,
+            (x_end, x_step, x_decimals),
+            i + 1 == series.len(),
+        );
+    }
+    let axis_y = height - 18.0;
+    let _ = writeln!(
+        out,
+        r#"<text class="x-title" x="{}" y="{axis_y}" font-size="14" text-anchor="middle" fill="{TEXT}">time ({time_unit}) {}</text>"#,
+        LEFT + PLOT_WIDTH / 2.0,
+        escape(&note)
+    );
+    legend(&mut out, series);
+    out.push_str("</svg>\n");
+    out
+}
+
+/// One process and GPU: its frame, grid, axes, in-use line, quota and refusals.
+fn panel(
+    out: &mut String,
+    s: &Series,
+    top: f64,
+    bottom: f64,
+    x: &dyn Fn(u64) -> f64,
+    (x_end, x_step, x_decimals): (f64, f64, usize),
+    last: bool,
+) {
+    // The y range holds the line and the quota; refusal marks beyond twice that sit at
+    // the top edge (a huge request would flatten everything else).
+    let held = s.peak.max(s.quota.unwrap_or(0)).max(1);
+    let y_max_bytes = held.max(s.top_refusal.min(held.saturating_mul(2)));
+    let (unit_name, unit) = unit(y_max_bytes);
+    let (y_step, y_decimals) = ticks(y_max_bytes as f64 / unit * 1.05, 4.0);
+    let y_end = (y_max_bytes as f64 / unit * 1.05 / y_step).ceil() * y_step;
+    let y = |bytes: u64| bottom - (bytes as f64 / unit / y_end).min(1.0) * PANEL_HEIGHT;
+    let _ = writeln!(
+        out,
+        r#"<g class="panel" data-label="{}" data-y-max="{}" data-unit="{unit_name}">"#,
+        escape(&s.label),
+        y_end
+    );
+    let refused = match (s.refusals, s.observed) {
+        (0, _) => String::new(),
+        (n, false) => format!(" · {n} refused"),
+        (n, true) => format!(" · {n} would be refused (observe mode)"),
+    };
+    let peak = format!(
+        "{} · peak {}{}{refused}",
+        s.label,
+        human(s.peak),
+        s.quota.map_or(String::from(" · no quota"), |q| format!(
+            " · quota {}",
+            human(q)
+        ))
+    );
+    let _ = writeln!(
+        out,
+        r#"<text class="panel-title" x="{LEFT}" y="{}" font-size="14" fill="{TEXT}">{}</text>"#,
+        top - 10.0,
+        escape(&clip(&peak, 110))
+    );
+    let _ = writeln!(
+        out,
+        r#"<rect class="plot-area" x="{LEFT}" y="{top}" width="{PLOT_WIDTH}" height="{PANEL_HEIGHT}" fill="none" stroke="{FRAME}"/>"#
+    );
+    // Horizontal grid and y labels.
+    let mut v = 0.0;
+    while v <= y_end + y_step / 2.0 {
+        let py = bottom - v / y_end * PANEL_HEIGHT;
+        let _ = writeln!(
+            out,
+            r#"<line x1="{LEFT}" y1="{py:.1}" x2="{}" y2="{py:.1}" stroke="{GRID}"/><text class="y-tick" x="{}" y="{:.1}" font-size="12" text-anchor="end" fill="{TEXT}">{v:.y_decimals$}</text>"#,
+            LEFT + PLOT_WIDTH,
+            LEFT - 6.0,
+            py + 4.0
+        );
+        v += y_step;
+    }
+    let _ = writeln!(
+        out,
+        r#"<text class="y-title" x="18" y="{:.1}" font-size="13" text-anchor="middle" fill="{TEXT}" transform="rotate(-90 18 {:.1})">in use ({unit_name})</text>"#,
+        (top + bottom) / 2.0,
+        (top + bottom) / 2.0
+    );
+    // Vertical grid; the time labels under the last panel only (the axis is shared).
+    let mut t = 0.0;
+    while t <= x_end * (1.0 + 1e-9) {
+        let px = LEFT + t / x_end * PLOT_WIDTH;
+        let _ = write!(
+            out,
+            r#"<line x1="{px:.1}" y1="{top}" x2="{px:.1}" y2="{bottom}" stroke="{GRID}"/>"#
+        );
+        if last {
+            let _ = write!(
+                out,
+                r#"<text class="x-tick" x="{px:.1}" y="{}" font-size="12" text-anchor="middle" fill="{TEXT}">{t:.x_decimals$}</text>"#,
+                bottom + 18.0
+            );
         }
-        points.push((x_end, y(last)));
-        chart
-            .draw_series(LineSeries::new(points, color.stroke_width(2)))?
-            .label(s.label.clone())
-            .legend(move |(x, y)| Rectangle::new([(x, y - 4), (x + 14, y + 4)], color.filled()));
-        if let Some(q) = s.quota {
-            let quota_style = color.mix(0.6).stroke_width(1);
-            chart
-                .draw_series(LineSeries::new([(0.0, y(q)), (x_end, y(q))], quota_style))?
-                .label(format!("{} quota {}", s.label, human(q)))
-                .legend(move |(x, y)| PathElement::new([(x, y), (x + 14, y)], quota_style));
-        }
-        let refusals: Vec<(f64, f64)> = s
-            .timeline
-            .buckets()
-            .filter_map(|(start, b)| b.refusal.map(|v| (x(start), y(v))))
-            .collect();
-        if !refusals.is_empty() {
-            let cross = color.stroke_width(2);
-            chart
-                .draw_series(refusals.into_iter().map(|p| Cross::new(p, 5, cross)))?
-                .label(if s.observed {
-                    format!("{} would be refused (observe mode)", s.label)
-                } else {
-                    format!("{} refused", s.label)
-                })
-                .legend(move |(x, y)| Cross::new((x + 7, y), 4, cross));
+        out.push('\n');
+        t += x_step;
+    }
+    // In use: a step line, each bucket's highest value shown.
+    let width = s.timeline.width_ns();
+    let mut points = String::new();
+    let mut last_v = 0u64;
+    // Memory stays as the process's last event left it, to that event.
+    let end = x(s.end_ns);
+    for (start, b) in s.timeline.buckets().filter(|(_, b)| b.used) {
+        let start = s.first_ns + start;
+        let _ = write!(
+            points,
+            "{:.1},{:.1} {:.1},{:.1} {:.1},{:.1} ",
+            x(start),
+            y(last_v),
+            x(start),
+            y(b.max),
+            x(start + width).min(end),
+            y(b.last)
+        );
+        last_v = b.last;
+    }
+    let _ = write!(points, "{end:.1},{:.1}", y(last_v));
+    let _ = writeln!(
+        out,
+        r#"<polyline class="in-use" points="{points}" fill="none" stroke="{IN_USE}" stroke-width="2"/>"#
+    );
+    if let Some(q) = s.quota {
+        let _ = writeln!(
+            out,
+            r#"<line class="quota" x1="{LEFT}" y1="{:.1}" x2="{}" y2="{:.1}" stroke="{QUOTA}" stroke-width="1.5" stroke-dasharray="7 4"/>"#,
+            y(q),
+            LEFT + PLOT_WIDTH,
+            y(q)
+        );
+    }
+    let colour = if s.observed { OBSERVED } else { REFUSED };
+    for (start, b) in s.timeline.buckets() {
+        if let Some(reached) = b.refusal {
+            let (cx, cy) = (x(s.first_ns + start), y(reached));
+            let _ = writeln!(
+                out,
+                r#"<path class="refusal" d="M{:.1},{:.1}L{:.1},{:.1}M{:.1},{:.1}L{:.1},{:.1}" stroke="{colour}" stroke-width="2"/>"#,
+                cx - 5.0,
+                cy - 5.0,
+                cx + 5.0,
+                cy + 5.0,
+                cx - 5.0,
+                cy + 5.0,
+                cx + 5.0,
+                cy - 5.0
+            );
         }
     }
-    if !series.is_empty() {
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .label_font(("sans-serif", 14))
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.4))
-            .draw()?;
+    out.push_str("</g>\n");
+}
+
+/// One legend for all panels (they draw alike), right of the panels.
+fn legend(out: &mut String, series: &[Series]) {
+    let mut entries: Vec<(&str, String)> = vec![(
+        "in-use",
+        format!(r#"<line x1="0" y1="0" x2="24" y2="0" stroke="{IN_USE}" stroke-width="2"/>"#),
+    )];
+    if series.iter().any(|s| s.quota.is_some()) {
+        entries.push((
+            "quota",
+            format!(
+                r#"<line x1="0" y1="0" x2="24" y2="0" stroke="{QUOTA}" stroke-width="1.5" stroke-dasharray="7 4"/>"#
+            ),
+        ));
     }
-    root.present()?;
-    Ok(())
+    let cross =
+        |c: &str| format!(r#"<path d="M7,-5L17,5M7,5L17,-5" stroke="{c}" stroke-width="2"/>"#);
+    let refused = series.iter().any(|s| s.top_refusal > 0 && !s.observed);
+    let observed = series.iter().any(|s| s.top_refusal > 0 && s.observed);
+    if refused {
+        entries.push(("refused", cross(REFUSED)));
+    }
+    if observed {
+        entries.push(("observed", cross(OBSERVED)));
+    }
+    let labels = |class: &str| match class {
+        "in-use" => vec!["in use"],
+        "quota" => vec!["quota"],
+        "refused" => vec!["refused (marked at", "in use + the request)"],
+        _ => vec![
+            "would be refused",
+            "(observe mode; marked at",
+            "in use + the request)",
+        ],
+    };
+    let x0 = LEFT + PLOT_WIDTH + 20.0;
+    let lines: usize = entries.iter().map(|(c, _)| labels(c).len()).sum();
+    let box_height = 16.0 + lines as f64 * 20.0;
+    let _ = writeln!(
+        out,
+        r#"<g class="legend"><rect class="legend-box" x="{x0}" y="{}" width="{}" height="{box_height}" fill="white" stroke="{FRAME}"/>"#,
+        TOP + PANEL_GAP,
+        LEGEND_WIDTH - 10.0
+    );
+    let mut row = TOP + PANEL_GAP + 18.0;
+    for (class, mark) in &entries {
+        let _ = write!(
+            out,
+            r#"<g class="legend-{class}" transform="translate({},{row})">{mark}</g>"#,
+            x0 + 10.0
+        );
+        for text in labels(class) {
+            let _ = write!(
+                out,
+                r#"<text x="{}" y="{}" font-size="13" fill="{TEXT}">{text}</text>"#,
+                x0 + 42.0,
+                row + 4.0
+            );
+            row += 20.0;
+        }
+        out.push('\n');
+    }
+    out.push_str("</g>\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ticks_are_round_numbers() {
+        assert_eq!(ticks(10.0, 5.0), (2.0, 0));
+        assert_eq!(ticks(1.0, 4.0), (0.5, 1));
+        assert_eq!(ticks(1012.0, 4.0), (500.0, 0));
+        assert_eq!(ticks(0.03, 3.0), (0.01, 2));
+    }
+
+    /// Every text fits in the picture with the longest labels there can be, at a generous
+    /// 0.6 em a character (sans-serif averages about 0.5).
+    #[test]
+    fn no_label_runs_off_the_picture() {
+        let long = "x".repeat(300);
+        let mut s = Series {
+            label: format!("rank 123456 · pid 4194304 · {long} · GPU 7 ({long})"),
+            quota: Some(u64::MAX / 4),
+            peak: u64::MAX / 3,
+            first_ns: 0,
+            top_refusal: u64::MAX,
+            refusals: 1_000_000_000,
+            timeline: Timeline::new(64),
+            observed: true,
+            end_ns: 123_456_789_012,
+        };
+        s.timeline.add(0, 1 << 40);
+        s.timeline.refusal(5, u64::MAX);
+        let sources = Sources {
+            programs: vec![long.clone(), long.clone()],
+            files: vec![long.clone(), long.clone()],
+        };
+        let note = format!(
+            "since the first event, {} after the first process started",
+            crate::report::seconds(u64::MAX)
+        );
+        let svg = draw(&[s], &sources, (0, note));
+        let attr = |tag: &str, name: &str| -> Option<f64> {
+            let at = tag.find(&format!(" {name}=\""))? + name.len() + 3;
+            tag[at..].split('"').next()?.parse().ok()
+        };
+        for piece in svg.split("<text").skip(1) {
+            let (tag, rest) = piece.split_once('>').unwrap();
+            let text = rest.split("</text>").next().unwrap();
+            let chars = text
+                .replace("&amp;", "&")
+                .replace("&lt;", "<")
+                .chars()
+                .count() as f64;
+            let width = chars * attr(tag, "font-size").unwrap() * 0.6;
+            let x = attr(tag, "x").unwrap();
+            let (from, to) = if tag.contains("text-anchor=\"end\"") {
+                (x - width, x)
+            } else if tag.contains("text-anchor=\"middle\"") {
+                (x - width / 2.0, x + width / 2.0)
+            } else {
+                (x, x + width)
+            };
+            if tag.contains("rotate") {
+                continue; // the y title, short and turned
+            }
+            assert!(from >= 0.0 && to <= WIDTH, "{text:?} spans {from}..{to}");
+        }
+    }
+
+    #[test]
+    fn text_is_escaped_and_clipped() {
+        assert_eq!(escape("a<b & \"c\""), "a&lt;b &amp; &quot;c&quot;");
+        assert_eq!(clip("abcdef", 4), "abc…");
+        assert_eq!(clip("abc", 4), "abc");
+    }
 }

@@ -2,6 +2,7 @@
 //! state, then the same [`Report`] printed as text or as one JSON document.
 
 use crate::timeline::Timeline;
+use crate::traces::{self, Seen};
 use cuquota_format::episodes::{Episode, GaveUp, Outcome, GAP_NS};
 use cuquota_format::hash::BuildKeyHasher;
 use cuquota_format::read::{self, Options, Record};
@@ -56,7 +57,7 @@ pub struct ProcessReport {
     /// Time of the last line (ns since start).
     pub duration_ns: u64,
     /// How the trace ended: `"exit"`, `"SIGTERM"`, `"SIGINT"`, or null when it has no summary
-    /// (the process was killed or crashed).
+    /// (the process is still running, or was killed).
     pub end: Option<String>,
     pub events: u64,
     pub dropped: u64,
@@ -66,6 +67,7 @@ pub struct ProcessReport {
     pub backoff_episodes: EpisodesReport,
     pub largest_allocations: Vec<AllocReport>,
     pub live_at_exit: LiveReport,
+    /// Calls traced, by entry point, refused ones included; most first.
     pub api_mix: Vec<ApiCount>,
 }
 
@@ -92,7 +94,10 @@ pub struct DeviceReport {
     pub meminfo_calls: u64,
     pub live: u64,
     pub live_bytes: u64,
-    /// Highest in-use bytes in each of 60 equal slices of the process's duration.
+    /// Highest in-use bytes in each of 60 equal slices of the trace: slice `i` covers
+    /// `[i·w, (i+1)·w)` ns after `start_unix_ns`, with `w = (duration_ns + 1) / 60`; a value
+    /// carries over quiet slices. Exact to the reader's time bucket (a quarter to a half of
+    /// `w`, at least 1 µs): an event near a slice's edge may count in its neighbour.
     pub timeline: Vec<u64>,
 }
 
@@ -145,8 +150,13 @@ pub struct AllocReport {
     pub dev: u32,
     pub ptr: String,
     pub bytes: u64,
+    /// When it was first allocated.
     pub t_ns: u64,
     pub api: String,
+    /// Times this address was allocated with this size (a caching allocator's reused
+    /// block is one entry); 1 in `live_at_exit.largest`.
+    pub count: u64,
+    /// The last of them was never freed.
     pub live_at_exit: bool,
 }
 
@@ -175,14 +185,18 @@ pub struct JobReport {
     pub backoff_episodes: u64,
     pub live: u64,
     pub live_bytes: u64,
-    /// Processes whose trace has no summary line (killed or crashed).
+    /// Processes whose trace has no summary line (still running, or killed).
     pub unfinished: usize,
 }
 
 // ---- one pass over a trace -------------------------------------------------------------
 
 pub fn build(traces: &[PathBuf], options: &Options) -> Result<Report, String> {
+    for path in traces {
+        traces::header(path)?;
+    }
     let mut processes = Vec::new();
+    let mut seen = Seen::default();
     for path in traces {
         let file = path.display().to_string();
         let mut current: Option<Process> = None;
@@ -192,7 +206,10 @@ pub fn build(traces: &[PathBuf], options: &Options) -> Result<Report, String> {
                     if let Some(done) = current.take() {
                         processes.push(done);
                     }
-                    current = Some(Process::new(file.clone(), h.clone()));
+                    // A process already read (the same trace given twice): skip its records.
+                    if seen.first(h, &file) {
+                        current = Some(Process::new(file.clone(), h.clone()));
+                    }
                 }
                 Record::Event(e) => {
                     if let Some(p) = current.as_mut() {
@@ -236,6 +253,57 @@ struct Live {
 /// Largest allocations: a min-heap of (bytes, earlier first, dev, ptr, api).
 type Big = Reverse<(u64, Reverse<u64>, u32, u64, u32)>;
 
+/// The largest distinct allocations: the same (device, address, size) allocated again is
+/// the same entry, counted. Exact in O(TOP) memory: the kept entries only get larger (or
+/// earlier on a tie), so one that is not kept, or falls out, can never rank high enough
+/// to come back.
+#[derive(Default)]
+struct Largest {
+    entries: Vec<Distinct>,
+}
+
+#[derive(Clone, Copy)]
+struct Distinct {
+    bytes: u64,
+    t_ns: u64,
+    dev: u32,
+    ptr: u64,
+    api: u32,
+    count: u64,
+}
+
+impl Distinct {
+    /// Larger first, then earlier first.
+    fn rank(&self) -> (u64, Reverse<u64>) {
+        (self.bytes, Reverse(self.t_ns))
+    }
+}
+
+impl Largest {
+    fn add(&mut self, new: Distinct) {
+        let same = |e: &&mut Distinct| e.dev == new.dev && e.ptr == new.ptr && e.bytes == new.bytes;
+        if let Some(e) = self.entries.iter_mut().find(same) {
+            e.count += 1;
+            return;
+        }
+        if self.entries.len() < TOP {
+            self.entries.push(new);
+            return;
+        }
+        let smallest = (0..self.entries.len()).min_by_key(|&i| self.entries[i].rank());
+        if let Some(i) = smallest.filter(|&i| new.rank() > self.entries[i].rank()) {
+            self.entries[i] = new;
+        }
+    }
+
+    /// Largest first.
+    fn sorted(&self) -> Vec<Distinct> {
+        let mut v = self.entries.clone();
+        v.sort_by_key(|e| Reverse(e.rank()));
+        v
+    }
+}
+
 /// A thread's open episode (grouped by the interposer's rule), and where it started.
 struct OpenEpisode {
     episode: Episode<EPISODE_HEAD, EPISODE_TAIL>,
@@ -251,7 +319,7 @@ struct Process {
     api_counts: Vec<u64>,
     api_ids: HashMap<String, u32>,
     live: HashMap<(u32, u64), Live, BuildKeyHasher>,
-    largest: BinaryHeap<Big>,
+    largest: Largest,
     /// By thread id: a thread has at most one open episode.
     open: HashMap<u32, OpenEpisode>,
     episodes: EpisodesReport,
@@ -289,7 +357,7 @@ impl Process {
             api_counts: Vec::new(),
             api_ids: HashMap::new(),
             live: HashMap::default(),
-            largest: BinaryHeap::new(),
+            largest: Largest::default(),
             open: HashMap::new(),
             episodes: EpisodesReport::default(),
             events: 0,
@@ -370,13 +438,14 @@ impl Process {
                     api,
                 };
                 self.live.insert((e.dev, ptr), live);
-                let big = Reverse((e.bytes, Reverse(t), e.dev, ptr, api));
-                if self.largest.len() < TOP {
-                    self.largest.push(big);
-                } else if self.largest.peek().is_some_and(|min| big < *min) {
-                    self.largest.pop();
-                    self.largest.push(big);
-                }
+                self.largest.add(Distinct {
+                    bytes: e.bytes,
+                    t_ns: t,
+                    dev: e.dev,
+                    ptr,
+                    api,
+                    count: 1,
+                });
                 let dev = e.dev;
                 if let Some(open) = self.open.get(&e.tid) {
                     if let Some(outcome) = open.episode.succeeded(dev, e.bytes, t) {
@@ -538,30 +607,37 @@ impl Process {
                 live_top.pop();
             }
         }
-        let alloc = |big: Big, live: &HashMap<(u32, u64), Live, BuildKeyHasher>| {
-            let Reverse((bytes, Reverse(t_ns), dev, ptr, api)) = big;
-            AllocReport {
-                dev,
-                ptr: format!("{ptr:#x}"),
-                bytes,
-                t_ns,
-                api: self.api_names[api as usize].clone(),
-                live_at_exit: live
-                    .get(&(dev, ptr))
-                    .is_some_and(|l| l.t_ns == t_ns && l.bytes == bytes),
-            }
+        let alloc = |d: Distinct, live: &HashMap<(u32, u64), Live, BuildKeyHasher>| AllocReport {
+            dev: d.dev,
+            ptr: format!("{:#x}", d.ptr),
+            bytes: d.bytes,
+            t_ns: d.t_ns,
+            api: self.api_names[d.api as usize].clone(),
+            count: d.count,
+            live_at_exit: live
+                .get(&(d.dev, d.ptr))
+                .is_some_and(|l| l.bytes == d.bytes),
         };
         let largest: Vec<AllocReport> = self
             .largest
-            .clone()
-            .into_sorted_vec()
+            .sorted()
             .into_iter()
-            .map(|b| alloc(b, &self.live))
+            .map(|d| alloc(d, &self.live))
             .collect();
         let live_largest: Vec<AllocReport> = live_top
             .into_sorted_vec()
             .into_iter()
-            .map(|b| alloc(b, &self.live))
+            .map(|Reverse((bytes, Reverse(t_ns), dev, ptr, api))| {
+                let d = Distinct {
+                    bytes,
+                    t_ns,
+                    dev,
+                    ptr,
+                    api,
+                    count: 1,
+                };
+                alloc(d, &self.live)
+            })
             .collect();
         let devices: Vec<DeviceReport> = self
             .devices
@@ -648,6 +724,11 @@ pub fn seconds(t_ns: u64) -> String {
     }
 }
 
+/// `1 refusal`, `2 refusals`.
+fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 fn render(r: &Report) -> String {
     let mut out = String::new();
     for p in &r.processes {
@@ -668,21 +749,22 @@ fn render_process(out: &mut String, p: &ProcessReport) {
     let ended = match &p.end {
         Some(end) if end == "exit" => "exited normally".to_string(),
         Some(end) => format!("stopped by {end}"),
-        None => "no summary line: the process was killed or crashed".to_string(),
+        None => "no summary line: the process is still running, or was killed".to_string(),
     };
     let _ = writeln!(
         out,
-        "   {}: mode {}, {} events over {}; {ended}",
+        "   {}: mode {}, {} over {}; {ended}",
         p.file,
         p.mode,
-        p.events,
+        count(p.events, "event", "events"),
         seconds(p.duration_ns)
     );
     if p.dropped > 0 {
         let _ = writeln!(
             out,
-            "   {} events were dropped (trace buffer full): the figures below miss them",
-            p.dropped
+            "   {} (trace buffer full): the figures below miss {}",
+            count(p.dropped, "event was dropped", "events were dropped"),
+            if p.dropped == 1 { "it" } else { "them" }
         );
     }
     if p.truncated_last_line || p.skipped_lines > 0 {
@@ -705,17 +787,24 @@ fn render_process(out: &mut String, p: &ProcessReport) {
     }
     render_episodes(out, &p.backoff_episodes);
     if !p.largest_allocations.is_empty() {
-        let _ = writeln!(out, "   Largest allocations:");
+        let _ = writeln!(
+            out,
+            "   Largest allocations (the same address and size again counts as one):"
+        );
         for a in &p.largest_allocations {
             let live = if a.live_at_exit { "  (still live)" } else { "" };
+            let at = if a.count == 1 {
+                format!("at {}", seconds(a.t_ns))
+            } else {
+                format!("{} times, first at {}", a.count, seconds(a.t_ns))
+            };
             let _ = writeln!(
                 out,
-                "     {:>12}  GPU {}  {}  {}  at {}{live}",
+                "     {:>12}  GPU {}  {}  {}  {at}{live}",
                 human(a.bytes),
                 a.dev,
                 a.api,
-                a.ptr,
-                seconds(a.t_ns)
+                a.ptr
             );
         }
     }
@@ -727,8 +816,8 @@ fn render_process(out: &mut String, p: &ProcessReport) {
     let live = &p.live_at_exit;
     let _ = writeln!(
         out,
-        "   Live {at}: {} allocations, {}",
-        live.count,
+        "   Live {at}: {}, {}",
+        count(live.count, "allocation", "allocations"),
         human(live.bytes)
     );
     for a in &live.largest {
@@ -755,7 +844,11 @@ fn render_process(out: &mut String, p: &ProcessReport) {
             .iter()
             .map(|a| format!("{} {}", a.api, a.count))
             .collect();
-        let _ = writeln!(out, "   API mix: {}", mix.join(", "));
+        let _ = writeln!(
+            out,
+            "   API mix (calls traced, refused ones included): {}",
+            mix.join(", ")
+        );
     }
 }
 
@@ -785,11 +878,11 @@ fn render_device(out: &mut String, p: &ProcessReport, d: &DeviceReport) {
     );
     let _ = writeln!(
         out,
-        "     {} allocations ({} in all), {} frees, {} refusals ({} by quota, {} by the driver{}), {} live ({})",
-        d.allocs,
+        "     {} ({} in all), {}, {} ({} by quota, {} by the driver{}), {} live ({})",
+        count(d.allocs, "allocation", "allocations"),
         human(d.alloc_bytes),
-        d.frees,
-        d.refusals,
+        count(d.frees, "free", "frees"),
+        count(d.refusals, "refusal", "refusals"),
         d.refused_by_quota,
         d.refused_by_driver,
         if d.refused_observed > 0 {
@@ -955,22 +1048,21 @@ fn render_job(out: &mut String, r: &Report) {
     }
     let _ = writeln!(
         out,
-        "   total: peaks add up to {}; {} refusals in {} back-off episode{}; {} allocations ({}) live at the end; {} events",
+        "   total: peaks add up to {}; {} in {}; {} ({}) live at the end; {}",
         human(j.peak_sum),
-        j.refusals,
-        j.backoff_episodes,
-        if j.backoff_episodes == 1 { "" } else { "s" },
-        j.live,
+        count(j.refusals, "refusal", "refusals"),
+        count(j.backoff_episodes, "back-off episode", "back-off episodes"),
+        count(j.live, "allocation", "allocations"),
         human(j.live_bytes),
-        j.events
+        count(j.events, "event", "events")
     );
     if j.dropped > 0 {
-        let _ = writeln!(out, "   {} events dropped", j.dropped);
+        let _ = writeln!(out, "   {} dropped", count(j.dropped, "event", "events"));
     }
     if j.unfinished > 0 {
         let _ = writeln!(
             out,
-            "   {} trace{} without a summary (killed or crashed)",
+            "   {} trace{} without a summary (still running, or killed)",
             j.unfinished,
             if j.unfinished == 1 { "" } else { "s" }
         );
@@ -1093,8 +1185,8 @@ mod tests {
             "quota 100.00 MiB, peak 100.00 MiB (100.0%) at 6 µs",
             "refused 40.00 MiB → 36.00 MiB; backed off, then got 20.00 MiB",
             "refused 50.00 MiB; gave up (the trace ended)",
-            "Live at exit: 1 allocations, 20.00 MiB",
-            "API mix: cuMemAlloc_v2 8",
+            "Live at exit: 1 allocation, 20.00 MiB",
+            "API mix (calls traced, refused ones included): cuMemAlloc_v2 8",
             "█",
             "== job: 1 process on 1 host",
         ] {
@@ -1118,14 +1210,136 @@ mod tests {
             (3, 2, 30 * MIB, 5)
         );
         let text = render(&r);
-        assert!(text.contains("no summary line: the process was killed or crashed"));
-        assert!(text.contains("Live at the end of the trace: 1 allocations, 10.00 MiB"));
+        assert!(text.contains("no summary line: the process is still running, or was killed"));
+        assert!(text.contains("1 trace without a summary (still running, or killed)"));
+        assert!(text.contains("Live at the end of the trace: 1 allocation, 10.00 MiB"));
         assert!(text.contains("5 events were dropped"));
         assert!(text.contains("== job: 2 processes on 1 host"));
         let json: serde_json::Value =
             serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
         assert_eq!(json["job"]["processes"], 2);
         assert_eq!(json["processes"][1]["end"], serde_json::Value::Null);
+    }
+
+    /// Counts of one are singular: "1 refusal", "1 event", "1 free".
+    #[test]
+    fn counts_of_one_are_singular() {
+        let mut lines = vec![header(5, 0)];
+        lines.push(ev("alloc", 1_000, 1, 0x1000, 10 * MIB, 10 * MIB));
+        lines.push(ev("refused", 2_000, 1, 0, 200 * MIB, 10 * MIB));
+        lines.push(ev("free", 3_000, 1, 0x1000, 10 * MIB, 0));
+        lines.push(r#"{"type":"dropped","t_ns":3500,"count":1}"#.into());
+        lines.push(
+            r#"{"type":"summary","t_ns":4000,"end":"exit","events":3,"dropped":1,"devices":[]}"#
+                .into(),
+        );
+        let text = render(&report(&[("singular", lines)]));
+        for needle in [
+            "mode enforce, 3 events over 4 µs",
+            "1 event was dropped (trace buffer full): the figures below miss it",
+            "     1 allocation (10.00 MiB in all), 1 free, 1 refusal (1 by quota, 0 by the driver), 0 live (0 B)",
+            "Live at exit: 0 allocations, 0 B",
+            "total: peaks add up to 10.00 MiB; 1 refusal in 1 back-off episode; 0 allocations (0 B) live at the end; 3 events",
+            "   1 event dropped",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+        }
+        assert!(
+            !text.contains(" 1 refusals") && !text.contains(" 1 allocations"),
+            "{text}"
+        );
+    }
+
+    /// A caching allocator's block, allocated and freed again and again at one address, is
+    /// one line with a count, not ten lines crowding out the others.
+    #[test]
+    fn largest_allocations_are_distinct() {
+        let mut lines = vec![header(6, 0)];
+        let mut t = 0;
+        for _ in 0..12 {
+            t += 1000;
+            lines.push(ev("alloc", t, 1, 0xa000, 64 * MIB, 64 * MIB));
+            t += 1000;
+            lines.push(ev("free", t, 1, 0xa000, 64 * MIB, 0));
+        }
+        t += 1000;
+        lines.push(ev("alloc", t, 1, 0xa000, 64 * MIB, 64 * MIB)); // the 13th, kept
+        lines.push(ev("alloc", t + 1000, 1, 0xb000, 2 * MIB, 66 * MIB));
+        lines.push(ev("alloc", t + 2000, 1, 0xa000 + 64 * MIB, MIB, 67 * MIB));
+        let r = report(&[("distinct", lines)]);
+        let got: Vec<(String, u64, u64, u64, bool)> = r.processes[0]
+            .largest_allocations
+            .iter()
+            .map(|a| (a.ptr.clone(), a.bytes, a.count, a.t_ns, a.live_at_exit))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("0xa000".into(), 64 * MIB, 13, 1000, true),
+                ("0xb000".into(), 2 * MIB, 1, t + 1000, true),
+                (format!("{:#x}", 0xa000 + 64 * MIB), MIB, 1, t + 2000, true),
+            ]
+        );
+        let text = render(&r);
+        assert!(
+            text.contains(
+                "64.00 MiB  GPU 0  cuMemAlloc_v2  0xa000  13 times, first at 1 µs  (still live)"
+            ),
+            "{text}"
+        );
+    }
+
+    /// The kept entries stay exact when more distinct allocations than TOP go by.
+    #[test]
+    fn largest_keeps_the_top_distinct_ones_exactly() {
+        let mut top = Largest::default();
+        let d = |bytes, t_ns, ptr| Distinct {
+            bytes,
+            t_ns,
+            dev: 0,
+            ptr,
+            api: 0,
+            count: 1,
+        };
+        for i in 0..100u64 {
+            top.add(d(i % 25, i, i % 25)); // 25 distinct, each 4 times
+        }
+        let got: Vec<(u64, u64, u64)> = top
+            .sorted()
+            .iter()
+            .map(|e| (e.bytes, e.count, e.t_ns))
+            .collect();
+        let want: Vec<(u64, u64, u64)> = (15..25).rev().map(|b| (b, 4, b)).collect();
+        assert_eq!(got, want);
+    }
+
+    /// The same trace given twice (or two copies of it) is one process, with a warning.
+    #[test]
+    fn the_same_trace_twice_is_read_once() {
+        let r = report(&[("twice-a", workload()), ("twice-b", workload())]);
+        assert_eq!(r.processes.len(), 1);
+        assert_eq!(r.job.processes, 1);
+        assert_eq!(r.job.refusals, 3);
+        assert!(r.processes[0].file.ends_with("twice-a"));
+    }
+
+    #[test]
+    fn a_file_that_is_no_trace_gets_one_wording() {
+        for (name, text) in [
+            ("empty", ""),
+            ("text", "hello\n"),
+            ("json", "{\"a\":1}\n"),
+            ("event", "{\"type\":\"alloc\"}\n"),
+        ] {
+            let path = std::env::temp_dir().join(format!(
+                "cuquota-report-{}-notrace-{name}",
+                std::process::id()
+            ));
+            std::fs::write(&path, text).unwrap();
+            let err = build(std::slice::from_ref(&path), &options()).unwrap_err();
+            let _ = std::fs::remove_file(&path);
+            assert_eq!(err, traces::not_a_trace(&path), "{name}");
+        }
     }
 
     #[test]
