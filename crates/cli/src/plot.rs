@@ -281,7 +281,12 @@ fn draw(series: &[Series], sources: &Sources, (from_ns, note): (u64, String)) ->
     // Title: the program and the trace.
     let program = match sources.programs.as_slice() {
         [one] => clip(one, 70),
-        [first, rest @ ..] => format!("{} and {} other programs", clip(first, 50), rest.len()),
+        [first, rest @ ..] => format!(
+            "{} and {} other program{}",
+            clip(first, 50),
+            rest.len(),
+            if rest.len() == 1 { "" } else { "s" }
+        ),
         [] => String::new(),
     };
     let files = match sources.files.as_slice() {
