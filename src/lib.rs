@@ -24,6 +24,7 @@
 
 pub mod array_shape;
 pub mod config;
+pub mod context_memory;
 pub mod contexts;
 pub mod cuda_abi;
 mod dlsym_entry;
@@ -35,6 +36,7 @@ pub mod ledger;
 pub mod log;
 mod lookup;
 pub mod messages;
+mod nvml;
 mod output;
 mod process;
 pub mod quota;

@@ -136,6 +136,8 @@ c_function_types!(A B C);
 c_function_types!(A B C D);
 c_function_types!(A B C D E);
 c_function_types!(A B C D E F);
+// cuLibraryLoadData / cuLibraryLoadFromFile (context memory, issue 11)
+c_function_types!(A B C D E F G H);
 
 /// The real function of one symbol, typed with its C prototype. Made only by `library!`,
 /// where the symbol and its prototype are written on one line.

@@ -10,6 +10,8 @@ use crate::cuda_abi::{
     CuStream,
 };
 use crate::lookup::library;
+/// A `CUmodule` or `CUlibrary` handle (opaque to cuquota; context memory, issue 11).
+pub type CuModule = *mut c_void;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 
 library! {
@@ -126,6 +128,37 @@ library! {
         fn(*mut CuMemoryPool, *mut CuMemLocation, c_int) -> CuResult;
     cuMemSetMemPool: "cuMemSetMemPool" @ 13000, Plain:
         fn(*mut CuMemLocation, c_int, CuMemoryPool) -> CuResult;
+
+    // -- context memory (issue 11): creations measured, limits and module loads that grow
+    // it; the PCI bus id matches a device to NVML's (called)
+    cuDeviceGetPCIBusId: "cuDeviceGetPCIBusId" @ 4010, Plain:
+        fn(*mut c_char, c_int, CuDevice) -> CuResult;
+    cuCtxCreate: "cuCtxCreate" @ 2000, Plain: fn(*mut CuContext, c_uint, CuDevice) -> CuResult;
+    cuCtxCreate_v2: "cuCtxCreate" @ 3020, Plain:
+        fn(*mut CuContext, c_uint, CuDevice) -> CuResult;
+    cuCtxCreate_v3: "cuCtxCreate" @ 11040, Plain:
+        fn(*mut CuContext, *mut c_void, c_int, c_uint, CuDevice) -> CuResult;
+    cuCtxCreate_v4: "cuCtxCreate" @ 12050, Plain:
+        fn(*mut CuContext, *mut c_void, c_uint, CuDevice) -> CuResult;
+    cuCtxSetLimit: "cuCtxSetLimit" @ 3010, Plain: fn(c_int, usize) -> CuResult;
+    cuCtxGetLimit: "cuCtxGetLimit" @ 3010, Plain: fn(*mut usize, c_int) -> CuResult;
+    cuModuleLoad: "cuModuleLoad" @ 2000, Plain: fn(*mut CuModule, *const c_char) -> CuResult;
+    cuModuleLoadData: "cuModuleLoadData" @ 2000, Plain:
+        fn(*mut CuModule, *const c_void) -> CuResult;
+    cuModuleLoadDataEx: "cuModuleLoadDataEx" @ 2010, Plain:
+        fn(*mut CuModule, *const c_void, c_uint, *mut c_int, *mut *mut c_void) -> CuResult;
+    cuModuleLoadFatBinary: "cuModuleLoadFatBinary" @ 2000, Plain:
+        fn(*mut CuModule, *const c_void) -> CuResult;
+    cuModuleUnload: "cuModuleUnload" @ 2000, Plain: fn(CuModule) -> CuResult;
+    cuLibraryLoadData: "cuLibraryLoadData" @ 12000, Plain: fn(
+        *mut CuModule, *const c_void, *mut c_int, *mut *mut c_void, c_uint,
+        *mut c_int, *mut *mut c_void, c_uint,
+    ) -> CuResult;
+    cuLibraryLoadFromFile: "cuLibraryLoadFromFile" @ 12000, Plain: fn(
+        *mut CuModule, *const c_char, *mut c_int, *mut *mut c_void, c_uint,
+        *mut c_int, *mut *mut c_void, c_uint,
+    ) -> CuResult;
+    cuLibraryUnload: "cuLibraryUnload" @ 12000, Plain: fn(CuModule) -> CuResult;
 }
 
 /// The device of the calling thread's current context, from the real driver.
