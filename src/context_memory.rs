@@ -19,10 +19,10 @@
 //! - Each context's charge is kept by its slot and given back when the context goes
 //!   (destroy, primary reset, last release).
 //! - Correction: where NVML lists this process's used memory on a device (what
-//!   `nvidia-smi` shows), the context part becomes `max(0, used − (allocations + pool cache
-//!   + graph))`; at most once per second per device, never on the allocation path. It never
-//!   makes the context part negative, so the quota is never looser than allocations alone
-//!   would make it.
+//!   `nvidia-smi` shows), the context part becomes `max(0, used − others)`, others being
+//!   the allocations, pool cache and graph memory charged; at most once per second per
+//!   device, never on the allocation path. It never makes the context part negative, so
+//!   the quota is never looser than allocations alone would make it.
 //! - One process-wide lock is held across each measured driver call (and only there), so
 //!   two threads' measurements never mix.
 
@@ -46,8 +46,8 @@ pub trait Meter {
 /// The engine's footprint books, as context memory uses them.
 pub trait Books {
     /// Charges `bytes` more context memory on `device` if the quota has room (always in
-    /// observe mode); `Err(())`: refused, nothing charged.
-    fn grow(&self, device: u32, bytes: u64) -> Result<(), ()>;
+    /// observe mode); refused: nothing charged.
+    fn grow(&self, device: u32, bytes: u64) -> Result<(), OverQuota>;
     /// Charges `bytes` even over the quota: the driver already holds them.
     fn force(&self, device: u32, bytes: u64);
     /// Gives back `bytes` of context memory on `device`.
@@ -55,6 +55,10 @@ pub trait Books {
     /// What else is charged on `device` now: allocations, pool cache, graph memory.
     fn others(&self, device: u32) -> u64;
 }
+
+/// The quota has no room for what [`Books::grow`] was asked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OverQuota;
 
 /// `CUQUOTA_CONTEXT`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -129,7 +133,7 @@ impl Book {
 
     /// A new context's charge, already taken from the engine's books.
     fn charge(&mut self, slot: Slot, device: u32, bytes: u64) {
-        self.contexts.insert(slot, (device, bytes));
+        self.contexts.entry(slot).or_insert((device, 0)).1 += bytes;
         self.charged[device as usize] += bytes;
     }
 
@@ -187,50 +191,46 @@ impl ContextMemory {
         call: impl FnOnce() -> (CuResult, R),
     ) -> Measured<R> {
         let _lock = self.measuring.lock();
-        let (before, own_before) = (free(), books.others(device));
-        let (rc, value) = call();
-        let (after, own_after) = (free(), books.others(device));
-        let growth = match (before, after) {
-            (Some(b), Some(a)) => {
-                let taken = b as i128 - a as i128;
-                let own = own_after as i128 - own_before as i128;
-                Some((taken - own).clamp(i64::MIN as i128, i64::MAX as i128) as i64)
-            }
-            _ => None,
-        };
-        Measured { rc, value, growth }
+        measure_locked(device, free, books, call)
     }
 
     /// Creates a context on `device` (`create` returns the result and the new context's
     /// slot, `NO_CONTEXT` if it failed or has none) and charges what it takes: measured
-    /// with NVML, or `CUQUOTA_CONTEXT`. `Err(Refused)` with a success: the context was made
-    /// but does not fit, and the caller destroys it and answers `CUDA_ERROR_OUT_OF_MEMORY`.
+    /// with NVML, or `CUQUOTA_CONTEXT`. `is_new` says, under the lock, whether the call
+    /// makes a context at all (a retain of an active primary context does not: nothing is
+    /// charged). `Err(Refused)` with a success: the context was made but does not fit, and
+    /// the caller undoes it and answers `CUDA_ERROR_OUT_OF_MEMORY`.
     pub fn create(
         &self,
         device: u32,
         meter: &dyn Meter,
         books: &dyn Books,
+        is_new: impl FnOnce() -> bool,
         create: impl FnOnce() -> (CuResult, Slot),
     ) -> (CuResult, Slot, Result<(), Refused>) {
-        match self.setting {
-            _ if !self.setting.counts() || !Self::valid(device) => {
-                let (rc, slot) = create();
-                (rc, slot, Ok(()))
-            }
-            Setting::Fixed(bytes) => self.create_fixed(device, bytes, books, create),
-            Setting::Measure => {
-                let m = self.measure(device, || meter.nvml_free(device), books, create);
-                if !m.rc.is_ok() || m.value == NO_CONTEXT {
-                    return (m.rc, m.value, Ok(()));
-                }
-                let bytes = m.growth.unwrap_or(0).max(0) as u64;
-                if books.grow(device, bytes).is_err() {
-                    return (m.rc, m.value, Err(Refused { bytes }));
-                }
-                self.book.lock().charge(m.value, device, bytes);
-                (m.rc, m.value, Ok(()))
-            }
+        if !self.setting.counts() || !Self::valid(device) {
+            let (rc, slot) = create();
+            return (rc, slot, Ok(()));
         }
+        let _lock = self.measuring.lock();
+        if !is_new() {
+            let (rc, slot) = create();
+            return (rc, slot, Ok(()));
+        }
+        if let Setting::Fixed(bytes) = self.setting {
+            return self.create_fixed(device, bytes, books, create);
+        }
+        let free = || meter.nvml_free(device);
+        let m = measure_locked(device, free, books, create);
+        if !m.rc.is_ok() || m.value == NO_CONTEXT {
+            return (m.rc, m.value, Ok(()));
+        }
+        let bytes = m.growth.unwrap_or(0).max(0) as u64;
+        if books.grow(device, bytes).is_err() {
+            return (m.rc, m.value, Err(Refused { bytes }));
+        }
+        self.book.lock().charge(m.value, device, bytes);
+        (m.rc, m.value, Ok(()))
     }
 
     /// `CUQUOTA_CONTEXT=SIZE`: known before the call, so reserved first, and a context that
@@ -257,13 +257,15 @@ impl ContextMemory {
     /// Something made context `slot` (on `device`) grow or shrink by `growth` bytes: a
     /// `cuCtxSetLimit`, a module load (`module`: its handle, credited at its unload).
     /// Growth is charged if it fits (`Err`: refused, nothing charged: the caller undoes
-    /// the call); a shrink gives back at most what the context was charged.
+    /// the call), or even if not with `force` (the call could not be undone); a shrink
+    /// gives back at most what the context was charged.
     pub fn grew(
         &self,
         device: u32,
         slot: Slot,
         growth: i64,
         module: Option<usize>,
+        force: bool,
         books: &dyn Books,
     ) -> Result<(), Refused> {
         if !self.setting.counts() || !Self::valid(device) || slot == NO_CONTEXT {
@@ -276,7 +278,9 @@ impl ContextMemory {
         };
         if growth > 0 {
             let bytes = growth as u64;
-            if books.grow(device, bytes).is_err() {
+            if force {
+                books.force(device, bytes);
+            } else if books.grow(device, bytes).is_err() {
                 return Err(Refused { bytes });
             }
             book.charged[device as usize] += bytes;
@@ -378,6 +382,41 @@ impl ContextMemory {
     }
 }
 
+/// [`ContextMemory::measure`], the lock held by the caller.
+fn measure_locked<R>(
+    device: u32,
+    free: impl Fn() -> Option<u64>,
+    books: &dyn Books,
+    call: impl FnOnce() -> (CuResult, R),
+) -> Measured<R> {
+    let (before, own_before) = (free(), books.others(device));
+    let (rc, value) = call();
+    let (after, own_after) = (free(), books.others(device));
+    let growth = match (before, after) {
+        (Some(b), Some(a)) => {
+            let taken = b as i128 - a as i128;
+            let own = own_after as i128 - own_before as i128;
+            Some((taken - own).clamp(i64::MIN as i128, i64::MAX as i128) as i64)
+        }
+        _ => None,
+    };
+    Measured { rc, value, growth }
+}
+
+/// Nanoseconds on the monotonic clock (never 0), for the correction's rate limit.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
+        .max(1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -428,10 +467,10 @@ mod tests {
     }
 
     impl Books for Fake {
-        fn grow(&self, _: u32, bytes: u64) -> Result<(), ()> {
+        fn grow(&self, _: u32, bytes: u64) -> Result<(), OverQuota> {
             let held = self.parts.load(Relaxed) + self.allocations.load(Relaxed);
             if held + bytes > self.quota {
-                return Err(());
+                return Err(OverQuota);
             }
             self.parts.fetch_add(bytes, Relaxed);
             Ok(())
@@ -472,20 +511,32 @@ mod tests {
 
     /// A context `slot` whose creation takes `bytes` of the device, and fits.
     fn made(c: &ContextMemory, f: &Fake, slot: Slot, bytes: u64) {
-        let made = c.create(0, f, f, || {
-            f.take(bytes);
-            ok(slot)
-        });
+        let made = c.create(
+            0,
+            f,
+            f,
+            || true,
+            || {
+                f.take(bytes);
+                ok(slot)
+            },
+        );
         assert_eq!(made, (CuResult::SUCCESS, slot, Ok(())));
     }
 
     #[test]
     fn a_context_is_charged_what_it_took_and_given_back_when_it_goes() {
         let (f, c) = (fake(1024 * MIB), ContextMemory::new(Setting::Measure));
-        let (rc, slot, fits) = c.create(0, &f, &f, || {
-            f.take(300 * MIB);
-            ok(1)
-        });
+        let (rc, slot, fits) = c.create(
+            0,
+            &f,
+            &f,
+            || true,
+            || {
+                f.take(300 * MIB);
+                ok(1)
+            },
+        );
         assert_eq!((rc, slot, fits), (CuResult::SUCCESS, 1, Ok(())));
         assert_eq!((f.parts(), c.charged(0)), (300 * MIB, 300 * MIB));
         // a second context on the device is measured on its own
@@ -504,36 +555,54 @@ mod tests {
     #[test]
     fn own_allocations_are_taken_out_and_the_figure_is_clamped() {
         let (f, c) = (fake(2048 * MIB), ContextMemory::new(Setting::Measure));
-        let _ = c.create(0, &f, &f, || {
-            f.take(300 * MIB);
-            // this process's other thread allocates 100 MiB in the meantime
-            f.take(100 * MIB);
-            f.allocations.fetch_add(100 * MIB, Relaxed);
-            ok(1)
-        });
+        let _ = c.create(
+            0,
+            &f,
+            &f,
+            || true,
+            || {
+                f.take(300 * MIB);
+                // this process's other thread allocates 100 MiB in the meantime
+                f.take(100 * MIB);
+                f.allocations.fetch_add(100 * MIB, Relaxed);
+                ok(1)
+            },
+        );
         assert_eq!(f.parts(), 300 * MIB);
-        let _ = c.create(0, &f, &f, || {
-            f.take(50 * MIB);
-            f.give(400 * MIB); // another process frees
-            ok(2)
-        });
+        let _ = c.create(
+            0,
+            &f,
+            &f,
+            || true,
+            || {
+                f.take(50 * MIB);
+                f.give(400 * MIB); // another process frees
+                ok(2)
+            },
+        );
         assert_eq!(f.parts(), 300 * MIB, "clamped at 0");
     }
 
     #[test]
     fn a_context_that_does_not_fit_is_refused_and_nothing_is_charged() {
         let (f, c) = (fake(256 * MIB), ContextMemory::new(Setting::Measure));
-        let (rc, slot, fits) = c.create(0, &f, &f, || {
-            f.take(300 * MIB);
-            ok(1)
-        });
+        let (rc, slot, fits) = c.create(
+            0,
+            &f,
+            &f,
+            || true,
+            || {
+                f.take(300 * MIB);
+                ok(1)
+            },
+        );
         assert_eq!(rc, CuResult::SUCCESS, "made: the caller destroys it");
         assert_eq!((slot, fits), (1, Err(Refused { bytes: 300 * MIB })));
         assert_eq!((f.parts(), c.charged(0)), (0, 0));
         c.gone(1, &f); // its destruction gives back nothing
         assert_eq!(f.parts(), 0);
         // a failed creation charges nothing either
-        let (rc, _, fits) = c.create(0, &f, &f, || (CuResult::OUT_OF_MEMORY, NO_CONTEXT));
+        let (rc, _, fits) = c.create(0, &f, &f, || true, || (CuResult::OUT_OF_MEMORY, NO_CONTEXT));
         assert_eq!((rc, fits), (CuResult::OUT_OF_MEMORY, Ok(())));
         assert_eq!(f.parts(), 0);
     }
@@ -542,18 +611,30 @@ mod tests {
     fn cuquota_context_overrides_and_zero_ignores() {
         let f = fake(512 * MIB);
         let c = ContextMemory::new(Setting::from_config(Some(128 * MIB)));
-        let (_, _, fits) = c.create(0, &f, &f, || {
-            f.take(300 * MIB);
-            ok(1)
-        });
+        let (_, _, fits) = c.create(
+            0,
+            &f,
+            &f,
+            || true,
+            || {
+                f.take(300 * MIB);
+                ok(1)
+            },
+        );
         assert_eq!((fits, f.parts()), (Ok(()), 128 * MIB), "not measured");
         // reserved before the call: one that cannot fit is never made
         f.allocations.store(400 * MIB, Relaxed);
         let called = Cell::new(false);
-        let (rc, _, fits) = c.create(0, &f, &f, || {
-            called.set(true);
-            ok(2)
-        });
+        let (rc, _, fits) = c.create(
+            0,
+            &f,
+            &f,
+            || true,
+            || {
+                called.set(true);
+                ok(2)
+            },
+        );
         assert_eq!(rc, CuResult::OUT_OF_MEMORY);
         assert_eq!(
             (fits, called.get()),
@@ -561,7 +642,7 @@ mod tests {
         );
         // a failed creation rolls the reservation back
         f.allocations.store(0, Relaxed);
-        let _ = c.create(0, &f, &f, || (CuResult::INVALID_VALUE, NO_CONTEXT));
+        let _ = c.create(0, &f, &f, || true, || (CuResult::INVALID_VALUE, NO_CONTEXT));
         assert_eq!(f.parts(), 128 * MIB);
         // no correction with a fixed size
         f.uses(900 * MIB);
@@ -571,7 +652,7 @@ mod tests {
         let zero = ContextMemory::new(Setting::from_config(Some(0)));
         assert!(!zero.setting.counts());
         made(&zero, &f, 1, 300 * MIB);
-        assert_eq!(zero.grew(0, 1, 50 * MIB as i64, None, &f), Ok(()));
+        assert_eq!(zero.grew(0, 1, 50 * MIB as i64, None, false, &f), Ok(()));
         zero.correct(0, 5, &f, &f);
         assert_eq!((zero.charged(0), f.calls()), (0, 0));
     }
@@ -581,10 +662,16 @@ mod tests {
         let mut f = fake(1024 * MIB);
         f.nvml = false;
         let c = ContextMemory::new(Setting::Measure);
-        let (rc, _, fits) = c.create(0, &f, &f, || {
-            f.take(300 * MIB);
-            ok(1)
-        });
+        let (rc, _, fits) = c.create(
+            0,
+            &f,
+            &f,
+            || true,
+            || {
+                f.take(300 * MIB);
+                ok(1)
+            },
+        );
         assert_eq!((rc, fits, f.parts()), (CuResult::SUCCESS, Ok(()), 0));
     }
 
@@ -604,30 +691,37 @@ mod tests {
             },
         );
         assert_eq!(m.growth, Some(64 * MIB as i64));
-        assert_eq!(c.grew(0, 1, m.growth.unwrap(), None, &f), Ok(()));
+        assert_eq!(c.grew(0, 1, m.growth.unwrap(), None, false, &f), Ok(()));
         assert_eq!(f.parts(), 164 * MIB);
-        assert_eq!(c.grew(0, 1, 10 * MIB as i64, Some(0xabc), &f), Ok(()));
+        assert_eq!(
+            c.grew(0, 1, 10 * MIB as i64, Some(0xabc), false, &f),
+            Ok(())
+        );
         assert_eq!(f.parts(), 174 * MIB);
         c.unloaded(0xabc, &f);
         c.unloaded(0xabc, &f);
         assert_eq!(f.parts(), 164 * MIB, "credited once");
         // a smaller limit gives back, never more than the context holds
-        assert_eq!(c.grew(0, 1, -(32 * MIB as i64), None, &f), Ok(()));
+        assert_eq!(c.grew(0, 1, -(32 * MIB as i64), None, false, &f), Ok(()));
         assert_eq!(f.parts(), 132 * MIB);
-        assert_eq!(c.grew(0, 1, -(4096 * MIB as i64), None, &f), Ok(()));
+        assert_eq!(c.grew(0, 1, -(4096 * MIB as i64), None, false, &f), Ok(()));
         assert_eq!(f.parts(), 0);
         // growth that does not fit is refused, nothing charged
         assert_eq!(
-            c.grew(0, 1, 2048 * MIB as i64, None, &f),
+            c.grew(0, 1, 2048 * MIB as i64, None, false, &f),
             Err(Refused { bytes: 2048 * MIB })
         );
         assert_eq!(f.parts(), 0);
         // a context cuquota never saw made, or none: nothing
-        assert_eq!(c.grew(0, 9, 10 * MIB as i64, None, &f), Ok(()));
-        assert_eq!(c.grew(0, NO_CONTEXT, 10 * MIB as i64, None, &f), Ok(()));
+        assert_eq!(c.grew(0, 9, 10 * MIB as i64, None, false, &f), Ok(()));
+        assert_eq!(
+            c.grew(0, NO_CONTEXT, 10 * MIB as i64, None, false, &f),
+            Ok(())
+        );
         assert_eq!(f.parts(), 0);
         // a module's charge goes with its context
-        c.grew(0, 1, 8 * MIB as i64, Some(0xdef), &f).unwrap();
+        c.grew(0, 1, 8 * MIB as i64, Some(0xdef), false, &f)
+            .unwrap();
         c.gone(1, &f);
         c.unloaded(0xdef, &f);
         assert_eq!(f.parts(), 0);
@@ -692,12 +786,18 @@ mod tests {
                 let (f, c) = (f.clone(), c.clone());
                 std::thread::spawn(move || {
                     for i in 0..50u8 {
-                        let _ = c.create(0, &*f, &*f, || {
-                            f.take(MIB);
-                            std::thread::yield_now();
-                            f.take(MIB);
-                            ok(t * 50 + i + 1)
-                        });
+                        let _ = c.create(
+                            0,
+                            &*f,
+                            &*f,
+                            || true,
+                            || {
+                                f.take(MIB);
+                                std::thread::yield_now();
+                                f.take(MIB);
+                                ok(t * 50 + i + 1)
+                            },
+                        );
                     }
                 })
             })

@@ -7,6 +7,7 @@
 
 use crate::array_shape::ArrayShape;
 use crate::config::{Config, ConfigError, Limits, Mode, MAX_DEVICES};
+use crate::context_memory::{self, ContextMemory, Measured, Setting};
 use crate::contexts::{Contexts, Slot, NO_CONTEXT};
 use crate::cuda_abi::CuResult;
 use crate::episodes;
@@ -40,6 +41,20 @@ pub trait Queries: Sync + Send {
     }
     /// A device's UUID (per-GPU limits may name one).
     fn device_uuid(&self, _device: u32) -> Option<[u8; 16]> {
+        None
+    }
+
+    // -- context memory (issue 11): NVML, which needs no context
+    /// A device's free memory from NVML; `None` without NVML.
+    fn nvml_free(&self, _device: u32) -> Option<u64> {
+        None
+    }
+    /// This process's used memory on a device, from NVML's process list.
+    fn used_by_process(&self, _device: u32) -> Option<u64> {
+        None
+    }
+    /// Why NVML cannot be used, once (said at `info`).
+    fn nvml_absence(&self) -> Option<String> {
         None
     }
 }
@@ -135,6 +150,8 @@ pub struct Engine {
     tracing: bool,
     /// The per-GPU limits were checked against the devices the process sees (once).
     devices_checked: std::sync::atomic::AtomicBool,
+    /// What contexts take (issue 11): measurements and each context's charge.
+    context_memory: ContextMemory,
 }
 
 impl Engine {
@@ -151,6 +168,7 @@ impl Engine {
             attached: SpinLock::new(HashMap::new()),
             tracing: config.as_ref().is_ok_and(|c| c.trace.is_some()),
             devices_checked: std::sync::atomic::AtomicBool::new(false),
+            context_memory: ContextMemory::new(context_setting(&config)),
             config,
         }
     }
@@ -723,6 +741,8 @@ impl Engine {
         for q in &self.quotas {
             q.reset();
         }
+        // SAFETY: as above.
+        unsafe { self.context_memory.reset_in_child() };
     }
 
     /// A free of `key`. Unknown keys go to the driver unchanged and its answer comes back
@@ -988,6 +1008,244 @@ impl Engine {
                 self.emit(Event::free(charge.device, api, key, charge.bytes, in_use));
             }
         }
+    }
+}
+
+// ---- context memory (issue 11) -----------------------------------------------------------
+//
+// The rules are `context_memory`'s; here they meet the driver's answers (`Queries`) and the
+// footprint's context part. A context that does not fit is undone by the caller's closure
+// (destroyed, released) and refused with one line.
+
+/// `CUQUOTA_CONTEXT` as context memory reads it.
+fn context_setting(_config: &Result<Config, ConfigError>) -> Setting {
+    // Phase 1: the variable is parsed by the core (`Config::context`), wired at the merge.
+    Setting::Measure
+}
+
+/// The driver and NVML, as context memory measures with them.
+struct Meters<'a>(&'a dyn Queries);
+
+impl context_memory::Meter for Meters<'_> {
+    fn nvml_free(&self, device: u32) -> Option<u64> {
+        self.0.nvml_free(device)
+    }
+    fn driver_free(&self) -> Option<u64> {
+        self.0.memory_info().ok().map(|(free, _)| free)
+    }
+    fn used_by_process(&self, device: u32) -> Option<u64> {
+        self.0.used_by_process(device)
+    }
+}
+
+/// The footprint's context part, charged through `api`.
+struct ContextPart<'a> {
+    engine: &'a Engine,
+    #[allow(dead_code)]
+    api: &'static str,
+}
+
+impl context_memory::Books for ContextPart<'_> {
+    fn grow(&self, _device: u32, _bytes: u64) -> Result<(), context_memory::OverQuota> {
+        Ok(())
+    }
+    fn force(&self, _device: u32, _bytes: u64) {}
+    fn shrink(&self, _device: u32, _bytes: u64) {}
+    fn others(&self, device: u32) -> u64 {
+        let held = self.engine.quota(device).map_or(0, |q| q.held());
+        held.saturating_sub(self.engine.context_memory.charged(device))
+    }
+}
+
+impl Engine {
+    /// Whether context memory is counted: the footprint is, and `CUQUOTA_CONTEXT` is not 0.
+    fn counts_context(&self) -> bool {
+        false
+    }
+
+    fn context_part(&self, api: &'static str) -> ContextPart<'_> {
+        ContextPart { engine: self, api }
+    }
+
+    /// At `info`, once: NVML is not there, so contexts are not measured.
+    fn say_nvml_absence(&self) {
+        if let Some(why) = self.queries.nvml_absence() {
+            if self.config.as_ref().is_ok_and(|c| c.verbose()) {
+                crate::log::line(&messages::nvml_absent(&why));
+            }
+        }
+    }
+
+    /// A context creation on `device` (`cuCtxCreate*`): `create` makes it and returns the
+    /// result and the context; one that does not fit is destroyed (`destroy`) and refused.
+    pub fn context_create(
+        &self,
+        api: &'static str,
+        device: i32,
+        create: impl FnOnce() -> (CuResult, usize),
+        destroy: impl FnOnce(usize),
+    ) -> CuResult {
+        self.context_made(api, device, || true, create, destroy, true)
+    }
+
+    /// `cuDevicePrimaryCtxRetain`: the retain that makes the primary context (it was not
+    /// active) is measured; one whose context does not fit is released again (`release`).
+    pub fn primary_retain(
+        &self,
+        api: &'static str,
+        device: i32,
+        inactive: impl FnOnce() -> bool,
+        retain: impl FnOnce() -> (CuResult, usize),
+        release: impl FnOnce(),
+    ) -> CuResult {
+        let (rc, context) = {
+            let got = std::cell::Cell::new(0usize);
+            let rc = self.context_made(
+                api,
+                device,
+                inactive,
+                || {
+                    let (rc, context) = retain();
+                    got.set(context);
+                    (rc, context)
+                },
+                |_| release(),
+                false,
+            );
+            (rc, got.get())
+        };
+        if let (true, Ok(device)) = (rc.is_ok(), u32::try_from(device)) {
+            self.primary_retained(device, context);
+        }
+        rc
+    }
+
+    /// A call that may make a context (`is_new`, asked under the measurement lock): measured
+    /// and charged; one that does not fit is undone and refused, and with `forget_undone`
+    /// (a destroyed context: its handle may come back for another) its slot is freed.
+    fn context_made(
+        &self,
+        api: &'static str,
+        device: i32,
+        is_new: impl FnOnce() -> bool,
+        create: impl FnOnce() -> (CuResult, usize),
+        undo: impl FnOnce(usize),
+        forget_undone: bool,
+    ) -> CuResult {
+        let device = match u32::try_from(device) {
+            Ok(d) if self.counts_context() => d,
+            _ => return create().0,
+        };
+        let made = std::cell::Cell::new(0usize);
+        let (rc, slot, fits) = self.context_memory.create(
+            device,
+            &Meters(&*self.queries),
+            &self.context_part(api),
+            is_new,
+            || {
+                let (rc, context) = create();
+                made.set(context);
+                let slot = match rc.is_ok() {
+                    true => self.contexts.add(context, device),
+                    false => NO_CONTEXT,
+                };
+                (rc, slot)
+            },
+        );
+        self.say_nvml_absence();
+        match fits {
+            Ok(()) => {
+                if rc.is_ok() {
+                    self.correct_context_memory(device);
+                }
+                rc
+            }
+            Err(refused) => {
+                if rc.is_ok() {
+                    undo(made.get());
+                    if forget_undone {
+                        self.contexts.remove(slot);
+                    }
+                }
+                self.context_refused(api, device, refused.bytes);
+                CuResult::OUT_OF_MEMORY
+            }
+        }
+    }
+
+    /// A context did not fit: one line, and a refusal in the trace.
+    fn context_refused(&self, api: &'static str, device: u32, bytes: u64) {
+        let Some(quota) = self.quota(device) else {
+            return;
+        };
+        let limit = self.limit(device, quota).unwrap_or(UNLIMITED);
+        let in_use = quota.held();
+        crate::log::line(&messages::quota_refusal(device, bytes, api, limit, in_use));
+        self.emit(Event::refused_by_quota(device, api, bytes, in_use));
+    }
+
+    /// A call that can grow the current context's memory (`cuCtxSetLimit`, a module or
+    /// library load), measured with the driver's free figure. Growth that does not fit is
+    /// undone (`undo` returns whether it could be; if not, the growth is charged anyway).
+    /// `module`: the handle the load returned (its charge goes back at its unload).
+    pub fn context_grows<R: Copy>(
+        &self,
+        api: &'static str,
+        call: impl FnOnce() -> (CuResult, R),
+        module: impl FnOnce(R) -> Option<usize>,
+        undo: impl FnOnce(R) -> bool,
+    ) -> CuResult {
+        if !self.counts_context() {
+            return call().0;
+        }
+        let Ok((device, slot)) = self.current() else {
+            return call().0;
+        };
+        let meters = Meters(&*self.queries);
+        let part = self.context_part(api);
+        let free = || context_memory::Meter::driver_free(&meters);
+        let Measured { rc, value, growth } = self.context_memory.measure(device, free, &part, call);
+        if !rc.is_ok() {
+            return rc;
+        }
+        let growth = growth.unwrap_or(0);
+        let module = module(value);
+        match self
+            .context_memory
+            .grew(device, slot, growth, module, false, &part)
+        {
+            Ok(()) => rc,
+            Err(refused) => {
+                if !undo(value) {
+                    let _ = self
+                        .context_memory
+                        .grew(device, slot, growth, module, true, &part);
+                    return rc;
+                }
+                self.context_refused(api, device, refused.bytes);
+                CuResult::OUT_OF_MEMORY
+            }
+        }
+    }
+
+    /// `cuModuleUnload` / `cuLibraryUnload` of `module` succeeded: its load's charge goes.
+    pub fn module_unloaded(&self, api: &'static str, module: usize) {
+        if self.counts_context() {
+            self.context_memory
+                .unloaded(module, &self.context_part(api));
+        }
+    }
+
+    /// NVML's figure for this process corrects `device`'s context part (rate-limited:
+    /// `context_memory`). Never on the allocation path.
+    pub fn correct_context_memory(&self, device: u32) {
+        if !self.counts_context() {
+            return;
+        }
+        let now = context_memory::monotonic_ns();
+        let part = self.context_part("nvml");
+        self.context_memory
+            .correct(device, now, &Meters(&*self.queries), &part);
     }
 }
 

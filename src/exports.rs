@@ -91,6 +91,20 @@ pub static CUDA_HOOKS: Hooks = hooks!(LIBCUDA in crate::real_driver:
     cuMemGetDefaultMemPool,
     cuMemGetMemPool,
     cuMemSetMemPool,
+    // -- context memory (issue 11)
+    cuCtxCreate,
+    cuCtxCreate_v2,
+    cuCtxCreate_v3,
+    cuCtxCreate_v4,
+    cuCtxSetLimit,
+    cuModuleLoad,
+    cuModuleLoadData,
+    cuModuleLoadDataEx,
+    cuModuleLoadFatBinary,
+    cuModuleUnload,
+    cuLibraryLoadData,
+    cuLibraryLoadFromFile,
+    cuLibraryUnload,
 );
 
 thread_local! {
@@ -802,19 +816,20 @@ pub unsafe extern "C" fn cuCtxAttach(ctx: *mut CuContext, flags: c_uint) -> CuRe
     )
 }
 
+/// The retain that makes the primary context is measured (context memory, issue 11).
 #[no_mangle]
 pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(ctx: *mut CuContext, dev: CuDevice) -> CuResult {
-    // SAFETY: `ctx` is the caller's out-pointer, null or valid.
-    let got = || unsafe { Out::new(ctx) }.map(|c| c.get() as usize);
-    watched(
+    // SAFETY: the caller's arguments, passed on; `ctx` is its out-pointer.
+    let call = |f: real::cuDevicePrimaryCtxRetain| unsafe { out_handle(f(ctx, dev), ctx) };
+    measured(
         &real::cuDevicePrimaryCtxRetain,
-        // SAFETY: the caller's arguments, passed on.
-        |f| unsafe { f(ctx, dev) },
-        |e| {
-            if let (Some(context), Ok(device)) = (got(), u32::try_from(dev)) {
-                e.primary_retained(device, context);
-            }
+        |f, e| {
+            let api = real::cuDevicePrimaryCtxRetain.name();
+            // Not active: this retain makes it (an unknown state counts as made already).
+            let inactive = || real::primary_active(dev as u32) == Ok(false);
+            e.primary_retain(api, dev, inactive, || call(f), || release_primary(dev))
         },
+        |f| call(f).0,
     )
 }
 
@@ -1339,6 +1354,308 @@ pub unsafe extern "C" fn cuMipmappedArrayDestroy(array: CuArray) -> CuResult {
         // SAFETY: the caller's argument, passed on.
         |real| unsafe { real(array) },
     )
+}
+
+// ---- context memory (issue 11) ---------------------------------------------------------
+//
+// What a context takes is measured around the calls that make or grow one (the engine and
+// `context_memory` say how); one that does not fit is undone and refused.
+
+/// The frame of a measured hook: as `watched` (a bad configuration never fails the call:
+/// it passes through), but the engine makes the call.
+fn measured<F: CFunction>(
+    real: &'static Real<F>,
+    counted: impl FnOnce(F, &'static Engine) -> CuResult,
+    plain: impl FnOnce(F) -> CuResult,
+) -> CuResult {
+    guard(|| {
+        let Some(f) = real.get() else {
+            return CuResult::NOT_FOUND;
+        };
+        let Some(_in_hook) = InHook::enter() else {
+            return plain(f);
+        };
+        let engine = engine();
+        match engine.check_config() {
+            Ok(()) => counted(f, engine),
+            Err(_) => plain(f),
+        }
+    })
+}
+
+/// The call's result and the handle it wrote (0 if it failed or had no out-pointer).
+///
+/// # Safety
+/// `p` is the caller's out-pointer: null or valid for reads (see `ffi::Out::new`).
+unsafe fn out_handle<T>(rc: CuResult, p: *mut *mut T) -> (CuResult, usize) {
+    // SAFETY: passed on from the caller.
+    match (rc.is_ok(), unsafe { Out::new(p) }) {
+        (true, Some(out)) => (rc, out.get() as usize),
+        _ => (rc, 0),
+    }
+}
+
+/// Destroys a context the caller never got (it did not fit).
+fn destroy_context(context: usize) {
+    let destroy = real::cuCtxDestroy_v2.get().or(real::cuCtxDestroy.get());
+    if let Some(f) = destroy {
+        // SAFETY: the driver just made this context for this call; nobody else has it.
+        unsafe { f(context as CuContext) };
+    }
+}
+
+/// Drops the reference a refused retain took.
+fn release_primary(dev: CuDevice) {
+    let release = real::cuDevicePrimaryCtxRelease_v2.get();
+    if let Some(f) = release.or(real::cuDevicePrimaryCtxRelease.get()) {
+        // SAFETY: the retain this undoes succeeded on `dev`.
+        unsafe { f(dev) };
+    }
+}
+
+fn create_context<F: CFunction>(
+    real: &'static Real<F>,
+    ctx: *mut CuContext,
+    dev: CuDevice,
+    call: impl Fn(F) -> CuResult,
+) -> CuResult {
+    measured(
+        real,
+        |f, e| {
+            // SAFETY: `ctx` is the caller's out-pointer, null or valid.
+            let create = || unsafe { out_handle(call(f), ctx) };
+            e.context_create(real.name(), dev, create, destroy_context)
+        },
+        &call,
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxCreate(
+    ctx: *mut CuContext,
+    flags: c_uint,
+    dev: CuDevice,
+) -> CuResult {
+    // SAFETY: the caller's arguments, passed on.
+    create_context(&real::cuCtxCreate, ctx, dev, |f| unsafe {
+        f(ctx, flags, dev)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxCreate_v2(
+    ctx: *mut CuContext,
+    flags: c_uint,
+    dev: CuDevice,
+) -> CuResult {
+    // SAFETY: the caller's arguments, passed on.
+    create_context(&real::cuCtxCreate_v2, ctx, dev, |f| unsafe {
+        f(ctx, flags, dev)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxCreate_v3(
+    ctx: *mut CuContext,
+    params: *mut c_void,
+    num_params: c_int,
+    flags: c_uint,
+    dev: CuDevice,
+) -> CuResult {
+    // SAFETY: the caller's arguments, passed on.
+    create_context(&real::cuCtxCreate_v3, ctx, dev, |f| unsafe {
+        f(ctx, params, num_params, flags, dev)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxCreate_v4(
+    ctx: *mut CuContext,
+    params: *mut c_void,
+    flags: c_uint,
+    dev: CuDevice,
+) -> CuResult {
+    // SAFETY: the caller's arguments, passed on.
+    create_context(&real::cuCtxCreate_v4, ctx, dev, |f| unsafe {
+        f(ctx, params, flags, dev)
+    })
+}
+
+/// A larger stack, heap or FIFO takes device memory: measured, charged to the current
+/// context; a limit that does not fit is set back and refused.
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxSetLimit(limit: c_int, value: usize) -> CuResult {
+    measured(
+        &real::cuCtxSetLimit,
+        |f, e| {
+            let old = real::context_limit(limit);
+            // SAFETY (both calls): the caller's limit; the new value is the caller's, the
+            // old one what the driver just reported.
+            let set = || (unsafe { f(limit, value) }, ());
+            let undo = |()| old.is_some_and(|old| unsafe { f(limit, old) }.is_ok());
+            e.context_grows(real::cuCtxSetLimit.name(), set, |()| None, undo)
+        },
+        // SAFETY: the caller's arguments, passed on.
+        |f| unsafe { f(limit, value) },
+    )
+}
+
+/// A module or library load: what it takes is measured and charged to the current context
+/// until its unload; one that does not fit is unloaded and refused.
+fn load_module<F: CFunction>(
+    real: &'static Real<F>,
+    call: impl Fn(F) -> (CuResult, usize),
+    unload: fn(usize),
+) -> CuResult {
+    measured(
+        real,
+        |f, e| {
+            let undo = |module: usize| {
+                unload(module);
+                true
+            };
+            e.context_grows(real.name(), || call(f), |m| (m != 0).then_some(m), undo)
+        },
+        |f| call(f).0,
+    )
+}
+
+fn unload_module(module: usize) {
+    if let Some(f) = real::cuModuleUnload.get() {
+        // SAFETY: the driver just loaded this module for this call; nobody else has it.
+        unsafe { f(module as real::CuModule) };
+    }
+}
+
+fn unload_library(library: usize) {
+    if let Some(f) = real::cuLibraryUnload.get() {
+        // SAFETY: as for unload_module.
+        unsafe { f(library as real::CuModule) };
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuModuleLoad(
+    module: *mut real::CuModule,
+    name: *const c_char,
+) -> CuResult {
+    // SAFETY: the caller's arguments, passed on; `module` is its out-pointer.
+    let call = |f: real::cuModuleLoad| unsafe { out_handle(f(module, name), module) };
+    load_module(&real::cuModuleLoad, call, unload_module)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuModuleLoadData(
+    module: *mut real::CuModule,
+    image: *const c_void,
+) -> CuResult {
+    // SAFETY: the caller's arguments, passed on; `module` is its out-pointer.
+    let call = |f: real::cuModuleLoadData| unsafe { out_handle(f(module, image), module) };
+    load_module(&real::cuModuleLoadData, call, unload_module)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuModuleLoadDataEx(
+    module: *mut real::CuModule,
+    image: *const c_void,
+    num_options: c_uint,
+    options: *mut c_int,
+    values: *mut *mut c_void,
+) -> CuResult {
+    let call = |f: real::cuModuleLoadDataEx| {
+        // SAFETY: the caller's arguments, passed on; `module` is its out-pointer.
+        unsafe { out_handle(f(module, image, num_options, options, values), module) }
+    };
+    load_module(&real::cuModuleLoadDataEx, call, unload_module)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuModuleLoadFatBinary(
+    module: *mut real::CuModule,
+    image: *const c_void,
+) -> CuResult {
+    // SAFETY: the caller's arguments, passed on; `module` is its out-pointer.
+    let call = |f: real::cuModuleLoadFatBinary| unsafe { out_handle(f(module, image), module) };
+    load_module(&real::cuModuleLoadFatBinary, call, unload_module)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuLibraryLoadData(
+    library: *mut real::CuModule,
+    code: *const c_void,
+    jit_options: *mut c_int,
+    jit_values: *mut *mut c_void,
+    num_jit: c_uint,
+    library_options: *mut c_int,
+    library_values: *mut *mut c_void,
+    num_library: c_uint,
+) -> CuResult {
+    let call = |f: real::cuLibraryLoadData| {
+        // SAFETY: the caller's arguments, passed on; `library` is its out-pointer.
+        unsafe {
+            let rc = f(
+                library,
+                code,
+                jit_options,
+                jit_values,
+                num_jit,
+                library_options,
+                library_values,
+                num_library,
+            );
+            out_handle(rc, library)
+        }
+    };
+    load_module(&real::cuLibraryLoadData, call, unload_library)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuLibraryLoadFromFile(
+    library: *mut real::CuModule,
+    name: *const c_char,
+    jit_options: *mut c_int,
+    jit_values: *mut *mut c_void,
+    num_jit: c_uint,
+    library_options: *mut c_int,
+    library_values: *mut *mut c_void,
+    num_library: c_uint,
+) -> CuResult {
+    let call = |f: real::cuLibraryLoadFromFile| {
+        // SAFETY: the caller's arguments, passed on; `library` is its out-pointer.
+        unsafe {
+            let rc = f(
+                library,
+                name,
+                jit_options,
+                jit_values,
+                num_jit,
+                library_options,
+                library_values,
+                num_library,
+            );
+            out_handle(rc, library)
+        }
+    };
+    load_module(&real::cuLibraryLoadFromFile, call, unload_library)
+}
+
+fn module_unloaded(real: &'static Real<real::cuModuleUnload>, module: real::CuModule) -> CuResult {
+    watched(
+        real,
+        // SAFETY: the caller's argument, passed on.
+        |f| unsafe { f(module) },
+        |e| e.module_unloaded(real.name(), module as usize),
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuModuleUnload(module: real::CuModule) -> CuResult {
+    module_unloaded(&real::cuModuleUnload, module)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuLibraryUnload(library: real::CuModule) -> CuResult {
+    module_unloaded(&real::cuLibraryUnload, library)
 }
 
 /// A call passed to the driver unchanged (no panic leaves it).

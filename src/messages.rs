@@ -241,6 +241,16 @@ pub fn config_line(c: &Config) -> String {
     )
 }
 
+// ---- context memory (issue 11) ----------------------------------------------------------
+
+/// At `info`, once: NVML could not be used, so contexts are not measured.
+pub fn nvml_absent(why: &str) -> String {
+    format!(
+        "NVML is not available ({why}): the memory of contexts is not measured \
+         (CUQUOTA_CONTEXT=SIZE counts SIZE per context)"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

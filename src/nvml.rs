@@ -304,7 +304,10 @@ fn process_list<T: Default + Clone>(
 /// Only in the child right after `fork()`, while it has one thread.
 pub unsafe fn unlock_in_child() {
     // SAFETY: the caller's promise.
-    unsafe { STATE.unlock_in_child() };
+    unsafe {
+        STATE.unlock_in_child();
+        ABSENCE.unlock_in_child();
+    }
 }
 
 #[cfg(test)]

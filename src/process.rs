@@ -59,6 +59,16 @@ impl Queries for RealDriver {
     fn device_uuid(&self, device: u32) -> Option<[u8; 16]> {
         real_driver::device_uuid(device)
     }
+    // -- context memory (issue 11)
+    fn nvml_free(&self, device: u32) -> Option<u64> {
+        crate::nvml::free_memory(device)
+    }
+    fn used_by_process(&self, device: u32) -> Option<u64> {
+        crate::nvml::used_by_this_process(device)
+    }
+    fn nvml_absence(&self) -> Option<String> {
+        crate::nvml::absence_note()
+    }
 }
 
 /// The process-wide engine, made (and the process handlers registered) on first use.
@@ -178,6 +188,8 @@ extern "C" fn after_fork_in_child() {
     unsafe { crate::log::reset_in_child() };
     // SAFETY: as above.
     unsafe { crate::trace::reset_in_child() };
+    // SAFETY: as above.
+    unsafe { crate::nvml::unlock_in_child() };
 }
 
 // ---- a driver no call reached ----------------------------------------------------------------

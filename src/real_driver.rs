@@ -325,6 +325,16 @@ pub fn devices() -> Vec<(u32, String, Option<u64>)> {
         .collect()
 }
 
+// -- context memory (issue 11) --------------------------------------------------------------
+
+/// The current context's value of a limit (`cuCtxGetLimit`), to set it back.
+pub fn context_limit(limit: c_int) -> Option<usize> {
+    let f = cuCtxGetLimit.get()?;
+    let mut value = 0usize;
+    // SAFETY: value is a valid out-pointer; the limit is passed as the caller gave it.
+    unsafe { f(&mut value, limit) }.is_ok().then_some(value)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
