@@ -7,6 +7,7 @@
 //! default action (see `signals`); after `fork()` the process module calls
 //! [`reset_in_child`]: the child forgets the parent's trace and starts its own.
 
+use crate::quota::Part;
 use cuquota_format::schema;
 use std::ffi::OsStr;
 
@@ -145,6 +146,17 @@ impl Event {
         }
     }
 
+    /// `part` is now `bytes` on `device` (the whole footprint there: `in_use`).
+    pub fn footprint(device: u32, api: &'static str, part: Part, bytes: u64, in_use: u64) -> Event {
+        Event::ok(EventKind::Footprint { part }, device, api, 0, bytes, in_use)
+    }
+
+    /// cuquota trimmed `part` on `device` and `released` bytes came back, to fit a request
+    /// through `api`.
+    pub fn trim(device: u32, api: &'static str, part: Part, released: u64, in_use: u64) -> Event {
+        Event::ok(EventKind::Trim { part }, device, api, 0, released, in_use)
+    }
+
     fn ok(
         kind: EventKind,
         device: u32,
@@ -189,6 +201,14 @@ pub enum EventKind {
     Context {
         ptrs: Box<[u64]>,
     },
+    /// A footprint part is now `bytes` on the device.
+    Footprint {
+        part: Part,
+    },
+    /// cuquota trimmed this part and got `bytes` back.
+    Trim {
+        part: Part,
+    },
 }
 
 pub struct DeviceInfo {
@@ -202,6 +222,8 @@ pub struct DeviceInfo {
 pub struct StartInfo {
     /// `"enforce"` or `"observe"`.
     pub mode: &'static str,
+    /// `"footprint"` or `"allocations"`.
+    pub count: &'static str,
     /// Empty while the driver cannot name its devices (before `cuInit`).
     pub devices: Vec<DeviceInfo>,
 }
@@ -431,6 +453,7 @@ fn open(
         argv: argv(),
         start_unix_ns,
         mode: info.mode.into(),
+        quota_counts: Some(info.count.into()),
         devices: info
             .devices
             .iter()
