@@ -232,6 +232,25 @@ pub struct StartInfo {
 /// forked child). Tracers are leaked, so a non-null pointer stays valid forever.
 static CURRENT: AtomicPtr<Tracer> = AtomicPtr::new(std::ptr::null_mut());
 
+/// What runs when SIGTERM/SIGINT ends the process before the trace's summary is written: the
+/// exit handlers will not run, and the signal handler can do nothing that allocates, so the
+/// writer thread runs this (the process module's summary lines). Null: nothing.
+static ON_SIGNAL: AtomicPtr<()> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Sets what the writer runs on SIGTERM/SIGINT, before the trace's summary.
+pub fn on_signal(f: fn()) {
+    ON_SIGNAL.store(f as *mut (), Ordering::Release);
+}
+
+fn run_on_signal() {
+    let f = ON_SIGNAL.load(Ordering::Acquire);
+    if !f.is_null() {
+        // SAFETY: only `on_signal` stores here, and it stores a `fn()`.
+        let f: fn() = unsafe { std::mem::transmute::<*mut (), fn()>(f) };
+        f();
+    }
+}
+
 const OFF: u8 = 0;
 const STARTING: u8 = 1;
 const ON: u8 = 2;
