@@ -41,6 +41,26 @@ pub enum LogLevel {
     Debug,
 }
 
+/// `CUQUOTA_COUNT`: what the quota bounds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Count {
+    /// The process's whole footprint on the device: allocations, pool reservations beyond
+    /// them, graph memory, context memory (the default).
+    Footprint,
+    /// Live allocations only (cuquota before issue 11).
+    Allocations,
+}
+
+impl Count {
+    /// The word for it in the configuration line and the trace header.
+    pub fn name(self) -> &'static str {
+        match self {
+            Count::Footprint => "footprint",
+            Count::Allocations => "allocations",
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LogTarget {
     Stderr,
@@ -59,6 +79,11 @@ pub struct Config {
     pub log_level: LogLevel,
     /// `CUQUOTA_TRACE`: the trace path template, exactly as given (bytes).
     pub trace: Option<OsString>,
+    /// `CUQUOTA_COUNT`.
+    pub count: Count,
+    /// `CUQUOTA_CONTEXT=SIZE`: what each context takes, instead of measuring it (`Some(0)`:
+    /// context memory is not counted); `None`: measured.
+    pub context: Option<u64>,
     /// One line per variable with a bad value that fell back to its default.
     pub warnings: Vec<String>,
 }
@@ -159,6 +184,48 @@ impl Config {
             },
             None => None,
         };
+        // Neither can lift enforcement: footprint is the stricter count, and a measured
+        // context is what a bad size falls back to.
+        let count = match set("CUQUOTA_COUNT").map(|v| v.trim().to_ascii_lowercase()) {
+            None => Count::Footprint,
+            Some(v) => match v.as_str() {
+                "footprint" => Count::Footprint,
+                "allocations" => Count::Allocations,
+                _ => {
+                    warnings.push(warning(
+                        "CUQUOTA_COUNT",
+                        &v,
+                        "footprint or allocations",
+                        "footprint",
+                    ));
+                    Count::Footprint
+                }
+            },
+        };
+        let context = match set("CUQUOTA_CONTEXT") {
+            None => None,
+            Some(v) => match settings::parse_limit_size(&v) {
+                Ok(cuquota_format::units::Size::Bytes(b)) => Some(b),
+                Ok(_) => {
+                    warnings.push(warning(
+                        "CUQUOTA_CONTEXT",
+                        &v,
+                        "a size such as 512MiB, or 0 to leave context memory out",
+                        "measured",
+                    ));
+                    None
+                }
+                Err(why) => {
+                    warnings.push(warning(
+                        "CUQUOTA_CONTEXT",
+                        &v,
+                        &format!("a size such as 512MiB ({why})"),
+                        "measured",
+                    ));
+                    None
+                }
+            },
+        };
         Ok(Config {
             limits,
             mode,
@@ -166,6 +233,8 @@ impl Config {
             log,
             log_level,
             trace,
+            count,
+            context,
             warnings,
         })
     }
@@ -219,7 +288,36 @@ mod tests {
         assert_eq!(c.log, LogTarget::Stderr);
         assert_eq!(c.log_level, LogLevel::Warn);
         assert_eq!(c.trace, None);
+        assert_eq!((c.count, c.context), (Count::Footprint, None));
         assert!(c.warnings.is_empty());
+    }
+
+    #[test]
+    fn count_and_context() {
+        let c = config(&[
+            ("CUQUOTA_COUNT", "Allocations"),
+            ("CUQUOTA_CONTEXT", "512MiB"),
+        ]);
+        let c = c.unwrap();
+        assert_eq!((c.count, c.context), (Count::Allocations, Some(512 << 20)));
+        assert_eq!(
+            config(&[("CUQUOTA_CONTEXT", "0")]).unwrap().context,
+            Some(0)
+        );
+        for (var, value) in [
+            ("CUQUOTA_COUNT", "everything"),
+            ("CUQUOTA_CONTEXT", "10%"),
+            ("CUQUOTA_CONTEXT", "1.5"),
+        ] {
+            let c = config(&[(var, value)]).unwrap();
+            assert_eq!((c.count, c.context), (Count::Footprint, None), "{value}");
+            assert_eq!(c.warnings.len(), 1, "{value}");
+            assert!(c.warnings[0].starts_with(var), "{}", c.warnings[0]);
+        }
+        assert!(config(&[("CUQUOTA_COUNT", "")])
+            .unwrap()
+            .warnings
+            .is_empty());
     }
 
     #[test]

@@ -6,20 +6,24 @@
 //! events to `trace` (which starts itself at the first one).
 
 use crate::array_shape::ArrayShape;
-use crate::config::{Config, ConfigError, Limits, Mode, MAX_DEVICES};
+use crate::config::{Config, ConfigError, Count, Limits, Mode, MAX_DEVICES};
 use crate::context_memory::{self, ContextMemory, Measured, Setting};
 use crate::contexts::{Contexts, Slot, NO_CONTEXT};
 use crate::cuda_abi::CuResult;
 use crate::episodes;
 use crate::ledger::{Charge, Ledger};
 use crate::messages;
-use crate::quota::{DeviceQuota, Reservation, UNLIMITED};
+use crate::quota::{DeviceQuota, Part, Reservation, UNLIMITED};
 use crate::spin::{SpinLock, EXIT_LOCK_ATTEMPTS};
 use crate::trace::{self, Event};
 use crate::vmm::VmmBooks;
 use cuquota_format::units::Size;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+// The footprint's parts besides allocations (issue 11), each an `impl Engine` of its own.
+mod graph_memory;
+mod pool_cache;
 
 /// What the engine asks the driver besides the call being hooked.
 pub trait Queries: Sync + Send {
@@ -537,7 +541,15 @@ impl Engine {
         bytes: u64,
         limit: u64,
     ) -> Reserved {
-        match quota.reserve(bytes, limit, self.mode() == Mode::Enforce) {
+        let enforce = self.mode() == Mode::Enforce;
+        let mut reservation = quota.reserve(bytes, limit, enforce);
+        if matches!(reservation, Reservation::Refused { .. }) && self.made_room(api, device, bytes)
+        {
+            // Not a refusal after all, if it fits now.
+            quota.forgive_refusal();
+            reservation = quota.reserve(bytes, limit, enforce);
+        }
+        match reservation {
             Reservation::Granted { .. } => Reserved::Charged,
             Reservation::Uncharged => Reserved::Uncharged,
             Reservation::Refused { in_use, limit } => {
@@ -561,14 +573,20 @@ impl Engine {
     #[cold]
     #[inline(never)]
     fn would_refuse(&self, device: u32, bytes: u64, api: &'static str, limit: u64, in_use: u64) {
-        crate::log::line(&messages::would_refuse(device, bytes, api, limit, in_use));
+        let parts = self.parts_of(device);
+        crate::log::line(&messages::would_refuse(
+            device, bytes, api, limit, in_use, &parts,
+        ));
         self.emit(Event::observed_refusal(device, api, bytes, in_use));
     }
 
     /// Refused over quota: explain, and remember it for the back-off line.
     fn refused(&self, device: u32, bytes: u64, api: &'static str, limit: u64, in_use: u64) {
         if self.episode_refusal(device, bytes, api) {
-            crate::log::line(&messages::quota_refusal(device, bytes, api, limit, in_use));
+            let parts = self.parts_of(device);
+            crate::log::line(&messages::quota_refusal(
+                device, bytes, api, limit, in_use, &parts,
+            ));
         }
         // The figure it was refused at (requests in flight included): no peak counts it.
         self.emit(Event::refused_by_quota(device, api, bytes, in_use));
@@ -701,9 +719,18 @@ impl Engine {
             })
             .collect();
         let mode = self.mode().name();
+        let count = self
+            .config
+            .as_ref()
+            .map_or(Count::Footprint, |c| c.count)
+            .name();
         (
             template.unwrap_or_default(),
-            trace::StartInfo { mode, devices },
+            trace::StartInfo {
+                mode,
+                count,
+                devices,
+            },
         )
     }
 
@@ -828,6 +855,162 @@ impl Engine {
                 Some(messages::summary(d, &q.usage(), live))
             })
             .collect()
+    }
+}
+
+// ---- The footprint's other parts -------------------------------------------------------
+//
+// With `CUQUOTA_COUNT=footprint` (the default) the quota bounds allocations plus each
+// [`Part`]: what pools keep, graph memory, what contexts take. A part is charged into the
+// same counter as allocations (so one compare-and-swap checks the whole footprint), kept
+// apart to say where the room went, and traced as a `footprint` event at every change. With
+// `CUQUOTA_COUNT=allocations` every call below does nothing.
+
+/// A part's growth did not fit the quota (nothing was charged).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PartRefusal {
+    /// What the quota held, the refused bytes not included.
+    pub in_use: u64,
+    pub limit: u64,
+}
+
+impl Engine {
+    /// Whether the quota bounds the whole footprint (`CUQUOTA_COUNT=footprint`).
+    pub fn counts_footprint(&self) -> bool {
+        self.config
+            .as_ref()
+            .is_ok_and(|c| c.count == Count::Footprint)
+    }
+
+    /// Each part's bytes on `device` now.
+    fn parts_of(&self, device: u32) -> messages::Parts {
+        self.quota(device)
+            .map_or([0; Part::ALL.len()], |q| q.parts())
+    }
+
+    /// Bytes of `part` charged on `device` now.
+    pub fn part_total(&self, device: u32, part: Part) -> u64 {
+        self.quota(device).map_or(0, |q| q.part(part))
+    }
+
+    /// `part` grows by `bytes` on `device`, if the quota has room (after trimming this
+    /// process's unused pool and graph memory once). Refused: nothing is charged, the
+    /// refusal is counted, and the caller undoes what the driver did and says so with
+    /// [`Engine::part_refused`]. Observe mode charges it and says what would have been.
+    pub fn part_grow(
+        &self,
+        api: &'static str,
+        device: u32,
+        part: Part,
+        bytes: u64,
+    ) -> Result<(), PartRefusal> {
+        if !self.counts_footprint() || bytes == 0 {
+            return Ok(());
+        }
+        let Some(quota) = self.quota(device) else {
+            return Ok(());
+        };
+        let limit = self.limit(device, quota).unwrap_or(UNLIMITED);
+        let enforce = self.mode() == Mode::Enforce;
+        let mut reservation = quota.reserve(bytes, limit, enforce);
+        if matches!(reservation, Reservation::Refused { .. }) && self.made_room(api, device, bytes)
+        {
+            quota.forgive_refusal();
+            reservation = quota.reserve(bytes, limit, enforce);
+        }
+        match reservation {
+            Reservation::Refused { in_use, limit } => return Err(PartRefusal { in_use, limit }),
+            Reservation::Uncharged => return Ok(()),
+            Reservation::Granted { .. } => {}
+            Reservation::Allowed {
+                in_use_before,
+                limit,
+            } => self.would_refuse(device, bytes, api, limit, in_use_before),
+        }
+        let held = quota.commit_part(part, bytes);
+        self.emit(Event::footprint(device, api, part, quota.part(part), held));
+        Ok(())
+    }
+
+    /// Explains a refused [`Engine::part_grow`] of `bytes`: one line, and a `refused` event.
+    #[cold]
+    pub fn part_refused(
+        &self,
+        api: &'static str,
+        device: u32,
+        part: Part,
+        bytes: u64,
+        refusal: PartRefusal,
+    ) {
+        let PartRefusal { in_use, limit } = refusal;
+        let parts = self.parts_of(device);
+        let line = match part {
+            Part::Context => messages::context_refusal(device, bytes, api, limit, in_use, &parts),
+            Part::Graph => messages::graph_refusal(device, bytes, api, limit, in_use, &parts),
+            Part::PoolCache => messages::quota_refusal(device, bytes, api, limit, in_use, &parts),
+        };
+        crate::log::line(&line);
+        self.emit(Event::refused_by_quota(device, api, bytes, in_use));
+    }
+
+    /// `part` grew by `bytes` that the driver already holds and cannot give back: charged
+    /// whatever the quota.
+    pub fn part_force(&self, api: &'static str, device: u32, part: Part, bytes: u64) {
+        if !self.counts_footprint() || bytes == 0 {
+            return;
+        }
+        if let Some(quota) = self.quota(device) {
+            let held = quota.force_part(part, bytes);
+            self.emit(Event::footprint(device, api, part, quota.part(part), held));
+        }
+    }
+
+    /// `part` shrank by `bytes` (never below zero).
+    pub fn part_shrink(&self, api: &'static str, device: u32, part: Part, bytes: u64) {
+        let Some(quota) = self.quota(device) else {
+            return;
+        };
+        if quota.release_part(part, bytes) > 0 {
+            let held = quota.held();
+            self.emit(Event::footprint(device, api, part, quota.part(part), held));
+        }
+    }
+
+    /// `part` is `total` on `device` by the driver's own figure: charged (whatever the
+    /// quota: the driver holds it) or given back to match.
+    pub fn part_set(&self, api: &'static str, device: u32, part: Part, total: u64) {
+        let now = self.part_total(device, part);
+        if total > now {
+            self.part_force(api, device, part, total - now);
+        } else if total < now {
+            self.part_shrink(api, device, part, now - total);
+        }
+    }
+
+    /// A request of `wanted` bytes did not fit: trim this process's unused pool and graph
+    /// memory on `device` once. True if that gave anything back.
+    #[cold]
+    #[inline(never)]
+    fn made_room(&self, api: &'static str, device: u32, wanted: u64) -> bool {
+        if !self.counts_footprint() {
+            return false;
+        }
+        let released =
+            self.trim_pools(api, device, wanted) + self.trim_graph_memory(api, device, wanted);
+        released > 0
+    }
+
+    /// cuquota's own trim of `part` on `device` gave `released` bytes back (already
+    /// shrunk from the part): counted for the summary, traced, said at info.
+    pub fn trimmed(&self, api: &'static str, device: u32, part: Part, released: u64, wanted: u64) {
+        let Some(quota) = self.quota(device) else {
+            return;
+        };
+        quota.count_trim(released);
+        self.emit(Event::trim(device, api, part, released, quota.held()));
+        if self.config.as_ref().is_ok_and(|c| c.verbose()) {
+            crate::log::line(&messages::trimmed(device, part, released, wanted, api));
+        }
     }
 }
 
@@ -1180,7 +1363,9 @@ impl Engine {
         };
         let limit = self.limit(device, quota).unwrap_or(UNLIMITED);
         let in_use = quota.held();
-        crate::log::line(&messages::quota_refusal(device, bytes, api, limit, in_use));
+        let parts = self.parts_of(device);
+        let line = messages::quota_refusal(device, bytes, api, limit, in_use, &parts);
+        crate::log::line(&line);
         self.emit(Event::refused_by_quota(device, api, bytes, in_use));
     }
 
@@ -1315,6 +1500,58 @@ mod tests {
         for (i, kind) in Kind::ALL.into_iter().enumerate() {
             assert_eq!(kind as usize, i, "Kind::ALL is in discriminant order");
         }
+    }
+
+    #[test]
+    fn parts_share_the_quota_with_allocations() {
+        let (e, _) = engine("1GiB");
+        assert!(e.counts_footprint());
+        assert_eq!(e.part_grow("ctx", 0, Part::Context, 256 * MIB), Ok(()));
+        let ok = || (CuResult::SUCCESS, 0x1000);
+        assert_eq!(
+            e.alloc("a", Kind::Pointer, Place::Current, 768 * MIB, ok),
+            CuResult::SUCCESS
+        );
+        assert_eq!(
+            e.part_grow("ctx", 0, Part::Context, 1),
+            Err(PartRefusal {
+                in_use: GIB,
+                limit: GIB
+            })
+        );
+        assert_eq!(e.memory_info("m", 8 << 30, 8 << 30), (0, GIB));
+        e.part_force("load", 0, Part::Context, MIB);
+        assert_eq!(e.part_total(0, Part::Context), 257 * MIB);
+        e.part_set("sync", 0, Part::Context, 200 * MIB);
+        assert_eq!(e.part_total(0, Part::Context), 200 * MIB);
+        e.part_shrink("destroy", 0, Part::Context, u64::MAX);
+        assert_eq!(e.part_total(0, Part::Context), 0);
+        assert_eq!(e.memory_info("m", 8 << 30, 8 << 30), (256 * MIB, GIB));
+        let usage = e.quota(0).unwrap().usage();
+        assert_eq!(
+            (usage.part_peaks[Part::Context as usize], usage.refusals),
+            (257 * MIB, 1)
+        );
+    }
+
+    #[test]
+    fn counting_allocations_leaves_the_parts_out() {
+        crate::log::configure(&crate::config::LogTarget::Off);
+        let fake = Arc::new(Fake {
+            device: AtomicU32::new(0),
+            free: AtomicU64::new(8 << 30),
+        });
+        let config = Config::from_vars(|k| match k {
+            "CUQUOTA_LIMIT" => Some("1GiB".into()),
+            "CUQUOTA_COUNT" => Some("allocations".into()),
+            _ => None,
+        });
+        let e = Engine::new(config, Box::new(fake));
+        assert!(!e.counts_footprint());
+        assert_eq!(e.part_grow("ctx", 0, Part::Context, 2 * GIB), Ok(()));
+        e.part_force("ctx", 0, Part::Context, 2 * GIB);
+        assert_eq!(e.part_total(0, Part::Context), 0);
+        assert_eq!(e.memory_info("m", 8 << 30, 8 << 30), (GIB, GIB));
     }
 
     #[test]

@@ -2,29 +2,98 @@
 //! configuration. Pure formatting; no I/O (episodes are grouped by the rule in
 //! `cuquota_format::episodes`). Named apart from the CLI's `report` command, which reads traces.
 
+use crate::config::Count;
 use crate::config::{Config, DeviceId, Limits};
-use crate::quota::Usage;
+use crate::quota::{Part, Usage};
 use cuquota_format::episodes;
 use cuquota_format::settings::format_uuid;
 use cuquota_format::units::{human, Size};
 
 /// `GPU 0 refused 4.00 GiB (4294967296 bytes) via cuMemAlloc_v2: quota 6.00 GiB, in use 3.10 GiB, 2.90 GiB left`
-pub fn quota_refusal(device: u32, bytes: u64, api: &str, limit: u64, in_use: u64) -> String {
+pub fn quota_refusal(
+    device: u32,
+    bytes: u64,
+    api: &str,
+    limit: u64,
+    in_use: u64,
+    parts: &Parts,
+) -> String {
     format!(
         "GPU {device} refused {} ({}) via {api}: {}",
         human(bytes),
         exact(bytes),
-        quota_state(limit, in_use)
+        quota_state(limit, in_use, parts)
+    )
+}
+
+/// Each [`Part`]'s bytes on a device, indexed by the part.
+pub type Parts = [u64; Part::ALL.len()];
+
+/// A context that does not fit: created, measured, and undone.
+pub fn context_refusal(
+    device: u32,
+    bytes: u64,
+    api: &str,
+    limit: u64,
+    in_use: u64,
+    parts: &Parts,
+) -> String {
+    let takes = format!("{} ({})", human(bytes), exact(bytes));
+    if in_use == 0 {
+        return format!(
+            "GPU {device} refused a new context via {api}: the context alone takes {takes} \
+             of the quota {}",
+            human(limit)
+        );
+    }
+    format!(
+        "GPU {device} refused a new context via {api}: it takes {takes}; {}",
+        quota_state(limit, in_use, parts)
+    )
+}
+
+/// A graph launch (or upload) whose allocations do not fit, after trimming.
+pub fn graph_refusal(
+    device: u32,
+    bytes: u64,
+    api: &str,
+    limit: u64,
+    in_use: u64,
+    parts: &Parts,
+) -> String {
+    format!(
+        "GPU {device} refused a graph launch via {api}: its allocations need {} ({}) more \
+         graph memory; {}",
+        human(bytes),
+        exact(bytes),
+        quota_state(limit, in_use, parts)
+    )
+}
+
+/// cuquota gave back this process's unused pool or graph memory to fit a request.
+pub fn trimmed(device: u32, part: Part, released: u64, wanted: u64, api: &str) -> String {
+    format!(
+        "GPU {device}: trimmed {} of unused {} to fit {} via {api}",
+        human(released),
+        part.words(),
+        human(wanted)
     )
 }
 
 /// The observe-mode twin of [`quota_refusal`]: the request went ahead.
-pub fn would_refuse(device: u32, bytes: u64, api: &str, limit: u64, in_use: u64) -> String {
+pub fn would_refuse(
+    device: u32,
+    bytes: u64,
+    api: &str,
+    limit: u64,
+    in_use: u64,
+    parts: &Parts,
+) -> String {
     format!(
         "GPU {device} would refuse {} ({}) via {api}: {} (observe mode: allowed)",
         human(bytes),
         exact(bytes),
-        quota_state(limit, in_use)
+        quota_state(limit, in_use, parts)
     )
 }
 
@@ -37,9 +106,26 @@ fn exact(bytes: u64) -> String {
     }
 }
 
-fn quota_state(limit: u64, in_use: u64) -> String {
+/// `quota 6.00 GiB, in use 5.99 GiB (allocations 4.90 GiB, pool cache 600.00 MiB, context
+/// 512.00 MiB), 10.00 MiB left`: the parts only when more than allocations hold the quota.
+fn quota_state(limit: u64, in_use: u64, parts: &Parts) -> String {
+    let others: u64 = parts.iter().sum();
+    let breakdown = if others == 0 {
+        String::new()
+    } else {
+        let mut words = vec![format!(
+            "allocations {}",
+            human(in_use.saturating_sub(others))
+        )];
+        for part in Part::ALL {
+            if parts[part as usize] > 0 {
+                words.push(format!("{} {}", part.words(), human(parts[part as usize])));
+            }
+        }
+        format!(" ({})", words.join(", "))
+    };
     format!(
-        "quota {}, in use {}, {} left",
+        "quota {}, in use {}{breakdown}, {} left",
         human(limit),
         human(in_use),
         human(limit.saturating_sub(in_use))
@@ -161,8 +247,32 @@ pub fn summary(device: u32, usage: &Usage, live: Option<(u64, u64)>) -> String {
         Some((n, bytes)) => format!("{n} live at exit ({})", human(bytes)),
         None => "live at exit not counted (summary incomplete: exit during a hook)".to_string(),
     };
+    let mut parts = String::new();
+    if usage.part_peaks.iter().any(|&p| p > 0) {
+        let words: Vec<String> = Part::ALL
+            .into_iter()
+            .filter(|&p| usage.part_peaks[p as usize] > 0)
+            .map(|p| {
+                format!(
+                    "{} {} (peak {})",
+                    p.words(),
+                    human(usage.parts[p as usize]),
+                    human(usage.part_peaks[p as usize])
+                )
+            })
+            .collect();
+        parts = format!("; besides allocations at exit: {}", words.join(", "));
+    }
+    if usage.trims > 0 {
+        parts += &format!(
+            "; {} trim{} gave back {}",
+            usage.trims,
+            if usage.trims == 1 { "" } else { "s" },
+            human(usage.trimmed)
+        );
+    }
     format!(
-        "GPU {device} summary: peak {} ({}){quota}, {} allocation{}, {} refusal{}, {live}",
+        "GPU {device} summary: peak {} ({}){quota}, {} allocation{}, {} refusal{}, {live}{parts}",
         human(usage.peak),
         exact(usage.peak),
         usage.allocations,
@@ -231,8 +341,14 @@ pub fn config_line(c: &Config) -> String {
                 + ", other devices unlimited"
         }
     };
+    let count = match (c.count, c.context) {
+        (Count::Allocations, _) => "allocations".to_string(),
+        (Count::Footprint, None) => "footprint (context memory measured)".to_string(),
+        (Count::Footprint, Some(0)) => "footprint (context memory not counted)".to_string(),
+        (Count::Footprint, Some(b)) => format!("footprint (context memory {} each)", human(b)),
+    };
     format!(
-        "config: limit {limits}; mode {}; virtualize {}; trace {}",
+        "config: limit {limits}; mode {}; count {count}; virtualize {}; trace {}",
         c.mode.name(),
         if c.virtualize { "on" } else { "off" },
         c.trace
@@ -260,11 +376,11 @@ mod tests {
     #[test]
     fn refusal_lines() {
         assert_eq!(
-            quota_refusal(0, 4 * GIB, "cuMemAlloc_v2", 6 * GIB, 3_328_599_654),
+            quota_refusal(0, 4 * GIB, "cuMemAlloc_v2", 6 * GIB, 3_328_599_654, &[0; 3]),
             "GPU 0 refused 4.00 GiB (4294967296 bytes) via cuMemAlloc_v2: quota 6.00 GiB, in use 3.10 GiB, 2.90 GiB left"
         );
         assert_eq!(
-            would_refuse(1, 2048, "cuMemCreate", 1024, 0),
+            would_refuse(1, 2048, "cuMemCreate", 1024, 0, &[0; 3]),
             "GPU 1 would refuse 2.00 KiB (2048 bytes) via cuMemCreate: quota 1.00 KiB, in use 0 B, 1.00 KiB left (observe mode: allowed)"
         );
         assert_eq!(
@@ -318,6 +434,75 @@ mod tests {
     }
 
     #[test]
+    fn footprint_lines_name_the_parts() {
+        const MIB: u64 = 1 << 20;
+        let parts = [600 * MIB, 0, 512 * MIB];
+        let in_use = 6 * GIB - 10 * MIB;
+        assert_eq!(
+            quota_refusal(0, GIB, "cuMemAlloc_v2", 6 * GIB, in_use, &parts),
+            "GPU 0 refused 1.00 GiB (1073741824 bytes) via cuMemAlloc_v2: quota 6.00 GiB, \
+             in use 5.99 GiB (allocations 4.90 GiB, pool cache 600.00 MiB, context 512.00 MiB), \
+             10.00 MiB left"
+        );
+        assert_eq!(
+            context_refusal(
+                1,
+                512 * MIB,
+                "cuDevicePrimaryCtxRetain",
+                256 * MIB,
+                0,
+                &[0; 3]
+            ),
+            "GPU 1 refused a new context via cuDevicePrimaryCtxRetain: the context alone takes \
+             512.00 MiB (536870912 bytes) of the quota 256.00 MiB"
+        );
+        assert_eq!(
+            context_refusal(
+                0,
+                512 * MIB,
+                "cuCtxCreate_v2",
+                GIB,
+                768 * MIB,
+                &[0, 0, 256 * MIB]
+            ),
+            "GPU 0 refused a new context via cuCtxCreate_v2: it takes 512.00 MiB (536870912 \
+             bytes); quota 1.00 GiB, in use 768.00 MiB (allocations 512.00 MiB, context \
+             256.00 MiB), 256.00 MiB left"
+        );
+        assert_eq!(
+            graph_refusal(
+                0,
+                2 * GIB,
+                "cuGraphLaunch",
+                6 * GIB,
+                5 * GIB,
+                &[0, 2 * GIB, 0]
+            ),
+            "GPU 0 refused a graph launch via cuGraphLaunch: its allocations need 2.00 GiB \
+             (2147483648 bytes) more graph memory; quota 6.00 GiB, in use 5.00 GiB (allocations \
+             3.00 GiB, graph memory 2.00 GiB), 1.00 GiB left"
+        );
+        assert_eq!(
+            trimmed(0, Part::PoolCache, 600 * MIB, GIB, "cuMemAlloc_v2"),
+            "GPU 0: trimmed 600.00 MiB of unused pool cache to fit 1.00 GiB via cuMemAlloc_v2"
+        );
+        let usage = Usage {
+            limit: Some(GIB),
+            peak: GIB,
+            allocations: 2,
+            parts: [0, 0, 256 * MIB],
+            part_peaks: [600 * MIB, 0, 256 * MIB],
+            trims: 1,
+            trimmed: 600 * MIB,
+            ..Usage::default()
+        };
+        assert!(summary(0, &usage, Some((0, 0))).ends_with(
+            "0 live at exit (0 B); besides allocations at exit: pool cache 0 B (peak 600.00 MiB), \
+             context 256.00 MiB (peak 256.00 MiB); 1 trim gave back 600.00 MiB"
+        ));
+    }
+
+    #[test]
     fn config_line_words() {
         let config = |vars: &[(&str, &str)]| {
             let vars: Vec<(String, String)> = vars
@@ -330,15 +515,18 @@ mod tests {
         assert_eq!(
             config_line(&config(&[("CUQUOTA_LIMIT", "0:1GiB,1:25%")])),
             "config: limit GPU 0 1.00 GiB (1073741824 bytes), GPU 1 25% of the device's memory, \
-             other devices unlimited; mode enforce; virtualize on; trace off"
+             other devices unlimited; mode enforce; count footprint (context memory measured); \
+             virtualize on; trace off"
         );
         assert_eq!(
             config_line(&config(&[
                 ("CUQUOTA_MODE", "observe"),
                 ("CUQUOTA_VIRTUALIZE", "0"),
                 ("CUQUOTA_TRACE", "t-%p.jsonl"),
+                ("CUQUOTA_COUNT", "allocations"),
             ])),
-            "config: limit none (observing only); mode observe; virtualize off; trace t-%p.jsonl"
+            "config: limit none (observing only); mode observe; count allocations; virtualize off; \
+             trace t-%p.jsonl"
         );
     }
 
@@ -350,6 +538,7 @@ mod tests {
             peak: 6_345_981_952,
             allocations: 37,
             refusals: 5,
+            ..Usage::default()
         };
         assert_eq!(
             summary(0, &usage, Some((2, 6_345_981_952))),

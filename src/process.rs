@@ -127,6 +127,7 @@ fn register_handlers() {
     if HANDLERS.swap(true, Ordering::AcqRel) {
         return;
     }
+    crate::trace::on_signal(summary_on_signal);
     // SAFETY: registering plain extern "C" fns with atexit / pthread_atfork has no other
     // precondition.
     unsafe {
@@ -169,6 +170,18 @@ extern "C" fn at_exit() {
             }
         }
     });
+}
+
+/// SIGTERM/SIGINT with the trace on (its writer thread runs this; see `trace::on_signal`):
+/// the episodes' outcomes and the summary lines, as at exit, which the signal skips.
+fn summary_on_signal() {
+    // SAFETY: as in `engine`.
+    if let Some(engine) = unsafe { ENGINE.load(Ordering::Acquire).as_ref() } {
+        engine.end_episodes();
+        for line in engine.summary_lines() {
+            crate::log::line(&line);
+        }
+    }
 }
 
 /// The child has its own quota, summary and trace; the order is the module's.

@@ -8,6 +8,43 @@ const UNRESOLVED: u64 = u64::MAX;
 /// A limit this large is "no limit" (no device has 16 EiB).
 pub const UNLIMITED: u64 = u64::MAX - 1;
 
+/// What a device's footprint holds besides live allocations (issue 11): each is charged
+/// into the same `in_use`/`held` as allocations, so one compare-and-swap checks the whole
+/// footprint against the limit, and kept apart here to say where the room went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(usize)]
+pub enum Part {
+    /// Memory pools' reservation beyond their live allocations.
+    PoolCache,
+    /// The device's graph memory pool reservation.
+    Graph,
+    /// What the process's contexts on the device take (measured, or `CUQUOTA_CONTEXT`).
+    Context,
+}
+
+impl Part {
+    /// Every part, in the order of their discriminants (which index the counters).
+    pub const ALL: [Part; 3] = [Part::PoolCache, Part::Graph, Part::Context];
+
+    /// The trace's name (`"part"` of a `footprint` line, and the summary's fields).
+    pub fn name(self) -> &'static str {
+        match self {
+            Part::PoolCache => "pool_cache",
+            Part::Graph => "graph",
+            Part::Context => "context",
+        }
+    }
+
+    /// The log's words.
+    pub fn words(self) -> &'static str {
+        match self {
+            Part::PoolCache => "pool cache",
+            Part::Graph => "graph memory",
+            Part::Context => "context",
+        }
+    }
+}
+
 /// The counters of one device.
 #[derive(Debug)]
 pub struct DeviceQuota {
@@ -21,6 +58,12 @@ pub struct DeviceQuota {
     peak: AtomicU64,
     allocations: AtomicU64,
     refusals: AtomicU64,
+    /// Bytes of each [`Part`] held (inside `held`), and each one's highest value.
+    parts: [AtomicU64; Part::ALL.len()],
+    part_peaks: [AtomicU64; Part::ALL.len()],
+    /// cuquota's own trims of this process's pools and graph memory, and what they gave back.
+    trims: AtomicU64,
+    trimmed: AtomicU64,
 }
 
 /// What a reservation found.
@@ -45,6 +88,18 @@ pub struct Usage {
     pub peak: u64,
     pub allocations: u64,
     pub refusals: u64,
+    /// Each [`Part`]'s bytes now and its peak, indexed by the part.
+    pub parts: [u64; Part::ALL.len()],
+    pub part_peaks: [u64; Part::ALL.len()],
+    pub trims: u64,
+    pub trimmed: u64,
+}
+
+impl Usage {
+    /// Live allocations alone: the footprint less its other parts.
+    pub fn allocations_bytes(&self) -> u64 {
+        self.in_use.saturating_sub(self.parts.iter().sum())
+    }
 }
 
 impl Default for DeviceQuota {
@@ -62,6 +117,10 @@ impl DeviceQuota {
             peak: AtomicU64::new(0),
             allocations: AtomicU64::new(0),
             refusals: AtomicU64::new(0),
+            parts: [const { AtomicU64::new(0) }; Part::ALL.len()],
+            part_peaks: [const { AtomicU64::new(0) }; Part::ALL.len()],
+            trims: AtomicU64::new(0),
+            trimmed: AtomicU64::new(0),
         }
     }
 
@@ -165,6 +224,61 @@ impl DeviceQuota {
         self.refusals.fetch_add(1, Relaxed);
     }
 
+    /// A refusal that [`Self::reserve`] counted is retried (after a trim made room): it
+    /// was not one.
+    pub fn forgive_refusal(&self) {
+        self.refusals.fetch_sub(1, Relaxed);
+    }
+
+    /// `bytes` of `part`, already reserved, are held. Returns the bytes held after.
+    pub fn commit_part(&self, part: Part, bytes: u64) -> u64 {
+        let now = self.held.fetch_add(bytes, Relaxed) + bytes;
+        self.peak.fetch_max(now, Relaxed);
+        let p = self.parts[part as usize].fetch_add(bytes, Relaxed) + bytes;
+        self.part_peaks[part as usize].fetch_max(p, Relaxed);
+        now
+    }
+
+    /// Charges `bytes` of `part` whatever the limit: the driver already holds them and they
+    /// cannot be given back. Returns the bytes held after.
+    pub fn force_part(&self, part: Part, bytes: u64) -> u64 {
+        self.in_use.fetch_add(bytes, Relaxed);
+        self.commit_part(part, bytes)
+    }
+
+    /// Gives back up to `bytes` of `part` (never more than it holds). Returns what was
+    /// given back.
+    pub fn release_part(&self, part: Part, bytes: u64) -> u64 {
+        let counter = &self.parts[part as usize];
+        let mut current = counter.load(Relaxed);
+        loop {
+            let take = bytes.min(current);
+            match counter.compare_exchange_weak(current, current - take, Relaxed, Relaxed) {
+                Ok(_) => {
+                    self.release(take);
+                    return take;
+                }
+                Err(now) => current = now,
+            }
+        }
+    }
+
+    /// Bytes of `part` held now.
+    pub fn part(&self, part: Part) -> u64 {
+        self.parts[part as usize].load(Relaxed)
+    }
+
+    /// Every part's bytes now, indexed by [`Part`].
+    pub fn parts(&self) -> [u64; Part::ALL.len()] {
+        std::array::from_fn(|i| self.parts[i].load(Relaxed))
+    }
+
+    /// cuquota trimmed this process's pools or graph memory and got `bytes` back.
+    pub fn count_trim(&self, bytes: u64) {
+        self.trims.fetch_add(1, Relaxed);
+        self.trimmed.fetch_add(bytes, Relaxed);
+    }
+
     pub fn in_use(&self) -> u64 {
         self.in_use.load(Relaxed)
     }
@@ -176,6 +290,10 @@ impl DeviceQuota {
             peak: self.peak.load(Relaxed),
             allocations: self.allocations.load(Relaxed),
             refusals: self.refusals.load(Relaxed),
+            parts: self.parts(),
+            part_peaks: std::array::from_fn(|i| self.part_peaks[i].load(Relaxed)),
+            trims: self.trims.load(Relaxed),
+            trimmed: self.trimmed.load(Relaxed),
         }
     }
 
@@ -187,14 +305,22 @@ impl DeviceQuota {
             &self.peak,
             &self.allocations,
             &self.refusals,
-        ] {
+            &self.trims,
+            &self.trimmed,
+        ]
+        .into_iter()
+        .chain(&self.parts)
+        .chain(&self.part_peaks)
+        {
             counter.store(0, Relaxed);
         }
     }
 
     /// Whether anything ever happened on this device (for the exit summary).
     pub fn was_used(&self) -> bool {
-        self.allocations.load(Relaxed) > 0 || self.refusals.load(Relaxed) > 0
+        self.allocations.load(Relaxed) > 0
+            || self.refusals.load(Relaxed) > 0
+            || self.part_peaks.iter().any(|p| p.load(Relaxed) > 0)
     }
 }
 
@@ -253,6 +379,42 @@ mod tests {
         assert_eq!((u.peak, u.in_use, q.held()), (small, small, small));
         assert_eq!(q.release(small), 0);
         assert_eq!((q.in_use(), q.held(), q.usage().peak), (0, 0, small));
+    }
+
+    #[test]
+    fn parts_share_the_limit_with_allocations() {
+        let q = DeviceQuota::new();
+        let limit = 100;
+        assert!(matches!(
+            q.reserve(30, limit, true),
+            Reservation::Granted { .. }
+        ));
+        assert_eq!(q.commit_part(Part::Context, 30), 30);
+        assert!(matches!(
+            q.reserve(70, limit, true),
+            Reservation::Granted { .. }
+        ));
+        q.commit(70);
+        assert!(matches!(
+            q.reserve(1, limit, true),
+            Reservation::Refused { .. }
+        ));
+        q.forgive_refusal();
+        assert_eq!(q.force_part(Part::Graph, 10), 110, "forced past the limit");
+        assert_eq!(
+            q.release_part(Part::Graph, 25),
+            10,
+            "never more than it holds"
+        );
+        let u = q.usage();
+        assert_eq!(u.parts, [0, 0, 30]);
+        assert_eq!(u.part_peaks, [0, 10, 30]);
+        assert_eq!((u.in_use, u.peak, u.refusals), (100, 110, 0));
+        assert_eq!(u.allocations_bytes(), 70);
+        q.count_trim(5);
+        assert_eq!((q.usage().trims, q.usage().trimmed), (1, 5));
+        q.reset();
+        assert_eq!(q.usage(), Usage::default());
     }
 
     #[test]

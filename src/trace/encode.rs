@@ -12,6 +12,7 @@
 
 use super::{Event, EventKind};
 use crate::cuda_abi::CuResult;
+use crate::quota::Part;
 use cuquota_format::hash::KeyHasher;
 use cuquota_format::schema::{kind, Summary, SummaryDevice};
 use std::collections::HashMap;
@@ -80,13 +81,15 @@ const SIZE_MAX: usize = 21;
 const ESCAPE_MAX: usize = 6;
 
 // `{"type":"…","t_ns":` for each type, spelling out `kind::*` (the tests compare).
-const PREFIXES: [&[u8]; 6] = [
+const PREFIXES: [&[u8]; 8] = [
     b"{\"type\":\"alloc\",\"t_ns\":",
     b"{\"type\":\"free\",\"t_ns\":",
     b"{\"type\":\"refused\",\"t_ns\":",
     b"{\"type\":\"meminfo\",\"t_ns\":",
     b"{\"type\":\"backoff\",\"t_ns\":",
     b"{\"type\":\"context\",\"t_ns\":",
+    b"{\"type\":\"footprint\",\"t_ns\":",
+    b"{\"type\":\"trim\",\"t_ns\":",
 ];
 
 const E8: u64 = 100_000_000;
@@ -102,6 +105,8 @@ impl Encoder {
             EventKind::MemInfo { .. } => (3, &[]),
             EventKind::Backoff { sizes } => (4, sizes),
             EventKind::Context { ptrs } => (5, ptrs),
+            EventKind::Footprint { .. } => (6, &[]),
+            EventKind::Trim { .. } => (7, &[]),
         };
         let result = match ev.result {
             0 => None, // written as a constant below
@@ -221,6 +226,11 @@ impl Encoder {
                     w.put(b"\"");
                 }
                 w.put(b"]}\n");
+            }
+            EventKind::Footprint { part } | EventKind::Trim { part } => {
+                w.put(b",\"part\":\"");
+                w.put(part.name().as_bytes());
+                w.put(b"\"}\n");
             }
         }
         w.finish();
@@ -649,6 +659,19 @@ impl Tally {
                 }
             }
             EventKind::Refused { .. } | EventKind::Observed => d.refusals += 1,
+            EventKind::Footprint { part } => {
+                let (now, peak) = match part {
+                    Part::Context => (&mut d.context, &mut d.context_peak),
+                    Part::PoolCache => (&mut d.pool_cache, &mut d.pool_cache_peak),
+                    Part::Graph => (&mut d.graph, &mut d.graph_peak),
+                };
+                *now = ev.bytes;
+                *peak = (*peak).max(ev.bytes);
+            }
+            EventKind::Trim { .. } => {
+                d.trims += 1;
+                d.trimmed_bytes = d.trimmed_bytes.saturating_add(ev.bytes);
+            }
             _ => {}
         }
         d.in_use = ev.in_use;
@@ -849,6 +872,8 @@ mod tests {
         ptrs: Option<Vec<String>>,
         #[serde(skip_serializing_if = "Option::is_none")]
         observed: Option<bool>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        part: Option<&'static str>,
     }
 
     fn reference(s: &Stamped) -> String {
@@ -874,6 +899,7 @@ mod tests {
             count: None,
             ptrs: None,
             observed: None,
+            part: None,
         };
         match &ev.kind {
             EventKind::Alloc => r.kind = kind::ALLOC,
@@ -907,6 +933,14 @@ mod tests {
                 r.kind = kind::CONTEXT;
                 r.count = Some(ptrs.len() as u64);
                 r.ptrs = Some(ptrs.iter().map(|p| format!("{p:#x}")).collect());
+            }
+            EventKind::Footprint { part } => {
+                r.kind = kind::FOOTPRINT;
+                r.part = Some(part.name());
+            }
+            EventKind::Trim { part } => {
+                r.kind = kind::TRIM;
+                r.part = Some(part.name());
             }
         }
         serde_json::to_string(&r).unwrap() + "\n"
@@ -969,6 +1003,12 @@ mod tests {
                 EventKind::Context {
                     ptrs: vec![n, m].into_boxed_slice(),
                 },
+                EventKind::Footprint {
+                    part: Part::ALL[i % 3],
+                },
+                EventKind::Trim {
+                    part: Part::ALL[(i + 1) % 3],
+                },
             ];
             for (j, kind) in kinds.into_iter().enumerate() {
                 let s = Stamped {
@@ -1018,7 +1058,10 @@ mod tests {
         let mut encoder = Encoder::default();
         let mut out = Vec::new();
         for i in 0..20_000u64 {
-            let kind = match i % 5 {
+            let kind = match i % 6 {
+                5 => EventKind::Footprint {
+                    part: Part::ALL[(num() % 3) as usize],
+                },
                 0 => EventKind::Alloc,
                 1 => EventKind::Free,
                 2 => EventKind::Refused {

@@ -7,6 +7,7 @@
 //! default action (see `signals`); after `fork()` the process module calls
 //! [`reset_in_child`]: the child forgets the parent's trace and starts its own.
 
+use crate::quota::Part;
 use cuquota_format::schema;
 use std::ffi::OsStr;
 
@@ -145,6 +146,17 @@ impl Event {
         }
     }
 
+    /// `part` is now `bytes` on `device` (the whole footprint there: `in_use`).
+    pub fn footprint(device: u32, api: &'static str, part: Part, bytes: u64, in_use: u64) -> Event {
+        Event::ok(EventKind::Footprint { part }, device, api, 0, bytes, in_use)
+    }
+
+    /// cuquota trimmed `part` on `device` and `released` bytes came back, to fit a request
+    /// through `api`.
+    pub fn trim(device: u32, api: &'static str, part: Part, released: u64, in_use: u64) -> Event {
+        Event::ok(EventKind::Trim { part }, device, api, 0, released, in_use)
+    }
+
     fn ok(
         kind: EventKind,
         device: u32,
@@ -189,6 +201,14 @@ pub enum EventKind {
     Context {
         ptrs: Box<[u64]>,
     },
+    /// A footprint part is now `bytes` on the device.
+    Footprint {
+        part: Part,
+    },
+    /// cuquota trimmed this part and got `bytes` back.
+    Trim {
+        part: Part,
+    },
 }
 
 pub struct DeviceInfo {
@@ -202,6 +222,8 @@ pub struct DeviceInfo {
 pub struct StartInfo {
     /// `"enforce"` or `"observe"`.
     pub mode: &'static str,
+    /// `"footprint"` or `"allocations"`.
+    pub count: &'static str,
     /// Empty while the driver cannot name its devices (before `cuInit`).
     pub devices: Vec<DeviceInfo>,
 }
@@ -209,6 +231,25 @@ pub struct StartInfo {
 /// The running trace of this process; null when off (never started, failed, or reset in a
 /// forked child). Tracers are leaked, so a non-null pointer stays valid forever.
 static CURRENT: AtomicPtr<Tracer> = AtomicPtr::new(std::ptr::null_mut());
+
+/// What runs when SIGTERM/SIGINT ends the process before the trace's summary is written: the
+/// exit handlers will not run, and the signal handler can do nothing that allocates, so the
+/// writer thread runs this (the process module's summary lines). Null: nothing.
+static ON_SIGNAL: AtomicPtr<()> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Sets what the writer runs on SIGTERM/SIGINT, before the trace's summary.
+pub fn on_signal(f: fn()) {
+    ON_SIGNAL.store(f as *mut (), Ordering::Release);
+}
+
+fn run_on_signal() {
+    let f = ON_SIGNAL.load(Ordering::Acquire);
+    if !f.is_null() {
+        // SAFETY: only `on_signal` stores here, and it stores a `fn()`.
+        let f: fn() = unsafe { std::mem::transmute::<*mut (), fn()>(f) };
+        f();
+    }
+}
 
 const OFF: u8 = 0;
 const STARTING: u8 = 1;
@@ -431,6 +472,7 @@ fn open(
         argv: argv(),
         start_unix_ns,
         mode: info.mode.into(),
+        quota_counts: Some(info.count.into()),
         devices: info
             .devices
             .iter()

@@ -14,6 +14,7 @@ fn temp_dir(name: &str) -> PathBuf {
 fn info() -> StartInfo {
     StartInfo {
         mode: "enforce",
+        count: "footprint",
         devices: vec![
             DeviceInfo {
                 ordinal: 0,
@@ -349,6 +350,7 @@ fn global_api_fork_and_sigterm() {
     let held_child = fork_child(|| {
         let none = || StartInfo {
             mode: "enforce",
+            count: "footprint",
             devices: Vec::new(),
         };
         emit(ev(EventKind::Alloc, 0, 0x1, 1, 0, 1), || {

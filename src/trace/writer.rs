@@ -260,6 +260,11 @@ impl Tracer {
             };
             self.write_batch(&mut state);
             if closed {
+                if sig != 0 {
+                    // Before the trace's summary, which tells the signal handler it may let
+                    // the process die: a trace with a summary means these lines were written.
+                    super::run_on_signal();
+                }
                 let end = match sig {
                     0 => "exit",
                     libc::SIGTERM => "SIGTERM",

@@ -235,13 +235,14 @@ fn sigterm_flushes_and_summarises_before_dying() {
     let art = artifacts();
     let dir = scratch_dir("trace-term");
     let path = dir.join("t.jsonl");
-    let mut child = Command::new(Client::Linked.path())
+    let child = Command::new(Client::Linked.path())
         .args(["init", "alloc:1M", "sleep:60000"])
         .env_clear()
         .env("LD_LIBRARY_PATH", &art.shim_dir)
         .env("LD_PRELOAD", &art.interposer)
         .env("CUQUOTA_TRACE", &path)
         .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     // Wait (without a time bound on the outcome) for the allocation to be on disk.
@@ -252,9 +253,9 @@ fn sigterm_flushes_and_summarises_before_dying() {
     }
     // SAFETY: signals our own child.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
-    let status = child.wait().unwrap();
+    let out = child.wait_with_output().unwrap();
     assert_eq!(
-        std::os::unix::process::ExitStatusExt::signal(&status),
+        std::os::unix::process::ExitStatusExt::signal(&out.status),
         Some(libc::SIGTERM),
         "the default action still runs"
     );
@@ -263,6 +264,12 @@ fn sigterm_flushes_and_summarises_before_dying() {
     assert_eq!(summary["type"], "summary");
     assert_eq!(summary["end"], "SIGTERM");
     assert_eq!(summary["devices"][0]["live_bytes"], MIB);
+    // The summary line went to stderr first (the exit handlers do not run on SIGTERM).
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("GPU 0 summary: peak 1.00 MiB (1048576 bytes), no quota, 1 allocation"),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -34,6 +34,12 @@ pub mod kind {
     /// A context destroyed or reset: the driver freed its allocations (`ptrs`, `count`,
     /// `bytes` in all) with it.
     pub const CONTEXT: &str = "context";
+    /// A part of the footprint other than allocations changed: `part` (`"context"`,
+    /// `"pool_cache"`, `"graph"`) is now `bytes` on `dev`.
+    pub const FOOTPRINT: &str = "footprint";
+    /// cuquota trimmed this process's pools (`part` `"pool_cache"`) or graph memory
+    /// (`"graph"`) and got `bytes` back, to make room for a request through `api`.
+    pub const TRIM: &str = "trim";
     /// Written by the writer when events were dropped since the previous batch.
     pub const DROPPED: &str = "dropped";
     pub const SUMMARY: &str = "summary";
@@ -55,6 +61,11 @@ pub struct Header {
     pub start_unix_ns: u64,
     /// `"enforce"` or `"observe"`.
     pub mode: String,
+    /// What the quota bounds: `"footprint"` or `"allocations"` (absent in traces written
+    /// before it existed: allocations).
+    /// (Not `count`: that key is a `dropped` and `context` line's number.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota_counts: Option<String>,
     pub devices: Vec<HeaderDevice>,
 }
 
@@ -121,6 +132,9 @@ pub struct EventLine<'a> {
     /// context: the pointers and handles freed with the context, hex strings as `ptr`.
     #[serde(default, borrow)]
     pub ptrs: Option<Vec<Cow<'a, str>>>,
+    /// footprint, trim: `"context"`, `"pool_cache"` or `"graph"`.
+    #[serde(default, borrow)]
+    pub part: Option<Cow<'a, str>>,
 }
 
 /// Last line, written at exit (or on SIGTERM/SIGINT) after the final flush.
@@ -156,6 +170,24 @@ pub struct SummaryDevice {
     /// Allocations never freed (seen in the trace): count and bytes.
     pub live: u64,
     pub live_bytes: u64,
+    /// Footprint parts besides allocations: bytes at the end, and each one's peak.
+    #[serde(default)]
+    pub context: u64,
+    #[serde(default)]
+    pub pool_cache: u64,
+    #[serde(default)]
+    pub graph: u64,
+    #[serde(default)]
+    pub context_peak: u64,
+    #[serde(default)]
+    pub pool_cache_peak: u64,
+    #[serde(default)]
+    pub graph_peak: u64,
+    /// cuquota's own trims of this process's pools and graph memory, and what they gave back.
+    #[serde(default)]
+    pub trims: u64,
+    #[serde(default)]
+    pub trimmed_bytes: u64,
 }
 
 /// `"0x7f00"` → 0x7f00.

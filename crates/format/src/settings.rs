@@ -126,7 +126,7 @@ pub fn parse_limits(text: &str) -> Result<Limits, String> {
 
 /// A size that is a limit: a number with no unit is a whole byte count, and at most
 /// [`MAX_LIMIT`].
-fn parse_limit_size(text: &str) -> Result<Size, String> {
+pub fn parse_limit_size(text: &str) -> Result<Size, String> {
     let s = text.trim();
     if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit() || b == b'.') && s.contains('.') {
         return Err(format!(
