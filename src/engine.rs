@@ -368,6 +368,8 @@ impl Engine {
     /// Credits every charge, of every kind, that context `slot` (on `device`) owns, and
     /// records one event for it.
     fn credit_context(&self, api: &'static str, device: u32, slot: Slot) {
+        // What the context itself took (issue 11).
+        self.context_memory.gone(slot, &self.context_part(api));
         let (mut keys, mut bytes) = (Vec::new(), 0u64);
         for ledger in &self.ledgers {
             for (key, charge) in ledger.remove_context(slot) {
@@ -805,6 +807,9 @@ impl Engine {
         let Some((device, quota)) = self.virtualized_device(Place::Current) else {
             return (real_free, real_total);
         };
+        // NVML's figure for this process corrects the context part (after the other parts
+        // are settled, rate-limited).
+        self.correct_context_memory(device);
         let told = match self.limit(device, quota) {
             Ok(limit) if limit != UNLIMITED => (
                 real_free.min(limit.saturating_sub(quota.in_use())),
@@ -1201,9 +1206,8 @@ impl Engine {
 // (destroyed, released) and refused with one line.
 
 /// `CUQUOTA_CONTEXT` as context memory reads it.
-fn context_setting(_config: &Result<Config, ConfigError>) -> Setting {
-    // Phase 1: the variable is parsed by the core (`Config::context`), wired at the merge.
-    Setting::Measure
+fn context_setting(config: &Result<Config, ConfigError>) -> Setting {
+    Setting::from_config(config.as_ref().ok().and_then(|c| c.context))
 }
 
 /// The driver and NVML, as context memory measures with them.
@@ -1221,33 +1225,51 @@ impl context_memory::Meter for Meters<'_> {
     }
 }
 
-/// The footprint's context part, charged through `api`.
+/// The footprint's context part, charged through `api`; keeps the last refusal for its
+/// line.
 struct ContextPart<'a> {
     engine: &'a Engine,
-    #[allow(dead_code)]
     api: &'static str,
+    refusal: std::cell::Cell<Option<PartRefusal>>,
 }
 
 impl context_memory::Books for ContextPart<'_> {
-    fn grow(&self, _device: u32, _bytes: u64) -> Result<(), context_memory::OverQuota> {
-        Ok(())
+    fn grow(&self, device: u32, bytes: u64) -> Result<(), context_memory::OverQuota> {
+        let grown = self
+            .engine
+            .part_grow(self.api, device, Part::Context, bytes);
+        grown.map_err(|refusal| {
+            self.refusal.set(Some(refusal));
+            context_memory::OverQuota
+        })
     }
-    fn force(&self, _device: u32, _bytes: u64) {}
-    fn shrink(&self, _device: u32, _bytes: u64) {}
+    fn force(&self, device: u32, bytes: u64) {
+        self.engine
+            .part_force(self.api, device, Part::Context, bytes);
+    }
+    fn shrink(&self, device: u32, bytes: u64) {
+        self.engine
+            .part_shrink(self.api, device, Part::Context, bytes);
+    }
+    /// Held bytes only (not requests in flight, which the driver does not hold yet).
     fn others(&self, device: u32) -> u64 {
         let held = self.engine.quota(device).map_or(0, |q| q.held());
-        held.saturating_sub(self.engine.context_memory.charged(device))
+        held.saturating_sub(self.engine.part_total(device, Part::Context))
     }
 }
 
 impl Engine {
     /// Whether context memory is counted: the footprint is, and `CUQUOTA_CONTEXT` is not 0.
     fn counts_context(&self) -> bool {
-        false
+        self.counts_footprint() && self.context_memory.setting.counts()
     }
 
     fn context_part(&self, api: &'static str) -> ContextPart<'_> {
-        ContextPart { engine: self, api }
+        ContextPart {
+            engine: self,
+            api,
+            refusal: std::cell::Cell::new(None),
+        }
     }
 
     /// At `info`, once: NVML is not there, so contexts are not measured.
@@ -1320,21 +1342,18 @@ impl Engine {
             _ => return create().0,
         };
         let made = std::cell::Cell::new(0usize);
-        let (rc, slot, fits) = self.context_memory.create(
-            device,
-            &Meters(&*self.queries),
-            &self.context_part(api),
-            is_new,
-            || {
-                let (rc, context) = create();
-                made.set(context);
-                let slot = match rc.is_ok() {
-                    true => self.contexts.add(context, device),
-                    false => NO_CONTEXT,
-                };
-                (rc, slot)
-            },
-        );
+        let part = self.context_part(api);
+        let (rc, slot, fits) =
+            self.context_memory
+                .create(device, &Meters(&*self.queries), &part, is_new, || {
+                    let (rc, context) = create();
+                    made.set(context);
+                    let slot = match rc.is_ok() {
+                        true => self.contexts.add(context, device),
+                        false => NO_CONTEXT,
+                    };
+                    (rc, slot)
+                });
         self.say_nvml_absence();
         match fits {
             Ok(()) => {
@@ -1350,20 +1369,22 @@ impl Engine {
                         self.contexts.remove(slot);
                     }
                 }
-                self.context_refused(api, device, refused.bytes);
+                if let Some(refusal) = part.refusal.get() {
+                    self.part_refused(api, device, Part::Context, refused.bytes, refusal);
+                }
                 CuResult::OUT_OF_MEMORY
             }
         }
     }
 
-    /// A context did not fit: one line, and a refusal in the trace.
-    fn context_refused(&self, api: &'static str, device: u32, bytes: u64) {
-        let Some(quota) = self.quota(device) else {
+    /// Growth of a context (a limit, a module) that did not fit: one line, and a refusal
+    /// in the trace.
+    fn growth_refused(&self, part: &ContextPart<'_>, device: u32, bytes: u64) {
+        let Some(PartRefusal { in_use, limit }) = part.refusal.get() else {
             return;
         };
-        let limit = self.limit(device, quota).unwrap_or(UNLIMITED);
-        let in_use = quota.held();
         let parts = self.parts_of(device);
+        let api = part.api;
         let line = messages::quota_refusal(device, bytes, api, limit, in_use, &parts);
         crate::log::line(&line);
         self.emit(Event::refused_by_quota(device, api, bytes, in_use));
@@ -1407,7 +1428,7 @@ impl Engine {
                         .grew(device, slot, growth, module, true, &part);
                     return rc;
                 }
-                self.context_refused(api, device, refused.bytes);
+                self.growth_refused(&part, device, refused.bytes);
                 CuResult::OUT_OF_MEMORY
             }
         }
