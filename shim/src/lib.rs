@@ -56,6 +56,7 @@ mod ffi;
 mod host_register;
 mod limits;
 mod memory;
+mod nvml;
 mod pointers;
 mod pools;
 mod proc_address;

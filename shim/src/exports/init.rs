@@ -14,7 +14,7 @@ use crate::state;
 exports! {
     fn cuInit(flags: c_uint) as cuInit since 2000, before_init {
         let cfg = settings().map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
-        state::initialize(&cfg.memory, flags)
+        state::initialize(cfg, flags)
     }
 
     fn cuDriverGetVersion(version: *mut c_int) as cuDriverGetVersion since 2020, before_init {
