@@ -33,3 +33,5 @@ mod reliability_odd_calls;
 mod reliability_soak;
 mod trace;
 mod vmm;
+// Issue 11: the shim's context memory, NVML and other processes, as clients see them.
+mod shim_nvml;
