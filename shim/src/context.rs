@@ -283,7 +283,7 @@ pub fn primary_retain(device: CUdevice) -> Result<usize, CUresult> {
     };
     if activates {
         if let Some(context) = state.contexts.get_mut(&handle) {
-            context.memory = cost;
+            context.memory += cost;
         }
     }
     let dev = state.device_mut(device)?;

@@ -85,7 +85,13 @@ pub fn set(limit: u32, value: usize) -> Result<(), CUresult> {
     let mut state = state::lock();
     let ctx = current(&state)?;
     check_set(limit, value)?;
-    let device = state.contexts[&ctx].device;
+    let context = &state.contexts[&ctx];
+    let device = context.device;
+    // A primary context released for the last time (or reset) is gone until retained
+    // again: it has no limits to set.
+    if context.primary && state.devices[device].primary_refs == 0 {
+        return Err(CUDA_ERROR_INVALID_CONTEXT);
+    }
     let threads = resident_threads(state.devices[device].physical);
     let old = state.limits.get(&(ctx, limit)).copied();
     let old = old.or(default(limit)).unwrap_or(0);

@@ -249,6 +249,11 @@ static void scenario_limits(void) {
     CHECK(free_now() == base);
     OK(cuCtxGetLimit(&value, CU_LIMIT_STACK_SIZE));
     CHECK(value == 1024);
+    /* Released for the last time, the primary context has no limits to set. */
+    OK(cuDevicePrimaryCtxRelease_v2(0));
+    CHECK(cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, 100 * MiB) == 201);
+    OK(cuDevicePrimaryCtxRetain(&primary, 0));
+    CHECK(free_now() == base);
 }
 
 /* Two devices (1 GiB, 2 GiB), CUDA_SHIM_CONTEXT_MEMORY=64MiB, another process (pid 4242)
