@@ -159,32 +159,37 @@ pub fn pci_bus_id_long(physical: usize) -> String {
 }
 
 /// Which physical devices `CUDA_VISIBLE_DEVICES` lets the driver see, in ordinal order, out
-/// of `count`. As the real driver does: unset, all of them; otherwise a comma list of
-/// indices or UUIDs (`GPU-...`, any unambiguous prefix of one), taken up to the first entry
-/// that names no device, a device already listed, or (a prefix) several devices; so an empty
-/// value hides every device.
+/// of `count`, by the rules the real driver follows (as PyTorch's `_parse_visible_devices`
+/// documents and emulates them): unset, all of them. Otherwise a comma list, of UUIDs if it
+/// starts with `GPU-` (each entry a `GPU-` UUID or an unambiguous prefix of one), else of
+/// indices (read like `strtoul`: the leading digits, so `1gpu` is 1). The list stops at the
+/// first entry that names no device (no digits, out of range, not `GPU-`, unknown or
+/// ambiguous); a device named twice empties it. So an empty value hides every device, and
+/// `MIG-` lists (the shim has no MIG devices) too.
 pub fn visible(list: Option<&str>, count: usize) -> Vec<usize> {
     let Some(list) = list else {
         return (0..count).collect();
     };
+    let by_uuid = list.starts_with("GPU-");
     let mut seen = Vec::new();
     for entry in list.split(',') {
         let entry = entry.trim();
-        let found = if entry.starts_with("GPU-") {
-            let prefix = entry.to_ascii_lowercase();
+        let found = if by_uuid {
             let matches: Vec<usize> = (0..count)
-                .filter(|&p| uuid_text(p).to_ascii_lowercase().starts_with(&prefix))
+                .filter(|&p| entry.starts_with("GPU-") && uuid_text(p).starts_with(entry))
                 .collect();
             match matches.as_slice() {
                 [one] => Some(*one),
                 _ => None,
             }
         } else {
-            entry.parse::<usize>().ok().filter(|&i| i < count)
+            let digits = entry.len() - entry.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+            entry[..digits].parse::<usize>().ok().filter(|&i| i < count)
         };
         match found {
-            Some(p) if !seen.contains(&p) => seen.push(p),
-            _ => break,
+            Some(p) if seen.contains(&p) => return Vec::new(),
+            Some(p) => seen.push(p),
+            None => break,
         }
     }
     seen
@@ -310,28 +315,38 @@ mod tests {
 
     #[test]
     fn visible_devices_follow_the_drivers_rules() {
+        let none = Vec::<usize>::new();
         assert_eq!(visible(None, 3), vec![0, 1, 2]);
-        assert_eq!(visible(Some(""), 3), Vec::<usize>::new());
+        assert_eq!(visible(Some(""), 3), none);
         assert_eq!(visible(Some("2,0"), 3), vec![2, 0]);
         assert_eq!(visible(Some(" 1 , 2"), 3), vec![1, 2]);
-        // The list stops at the first entry that names no device (or one already named).
+        assert_eq!(visible(Some("1gpu,2ampere"), 3), vec![1, 2]);
+        // The list stops at the first entry that names no device.
         assert_eq!(visible(Some("1,7,0"), 3), vec![1]);
         assert_eq!(visible(Some("1,x,0"), 3), vec![1]);
-        assert_eq!(visible(Some("0,0,1"), 3), vec![0]);
-        assert_eq!(visible(Some("-1,0"), 3), Vec::<usize>::new());
-        // UUIDs, whole or an unambiguous prefix, in either case.
+        assert_eq!(visible(Some("-1,0"), 3), none);
+        assert_eq!(
+            visible(Some("1,GPU-63757175-6f74-412d-b368-696d00000000"), 3),
+            vec![1]
+        );
+        // A device named twice: none at all.
+        assert_eq!(visible(Some("0,1,0"), 3), none);
+        // UUIDs, whole or an unambiguous prefix.
         let one = uuid_text(1);
         assert_eq!(visible(Some(&one), 3), vec![1]);
         assert_eq!(
-            visible(Some(&format!("{},0", one.to_uppercase())), 3),
+            visible(
+                Some(&format!("{one},GPU-63757175-6f74-412d-b368-696d00000000")),
+                3
+            ),
             vec![1, 0]
         );
-        assert_eq!(
-            visible(Some("GPU-63757175-6f74-412d-b368-696d00000002"), 3),
-            vec![2]
-        );
+        assert_eq!(visible(Some(&format!("{one},0")), 3), vec![1]);
+        assert_eq!(visible(Some(&format!("{one},{one}")), 3), none);
+        assert_eq!(visible(Some(&one.to_uppercase()), 3), none);
         assert_eq!(visible(Some("GPU-6375"), 1), vec![0]);
-        assert_eq!(visible(Some("GPU-6375,0"), 3), Vec::<usize>::new());
-        assert_eq!(visible(Some("GPU-00000000,0"), 3), Vec::<usize>::new());
+        assert_eq!(visible(Some("GPU-6375,0"), 3), none);
+        assert_eq!(visible(Some("GPU-00000000"), 3), none);
+        assert_eq!(visible(Some("MIG-0"), 3), none);
     }
 }
