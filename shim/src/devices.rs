@@ -314,6 +314,24 @@ mod tests {
     }
 
     #[test]
+    fn the_footprint_and_other_processes_bound_what_is_free() {
+        let mut d = Device::new(1 << 30, 0);
+        d.charge_context(512 << 20).unwrap();
+        d.charge(256 << 20).unwrap();
+        assert_eq!((d.footprint(), d.free()), (768 << 20, 256 << 20));
+        d.other_processes = 200 << 20;
+        assert_eq!(d.free(), 56 << 20);
+        assert_eq!(d.charge_context(57 << 20), Err(CUDA_ERROR_OUT_OF_MEMORY));
+        assert_eq!(d.charge(57 << 20), Err(CUDA_ERROR_OUT_OF_MEMORY));
+        // Others may hold more than is left (set from the environment): nothing is free.
+        d.other_processes = 1 << 30;
+        assert_eq!(d.free(), 0);
+        d.other_processes = 0;
+        d.uncharge_context(512 << 20);
+        assert_eq!((d.footprint(), d.free(), d.in_use), (256 << 20, 768 << 20, 256 << 20));
+    }
+
+    #[test]
     fn visible_devices_follow_the_drivers_rules() {
         let none = Vec::<usize>::new();
         assert_eq!(visible(None, 3), vec![0, 1, 2]);
