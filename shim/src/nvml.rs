@@ -13,7 +13,7 @@
 //! shut down (`NVML_ERROR_UNINITIALIZED`).
 
 use std::ffi::CStr;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use crate::abi::*;
 use crate::config::Config;
@@ -21,17 +21,20 @@ use crate::state::{self, State};
 
 /// Live `nvmlInit*` calls not yet shut down.
 static INITS: AtomicU32 = AtomicU32::new(0);
+/// Whether `nvmlInit*` ever succeeded in this process.
+static EVER_INITIALIZED: AtomicBool = AtomicBool::new(false);
 
 /// `nvmlInit*`: creates the simulated devices if `cuInit` has not, and counts the call.
 pub fn init(cfg: &Config) {
     state::create_devices(&mut state::lock(), cfg);
     INITS.fetch_add(1, Ordering::AcqRel);
+    EVER_INITIALIZED.store(true, Ordering::Release);
 }
 
 /// `nvmlShutdown`: one initialisation fewer. As documented, calling it more often than
 /// `nvmlInit` is no error; with none ever made it is `NVML_ERROR_UNINITIALIZED`.
 pub fn shutdown() -> Result<(), NvmlReturn> {
-    if !state::lock().machine.created {
+    if !EVER_INITIALIZED.load(Ordering::Acquire) {
         return Err(NVML_ERROR_UNINITIALIZED);
     }
     let _ = INITS.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
