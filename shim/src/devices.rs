@@ -220,48 +220,48 @@ pub fn parse_pci_bus_id(text: &str) -> Option<usize> {
 /// One past the highest `CUdevice_attribute` value in the headers we follow.
 const ATTRIBUTE_END: i32 = 144;
 
-/// `cuDeviceGetAttribute` of the device with this physical index: plausible values of a
-/// Hopper-class device. Attributes without an
+/// `cuDeviceGetAttribute` of the device with this physical index (its PCI bus number):
+/// plausible values of a Hopper-class device. Attributes without an
 /// entry report 0; numbers outside the enum are invalid.
-pub fn attribute(attribute: i32, physical: usize) -> Result<i32, CUresult> {
+pub fn attribute(attribute: i32, pci_bus: usize) -> Result<i32, CUresult> {
     if !(1..ATTRIBUTE_END).contains(&attribute) {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     Ok(match attribute {
-        1 => 1024,             // MAX_THREADS_PER_BLOCK
-        2 | 3 => 1024,         // MAX_BLOCK_DIM_X, _Y
-        4 => 64,               // MAX_BLOCK_DIM_Z
-        5 => i32::MAX,         // MAX_GRID_DIM_X
-        6 | 7 => 65535,        // MAX_GRID_DIM_Y, _Z
-        8 => 48 << 10,         // MAX_SHARED_MEMORY_PER_BLOCK
-        9 => 64 << 10,         // TOTAL_CONSTANT_MEMORY
-        10 => 32,              // WARP_SIZE
-        11 => i32::MAX,        // MAX_PITCH
-        12 => 65536,           // MAX_REGISTERS_PER_BLOCK
-        13 => 1_980_000,       // CLOCK_RATE (kHz)
-        14 => 512,             // TEXTURE_ALIGNMENT
-        15 => 1,               // GPU_OVERLAP
-        16 => 132,             // MULTIPROCESSOR_COUNT
-        19 => 1,               // CAN_MAP_HOST_MEMORY
-        31 => 1,               // CONCURRENT_KERNELS
-        32 => 1,               // ECC_ENABLED
-        33 => physical as i32, // PCI_BUS_ID
-        36 => 2_619_000,       // MEMORY_CLOCK_RATE (kHz)
-        37 => 5120,            // GLOBAL_MEMORY_BUS_WIDTH
-        38 => 50 << 20,        // L2_CACHE_SIZE
-        39 => 2048,            // MAX_THREADS_PER_MULTIPROCESSOR
-        40 => 3,               // ASYNC_ENGINE_COUNT
-        41 => 1,               // UNIFIED_ADDRESSING
-        51 => 32,              // TEXTURE_PITCH_ALIGNMENT
-        75 => 9,               // COMPUTE_CAPABILITY_MAJOR
-        76 => 0,               // COMPUTE_CAPABILITY_MINOR
-        78 => 1,               // STREAM_PRIORITIES_SUPPORTED
-        79 | 80 => 1,          // GLOBAL_L1_CACHE_SUPPORTED, LOCAL_L1_CACHE_SUPPORTED
-        81 => 228 << 10,       // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
-        82 => 65536,           // MAX_REGISTERS_PER_MULTIPROCESSOR
-        83 => 1,               // MANAGED_MEMORY
-        87 => 2,               // SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO
-        89 => 1,               // CONCURRENT_MANAGED_ACCESS
+        1 => 1024,            // MAX_THREADS_PER_BLOCK
+        2 | 3 => 1024,        // MAX_BLOCK_DIM_X, _Y
+        4 => 64,              // MAX_BLOCK_DIM_Z
+        5 => i32::MAX,        // MAX_GRID_DIM_X
+        6 | 7 => 65535,       // MAX_GRID_DIM_Y, _Z
+        8 => 48 << 10,        // MAX_SHARED_MEMORY_PER_BLOCK
+        9 => 64 << 10,        // TOTAL_CONSTANT_MEMORY
+        10 => 32,             // WARP_SIZE
+        11 => i32::MAX,       // MAX_PITCH
+        12 => 65536,          // MAX_REGISTERS_PER_BLOCK
+        13 => 1_980_000,      // CLOCK_RATE (kHz)
+        14 => 512,            // TEXTURE_ALIGNMENT
+        15 => 1,              // GPU_OVERLAP
+        16 => 132,            // MULTIPROCESSOR_COUNT
+        19 => 1,              // CAN_MAP_HOST_MEMORY
+        31 => 1,              // CONCURRENT_KERNELS
+        32 => 1,              // ECC_ENABLED
+        33 => pci_bus as i32, // PCI_BUS_ID
+        36 => 2_619_000,      // MEMORY_CLOCK_RATE (kHz)
+        37 => 5120,           // GLOBAL_MEMORY_BUS_WIDTH
+        38 => 50 << 20,       // L2_CACHE_SIZE
+        39 => 2048,           // MAX_THREADS_PER_MULTIPROCESSOR
+        40 => 3,              // ASYNC_ENGINE_COUNT
+        41 => 1,              // UNIFIED_ADDRESSING
+        51 => 32,             // TEXTURE_PITCH_ALIGNMENT
+        75 => 9,              // COMPUTE_CAPABILITY_MAJOR
+        76 => 0,              // COMPUTE_CAPABILITY_MINOR
+        78 => 1,              // STREAM_PRIORITIES_SUPPORTED
+        79 | 80 => 1,         // GLOBAL_L1_CACHE_SUPPORTED, LOCAL_L1_CACHE_SUPPORTED
+        81 => 228 << 10,      // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
+        82 => 65536,          // MAX_REGISTERS_PER_MULTIPROCESSOR
+        83 => 1,              // MANAGED_MEMORY
+        87 => 2,              // SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO
+        89 => 1,              // CONCURRENT_MANAGED_ACCESS
         90 | 91 => 1, // COMPUTE_PREEMPTION_SUPPORTED, CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM
         95 => 1,      // COOPERATIVE_LAUNCH
         97 => 227 << 10, // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
@@ -328,7 +328,10 @@ mod tests {
         assert_eq!(d.free(), 0);
         d.other_processes = 0;
         d.uncharge_context(512 << 20);
-        assert_eq!((d.footprint(), d.free(), d.in_use), (256 << 20, 768 << 20, 256 << 20));
+        assert_eq!(
+            (d.footprint(), d.free(), d.in_use),
+            (256 << 20, 768 << 20, 256 << 20)
+        );
     }
 
     #[test]
