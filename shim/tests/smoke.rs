@@ -283,3 +283,12 @@ fn visible_devices_are_renumbered_like_the_drivers() {
         run_context_nvml(&["visible", want], &env);
     }
 }
+
+#[test]
+fn a_bad_setting_stops_nvml_too() {
+    let stderr = run_context_nvml(&["bad_config"], &[("CUDA_SHIM_CONTEXT_MEMORY", "lots")]);
+    assert_eq!(
+        stderr.lines().collect::<Vec<_>>(),
+        ["cuda-shim: bad CUDA_SHIM_CONTEXT_MEMORY=lots"]
+    );
+}

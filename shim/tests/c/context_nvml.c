@@ -438,6 +438,15 @@ static void scenario_visible(const char *want) {
     }
 }
 
+/* A bad CUDA_SHIM_* setting: NVML cannot start either (as without a driver). */
+static void scenario_bad_config(void) {
+    unsigned n = 0;
+    load_nvml();
+    CHECK(nvml.Init_v2() == 999); /* NVML_ERROR_UNKNOWN */
+    CHECK(nvml.GetCount_v2(&n) == 1);
+    CHECK(cuInit(0) == 1);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: context_nvml SCENARIO [ARG]\n");
@@ -448,6 +457,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(s, "limits")) scenario_limits();
     else if (!strcmp(s, "nvml")) scenario_nvml();
     else if (!strcmp(s, "visible") && argc == 3) scenario_visible(argv[2]);
+    else if (!strcmp(s, "bad_config")) scenario_bad_config();
     else {
         fprintf(stderr, "unknown scenario %s\n", s);
         return 2;
