@@ -372,6 +372,9 @@ extern CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream);
 extern CUresult cuGraphExecDestroy(CUgraphExec exec);
 extern CUresult cuDeviceGraphMemTrim(CUdevice dev);
 extern CUresult cuDeviceGetGraphMemAttribute(CUdevice dev, int attr, void *value);
+/* Context memory on the client's own path (issue 11). */
+extern CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned int flags, CUdevice dev);
+extern CUresult cuCtxSetLimit(int limit, size_t value);
 #endif
 
 #endif

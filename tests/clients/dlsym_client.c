@@ -96,6 +96,9 @@ int main(int argc, char **argv) {
     GET(cuGraphExecDestroy, "cuGraphExecDestroy");
     GET(cuDeviceGraphMemTrim, "cuDeviceGraphMemTrim");
     GET(cuDeviceGetGraphMemAttribute, "cuDeviceGetGraphMemAttribute");
+    /* Context memory on the client's own path (issue 11). */
+    GET(cuCtxCreate_v2, "cuCtxCreate_v2");
+    GET(cuCtxSetLimit, "cuCtxSetLimit");
 #undef GET
     d.sym = sym;
     return run_ops(&d, argc - 1, argv + 1);

@@ -75,6 +75,9 @@ int main(int argc, char **argv) {
         .cuGraphExecDestroy = cuGraphExecDestroy,
         .cuDeviceGraphMemTrim = cuDeviceGraphMemTrim,
         .cuDeviceGetGraphMemAttribute = cuDeviceGetGraphMemAttribute,
+        /* Context memory on the client's own path (issue 11). */
+        .cuCtxCreate_v2 = cuCtxCreate_v2,
+        .cuCtxSetLimit = cuCtxSetLimit,
         .sym = sym,
     };
     return run_ops(&d, argc - 1, argv + 1);

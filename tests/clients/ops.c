@@ -560,6 +560,37 @@ static int nvml_handle(const struct drv *d, const char *index, nvmlDevice_t *dev
     return get ? get((unsigned int)i, dev) : CUDA_ERROR_NOT_FOUND;
 }
 
+/* ---- Issue 11: context memory on the client's own lookup path (linked, dlsym,
+ * cuGetProcAddress), not the client's dlsym as above:
+ *   pctxcreate                   cuCtxCreate_v2 on the current device (made current); a
+ *                                context slot, as ctxcreate: "pctxcreate rc=R slot=S"
+ *   psetlimit:LIMIT:VALUE        cuCtxSetLimit: "psetlimit LIMIT rc=R"
+ * Returns -1 for an op it does not know. */
+static int path_context_op(const struct drv *d, char **f, int nf) {
+    const char *op = f[0];
+    unsigned long long a = 0, b = 0;
+    CUresult rc;
+    if (!strcmp(op, "pctxcreate")) {
+        CUcontext ctx = NULL;
+        CUdevice dev = 0;
+        if (nf != 1)
+            return -1;
+        rc = CALL(d, cuDeviceGet, &dev, cur_dev);
+        if (!rc)
+            rc = CALL(d, cuCtxCreate_v2, &ctx, 0, dev);
+        out("pctxcreate rc=%d slot=%zu", rc,
+            push(&contexts, (unsigned long long)(size_t)ctx, 0, rc == 0));
+    } else if (!strcmp(op, "psetlimit")) {
+        if (nf != 3 || parse_num(f[1], &a) || parse_size(f[2], &b))
+            return -1;
+        rc = CALL(d, cuCtxSetLimit, (int)a, b);
+        out("psetlimit %llu rc=%d", a, rc);
+    } else {
+        return -1;
+    }
+    return 0;
+}
+
 static int context_nvml_op(const struct drv *d, char **f, int nf) {
     const char *op = f[0];
     unsigned long long a = 0, b = 0, c = 0;
@@ -723,7 +754,7 @@ static int context_nvml_op(const struct drv *d, char **f, int nf) {
             rc = get ? get(nd, &pci) : CUDA_ERROR_NOT_FOUND;
         out("nvmlbus %s rc=%d id=%s long=%s", f[1], rc, pci.busIdLegacy, pci.busId);
     } else {
-        return -1;
+        return path_context_op(d, f, nf);
     }
 #undef NARGS
     return 0;

@@ -70,6 +70,9 @@ struct drv {
     fn_cuGraphExecDestroy cuGraphExecDestroy;
     fn_cuDeviceGraphMemTrim cuDeviceGraphMemTrim;
     fn_cuDeviceGetGraphMemAttribute cuDeviceGetGraphMemAttribute;
+    /* Context memory on the client's own path (issue 11). */
+    fn_cuCtxCreate_v2 cuCtxCreate_v2;
+    fn_cuCtxSetLimit cuCtxSetLimit;
     /* The client's own symbol lookup (for the shim's cuShimStats), so that every
      * client binary references only the dlsym version it means to. */
     void *(*sym)(void *handle, const char *name);

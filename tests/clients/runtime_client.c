@@ -116,6 +116,9 @@ int main(int argc, char **argv) {
     GET(cuGraphExecDestroy, "cuGraphExecDestroy", 10000);
     GET(cuDeviceGraphMemTrim, "cuDeviceGraphMemTrim", 11040);
     GET(cuDeviceGetGraphMemAttribute, "cuDeviceGetGraphMemAttribute", 11040);
+    /* Context memory on the client's own path (issue 11). */
+    GET(cuCtxCreate_v2, "cuCtxCreate", 3020);
+    GET(cuCtxSetLimit, "cuCtxSetLimit", 3010);
     /* The legacy 32-bit forms, as a pre-3.2 caller would get them. */
     GET(cuMemAlloc, "cuMemAlloc", 2000);
     GET(cuMemFree, "cuMemFree", 2000);

@@ -37,3 +37,5 @@ mod trace;
 mod vmm;
 // Issue 11: the shim's context memory, NVML and other processes, as clients see them.
 mod shim_nvml;
+// Issue 11, item 1: context memory charged to the quota.
+mod context_memory;
