@@ -10,9 +10,13 @@
 //!   one): one source for both figures, so a constant difference between NVML's free figure
 //!   and the driver's (`cuMemGetInfo`) cancels. A `cuCtxSetLimit` or a module/library load
 //!   is measured with the driver's free figure before and after (its context is current).
-//! - What this process's own allocations changed in the meantime (another thread's) is
-//!   taken out; another process's activity cannot be, so one measurement can be off by what
-//!   others allocated or freed meanwhile. It is clamped at 0, and NVML's per-process figure
+//! - A measurement during which this process's own charges on the device moved (another
+//!   thread's allocation or free in flight or settled) is not trusted: the driver's and
+//!   cuquota's figures cannot be lined up exactly then, and a figure that took in another
+//!   thread's allocation would refuse what the device would give. Such a context is charged
+//!   what the last undisturbed measurement on that device gave (0 if none). Another
+//!   process's activity cannot be seen, so one measurement can be off by what others
+//!   allocated or freed meanwhile; it is clamped at 0, and NVML's per-process figure
 //!   corrects it later (below).
 //! - `CUQUOTA_CONTEXT=SIZE` charges SIZE per context instead of measuring it; `0` ignores
 //!   context memory altogether (no NVML, no lock, nothing charged).
@@ -21,7 +25,8 @@
 //! - Correction: where NVML lists this process's used memory on a device (what
 //!   `nvidia-smi` shows), the context part becomes `max(0, used − others)`, others being
 //!   the allocations, pool cache and graph memory charged; at most once per second per
-//!   device, never on the allocation path. It never makes the context part negative, so
+//!   device, never on the allocation path, only where a context was measured to take
+//!   memory, and only while no request of this process is in flight. It never makes the context part negative, so
 //!   the quota is never looser than allocations alone would make it.
 //! - One process-wide lock is held across each measured driver call (and only there), so
 //!   two threads' measurements never mix.
@@ -52,8 +57,33 @@ pub trait Books {
     fn force(&self, device: u32, bytes: u64);
     /// Gives back `bytes` of context memory on `device`.
     fn shrink(&self, device: u32, bytes: u64);
-    /// What else is charged on `device` now: allocations, pool cache, graph memory.
+    /// What else is held on `device` now: allocations, pool cache, graph memory.
     fn others(&self, device: u32) -> u64;
+    /// Bytes reserved on `device` by requests in flight (not held yet).
+    fn in_flight(&self, device: u32) -> u64;
+}
+
+/// This process's own charges on a device at one moment, to tell whether they moved while
+/// a figure was read.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Own {
+    held: u64,
+    in_flight: u64,
+}
+
+impl Own {
+    fn of(device: u32, books: &dyn Books) -> Own {
+        Own {
+            held: books.others(device),
+            in_flight: books.in_flight(device),
+        }
+    }
+
+    /// Nothing in flight at either moment and nothing settled in between: the driver's
+    /// figures moved only by what was measured (and other processes).
+    fn still(before: Own, after: Own) -> bool {
+        before == after && before.in_flight == 0
+    }
 }
 
 /// The quota has no room for what [`Books::grow`] was asked.
@@ -84,8 +114,8 @@ impl Setting {
 pub const CORRECTION_INTERVAL_NS: u64 = 1_000_000_000;
 
 /// A driver call measured: its result, what it returned, and how much device memory it
-/// took (negative: gave back), this process's own allocations in the meantime taken out;
-/// `None` when a figure was missing.
+/// took (negative: gave back); `None` when a figure was missing or this process's own
+/// charges moved meanwhile.
 pub struct Measured<R> {
     pub rc: CuResult,
     pub value: R,
@@ -108,6 +138,8 @@ struct Book {
     residual: Vec<i64>,
     /// Per device: what is charged to the engine's context part for all of it.
     charged: Vec<u64>,
+    /// Per device: the last undisturbed measurement of a context creation.
+    typical: Vec<Option<u64>>,
 }
 
 impl Book {
@@ -115,6 +147,7 @@ impl Book {
         Book {
             residual: vec![0; MAX_DEVICES],
             charged: vec![0; MAX_DEVICES],
+            typical: vec![None; MAX_DEVICES],
             ..Book::default()
         }
     }
@@ -129,6 +162,13 @@ impl Book {
 
     fn any_on(&self, device: u32) -> bool {
         self.contexts.values().any(|(d, _)| *d == device)
+    }
+
+    /// Whether a live context on `device` was measured to take memory: only then is there
+    /// a context figure to correct (a device whose contexts take nothing, like a simulated
+    /// one, leaves NVML's figure to the other parts).
+    fn measured_on(&self, device: u32) -> bool {
+        self.contexts.values().any(|(d, b)| *d == device && *b > 0)
     }
 
     /// A new context's charge, already taken from the engine's books.
@@ -181,8 +221,8 @@ impl ContextMemory {
     }
 
     /// Runs `call` under the measurement lock, with free memory read from `free` just
-    /// before and just after, and this process's other charges on `device` (`books`) taken
-    /// out of the difference.
+    /// before and just after; the figure counts only if this process's own charges on
+    /// `device` (`books`) stood still meanwhile.
     pub fn measure<R>(
         &self,
         device: u32,
@@ -225,7 +265,15 @@ impl ContextMemory {
         if !m.rc.is_ok() || m.value == NO_CONTEXT {
             return (m.rc, m.value, Ok(()));
         }
-        let bytes = m.growth.unwrap_or(0).max(0) as u64;
+        let measured = m.growth.map(|g| g.max(0) as u64);
+        let bytes = {
+            let mut book = self.book.lock();
+            let typical = &mut book.typical[device as usize];
+            match measured {
+                Some(bytes) => *typical.insert(bytes),
+                None => typical.unwrap_or(0),
+            }
+        };
         if books.grow(device, bytes).is_err() {
             return (m.rc, m.value, Err(Refused { bytes }));
         }
@@ -326,7 +374,8 @@ impl ContextMemory {
 
     /// Corrects `device`'s context part from NVML's figure for this process, if the last
     /// correction is at least [`CORRECTION_INTERVAL_NS`] old (`now_ns`: a monotonic clock,
-    /// never 0). Only while a measured context lives there.
+    /// never 0). Only while a context measured to take memory lives there, and only if this
+    /// process's own charges stood still while NVML was asked (else at the next chance).
     pub fn correct(&self, device: u32, now_ns: u64, meter: &dyn Meter, books: &dyn Books) {
         if self.setting != Setting::Measure || !Self::valid(device) {
             return;
@@ -342,17 +391,22 @@ impl ContextMemory {
         {
             return; // another thread is correcting it
         }
-        if !self.book.lock().any_on(device) {
+        if !self.book.lock().measured_on(device) {
             return;
         }
-        let Some(used) = meter.used_by_process(device) else {
+        let own = Own::of(device, books);
+        let used = meter.used_by_process(device);
+        let still = Own::still(own, Own::of(device, books));
+        let (Some(used), true) = (used, still) else {
+            // Not now (another thread's request in flight): at the next chance.
+            last.store(then, Relaxed);
             return;
         };
         let mut book = self.book.lock();
-        if !book.any_on(device) {
+        if !book.measured_on(device) {
             return;
         }
-        let target = used.saturating_sub(books.others(device));
+        let target = used.saturating_sub(own.held);
         let residual = target as i128 - book.sum_on(device) as i128;
         book.residual[device as usize] = residual.clamp(i64::MIN as i128, i64::MAX as i128) as i64;
         book.sync(device, books);
@@ -389,14 +443,16 @@ fn measure_locked<R>(
     books: &dyn Books,
     call: impl FnOnce() -> (CuResult, R),
 ) -> Measured<R> {
-    let (before, own_before) = (free(), books.others(device));
+    // This process's charges are read outside the two free figures (first before, last
+    // after): whatever of its own moved the driver's figure between them shows as a change.
+    let own_before = Own::of(device, books);
+    let before = free();
     let (rc, value) = call();
-    let (after, own_after) = (free(), books.others(device));
-    let growth = match (before, after) {
-        (Some(b), Some(a)) => {
-            let taken = b as i128 - a as i128;
-            let own = own_after as i128 - own_before as i128;
-            Some((taken - own).clamp(i64::MIN as i128, i64::MAX as i128) as i64)
+    let after = free();
+    let own_after = Own::of(device, books);
+    let growth = match (before, after, Own::still(own_before, own_after)) {
+        (Some(b), Some(a), true) => {
+            Some((b as i128 - a as i128).clamp(i64::MIN as i128, i64::MAX as i128) as i64)
         }
         _ => None,
     };
@@ -435,6 +491,7 @@ mod tests {
         quota: u64,
         parts: A,
         allocations: A,
+        flight: A,
         calls: AtomicU32,
     }
 
@@ -449,6 +506,7 @@ mod tests {
             quota,
             parts: A::new(0),
             allocations: A::new(0),
+            flight: A::new(0),
             calls: AtomicU32::new(0),
         }
     }
@@ -483,6 +541,9 @@ mod tests {
         }
         fn others(&self, _: u32) -> u64 {
             self.allocations.load(Relaxed)
+        }
+        fn in_flight(&self, _: u32) -> u64 {
+            self.flight.load(Relaxed)
         }
     }
 
@@ -550,25 +611,47 @@ mod tests {
         assert_eq!((f.parts(), c.charged(0)), (0, 0));
     }
 
-    /// Another thread's allocation during the creation is not the context's; another
-    /// process freeing memory meanwhile can only make the figure smaller, never negative.
+    /// A creation during which this process's own charges moved is charged the last
+    /// undisturbed measurement (0 before any); another process freeing memory meanwhile can
+    /// only make the figure smaller, never negative.
     #[test]
-    fn own_allocations_are_taken_out_and_the_figure_is_clamped() {
-        let (f, c) = (fake(2048 * MIB), ContextMemory::new(Setting::Measure));
+    fn a_disturbed_measurement_is_not_trusted_and_the_figure_is_clamped() {
+        let (f, c) = (fake(4096 * MIB), ContextMemory::new(Setting::Measure));
+        // another thread's allocation in flight: the 400 MiB are not all the context's
+        let disturbed = |slot| {
+            let _ = c.create(
+                0,
+                &f,
+                &f,
+                || true,
+                || {
+                    f.take(300 * MIB);
+                    f.flight.store(100 * MIB, Relaxed);
+                    f.take(100 * MIB);
+                    ok(slot)
+                },
+            );
+            f.flight.store(0, Relaxed);
+        };
+        disturbed(1);
+        assert_eq!(f.parts(), 0, "nothing measured undisturbed yet");
+        made(&c, &f, 2, 300 * MIB);
+        assert_eq!(f.parts(), 300 * MIB);
+        disturbed(3);
+        assert_eq!(f.parts(), 600 * MIB, "as the last undisturbed one");
+        // an allocation settled meanwhile disturbs it too
         let _ = c.create(
             0,
             &f,
             &f,
             || true,
             || {
-                f.take(300 * MIB);
-                // this process's other thread allocates 100 MiB in the meantime
-                f.take(100 * MIB);
-                f.allocations.fetch_add(100 * MIB, Relaxed);
-                ok(1)
+                f.take(350 * MIB);
+                f.allocations.fetch_add(50 * MIB, Relaxed);
+                ok(4)
             },
         );
-        assert_eq!(f.parts(), 300 * MIB);
+        assert_eq!(f.parts(), 900 * MIB);
         let _ = c.create(
             0,
             &f,
@@ -577,10 +660,10 @@ mod tests {
             || {
                 f.take(50 * MIB);
                 f.give(400 * MIB); // another process frees
-                ok(2)
+                ok(5)
             },
         );
-        assert_eq!(f.parts(), 300 * MIB, "clamped at 0");
+        assert_eq!(f.parts(), 900 * MIB, "clamped at 0");
     }
 
     #[test]
@@ -752,6 +835,17 @@ mod tests {
         f.uses(800 * MIB);
         c.correct(0, t0 + 3 * CORRECTION_INTERVAL_NS, &f, &f);
         assert_eq!(f.parts(), 0);
+        // a request in flight: not corrected now, but at the next chance
+        f.uses(1500 * MIB);
+        f.flight.store(MIB, Relaxed);
+        c.correct(0, t0 + 4 * CORRECTION_INTERVAL_NS, &f, &f);
+        assert_eq!(f.parts(), 0);
+        f.flight.store(0, Relaxed);
+        c.correct(0, t0 + 4 * CORRECTION_INTERVAL_NS + 1, &f, &f);
+        assert_eq!(f.parts(), 500 * MIB);
+        f.uses(1000 * MIB);
+        c.correct(0, t0 + 5 * CORRECTION_INTERVAL_NS + 1, &f, &f);
+        assert_eq!(f.parts(), 0);
         // no figure (pid not listed): left alone
         f.uses(NONE);
         c.correct(0, t0 + 5 * CORRECTION_INTERVAL_NS, &f, &f);
@@ -775,6 +869,16 @@ mod tests {
 
     /// Every change of free memory happens inside a measured call: with the lock, each
     /// context measures exactly its own 2 MiB however the threads interleave.
+    /// Contexts measured to take nothing (a simulated device) leave NVML's figure alone.
+    #[test]
+    fn no_correction_where_contexts_take_nothing() {
+        let (f, c) = (fake(4096 * MIB), ContextMemory::new(Setting::Measure));
+        made(&c, &f, 1, 0);
+        f.uses(500 * MIB);
+        c.correct(0, CORRECTION_INTERVAL_NS, &f, &f);
+        assert_eq!((f.parts(), f.calls()), (0, 0));
+    }
+
     #[test]
     fn threads_do_not_mix() {
         use std::sync::Arc;

@@ -1256,6 +1256,10 @@ impl context_memory::Books for ContextPart<'_> {
         let held = self.engine.quota(device).map_or(0, |q| q.held());
         held.saturating_sub(self.engine.part_total(device, Part::Context))
     }
+    fn in_flight(&self, device: u32) -> u64 {
+        let quota = self.engine.quota(device);
+        quota.map_or(0, |q| q.in_use().saturating_sub(q.held()))
+    }
 }
 
 impl Engine {

@@ -153,8 +153,8 @@ fn runtime_lookups_all_resolve() {
         out.check_exit(0);
         let lookups = out.lookups();
         // 29, 7 of arrays, 7 of VMM and imports, 4 of placement and contexts, 14 of pools
-        // and graphs
-        assert_eq!(lookups.len(), 29 + 7 + 7 + 4 + 14, "{out}");
+        // and graphs, 2 of context memory
+        assert_eq!(lookups.len(), 29 + 7 + 7 + 4 + 14 + 2, "{out}");
         for l in lookups {
             for (key, want) in [("rc", 0), ("status", 0), ("flags", flags)] {
                 assert_eq!(l.num(key), Some(want), "{}: {key}\n{out}", l.raw);
