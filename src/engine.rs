@@ -809,7 +809,7 @@ impl Engine {
         };
         // NVML's figure for this process corrects the context part (after the other parts
         // are settled, rate-limited).
-        self.correct_context_memory(device);
+        self.correct_context_memory(api, device);
         let told = match self.limit(device, quota) {
             Ok(limit) if limit != UNLIMITED => (
                 real_free.min(limit.saturating_sub(quota.in_use())),
@@ -1362,7 +1362,7 @@ impl Engine {
         match fits {
             Ok(()) => {
                 if rc.is_ok() {
-                    self.correct_context_memory(device);
+                    self.correct_context_memory(api, device);
                 }
                 rc
             }
@@ -1447,13 +1447,14 @@ impl Engine {
     }
 
     /// NVML's figure for this process corrects `device`'s context part (rate-limited:
-    /// `context_memory`). Never on the allocation path.
-    pub fn correct_context_memory(&self, device: u32) {
+    /// `context_memory`), at `api` (traced as its footprint event). Never on the
+    /// allocation path.
+    pub fn correct_context_memory(&self, api: &'static str, device: u32) {
         if !self.counts_context() {
             return;
         }
         let now = context_memory::monotonic_ns();
-        let part = self.context_part("nvml");
+        let part = self.context_part(api);
         self.context_memory
             .correct(device, now, &Meters(&*self.queries), &part);
     }
