@@ -34,11 +34,14 @@ install -m 755 "$built/libcuquota.so" "$prefix/lib/libcuquota.so"
 install -m 755 "$built/libcuquota_audit.so" "$prefix/lib/libcuquota_audit.so"
 install -m 755 "$built/libcuda.so" "$prefix/share/cuquota/shim/libcuda.so.1"
 ln -sf libcuda.so.1 "$prefix/share/cuquota/shim/libcuda.so"
+# The stand-in also answers as NVML: the same file, so the loader maps one object for both.
+ln -sf libcuda.so.1 "$prefix/share/cuquota/shim/libnvidia-ml.so.1"
 cat >&2 <<EOT
    $prefix/bin/cuquota
    $prefix/lib/libcuquota.so
    $prefix/lib/libcuquota_audit.so
    $prefix/share/cuquota/shim/libcuda.so.1   (the stand-in driver)
+   $prefix/share/cuquota/shim/libnvidia-ml.so.1 -> libcuda.so.1   (its NVML)
 Try it on a simulated 8 GiB GPU:
    LD_LIBRARY_PATH=$prefix/share/cuquota/shim CUDA_SHIM_MEMORY=8GiB \\
      $prefix/bin/cuquota run --limit 6GiB YOUR-PROGRAM

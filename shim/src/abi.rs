@@ -228,3 +228,80 @@ const _: () = assert!(std::mem::size_of::<MemPoolProps>() == 88);
 const _: () = assert!(std::mem::size_of::<MemAllocNodeParams>() == 120);
 const _: () = assert!(std::mem::offset_of!(MemAllocNodeParams, dptr) == 112);
 const _: () = assert!(std::mem::size_of::<GraphInstantiateParams>() == 32);
+// ---- NVML (the shim also answers as libnvidia-ml.so.1; layouts from nvml.h) -------------
+
+/// `nvmlReturn_t`.
+pub type NvmlReturn = u32;
+pub const NVML_SUCCESS: NvmlReturn = 0;
+pub const NVML_ERROR_UNINITIALIZED: NvmlReturn = 1;
+pub const NVML_ERROR_INVALID_ARGUMENT: NvmlReturn = 2;
+pub const NVML_ERROR_NOT_SUPPORTED: NvmlReturn = 3;
+pub const NVML_ERROR_NOT_FOUND: NvmlReturn = 6;
+pub const NVML_ERROR_INSUFFICIENT_SIZE: NvmlReturn = 7;
+pub const NVML_ERROR_ARGUMENT_VERSION_MISMATCH: NvmlReturn = 25;
+pub const NVML_ERROR_UNKNOWN: NvmlReturn = 999;
+
+/// `nvmlPciInfo_t` (what `nvmlDeviceGetPciInfo_v3` fills).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct NvmlPciInfo {
+    /// `%04X:%02X:%02X.0`, NUL-terminated.
+    pub bus_id_legacy: [u8; 16],
+    pub domain: u32,
+    pub bus: u32,
+    pub device: u32,
+    /// Device id << 16 | vendor id.
+    pub pci_device_id: u32,
+    pub pci_sub_system_id: u32,
+    /// `%08X:%02X:%02X.0`, NUL-terminated.
+    pub bus_id: [u8; 32],
+}
+
+/// `nvmlMemory_t` (v1).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct NvmlMemory {
+    pub total: u64,
+    pub free: u64,
+    pub used: u64,
+}
+
+/// `nvmlMemory_v2_t`; `version` must be [`NVML_MEMORY_V2`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct NvmlMemoryV2 {
+    pub version: u32,
+    pub total: u64,
+    pub reserved: u64,
+    pub free: u64,
+    pub used: u64,
+}
+
+/// `nvmlMemory_v2`: `NVML_STRUCT_VERSION(Memory, 2)`, the size with the version in the top byte.
+pub const NVML_MEMORY_V2: u32 = std::mem::size_of::<NvmlMemoryV2>() as u32 | 2 << 24;
+
+/// `nvmlProcessInfo_v1_t` (`nvmlDeviceGetComputeRunningProcesses`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct NvmlProcessInfoV1 {
+    pub pid: u32,
+    pub used_gpu_memory: u64,
+}
+
+/// `nvmlProcessInfo_v2_t`, also `nvmlProcessInfo_t` (`_v2` and `_v3`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct NvmlProcessInfoV2 {
+    pub pid: u32,
+    pub used_gpu_memory: u64,
+    /// 0xFFFFFFFF without MIG.
+    pub gpu_instance_id: u32,
+    pub compute_instance_id: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<NvmlPciInfo>() == 68);
+const _: () = assert!(std::mem::size_of::<NvmlMemory>() == 24);
+const _: () = assert!(std::mem::size_of::<NvmlMemoryV2>() == 40);
+const _: () = assert!(NVML_MEMORY_V2 == 0x0200_0028);
+const _: () = assert!(std::mem::size_of::<NvmlProcessInfoV1>() == 16);
+const _: () = assert!(std::mem::size_of::<NvmlProcessInfoV2>() == 24);

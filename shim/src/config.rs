@@ -8,6 +8,13 @@
 //! * `CUDA_SHIM_POOL_CHUNK`: the granularity in which memory pools and the graph memory
 //!   pool reserve device memory (default `2MiB`, the VMM granularity the devices report
 //!   from `cuMemGetAllocationGranularity`; not 0).
+//! * `CUDA_SHIM_CONTEXT_MEMORY`: device memory each context takes from its creation to its
+//!   end (default 0), a size like the others.
+//! * `CUDA_SHIM_OTHER_PROCESS`: memory simulated other processes hold, `INDEX:PID:SIZE,...`
+//!   (INDEX: the device's physical index, as NVML numbers it), as if each had called
+//!   `cuShimOtherProcess`.
+//! * `CUDA_VISIBLE_DEVICES`: the driver's own variable, honoured as the real driver does
+//!   (see [`crate::devices::visible`]); never a bad setting.
 //!
 //! Parsing only: the exports read the process's settings once (`exports::settings`), report
 //! a bad value once on stderr, and make `cuInit` fail on it.
@@ -44,6 +51,12 @@ pub struct Config {
     pub faults: Vec<FaultRule>,
     /// `CUDA_SHIM_POOL_CHUNK` (issue 11).
     pub pool_chunk: u64,
+    /// Bytes each context takes (`CUDA_SHIM_CONTEXT_MEMORY`).
+    pub context_memory: u64,
+    /// `CUDA_SHIM_OTHER_PROCESS`: (physical index, pid, bytes).
+    pub other_processes: Vec<(usize, u32, u64)>,
+    /// `CUDA_VISIBLE_DEVICES` as set (`None`: unset).
+    pub visible_devices: Option<String>,
 }
 
 /// Parses the settings that `lookup` returns; a fault rule may only name a function for
@@ -106,12 +119,47 @@ pub fn parse(
         },
     };
 
+    let context_memory = match var("CUDA_SHIM_CONTEXT_MEMORY")? {
+        None => 0,
+        Some(v) => parse_size(&v).ok_or_else(|| bad("CUDA_SHIM_CONTEXT_MEMORY", &v))?,
+    };
+
+    let other_processes = match var("CUDA_SHIM_OTHER_PROCESS")? {
+        None => Vec::new(),
+        Some(v) => parse_other_processes(&v, memory.len())
+            .ok_or_else(|| bad("CUDA_SHIM_OTHER_PROCESS", &v))?,
+    };
+
+    // Not the shim's own setting: a value the driver cannot use hides devices, no more.
+    let visible_devices = lookup("CUDA_VISIBLE_DEVICES").map(|v| v.to_string_lossy().into_owned());
+
     Ok(Config {
         memory,
         driver_version,
         faults,
         pool_chunk,
+        context_memory,
+        other_processes,
+        visible_devices,
     })
+}
+
+/// Parses `INDEX:PID:SIZE,...` (an empty list: none); INDEX must be below `devices`.
+fn parse_other_processes(text: &str, devices: usize) -> Option<Vec<(usize, u32, u64)>> {
+    if text.trim().is_empty() {
+        return Some(Vec::new());
+    }
+    text.split(',')
+        .map(|entry| {
+            let mut parts = entry.trim().split(':');
+            let (index, pid, size) = (parts.next()?, parts.next()?, parts.next()?);
+            if parts.next().is_some() {
+                return None;
+            }
+            let index: usize = index.trim().parse().ok().filter(|&i| i < devices)?;
+            Some((index, pid.trim().parse().ok()?, parse_size(size)?))
+        })
+        .collect()
 }
 
 /// Parses a size: an integer with an optional unit, case-insensitive. `K`, `M`, `G`, `T` and
@@ -211,6 +259,33 @@ mod tests {
             Err("CUDA_SHIM_POOL_CHUNK=0".to_string())
         );
         assert!(parse_with(&[("CUDA_SHIM_POOL_CHUNK", "big")]).is_err());
+        assert_eq!(c.context_memory, 0);
+        assert!(c.other_processes.is_empty());
+        assert_eq!(c.visible_devices, None);
+    }
+
+    #[test]
+    fn context_memory_other_processes_and_visible_devices() {
+        let c = parse_with(&[
+            ("CUDA_SHIM_DEVICES", "2"),
+            ("CUDA_SHIM_CONTEXT_MEMORY", "512MiB"),
+            ("CUDA_SHIM_OTHER_PROCESS", "1:4242:1GiB, 0:7:100"),
+            ("CUDA_VISIBLE_DEVICES", "1,nonsense"),
+        ])
+        .unwrap();
+        assert_eq!(c.context_memory, 512 << 20);
+        assert_eq!(c.other_processes, vec![(1, 4242, 1 << 30), (0, 7, 100)]);
+        assert_eq!(c.visible_devices.as_deref(), Some("1,nonsense"));
+        for bad in ["2:1:1G", "0:1", "0:x:1G", "0:1:lots", "0:1:1G:2"] {
+            assert_eq!(
+                parse_with(&[("CUDA_SHIM_DEVICES", "2"), ("CUDA_SHIM_OTHER_PROCESS", bad)]),
+                Err(format!("CUDA_SHIM_OTHER_PROCESS={bad}"))
+            );
+        }
+        assert_eq!(
+            parse_with(&[("CUDA_SHIM_CONTEXT_MEMORY", "big")]),
+            Err("CUDA_SHIM_CONTEXT_MEMORY=big".to_string())
+        );
     }
 
     #[test]

@@ -6,6 +6,11 @@
 //! `cuDevicePrimaryCtxRelease` that drops the last reference free all of it, and its
 //! streams. A primary context keeps its handle after a reset or its
 //! last release; its next use finds it fresh, as the driver reinitialises it.
+//!
+//! A context also takes device memory itself (`CUDA_SHIM_CONTEXT_MEMORY`, and what
+//! `cuCtxSetLimit` adds): charged to its device's `context_memory` from its creation (a
+//! primary context: the retain that makes it active) to its end. A context that does not
+//! fit is not made: `CUDA_ERROR_OUT_OF_MEMORY`, as the driver fails one.
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -26,6 +31,9 @@ pub struct Context {
     /// `cuCtxAttach`'s extra references (deprecated API): `cuCtxDetach` destroys the
     /// context when none is left.
     pub attached: u32,
+    /// Device memory the context takes (charged to its device's `context_memory`); 0 for a
+    /// primary context that is not active.
+    pub memory: u64,
 }
 
 /// A thread's current-context stack: handles (and their devices), the top is the current
@@ -119,7 +127,7 @@ pub fn get(state: &State, handle: usize) -> Result<&Context, CUresult> {
         .ok_or(CUDA_ERROR_INVALID_CONTEXT)
 }
 
-fn add_context(state: &mut State, device: usize, flags: u32, primary: bool) -> usize {
+fn add_context(state: &mut State, device: usize, flags: u32, primary: bool, memory: u64) -> usize {
     static NEXT_ID: AtomicU64 = AtomicU64::new(1);
     let handle = state::new_handle();
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
@@ -131,19 +139,37 @@ fn add_context(state: &mut State, device: usize, flags: u32, primary: bool) -> u
             id,
             primary,
             attached: 0,
+            memory,
         },
     );
     handle
+}
+
+/// Gives back the memory a context took (it ended: destroyed, reset or released for the
+/// last time) and forgets its limits, which a primary context's next use starts without.
+fn give_back_memory(state: &mut State, handle: usize) {
+    if let Some(context) = state.contexts.get_mut(&handle) {
+        let (device, memory) = (context.device, std::mem::take(&mut context.memory));
+        state.devices[device].uncharge_context(memory);
+    }
+    state.limits.retain(|&(ctx, _), _| ctx != handle);
 }
 
 /// `cuCtxCreate`: a new context on `device`, made current (pushed) on this thread.
 pub fn create(device: CUdevice, flags: u32) -> Result<usize, CUresult> {
     let handle = {
         let mut state = state::lock();
-        state.device(device)?;
-        add_context(&mut state, device as usize, flags, false)
+        let cost = state.machine.context_cost;
+        state.device_mut(device)?.charge_context(cost)?;
+        add_context(&mut state, device as usize, flags, false, cost)
     };
-    push_handle(handle, device as usize)?;
+    if let Err(code) = push_handle(handle, device as usize) {
+        // Not made after all: nothing is left behind.
+        let mut state = state::lock();
+        give_back_memory(&mut state, handle);
+        state.contexts.remove(&handle);
+        return Err(code);
+    }
     Ok(handle)
 }
 
@@ -153,9 +179,11 @@ pub fn destroy(handle: usize) -> Result<(), CUresult> {
     {
         let mut state = state::lock();
         match state.contexts.get(&handle) {
-            Some(c) if !c.primary => state.contexts.remove(&handle),
+            Some(c) if !c.primary => {}
             _ => return Err(CUDA_ERROR_INVALID_CONTEXT),
-        };
+        }
+        give_back_memory(&mut state, handle);
+        state.contexts.remove(&handle);
         crate::arrays::context_ended(&mut state, handle);
         crate::streams::destroy_of_context(&mut state, handle);
         ANY_DESTROYED.store(true, Ordering::Release);
@@ -237,14 +265,27 @@ pub fn id(handle: usize) -> Result<u64, CUresult> {
     get(&state::lock(), handle).map(|c| c.id)
 }
 
-/// `cuDevicePrimaryCtxRetain`: the device's primary context (created on first use).
+/// `cuDevicePrimaryCtxRetain`: the device's primary context (created on first use). The
+/// retain that makes it active (the first, or the first after a reset or the last release)
+/// charges its memory, or fails with nothing changed if that does not fit.
 pub fn primary_retain(device: CUdevice) -> Result<usize, CUresult> {
     let mut state = state::lock();
-    let flags = state.device(device)?.primary_flags;
-    let handle = match state.device(device)?.primary_context {
+    let cost = state.machine.context_cost;
+    let dev = state.device_mut(device)?;
+    let activates = dev.primary_refs == 0;
+    if activates {
+        dev.charge_context(cost)?;
+    }
+    let (flags, existing) = (dev.primary_flags, dev.primary_context);
+    let handle = match existing {
         Some(handle) => handle,
-        None => add_context(&mut state, device as usize, flags, true),
+        None => add_context(&mut state, device as usize, flags, true, 0),
     };
+    if activates {
+        if let Some(context) = state.contexts.get_mut(&handle) {
+            context.memory += cost;
+        }
+    }
     let dev = state.device_mut(device)?;
     dev.primary_context = Some(handle);
     dev.primary_refs += 1;
@@ -265,6 +306,7 @@ pub fn primary_release(device: CUdevice) -> Result<(), CUresult> {
             .then_some(dev.primary_context)
             .flatten();
         if let Some(handle) = gone {
+            give_back_memory(&mut state, handle);
             crate::streams::destroy_of_context(&mut state, handle);
             crate::arrays::context_ended(&mut state, handle);
         }
@@ -284,6 +326,7 @@ pub fn primary_reset(device: CUdevice) -> Result<(), CUresult> {
         dev.primary_refs = 0;
         let handle = dev.primary_context;
         if let Some(handle) = handle {
+            give_back_memory(&mut state, handle);
             crate::streams::destroy_of_context(&mut state, handle);
             crate::arrays::context_ended(&mut state, handle);
         }

@@ -96,3 +96,22 @@ pub unsafe fn write_c_string(buf: *mut c_char, len: c_int, text: &str) -> Result
     }
     Ok(())
 }
+
+/// Writes `values` into a caller's array; null is `CUDA_ERROR_INVALID_VALUE` (an empty
+/// `values` writes nothing and accepts null).
+///
+/// # Safety
+/// `p` must be null or valid for writes of `values.len()` elements of `T`.
+pub unsafe fn write_array<T: Copy>(p: *mut T, values: &[T]) -> Result<(), CUresult> {
+    if values.is_empty() {
+        return Ok(());
+    }
+    if p.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    for (i, value) in values.iter().enumerate() {
+        // SAFETY: `p` is writable for `values.len()` elements by this function's contract.
+        unsafe { p.add(i).write_unaligned(*value) };
+    }
+    Ok(())
+}

@@ -13,15 +13,23 @@
 //! shim's", like the `cuda-shim:` prefix of its messages. They keep those names for
 //! compatibility: the interposer's tests and scripts and users' setups set them.
 //!
+//! It also answers as NVML (`libnvidia-ml.so.1`: init, device handles by index, PCI bus id
+//! and UUID, names, memory info v1/v2, running compute processes v1–v3; see `nvml`), from the
+//! same accounting, so that NVML's figures and the driver's agree. `CUDA_VISIBLE_DEVICES` is
+//! honoured as the real driver honours it; NVML sees every device regardless.
+//!
 //! Install: copy the built `libcuda.so` into a directory as `libcuda.so.1`, add a
-//! `libcuda.so -> libcuda.so.1` link there (for linking with `-lcuda`), and put the directory
-//! on `LD_LIBRARY_PATH`.
+//! `libcuda.so -> libcuda.so.1` link there (for linking with `-lcuda`) and a
+//! `libnvidia-ml.so.1 -> libcuda.so.1` link (a link, not a copy: the loader then maps the one
+//! object for both names, so NVML sees this process's driver state), and put the directory on
+//! `LD_LIBRARY_PATH`.
 //!
 //! Test helpers beyond the CUDA API: `cuShimInjectFault` (see `faults`), `cuShimStats`
 //! (the shim's own per-device accounting of live allocations, to cross-check an interposer
-//! against) and `cuShimFootprint` (a device's whole footprint by part: live allocations,
-//! pool reservations beyond them, graph memory, context memory; what its capacity and
-//! `cuMemGetInfo` go by).
+//! against), `cuShimFootprint` (a device's whole footprint by part: live allocations, pool
+//! reservations beyond them, graph memory, context memory; what its capacity and
+//! `cuMemGetInfo` go by) and `cuShimOtherProcess` (another process's memory on a device, in
+//! both APIs' figures).
 //!
 //! # Reading order
 //!
@@ -38,11 +46,12 @@
 //!    and the modules whose records it holds, in order of use: `devices`, `context`,
 //!    `streams`, `vmm`, `arrays`, `memory` and `pools` (a stream-ordered allocation is a
 //!    memory allocation charged to its pool, so these two call each other), `graphs`
-//!    (memory nodes, executable graphs and the graph memory pool), `copy`.
+//!    (memory nodes, executable graphs and the graph memory pool), `copy`; `nvml` (NVML's
+//!    view of the same devices, and the simulated other processes).
 //!    `state` names their record types and they take its lock, so this layer is one unit.
 //! 5. Entry points: `exports`, every C function the shim exports, one file per area,
-//!    each declared once with its `cuGetProcAddress` row; the table of all of them; the
-//!    process's settings, read at the first call.
+//!    each declared once with its `cuGetProcAddress` row (NVML's functions have none); the
+//!    table of all of them; the process's settings, read at the first call.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
@@ -61,6 +70,7 @@ mod graphs;
 mod host_register;
 mod limits;
 mod memory;
+mod nvml;
 mod pointers;
 mod pools;
 mod proc_address;

@@ -10,8 +10,9 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::abi::*;
 use crate::arrays::Arrays;
+use crate::config::Config;
 use crate::context::Context;
-use crate::devices::Device;
+use crate::devices::{Device, Machine};
 use crate::graphs::Graphs;
 use crate::host_register::Registration;
 use crate::memory::{Allocation, HostAllocation};
@@ -40,6 +41,9 @@ pub struct State {
     pub limits: BTreeMap<(usize, u32), usize>,
     /// Graphs with memory nodes, executable graphs, graph memory pools (see `graphs`).
     pub graphs: Graphs,
+    /// Every simulated device, visible to the driver or not, and what is on them besides
+    /// this process's allocations (issue 11: NVML's view, context memory).
+    pub machine: Machine,
 }
 
 static STATE: Mutex<State> = Mutex::new(State {
@@ -55,6 +59,7 @@ static STATE: Mutex<State> = Mutex::new(State {
     registered: BTreeMap::new(),
     limits: BTreeMap::new(),
     graphs: Graphs::new(),
+    machine: Machine::new(),
 });
 
 static INITIALIZED: AtomicBool = AtomicBool::new(false);
@@ -79,25 +84,40 @@ pub fn is_initialized() -> bool {
     INITIALIZED.load(Ordering::Acquire)
 }
 
-/// `cuInit` with good settings: creates the simulated devices, one of each size in `memory`
-/// (once; later calls just succeed).
-pub fn initialize(memory: &[u64], flags: u32) -> Result<(), CUresult> {
+/// `cuInit` with good settings: creates the simulated devices (once; later calls just
+/// succeed). With none visible to the driver, `CUDA_ERROR_NO_DEVICE`.
+pub fn initialize(cfg: &Config, flags: u32) -> Result<(), CUresult> {
     if flags != 0 {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    if memory.is_empty() {
-        return Err(CUDA_ERROR_NO_DEVICE);
-    }
     let mut state = lock();
+    create_devices(&mut state, cfg);
     if state.devices.is_empty() {
-        for &total in memory {
-            let ordinal = state.devices.len();
-            let default_pool = crate::pools::create_default(&mut state, ordinal);
-            state.devices.push(Device::new(total, default_pool));
-        }
+        return Err(CUDA_ERROR_NO_DEVICE);
     }
     INITIALIZED.store(true, Ordering::Release);
     Ok(())
+}
+
+/// Creates the simulated devices once, one of each size in `cfg.memory` (by physical
+/// index); the driver's ordinals number those `CUDA_VISIBLE_DEVICES` lets it see.
+pub fn create_devices(state: &mut State, cfg: &Config) {
+    if state.machine.created {
+        return;
+    }
+    state.machine.created = true;
+    state.machine.totals = cfg.memory.clone();
+    state.machine.context_cost = cfg.context_memory;
+    for physical in crate::devices::visible(cfg.visible_devices.as_deref(), cfg.memory.len()) {
+        let ordinal = state.devices.len();
+        let default_pool = crate::pools::create_default(state, ordinal);
+        let mut device = Device::new(cfg.memory[physical], default_pool);
+        device.physical = physical;
+        state.devices.push(device);
+    }
+    for &(physical, pid, bytes) in &cfg.other_processes {
+        let _ = crate::nvml::set_other_process(state, physical, pid, bytes, false);
+    }
 }
 
 impl State {
@@ -120,4 +140,15 @@ impl State {
 /// Checks a device ordinal: its index, or `CUDA_ERROR_INVALID_DEVICE`.
 pub fn device_index(ordinal: CUdevice) -> Result<usize, CUresult> {
     lock().device(ordinal).map(|_| ordinal as usize)
+}
+
+/// A device ordinal's physical index (its UUID, PCI bus id and NVML index follow it), or
+/// `CUDA_ERROR_INVALID_DEVICE`.
+pub fn physical_index(ordinal: CUdevice) -> Result<usize, CUresult> {
+    lock().device(ordinal).map(|d| d.physical)
+}
+
+/// The ordinal of the device with this physical index, if the driver sees it.
+pub fn ordinal_of_physical(state: &State, physical: usize) -> Option<usize> {
+    state.devices.iter().position(|d| d.physical == physical)
 }

@@ -1,6 +1,8 @@
 //! Drives the built shim from C: compiles `tests/c/smoke.c` with gcc against
 //! `libcuda.so` (installed in a temp dir as `libcuda.so.1` plus a `libcuda.so` link, as users
 //! install it) and runs one scenario per test, each in its own process and environment.
+//! `tests/c/context_nvml.c` (context memory, NVML, `CUDA_VISIBLE_DEVICES`) likewise, with
+//! the shim also installed as `libnvidia-ml.so.1` (a link to the same file).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -10,6 +12,7 @@ struct Built {
     lib_dir: PathBuf,
     smoke: PathBuf,
     preload: PathBuf,
+    context_nvml: PathBuf,
 }
 
 /// The library cargo built for this test run. It is target/<profile>/deps/libcuda.so, next
@@ -47,6 +50,9 @@ fn build() -> &'static Built {
         let link = lib_dir.join("libcuda.so");
         let _ = std::fs::remove_file(&link);
         std::os::unix::fs::symlink("libcuda.so.1", &link).unwrap();
+        let nvml = lib_dir.join("libnvidia-ml.so.1");
+        let _ = std::fs::remove_file(&nvml);
+        std::os::unix::fs::symlink("libcuda.so.1", &nvml).unwrap();
 
         let sources = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
         let smoke = dir.join("smoke");
@@ -75,10 +81,25 @@ fn build() -> &'static Built {
             preload.to_str().unwrap(),
             "-ldl",
         ]);
+        let context_nvml = dir.join("context_nvml");
+        gcc(&[
+            "-std=c11",
+            "-Wall",
+            "-Werror",
+            "-O1",
+            sources.join("context_nvml.c").to_str().unwrap(),
+            "-o",
+            context_nvml.to_str().unwrap(),
+            "-L",
+            lib_dir.to_str().unwrap(),
+            "-lcuda",
+            "-ldl",
+        ]);
         Built {
             lib_dir,
             smoke,
             preload,
+            context_nvml,
         }
     })
 }
@@ -87,8 +108,14 @@ fn build() -> &'static Built {
 /// its stderr.
 fn run(scenario: &str, env: &[(&str, &str)], preload: bool) -> String {
     let built = build();
-    let mut cmd = Command::new(&built.smoke);
-    cmd.arg(scenario)
+    run_program(&built.smoke, &[scenario], env, preload)
+}
+
+fn run_program(program: &Path, args: &[&str], env: &[(&str, &str)], preload: bool) -> String {
+    let built = build();
+    let scenario = args.join(" ");
+    let mut cmd = Command::new(program);
+    cmd.args(args)
         .env("LD_LIBRARY_PATH", &built.lib_dir)
         .env_remove("LD_PRELOAD");
     for var in [
@@ -97,6 +124,9 @@ fn run(scenario: &str, env: &[(&str, &str)], preload: bool) -> String {
         "CUDA_SHIM_DRIVER_VERSION",
         "CUDA_SHIM_FAIL",
         "CUDA_SHIM_POOL_CHUNK",
+        "CUDA_SHIM_CONTEXT_MEMORY",
+        "CUDA_SHIM_OTHER_PROCESS",
+        "CUDA_VISIBLE_DEVICES",
     ] {
         cmd.env_remove(var);
     }
@@ -191,4 +221,90 @@ fn pool_chunk_setting() {
 #[test]
 fn graph_memory_nodes_and_the_graph_memory_pool() {
     run("graphs", &[("CUDA_SHIM_MEMORY", "64MiB")], false);
+}
+
+// ---- Context memory, cuCtxSetLimit memory, NVML, CUDA_VISIBLE_DEVICES (issue 11) ----
+
+fn run_context_nvml(args: &[&str], env: &[(&str, &str)]) -> String {
+    run_program(&build().context_nvml, args, env, false)
+}
+
+#[test]
+fn contexts_take_their_memory_from_creation_to_end() {
+    run_context_nvml(
+        &["context_memory"],
+        &[
+            ("CUDA_SHIM_MEMORY", "2GiB"),
+            ("CUDA_SHIM_CONTEXT_MEMORY", "512MiB"),
+        ],
+    );
+}
+
+#[test]
+fn memory_limits_take_their_growth() {
+    run_context_nvml(
+        &["limits"],
+        &[
+            ("CUDA_SHIM_MEMORY", "2GiB"),
+            ("CUDA_SHIM_CONTEXT_MEMORY", "512MiB"),
+        ],
+    );
+}
+
+#[test]
+fn nvml_and_the_driver_agree() {
+    run_context_nvml(
+        &["nvml"],
+        &[
+            ("CUDA_SHIM_DEVICES", "2"),
+            ("CUDA_SHIM_MEMORY", "1GiB,2GiB"),
+            ("CUDA_SHIM_CONTEXT_MEMORY", "64MiB"),
+            ("CUDA_SHIM_OTHER_PROCESS", "1:4242:100MiB"),
+            ("CUDA_VISIBLE_DEVICES", "1"),
+        ],
+    );
+}
+
+#[test]
+fn visible_devices_are_renumbered_like_the_drivers() {
+    let one = "GPU-63757175-6f74-412d-b368-696d00000001";
+    for (visible, want) in [
+        (None, "123"),
+        (Some("2,0"), "31"),
+        (Some("1,9,0"), "2"),
+        (Some("0,2,0"), ""),
+        (Some("2gpu,0"), "31"),
+        (Some(""), ""),
+        (Some(one), "2"),
+        (Some("GPU-63757175-6f74-412d-b368-696d00000002,1"), "3"),
+        (
+            Some("GPU-63757175-6f74-412d-b368-696d00000002,GPU-63757175-6f74-412d-b368-696d0000"),
+            "3",
+        ),
+        (
+            Some(
+                "GPU-63757175-6f74-412d-b368-696d00000002,GPU-63757175-6f74-412d-b368-696d00000000",
+            ),
+            "31",
+        ),
+        (Some("GPU-63757175,1"), ""),
+    ] {
+        let mut env = vec![
+            ("CUDA_SHIM_DEVICES", "3"),
+            ("CUDA_SHIM_MEMORY", "1GiB,2GiB,3GiB"),
+        ];
+        if let Some(v) = visible {
+            env.push(("CUDA_VISIBLE_DEVICES", v));
+        }
+        run_context_nvml(&["visible", want], &env);
+    }
+}
+
+#[test]
+fn a_bad_setting_stops_nvml_too() {
+    let stderr = run_context_nvml(&["bad_config"], &[("CUDA_SHIM_CONTEXT_MEMORY", "lots")]);
+    assert_eq!(
+        stderr.lines().collect::<Vec<_>>(),
+        ["cuda-shim: bad CUDA_SHIM_CONTEXT_MEMORY=lots"]
+    );
 }

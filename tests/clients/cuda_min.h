@@ -212,6 +212,47 @@ typedef CUresult (*fn_cuMemGetDefaultMemPool)(CUmemoryPool *pool, CUmemLocation 
 /* The shim's test helper (not part of CUDA). */
 typedef int (*fn_cuShimStats)(int dev, size_t *in_use, size_t *peak, unsigned long long *live);
 
+/* ---- Issue 11: context memory, cuCtxSetLimit, NVML (layouts as nvml.h has them) ---- */
+typedef CUresult (*fn_cuCtxCreate_v3)(CUcontext *ctx, void *params, int num_params,
+                                      unsigned int flags, CUdevice dev);
+typedef CUresult (*fn_cuCtxCreate_v4)(CUcontext *ctx, void *params, unsigned int flags,
+                                      CUdevice dev);
+typedef CUresult (*fn_cuCtxSetLimit)(int limit, size_t value);
+typedef CUresult (*fn_cuCtxGetLimit)(size_t *value, int limit);
+typedef CUresult (*fn_cuDeviceGetUuid)(unsigned char uuid[16], CUdevice dev);
+typedef CUresult (*fn_cuDeviceGetPCIBusId)(char *id, int len, CUdevice dev);
+typedef int (*fn_cuShimOtherProcess)(int nvml_index, unsigned int pid, size_t bytes);
+typedef void *nvmlDevice_t;
+typedef struct {
+    unsigned long long total, free, used;
+} nvmlMemory_t;
+typedef struct {
+    unsigned int version;
+    unsigned long long total, reserved, free, used;
+} nvmlMemory_v2_t;
+#define NVML_MEMORY_V2 ((unsigned int)(sizeof(nvmlMemory_v2_t) | (2u << 24)))
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId, computeInstanceId;
+} nvmlProcessInfo_t;
+typedef struct {
+    char busIdLegacy[16];
+    unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
+    char busId[32];
+} nvmlPciInfo_t;
+typedef int (*fn_nvmlInit_v2)(void);
+typedef int (*fn_nvmlShutdown)(void);
+typedef int (*fn_nvmlDeviceGetCount_v2)(unsigned int *count);
+typedef int (*fn_nvmlDeviceGetHandleByIndex_v2)(unsigned int index, nvmlDevice_t *device);
+typedef int (*fn_nvmlDeviceGetMemoryInfo)(nvmlDevice_t device, nvmlMemory_t *memory);
+typedef int (*fn_nvmlDeviceGetMemoryInfo_v2)(nvmlDevice_t device, nvmlMemory_v2_t *memory);
+typedef int (*fn_nvmlDeviceGetComputeRunningProcesses_v3)(nvmlDevice_t device,
+                                                          unsigned int *count,
+                                                          nvmlProcessInfo_t *infos);
+typedef int (*fn_nvmlDeviceGetUUID)(nvmlDevice_t device, char *uuid, unsigned int length);
+typedef int (*fn_nvmlDeviceGetPciInfo_v3)(nvmlDevice_t device, nvmlPciInfo_t *pci);
+
 /* The exported symbols, for clients linked with -lcuda. The legacy unversioned ones are
  * weak: a driver without them leaves their address NULL instead of failing the link. */
 #ifdef CUDA_MIN_EXTERN

@@ -526,6 +526,210 @@ static int op_fork(const struct drv *d, int argc, char **argv) {
  *                           cuMemPoolImportPointer and cuExternalMemoryGetMappedBuffer with
  *                           null objects: a pointer slot if one comes back
  * Returns -1 for an op it does not know. */
+/* ---- Issue 11: context memory, cuCtxSetLimit, NVML, device identity ----
+ * Driver functions through the client's dlsym on the driver's handle; NVML through
+ * dlopen("libnvidia-ml.so.1") (the shim answers as it too). INDEX is an NVML index.
+ *   ctxcreate3 / ctxcreate4      cuCtxCreate_v3 / _v4 on the current device (made current);
+ *                                a context slot, as ctxcreate
+ *   setlimit:LIMIT:VALUE         cuCtxSetLimit (LIMIT a CUlimit number, VALUE a size)
+ *   getlimit:LIMIT               cuCtxGetLimit: "getlimit LIMIT rc=R value=V"
+ *   uuid:DEV / busid:DEV         cuDeviceGetUuid as "uuid=GPU-..." / cuDeviceGetPCIBusId
+ *                                as "id=..." of device ordinal DEV
+ *   otherproc:INDEX:PID:SIZE     cuShimOtherProcess (the shim's: another process's memory)
+ *   nvmlinit / nvmlshutdown      nvmlInit_v2 / nvmlShutdown
+ *   nvmlcount                    nvmlDeviceGetCount_v2: "nvmlcount rc=R n=N"
+ *   nvmlinfo:INDEX               nvmlDeviceGetMemoryInfo: "... free=F used=U total=T"
+ *   nvmlinfo2:INDEX              nvmlDeviceGetMemoryInfo_v2: "... free used total reserved"
+ *   nvmlprocs:INDEX              nvmlDeviceGetComputeRunningProcesses_v3 (size query first):
+ *                                "nvmlprocs INDEX rc=R n=N listed=0|1 mine=BYTES others=BYTES"
+ *                                (mine: this pid's usedGpuMemory; others: the rest summed)
+ *   nvmluuid:INDEX / nvmlbus:INDEX  nvmlDeviceGetUUID "uuid=..." / nvmlDeviceGetPciInfo_v3
+ *                                "id=BUSIDLEGACY long=BUSID"
+ * Returns -1 for an op it does not know. */
+static void *nvml_sym(const struct drv *d, const char *name) {
+    void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+    return h && d->sym ? d->sym(h, name) : NULL;
+}
+
+static int nvml_handle(const struct drv *d, const char *index, nvmlDevice_t *dev) {
+    unsigned long long i;
+    fn_nvmlDeviceGetHandleByIndex_v2 get;
+    if (parse_num(index, &i))
+        return -1;
+    *(void **)&get = nvml_sym(d, "nvmlDeviceGetHandleByIndex_v2");
+    return get ? get((unsigned int)i, dev) : CUDA_ERROR_NOT_FOUND;
+}
+
+static int context_nvml_op(const struct drv *d, char **f, int nf) {
+    const char *op = f[0];
+    unsigned long long a = 0, b = 0, c = 0;
+    nvmlDevice_t nd = NULL;
+    int rc;
+#define NARGS(n) \
+    do { \
+        if (nf != (n) + 1) \
+            return -1; \
+    } while (0)
+    if (!strcmp(op, "ctxcreate3") || !strcmp(op, "ctxcreate4")) {
+        CUcontext ctx = NULL;
+        CUdevice dev = 0;
+        NARGS(0);
+        rc = CALL(d, cuDeviceGet, &dev, cur_dev);
+        if (!rc && !strcmp(op, "ctxcreate3")) {
+            fn_cuCtxCreate_v3 create;
+            *(void **)&create = raw_sym(d, "cuCtxCreate_v3");
+            rc = create ? create(&ctx, NULL, 0, 0, dev) : CUDA_ERROR_NOT_FOUND;
+        } else if (!rc) {
+            fn_cuCtxCreate_v4 create;
+            *(void **)&create = raw_sym(d, "cuCtxCreate_v4");
+            rc = create ? create(&ctx, NULL, 0, dev) : CUDA_ERROR_NOT_FOUND;
+        }
+        out("%s rc=%d slot=%zu", op, rc,
+            push(&contexts, (unsigned long long)(size_t)ctx, 0, rc == 0));
+    } else if (!strcmp(op, "setlimit")) {
+        fn_cuCtxSetLimit set;
+        NARGS(2);
+        if (parse_num(f[1], &a) || parse_size(f[2], &b))
+            return -1;
+        *(void **)&set = raw_sym(d, "cuCtxSetLimit");
+        rc = set ? set((int)a, b) : CUDA_ERROR_NOT_FOUND;
+        out("setlimit %llu rc=%d", a, rc);
+    } else if (!strcmp(op, "getlimit")) {
+        fn_cuCtxGetLimit get;
+        size_t value = 0;
+        NARGS(1);
+        if (parse_num(f[1], &a))
+            return -1;
+        *(void **)&get = raw_sym(d, "cuCtxGetLimit");
+        rc = get ? get(&value, (int)a) : CUDA_ERROR_NOT_FOUND;
+        out("getlimit %llu rc=%d value=%zu", a, rc, value);
+    } else if (!strcmp(op, "uuid")) {
+        fn_cuDeviceGetUuid get;
+        unsigned char u[16] = {0};
+        NARGS(1);
+        if (parse_num(f[1], &a))
+            return -1;
+        *(void **)&get = raw_sym(d, "cuDeviceGetUuid");
+        rc = get ? get(u, (CUdevice)a) : CUDA_ERROR_NOT_FOUND;
+        out("uuid %llu rc=%d uuid=GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-"
+            "%02x%02x%02x%02x%02x%02x",
+            a, rc, u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11],
+            u[12], u[13], u[14], u[15]);
+    } else if (!strcmp(op, "busid")) {
+        fn_cuDeviceGetPCIBusId get;
+        char id[32] = "-";
+        NARGS(1);
+        if (parse_num(f[1], &a))
+            return -1;
+        *(void **)&get = raw_sym(d, "cuDeviceGetPCIBusId");
+        rc = get ? get(id, sizeof id, (CUdevice)a) : CUDA_ERROR_NOT_FOUND;
+        out("busid %llu rc=%d id=%s", a, rc, id);
+    } else if (!strcmp(op, "otherproc")) {
+        fn_cuShimOtherProcess set;
+        NARGS(3);
+        if (parse_num(f[1], &a) || parse_num(f[2], &b) || parse_size(f[3], &c))
+            return -1;
+        *(void **)&set = raw_sym(d, "cuShimOtherProcess");
+        rc = set ? set((int)a, (unsigned int)b, c) : CUDA_ERROR_NOT_FOUND;
+        out("otherproc %llu rc=%d", a, rc);
+    } else if (!strcmp(op, "nvmlinit") || !strcmp(op, "nvmlshutdown")) {
+        fn_nvmlInit_v2 call;
+        NARGS(0);
+        *(void **)&call = nvml_sym(d, !strcmp(op, "nvmlinit") ? "nvmlInit_v2" : "nvmlShutdown");
+        rc = call ? call() : CUDA_ERROR_NOT_FOUND;
+        out("%s rc=%d", op, rc);
+    } else if (!strcmp(op, "nvmlcount")) {
+        fn_nvmlDeviceGetCount_v2 count;
+        unsigned int n = 0;
+        NARGS(0);
+        *(void **)&count = nvml_sym(d, "nvmlDeviceGetCount_v2");
+        rc = count ? count(&n) : CUDA_ERROR_NOT_FOUND;
+        out("nvmlcount rc=%d n=%u", rc, n);
+    } else if (!strcmp(op, "nvmlinfo")) {
+        fn_nvmlDeviceGetMemoryInfo get;
+        nvmlMemory_t m = {0, 0, 0};
+        NARGS(1);
+        rc = nvml_handle(d, f[1], &nd);
+        if (rc < 0)
+            return -1;
+        *(void **)&get = nvml_sym(d, "nvmlDeviceGetMemoryInfo");
+        if (!rc)
+            rc = get ? get(nd, &m) : CUDA_ERROR_NOT_FOUND;
+        out("nvmlinfo %s rc=%d free=%llu used=%llu total=%llu", f[1], rc, m.free, m.used,
+            m.total);
+    } else if (!strcmp(op, "nvmlinfo2")) {
+        fn_nvmlDeviceGetMemoryInfo_v2 get;
+        nvmlMemory_v2_t m;
+        NARGS(1);
+        memset(&m, 0, sizeof m);
+        m.version = NVML_MEMORY_V2;
+        rc = nvml_handle(d, f[1], &nd);
+        if (rc < 0)
+            return -1;
+        *(void **)&get = nvml_sym(d, "nvmlDeviceGetMemoryInfo_v2");
+        if (!rc)
+            rc = get ? get(nd, &m) : CUDA_ERROR_NOT_FOUND;
+        out("nvmlinfo2 %s rc=%d free=%llu used=%llu total=%llu reserved=%llu", f[1], rc, m.free,
+            m.used, m.total, m.reserved);
+    } else if (!strcmp(op, "nvmlprocs")) {
+        fn_nvmlDeviceGetComputeRunningProcesses_v3 get;
+        nvmlProcessInfo_t infos[64];
+        unsigned int n = 0, i;
+        unsigned long long mine = 0, others = 0;
+        int listed = 0;
+        NARGS(1);
+        rc = nvml_handle(d, f[1], &nd);
+        if (rc < 0)
+            return -1;
+        *(void **)&get = nvml_sym(d, "nvmlDeviceGetComputeRunningProcesses_v3");
+        if (!rc && !get)
+            rc = CUDA_ERROR_NOT_FOUND;
+        if (!rc) {
+            rc = get(nd, &n, NULL); /* the size query: 7 (insufficient size) if any */
+            if (rc == 7 && n <= 64)
+                rc = get(nd, &n, infos);
+        }
+        for (i = 0; !rc && i < n; i++) {
+            if (infos[i].pid == (unsigned int)getpid()) {
+                listed = 1;
+                mine = infos[i].usedGpuMemory;
+            } else {
+                others += infos[i].usedGpuMemory;
+            }
+        }
+        out("nvmlprocs %s rc=%d n=%u listed=%d mine=%llu others=%llu", f[1], rc, n, listed, mine,
+            others);
+    } else if (!strcmp(op, "nvmluuid")) {
+        fn_nvmlDeviceGetUUID get;
+        char uuid[96] = "-";
+        NARGS(1);
+        rc = nvml_handle(d, f[1], &nd);
+        if (rc < 0)
+            return -1;
+        *(void **)&get = nvml_sym(d, "nvmlDeviceGetUUID");
+        if (!rc)
+            rc = get ? get(nd, uuid, sizeof uuid) : CUDA_ERROR_NOT_FOUND;
+        out("nvmluuid %s rc=%d uuid=%s", f[1], rc, uuid);
+    } else if (!strcmp(op, "nvmlbus")) {
+        fn_nvmlDeviceGetPciInfo_v3 get;
+        nvmlPciInfo_t pci;
+        NARGS(1);
+        memset(&pci, 0, sizeof pci);
+        rc = nvml_handle(d, f[1], &nd);
+        if (rc < 0)
+            return -1;
+        *(void **)&get = nvml_sym(d, "nvmlDeviceGetPciInfo_v3");
+        if (!rc)
+            rc = get ? get(nd, &pci) : CUDA_ERROR_NOT_FOUND;
+        out("nvmlbus %s rc=%d id=%s long=%s", f[1], rc, pci.busIdLegacy, pci.busId);
+    } else {
+        return -1;
+    }
+#undef NARGS
+    return 0;
+}
+/* ---- end of issue 11 ---- */
+
 static int vmm_op(const struct drv *d, char **f, int nf) {
     const char *op = f[0];
     unsigned long long a = 0, b = 0;
@@ -635,7 +839,7 @@ static int vmm_op(const struct drv *d, char **f, int nf) {
         slot = push(&ptrs, dp, 0, rc == 0);
         out("%s rc=%d slot=%zu ptr=0x%llx", op, rc, slot, dp);
     } else {
-        return -1;
+        return context_nvml_op(d, f, nf);
     }
     return 0;
 }

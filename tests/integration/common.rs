@@ -12,7 +12,8 @@
 //!   a nested `cargo build --workspace` (debug) into `<target>/test-build`, a target dir of
 //!   its own since the outer cargo holds the lock on the main one (and cargo does not build
 //!   a cdylib-only library for integration tests);
-//! - the shim installed as `<target>/shim/libcuda.so.1` (+ a `libcuda.so` link);
+//! - the shim installed as `<target>/shim/libcuda.so.1` (+ a `libcuda.so` link, and a
+//!   `libnvidia-ml.so.1` link: the shim also answers as NVML, one object for both);
 //! - the clients, compiled with gcc into `<target>/test-clients/`.
 //!
 //! A file lock makes the set-up safe when several test runs do it at once.
@@ -183,6 +184,15 @@ fn install_shim(built: &Path, shim_dir: &Path) {
     {
         let _ = fs::remove_file(&link);
         std::os::unix::fs::symlink("libcuda.so.1", &link).unwrap();
+    }
+    // Issue 11: NVML from the same file.
+    let nvml = shim_dir.join("libnvidia-ml.so.1");
+    if fs::read_link(&nvml)
+        .map(|t| t != Path::new("libcuda.so.1"))
+        .unwrap_or(true)
+    {
+        let _ = fs::remove_file(&nvml);
+        std::os::unix::fs::symlink("libcuda.so.1", &nvml).unwrap();
     }
 }
 
@@ -478,6 +488,7 @@ impl Run {
                 || k == "LD_PRELOAD"
                 || k == "LD_LIBRARY_PATH"
                 || k == "CLIENT_PER_THREAD"
+                || k == "CUDA_VISIBLE_DEVICES"
             {
                 cmd.env_remove(&key);
             }

@@ -208,3 +208,52 @@ fn at_info_each_devices_quota_is_shown_in_bytes() {
         "quotas: GPU 0 6.00 GiB (6442450944 bytes), GPU 1 1.00 GiB (1073741824 bytes), GPU 2 unlimited",
     );
 }
+
+// ---- CUDA_VISIBLE_DEVICES through the shim (issue 11: the shim honours it) ----
+
+/// Physical device 1 is ordinal 0 under `CUDA_VISIBLE_DEVICES=1`: the limit named by its
+/// UUID follows it through the renumbering, on every path.
+#[test]
+fn a_gpu_named_by_uuid_keeps_its_limit_under_cuda_visible_devices() {
+    for client in PATHS {
+        let out = run(
+            client,
+            "init count info alloc:768M alloc:512M uuid:0 busid:0",
+            &[
+                ("CUDA_SHIM_DEVICES", "2"),
+                ("CUDA_VISIBLE_DEVICES", "1"),
+                ("CUQUOTA_LIMIT", &format!("{SHIM_GPU1}:1GiB")),
+            ],
+        );
+        out.check_exit(0);
+        out.check(1, "count", &[("n", 1)]);
+        out.check(2, "info", &[("free", GIB), ("total", GIB)]);
+        out.check(3, "alloc", &[("rc", 0)]);
+        out.check(4, "alloc", &[("rc", OUT_OF_MEMORY)]);
+        assert_eq!(out.op(5, "uuid").get("uuid"), Some(SHIM_GPU1), "{out}");
+        assert_eq!(out.op(6, "busid").get("id"), Some("0000:01:00.0"), "{out}");
+        assert!(out.logs_starting("CUQUOTA_LIMIT names").is_empty(), "{out}");
+    }
+}
+
+/// A limit by ordinal names what the process sees after renumbering: ordinal 1 does not
+/// exist under `CUDA_VISIBLE_DEVICES=1`, and the warning names the device it does see.
+#[test]
+fn an_ordinal_hidden_by_cuda_visible_devices_gets_the_warning() {
+    let out = run(
+        Client::Linked,
+        "init alloc:1M info",
+        &[
+            ("CUDA_SHIM_DEVICES", "2"),
+            ("CUDA_VISIBLE_DEVICES", "1"),
+            ("CUQUOTA_LIMIT", "1:1GiB"),
+        ],
+    );
+    out.check_rcs(&[0, 0, 0]);
+    out.check(2, "info", &[("total", DEVICE_BYTES)]);
+    out.check_log(&format!(
+        "CUQUOTA_LIMIT names GPU 1, which this process does not see, so that limit applies to \
+         no device; it sees GPU 0 ({SHIM_GPU1}). CUDA_VISIBLE_DEVICES renumbers the GPUs a \
+         process sees from 0: name a GPU by its UUID (nvidia-smi -L) to follow it"
+    ));
+}

@@ -35,3 +35,5 @@ mod reliability_soak;
 mod shim_footprint;
 mod trace;
 mod vmm;
+// Issue 11: the shim's context memory, NVML and other processes, as clients see them.
+mod shim_nvml;

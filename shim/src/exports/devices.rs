@@ -21,20 +21,20 @@ exports! {
     }
 
     fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: CUdevice) as cuDeviceGetName since 2000 {
-        let index = state::device_index(dev)?;
-        ffi::write_c_string(name, len, &devices::name(index))
+        let physical = state::physical_index(dev)?;
+        ffi::write_c_string(name, len, &devices::name(physical))
     }
 
     fn cuDeviceGetUuid(uuid: *mut Uuid, dev: CUdevice) as cuDeviceGetUuid since 9020 {
         let out = Out::new(uuid)?;
-        let bytes = devices::uuid(state::device_index(dev)?);
+        let bytes = devices::uuid(state::physical_index(dev)?);
         out.write(Uuid { bytes });
         Ok(())
     }
 
     fn cuDeviceGetUuid_v2(uuid: *mut Uuid, dev: CUdevice) as cuDeviceGetUuid since 11040 {
         let out = Out::new(uuid)?;
-        let bytes = devices::uuid(state::device_index(dev)?);
+        let bytes = devices::uuid(state::physical_index(dev)?);
         out.write(Uuid { bytes });
         Ok(())
     }
@@ -59,7 +59,7 @@ exports! {
         dev: CUdevice,
     ) as cuDeviceGetAttribute since 2000 {
         let out = Out::new(value)?;
-        out.write(devices::attribute(attribute, state::device_index(dev)?)?);
+        out.write(devices::attribute(attribute, state::physical_index(dev)?)?);
         Ok(())
     }
 
@@ -69,9 +69,9 @@ exports! {
         dev: CUdevice,
     ) as cuDeviceComputeCapability since 2000 {
         let (major, minor) = (Out::new(major)?, Out::new(minor)?);
-        let index = state::device_index(dev)?;
-        major.write(devices::attribute(75, index)?);
-        minor.write(devices::attribute(76, index)?);
+        let physical = state::physical_index(dev)?;
+        major.write(devices::attribute(75, physical)?);
+        minor.write(devices::attribute(76, physical)?);
         Ok(())
     }
 
@@ -80,8 +80,8 @@ exports! {
         len: c_int,
         dev: CUdevice,
     ) as cuDeviceGetPCIBusId since 4010 {
-        let index = state::device_index(dev)?;
-        ffi::write_c_string(bus_id, len, &devices::pci_bus_id(index))
+        let physical = state::physical_index(dev)?;
+        ffi::write_c_string(bus_id, len, &devices::pci_bus_id(physical))
     }
 
     fn cuDeviceGetByPCIBusId(
@@ -89,11 +89,11 @@ exports! {
         bus_id: *const c_char,
     ) as cuDeviceGetByPCIBusId since 4010 {
         let out = Out::new(dev)?;
-        let index = devices::parse_pci_bus_id(ffi::c_str(bus_id)?)
-            .and_then(|i| c_int::try_from(i).ok())
+        let physical = devices::parse_pci_bus_id(ffi::c_str(bus_id)?);
+        let ordinal = physical
+            .and_then(|p| state::ordinal_of_physical(&state::lock(), p))
             .ok_or(CUDA_ERROR_INVALID_DEVICE)?;
-        state::device_index(index)?;
-        out.write(index);
+        out.write(ordinal as c_int);
         Ok(())
     }
 

@@ -15,7 +15,7 @@ exports! {
     fn cuInit(flags: c_uint) as cuInit since 2000, before_init {
         let cfg = settings().map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
         crate::pools::set_chunk(cfg.pool_chunk);
-        state::initialize(&cfg.memory, flags)
+        state::initialize(cfg, flags)
     }
 
     fn cuDriverGetVersion(version: *mut c_int) as cuDriverGetVersion since 2020, before_init {
