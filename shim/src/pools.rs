@@ -286,6 +286,24 @@ pub fn synchronized(state: &mut State, device: usize) {
     }
 }
 
+/// `cuDevicePrimaryCtxReset` ("destroys and cleans up all resources associated with the
+/// current device in the current process"), after its context's allocations are freed:
+/// the device's pools release every chunk no live allocation (of another context) uses,
+/// whatever their thresholds, and its graph memory goes (see `graphs::device_reset`).
+pub fn device_reset(device: usize) {
+    let mut state = state::lock();
+    let handles: Vec<usize> = state
+        .pools
+        .iter()
+        .filter(|(_, p)| !p.host && p.device == device)
+        .map(|(&h, _)| h)
+        .collect();
+    for handle in handles {
+        trim(&mut state, handle, 0);
+    }
+    crate::graphs::device_reset(&mut state, device);
+}
+
 /// `cuStreamSynchronize`: the stream's device (the current context's for the default
 /// streams) is synchronized.
 pub fn synchronize_stream(stream: usize) -> Result<(), CUresult> {
