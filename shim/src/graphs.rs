@@ -99,6 +99,12 @@ impl Node {
             Node::Alloc { graph, .. } | Node::Free { graph, .. } => *graph,
         }
     }
+
+    fn address(&self) -> u64 {
+        match self {
+            Node::Alloc { address, .. } | Node::Free { address, .. } => *address,
+        }
+    }
 }
 
 struct GraphAllocation {
@@ -413,21 +419,26 @@ pub fn destroy(graph: usize) -> Result<(), CUresult> {
     Ok(())
 }
 
-/// Drops the records of allocations nothing can reach any more: not live, their graph gone
-/// and no executable graph launching them.
+/// Drops the records of allocations nothing can reach any more (not live, and no node or
+/// executable graph names their address) and gives back their address space. An address a
+/// free node still names stays reserved, so it cannot be handed out again under it.
 fn forget_unreachable(graphs: &mut Graphs) {
     let Graphs {
-        graphs: all,
+        nodes,
         execs,
         allocations,
         ..
     } = graphs;
-    allocations.retain(|address, a| {
-        let keep = a.live
-            || all.contains_key(&a.owner)
-            || execs.values().any(|e| e.allocs.contains(address));
+    allocations.retain(|&address, a| {
+        let named = || {
+            nodes.values().any(|n| n.address() == address)
+                || execs
+                    .values()
+                    .any(|e| e.allocs.contains(&address) || e.frees.contains(&address))
+        };
+        let keep = a.live || named();
         if !keep {
-            unreserve(*address, a.size);
+            unreserve(address, a.size);
         }
         keep
     });
