@@ -85,17 +85,16 @@ impl Reservation {
         self.used -= size;
     }
 
-    /// Releases unused chunks from the top while at least `keep` bytes stay reserved (the
-    /// chunks under live allocations always stay); returns the bytes released.
+    /// Releases unused chunks while at least `keep` bytes stay reserved (the chunks under
+    /// live allocations always stay); returns the bytes released.
     pub fn trim_to(&mut self, keep: u64, chunk: u64) -> u64 {
         let chunk = chunk.max(1);
-        let backing = self
-            .used
+        let floor = keep.max(self.used);
+        let stays = floor
             .checked_next_multiple_of(chunk)
-            .unwrap_or(u64::MAX);
-        let floor = keep.max(backing).min(self.reserved);
-        let released = (self.reserved - floor) / chunk * chunk;
-        self.reserved -= released;
+            .map_or(self.reserved, |n| n.min(self.reserved));
+        let released = self.reserved - stays;
+        self.reserved = stays;
         released
     }
 }
@@ -536,6 +535,11 @@ mod tests {
         // asking to keep more than it has: nothing happens
         assert_eq!(r.trim_to(16 * MIB, CHUNK), 0);
         r.give_back(MIB);
+        // a reservation capped by a pool's maximum size goes entirely too
+        let mut capped = Reservation::default();
+        capped.take(0, 3 * MIB);
+        assert_eq!(capped.trim_to(MIB, CHUNK), MIB);
+        assert_eq!(capped.trim_to(0, CHUNK), 2 * MIB);
         assert_eq!(r.trim_to(0, CHUNK), 2 * MIB);
         assert_eq!(r.reserved, 0);
     }
