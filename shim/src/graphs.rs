@@ -247,8 +247,9 @@ fn add_alloc(
     Ok((add_node(state, graph, node), address))
 }
 
-/// `cuGraphAddMemAllocNode`: pinned device memory, no IPC handle types, a size, access
-/// descriptors for devices that exist. Host-located graph allocations are not simulated.
+/// `cuGraphAddMemAllocNode`: pinned memory on a device or the host (as pools may be; host
+/// memory charges no device), no IPC handle types, a size, access descriptors for devices
+/// that exist.
 pub fn add_mem_alloc_node(
     graph: usize,
     deps: &[usize],
@@ -264,15 +265,16 @@ pub fn add_mem_alloc_node(
     if props.alloc_type != ALLOCATION_PINNED || props.handle_types != 0 || params.bytesize == 0 {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    match props.location.kind {
-        LOCATION_DEVICE => {}
-        LOCATION_HOST..=LOCATION_HOST_NUMA_CURRENT => return Err(CUDA_ERROR_NOT_SUPPORTED),
+    let device = match props.location.kind {
+        LOCATION_DEVICE => {
+            state
+                .device(props.location.id)
+                .map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
+            Some(props.location.id as usize)
+        }
+        LOCATION_HOST..=LOCATION_HOST_NUMA_CURRENT => None,
         _ => return Err(CUDA_ERROR_INVALID_VALUE),
-    }
-    let device = state
-        .device(props.location.id)
-        .map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
-    let _ = device;
+    };
     if access.len() > state.devices.len() {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
@@ -285,8 +287,7 @@ pub fn add_mem_alloc_node(
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
     }
-    let device = props.location.id as usize;
-    add_alloc(&mut state, graph, params, access.into(), Some(device))
+    add_alloc(&mut state, graph, params, access.into(), device)
 }
 
 /// `cuGraphAddMemFreeNode`: the address must be an allocation node's, not freed by a free

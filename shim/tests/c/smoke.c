@@ -900,6 +900,27 @@ static void scenario_graphs(void) {
         OK(cuGraphMemFreeNodeGetParams(n3, &freed));
         CHECK(freed == d1);
     }
+    {
+        /* a host-located allocation node charges no device */
+        CUDA_MEM_ALLOC_NODE_PARAMS p;
+        CUgraph gh = NULL;
+        CUgraphNode hn = NULL;
+        CUgraphExec he = NULL;
+        memset(&p, 0, sizeof p);
+        p.poolProps.allocType = 1;
+        p.poolProps.location.type = 3; /* HOST_NUMA */
+        p.bytesize = 4 * MiB;
+        OK(cuGraphCreate(&gh, 0));
+        OK(cuGraphAddMemAllocNode(&hn, gh, NULL, 0, &p));
+        p.poolProps.handleTypes = 1; /* no IPC for graph memory */
+        CHECK(cuGraphAddMemAllocNode(&hn, gh, NULL, 0, &p) == 1);
+        OK(cuGraphInstantiateWithFlags(&he, gh, 1));
+        OK(cuGraphLaunch(he, NULL));
+        FOOTPRINT(0, 0, 0);
+        OK(cuMemFree_v2(p.dptr));
+        OK(cuGraphExecDestroy(he));
+        OK(cuGraphDestroy(gh));
+    }
     OK(cuGraphGetNodes(g, NULL, &count));
     CHECK(count == 3);
     count = 4;
