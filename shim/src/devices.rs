@@ -316,6 +316,20 @@ mod tests {
     }
 
     #[test]
+    fn capacity_goes_by_the_whole_footprint() {
+        let mut d = Device::new(100, 0);
+        d.pool_cache = 30;
+        d.graph_reserved = 20;
+        d.context_memory = 10;
+        assert_eq!((d.footprint(), d.free()), (60, 40));
+        assert_eq!(d.charge(41), Err(CUDA_ERROR_OUT_OF_MEMORY));
+        d.charge(40).unwrap();
+        assert_eq!((d.in_use, d.live, d.footprint(), d.free()), (40, 1, 100, 0));
+        d.uncharge(40);
+        assert_eq!((d.in_use, d.live, d.free()), (0, 0, 40));
+    }
+
+    #[test]
     fn uuids_differ_per_device() {
         assert_ne!(uuid(0), uuid(1));
         assert_eq!(uuid(2), uuid(2));
