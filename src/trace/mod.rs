@@ -441,6 +441,8 @@ fn open(
                 quota: d.quota,
             })
             .collect(),
+        // Not written until the engine counts the footprint (issue 11): allocations.
+        count: None,
     };
     let mut line = serde_json::to_vec(&header).map_err(|e| format!("trace header: {e}"))?;
     line.push(b'\n');
