@@ -185,7 +185,14 @@ fn trim(line: &[u8]) -> &[u8] {
 fn parse(line: &[u8]) -> Result<Record<'_>, String> {
     let event: EventLine = match fastline::parse(line) {
         Some(event) => event,
-        None => serde_json::from_slice(line).map_err(|e| describe(&e))?,
+        None => match serde_json::from_slice(line) {
+            Ok(event) => event,
+            // The header's `count` (a word) is not an event's (a number).
+            Err(e) => match serde_json::from_slice::<Header>(line) {
+                Ok(h) if h.kind == kind::HEADER => return Ok(Record::Header(h)),
+                _ => return Err(describe(&e)),
+            },
+        },
     };
     // Header and summary are rare: parsed a second time, whole.
     Ok(match event.kind.as_ref() {
@@ -287,6 +294,38 @@ mod tests {
         let path = file("notype", &format!("{HEADER}\n{{\"t_ns\":1}}\n"));
         let err = count(&path, false).unwrap_err();
         assert!(err.contains("notype:2: missing field `type`"), "{err}");
+    }
+
+    /// A header with `count` (a word, where an event's `count` is a number) is a header.
+    #[test]
+    fn a_header_with_its_count_mode_reads() {
+        let with = HEADER.replace("\"devices\":[]", "\"devices\":[],\"count\":\"footprint\"");
+        assert!(with.contains(r#""count":"footprint""#), "{with}");
+        let path = file("count", &format!("{with}\n{ALLOC}\n"));
+        let mut count = None;
+        let options = Options {
+            skip_bad: false,
+            progress: false,
+        };
+        read(&path, &options, |r| {
+            if let Record::Header(h) = r {
+                count = h.count.clone();
+            }
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(count.as_deref(), Some("footprint"));
+        assert_eq!(header(&path).unwrap().count.as_deref(), Some("footprint"));
+        // An event whose count is a word is still an error, named as before.
+        let path = file(
+            "badcount",
+            &format!("{HEADER}\n{{\"type\":\"dropped\",\"count\":\"x\"}}\n"),
+        );
+        let err = count(&path, false).unwrap_err();
+        assert!(
+            err.contains("badcount:2: invalid type: string \"x\", expected u64"),
+            "{err}"
+        );
     }
 
     #[test]
