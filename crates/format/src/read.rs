@@ -302,19 +302,19 @@ mod tests {
         let with = HEADER.replace("\"devices\":[]", "\"devices\":[],\"count\":\"footprint\"");
         assert!(with.contains(r#""count":"footprint""#), "{with}");
         let path = file("count", &format!("{with}\n{ALLOC}\n"));
-        let mut count = None;
+        let mut mode = None;
         let options = Options {
             skip_bad: false,
             progress: false,
         };
         read(&path, &options, |r| {
             if let Record::Header(h) = r {
-                count = h.count.clone();
+                mode = h.count.clone();
             }
             Ok(())
         })
         .unwrap();
-        assert_eq!(count.as_deref(), Some("footprint"));
+        assert_eq!(mode.as_deref(), Some("footprint"));
         assert_eq!(header(&path).unwrap().count.as_deref(), Some("footprint"));
         // An event whose count is a word is still an error, named as before.
         let path = file(
