@@ -11,7 +11,7 @@
 use crate::timeline::Timeline;
 use crate::traces::{self, Seen};
 use cuquota_format::read::{self, Options, Record};
-use cuquota_format::schema::{kind, Header};
+use cuquota_format::schema::{kind, part, Header};
 use cuquota_format::units::human;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -39,6 +39,14 @@ const GRID: &str = "#e3e3e3";
 const TEXT: &str = "#222222";
 const SUBTLE: &str = "#555555";
 const FRAME: &str = "#999999";
+/// The footprint's parts, bottom to top: name, legend label, fill.
+const PARTS: [(&str, &str, &str); 4] = [
+    ("allocations", "allocations", "#8fb0e3"),
+    (part::POOL_CACHE, "pool cache", "#f0b76e"),
+    (part::GRAPH, "graph memory", "#8cc98c"),
+    (part::CONTEXT, "context", "#c2aee0"),
+];
+const TRIM: &str = "#6a3d9a";
 
 struct Series {
     label: String,
@@ -54,6 +62,52 @@ struct Series {
     observed: bool,
     /// The process's last event on any device, in job time: memory stays held until then.
     end_ns: u64,
+    /// The quota counted the footprint (in use is every part).
+    footprint: bool,
+    /// Pool cache, graph, context now (as the last `footprint` lines said).
+    parts: [u64; 3],
+    /// Allocations, pool cache, graph, context: the highest each reached.
+    part_peaks: [u64; 4],
+    /// Once a part besides allocations appears: the tops of allocations, + pool cache,
+    /// + graph (the top of context is in use), bucketed alike with `timeline`.
+    stack: Option<Box<[Timeline; 3]>>,
+    trims: u64,
+}
+
+impl Series {
+    /// `in_use` charged at `rel` ns: the in-use line, and the parts' tops when stacked.
+    fn held(&mut self, rel: u64, in_use: u64) {
+        self.timeline.add(rel, in_use);
+        let [pool_cache, graph, context] = self.parts;
+        let allocations = in_use
+            .saturating_sub(pool_cache)
+            .saturating_sub(graph)
+            .saturating_sub(context);
+        let tops = [
+            allocations,
+            allocations.saturating_add(pool_cache),
+            allocations.saturating_add(pool_cache).saturating_add(graph),
+        ];
+        if let Some(stack) = self.stack.as_mut() {
+            for (t, top) in stack.iter_mut().zip(tops) {
+                t.add(rel, top);
+            }
+        }
+    }
+
+    /// A `footprint` line: `part` is now `bytes` in all.
+    fn part(&mut self, name: &str, bytes: u64) {
+        let Some(i) = PARTS[1..].iter().position(|p| p.0 == name) else {
+            return;
+        };
+        self.parts[i] = bytes;
+        self.part_peaks[i + 1] = self.part_peaks[i + 1].max(bytes);
+        if self.stack.is_none() && bytes > 0 && self.footprint {
+            // Until now every part's top was the in-use line.
+            let t = &self.timeline;
+            self.stack = Some(Box::new([t.clone(), t.clone(), t.clone()]));
+        }
+    }
 }
 
 /// The series of one process, done: each lasts until the process's last event.
@@ -115,7 +169,13 @@ pub fn svg(traces: &[PathBuf], output: &Path, options: &Options) -> Result<(), S
                     let kind = e.kind.as_ref();
                     if !matches!(
                         kind,
-                        kind::ALLOC | kind::FREE | kind::REFUSED | kind::MEMINFO | kind::CONTEXT
+                        kind::ALLOC
+                            | kind::FREE
+                            | kind::REFUSED
+                            | kind::MEMINFO
+                            | kind::CONTEXT
+                            | kind::FOOTPRINT
+                            | kind::TRIM
                     ) {
                         return Ok(());
                     }
@@ -125,7 +185,14 @@ pub fn svg(traces: &[PathBuf], output: &Path, options: &Options) -> Result<(), S
                         .or_insert_with(|| new_series(h, e.dev, t));
                     // The buckets start at the series' first event: all of them span events.
                     let rel = t.saturating_sub(s.first_ns);
-                    s.timeline.add(rel, e.in_use);
+                    if kind == kind::FOOTPRINT {
+                        s.part(e.part.as_deref().unwrap_or(""), e.bytes);
+                    }
+                    s.held(rel, e.in_use);
+                    if kind == kind::TRIM {
+                        s.timeline.trim(rel);
+                        s.trims += 1;
+                    }
                     if kind == kind::REFUSED {
                         let reached = e.in_use.saturating_add(e.bytes);
                         s.timeline.refusal(rel, reached);
@@ -134,6 +201,13 @@ pub fn svg(traces: &[PathBuf], output: &Path, options: &Options) -> Result<(), S
                         s.observed |= e.observed;
                     } else {
                         s.peak = s.peak.max(e.in_use);
+                        let others: u64 = s.parts.iter().sum();
+                        let allocations = if s.footprint {
+                            e.in_use.saturating_sub(others)
+                        } else {
+                            e.in_use
+                        };
+                        s.part_peaks[0] = s.part_peaks[0].max(allocations);
                     }
                 }
                 Record::Summary(_) => {}
@@ -193,6 +267,11 @@ fn new_series(h: &Header, dev: u32, first_ns: u64) -> Series {
         timeline: Timeline::new(BUCKETS),
         observed: false,
         end_ns: first_ns,
+        footprint: h.counts_footprint(),
+        parts: [0; 3],
+        part_peaks: [0; 4],
+        stack: None,
+        trims: 0,
     }
 }
 
@@ -361,8 +440,13 @@ fn panel(
         (n, true) => format!(" · {n} would be refused (observe mode)"),
     };
     let peak = format!(
-        "{} · peak {}{}{refused}",
+        "{} · {} {}{}{refused}",
         s.label,
+        if s.stack.is_some() {
+            "footprint peak"
+        } else {
+            "peak"
+        },
         human(s.peak),
         s.quota.map_or(String::from(" · no quota"), |q| format!(
             " · quota {}",
@@ -416,27 +500,30 @@ fn panel(
         out.push('\n');
         t += x_step;
     }
-    // In use: a step line, each bucket's highest value shown.
-    let width = s.timeline.width_ns();
-    let mut points = String::new();
-    let mut last_v = 0u64;
     // Memory stays as the process's last event left it, to that event.
     let end = x(s.end_ns);
-    for (start, b) in s.timeline.buckets().filter(|(_, b)| b.used) {
-        let start = s.first_ns + start;
-        let _ = write!(
-            points,
-            "{:.1},{:.1} {:.1},{:.1} {:.1},{:.1} ",
-            x(start),
-            y(last_v),
-            x(start),
-            y(b.max),
-            x(start + width).min(end),
-            y(b.last)
-        );
-        last_v = b.last;
+    // The parts, stacked: each an area from the baseline to its top, the highest first,
+    // so that each shows between its top and the one below.
+    if let Some(stack) = &s.stack {
+        let tops = [&stack[0], &stack[1], &stack[2], &s.timeline];
+        for i in (0..PARTS.len()).rev() {
+            if s.part_peaks[i] == 0 {
+                continue;
+            }
+            let (name, _, fill) = PARTS[i];
+            let points = step_points(tops[i], s.first_ns, x, &y, end);
+            let first = tops[i]
+                .buckets()
+                .find(|(_, b)| b.used)
+                .map_or(end, |(start, _)| x(s.first_ns + start));
+            let _ = writeln!(
+                out,
+                r#"<polygon class="part" data-part="{name}" points="{points} {end:.1},{bottom:.1} {first:.1},{bottom:.1}" fill="{fill}" stroke="none"/>"#
+            );
+        }
     }
-    let _ = write!(points, "{end:.1},{:.1}", y(last_v));
+    // In use: a step line, each bucket's highest value shown.
+    let points = step_points(&s.timeline, s.first_ns, x, &y, end);
     let _ = writeln!(
         out,
         r#"<polyline class="in-use" points="{points}" fill="none" stroke="{IN_USE}" stroke-width="2"/>"#
@@ -449,6 +536,19 @@ fn panel(
             LEFT + PLOT_WIDTH,
             y(q)
         );
+    }
+    // Trims: a small triangle pointing down at the top edge.
+    for (start, b) in s.timeline.buckets() {
+        if b.trimmed {
+            let cx = x(s.first_ns + start);
+            let _ = writeln!(
+                out,
+                r#"<path class="trim" d="M{:.1},{top:.1}L{:.1},{top:.1}L{cx:.1},{:.1}Z" fill="{TRIM}"/>"#,
+                cx - 5.0,
+                cx + 5.0,
+                top + 9.0
+            );
+        }
     }
     let colour = if s.observed { OBSERVED } else { REFUSED };
     for (start, b) in s.timeline.buckets() {
@@ -471,12 +571,61 @@ fn panel(
     out.push_str("</g>\n");
 }
 
+/// A step line through `timeline`'s buckets (starting `first_ns`), each bucket's highest
+/// value shown, held to `end`.
+fn step_points(
+    timeline: &Timeline,
+    first_ns: u64,
+    x: &dyn Fn(u64) -> f64,
+    y: &dyn Fn(u64) -> f64,
+    end: f64,
+) -> String {
+    let width = timeline.width_ns();
+    let mut points = String::new();
+    let mut last_v = 0u64;
+    for (start, b) in timeline.buckets().filter(|(_, b)| b.used) {
+        let start = first_ns + start;
+        let _ = write!(
+            points,
+            "{:.1},{:.1} {:.1},{:.1} {:.1},{:.1} ",
+            x(start),
+            y(last_v),
+            x(start),
+            y(b.max),
+            x(start + width).min(end),
+            y(b.last)
+        );
+        last_v = b.last;
+    }
+    let _ = write!(points, "{end:.1},{:.1}", y(last_v));
+    points
+}
+
 /// One legend for all panels (they draw alike), right of the panels.
 fn legend(out: &mut String, series: &[Series]) {
     let mut entries: Vec<(&str, String)> = vec![(
         "in-use",
         format!(r#"<line x1="0" y1="0" x2="24" y2="0" stroke="{IN_USE}" stroke-width="2"/>"#),
     )];
+    let stacked = series.iter().any(|s| s.stack.is_some());
+    // Top of the stack first, as they lie in the panels.
+    for (i, (name, _, fill)) in PARTS.iter().enumerate().rev() {
+        if series
+            .iter()
+            .any(|s| s.stack.is_some() && s.part_peaks[i] > 0)
+        {
+            entries.push((
+                name,
+                format!(r#"<rect x="4" y="-7" width="16" height="14" fill="{fill}"/>"#),
+            ));
+        }
+    }
+    if series.iter().any(|s| s.trims > 0) {
+        entries.push((
+            "trim",
+            format!(r#"<path d="M7,-5L17,-5L12,4Z" fill="{TRIM}"/>"#),
+        ));
+    }
     if series.iter().any(|s| s.quota.is_some()) {
         entries.push((
             "quota",
@@ -496,8 +645,16 @@ fn legend(out: &mut String, series: &[Series]) {
         entries.push(("observed", cross(OBSERVED)));
     }
     let labels = |class: &str| match class {
+        "in-use" if stacked && series.iter().all(|s| s.stack.is_some()) => {
+            vec!["in use: the footprint"]
+        }
+        "in-use" if stacked => vec!["in use (the footprint", "where its parts show)"],
         "in-use" => vec!["in use"],
         "quota" => vec!["quota"],
+        "trim" => vec!["cuquota trimmed pools", "or graph memory"],
+        name if PARTS.iter().any(|p| p.0 == name) => {
+            vec![PARTS.iter().find(|p| p.0 == name).map_or("", |p| p.1)]
+        }
         "refused" => vec!["refused (marked at", "in use + the request)"],
         _ => vec![
             "would be refused",
@@ -562,7 +719,17 @@ mod tests {
             timeline: Timeline::new(64),
             observed: true,
             end_ns: 123_456_789_012,
+            footprint: true,
+            parts: [1, 2, 3],
+            part_peaks: [1, 2, 3, 4],
+            stack: None,
+            trims: 1,
         };
+        s.stack = Some(Box::new([
+            s.timeline.clone(),
+            s.timeline.clone(),
+            s.timeline.clone(),
+        ]));
         s.timeline.add(0, 1 << 40);
         s.timeline.refusal(5, u64::MAX);
         let sources = Sources {

@@ -179,7 +179,7 @@ pub fn refused_what(api: &str) -> Option<&'static str> {
 }
 
 /// A refused request in words: its size, or what it was and what it took.
-fn refused_words(api: &str, bytes: u64) -> String {
+pub fn refused_words(api: &str, bytes: u64) -> String {
     let size = human(bytes);
     match refused_what(api) {
         Some("context") => format!("a new context ({size})"),
