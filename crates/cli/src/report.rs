@@ -73,6 +73,9 @@ pub struct ProcessReport {
     pub live_at_exit: LiveReport,
     /// Calls traced, by entry point, refused ones included; most first.
     pub api_mix: Vec<ApiCount>,
+    /// The first device-memory event (ns since start): where the terminal charts begin.
+    #[serde(skip)]
+    pub first_event_ns: u64,
 }
 
 #[derive(Serialize, Debug, Default)]
@@ -115,6 +118,10 @@ pub struct DeviceReport {
     /// or the device has `footprint` or `trim` lines.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub footprint: Option<FootprintReport>,
+    /// The terminal chart's columns: as `timeline`, over the process's events only (from
+    /// its first event to its end), so a late start leaves no blank chart.
+    #[serde(skip)]
+    pub chart: Vec<u64>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -332,7 +339,21 @@ pub fn build(traces: &[PathBuf], options: &Options) -> Result<Report, String> {
 struct Device {
     report: DeviceReport,
     timeline: Option<Timeline>,
+    /// As `timeline`, from the process's first event (the terminal chart).
+    chart: Option<Timeline>,
     parts: Parts,
+}
+
+impl Device {
+    /// `in_use` bytes held from `t_ns` on; `first_ns`: the process's first event.
+    fn add(&mut self, t_ns: u64, in_use: u64, first_ns: u64) {
+        self.chart
+            .get_or_insert_with(|| Timeline::new(4 * CHART_COLUMNS))
+            .add(t_ns.saturating_sub(first_ns), in_use);
+        self.timeline
+            .get_or_insert_with(|| Timeline::new(4 * CHART_COLUMNS))
+            .add(t_ns, in_use);
+    }
 }
 
 /// A device's footprint parts as the trace goes.
@@ -484,6 +505,8 @@ struct Process {
     events: u64,
     dropped: u64,
     end_t_ns: u64,
+    /// The first device-memory event's time.
+    first_t_ns: Option<u64>,
     summary: Option<Summary>,
     skipped: u64,
     truncated: bool,
@@ -503,8 +526,7 @@ impl Process {
                         quota: d.quota,
                         ..DeviceReport::default()
                     },
-                    timeline: None,
-                    parts: Parts::default(),
+                    ..Device::default()
                 },
             );
         }
@@ -522,6 +544,7 @@ impl Process {
             events: 0,
             dropped: 0,
             end_t_ns: 0,
+            first_t_ns: None,
             summary: None,
             skipped: 0,
             truncated: false,
@@ -576,6 +599,7 @@ impl Process {
         let ok = e.result.is_empty() || e.result == "CUDA_SUCCESS";
         let t = e.t_ns;
         let footprint = self.header.counts_footprint();
+        let first = *self.first_t_ns.get_or_insert(t);
         let dev = device(&mut self.devices, e.dev);
         let r = &mut dev.report;
         r.in_use_at_end = e.in_use;
@@ -588,10 +612,9 @@ impl Process {
             }
             dev.parts.held(e.in_use, footprint, peak);
         }
-        let timeline = dev
-            .timeline
-            .get_or_insert_with(|| Timeline::new(4 * CHART_COLUMNS));
-        timeline.add(t, e.in_use);
+        dev.add(t, e.in_use, first);
+        let r = &mut dev.report;
+        let timeline = dev.timeline.as_mut().expect("added above");
         match kind {
             kind::ALLOC if ok => {
                 r.allocs += 1;
@@ -693,6 +716,7 @@ impl Process {
     /// A `footprint` line (a part's new total) or a `trim` line (cuquota released a part).
     fn part_changed(&mut self, e: &EventLine) {
         let footprint = self.header.counts_footprint();
+        let first = *self.first_t_ns.get_or_insert(e.t_ns);
         let dev = device(&mut self.devices, e.dev);
         let parts = &mut dev.parts;
         parts.seen = true;
@@ -714,9 +738,7 @@ impl Process {
             }
             dev.parts.held(e.in_use, footprint, peak);
         }
-        dev.timeline
-            .get_or_insert_with(|| Timeline::new(4 * CHART_COLUMNS))
-            .add(e.t_ns, e.in_use);
+        dev.add(e.t_ns, e.in_use, first);
     }
 
     /// A context's allocations, freed with it: each is a free on the device it was charged
@@ -743,10 +765,9 @@ impl Process {
                 if dev != e.dev {
                     let r = &mut d.report;
                     r.in_use_at_end = r.in_use_at_end.saturating_sub(bytes);
-                    let t = e.t_ns;
                     let in_use = r.in_use_at_end;
-                    if let Some(timeline) = d.timeline.as_mut() {
-                        timeline.add(t, in_use);
+                    if d.timeline.is_some() {
+                        d.add(e.t_ns, in_use, self.first_t_ns.unwrap_or(0));
                     }
                 }
             }
@@ -851,6 +872,7 @@ impl Process {
             })
             .collect();
         let footprint = self.header.counts_footprint();
+        let first = self.first_t_ns.unwrap_or(0);
         let devices: Vec<DeviceReport> = self
             .devices
             .into_values()
@@ -865,6 +887,9 @@ impl Process {
                 d.report.live_bytes = live_bytes;
                 if let Some(t) = &d.timeline {
                     d.report.timeline = t.columns(end, CHART_COLUMNS);
+                }
+                if let Some(t) = &d.chart {
+                    d.report.chart = t.columns(end.saturating_sub(first), CHART_COLUMNS);
                 }
                 d.report
             })
@@ -904,6 +929,7 @@ impl Process {
                 largest: live_largest,
             },
             api_mix,
+            first_event_ns: first,
         }
     }
 }
@@ -1137,15 +1163,22 @@ fn render_device(out: &mut String, p: &ProcessReport, d: &DeviceReport) {
     let scale = d.quota.unwrap_or(0).max(d.peak);
     chart(
         out,
-        &d.timeline,
+        &d.chart,
         scale,
-        p.duration_ns,
+        (p.first_event_ns, p.duration_ns),
         d.quota.is_some_and(|q| q == scale),
     );
 }
 
-/// A few rows of block characters: each column is the highest in-use in its time slice.
-fn chart(out: &mut String, columns: &[u64], scale: u64, duration_ns: u64, scale_is_quota: bool) {
+/// A few rows of block characters: each column is the highest in-use in its time slice,
+/// from `from_ns` (the first event) to `to_ns`.
+fn chart(
+    out: &mut String,
+    columns: &[u64],
+    scale: u64,
+    (from_ns, to_ns): (u64, u64),
+    scale_is_quota: bool,
+) {
     if columns.is_empty() || scale == 0 {
         return;
     }
@@ -1174,9 +1207,11 @@ fn chart(out: &mut String, columns: &[u64], scale: u64, duration_ns: u64, scale_
     }
     let axis = "─".repeat(columns.len());
     let _ = writeln!(out, "     {:>label_width$} └{axis}", "");
-    let end = seconds(duration_ns);
-    let pad = columns.len().saturating_sub(3 + end.len());
-    let _ = writeln!(out, "     {:>label_width$}  0 s{:pad$}{end}", "", "");
+    let (start, end) = (seconds(from_ns), seconds(to_ns));
+    let pad = columns
+        .len()
+        .saturating_sub(start.chars().count() + end.chars().count());
+    let _ = writeln!(out, "     {:>label_width$}  {start}{:pad$}{end}", "", "");
 }
 
 /// The footprint's parts: at the end, their highest, and at the device's peak.
@@ -1950,6 +1985,41 @@ mod tests {
             "graph launch needing 2.00 GiB"
         );
         assert_eq!(refused_words("cuMemAlloc_v2", MIB), "1.00 MiB");
+    }
+
+    /// A process that starts its GPU work late: the terminal chart spans its events (the
+    /// first one at 9 s), not the quiet start; the JSON timeline still counts from start.
+    #[test]
+    fn the_terminal_chart_starts_at_the_first_event() {
+        let s = 1_000_000_000;
+        let lines = vec![
+            header(3, 0),
+            ev("alloc", 9 * s, 1, 0x1000, 50 * MIB, 50 * MIB),
+            ev("alloc", 9 * s + s / 2, 1, 0x2000, 50 * MIB, 100 * MIB),
+            ev("free", 10 * s, 1, 0x1000, 50 * MIB, 50 * MIB),
+        ];
+        let r = report(&[("late", lines)]);
+        let d = &r.processes[0].devices[0];
+        assert_eq!(r.processes[0].first_event_ns, 9 * s);
+        // The first half of the chart at 50 MiB, the second at 100 MiB, the last at 100 too
+        // (the free is the last event: its slice held 100 MiB before it).
+        assert_eq!(d.chart.len(), CHART_COLUMNS);
+        assert!(
+            d.chart[..29].iter().all(|&v| v == 50 * MIB),
+            "{:?}",
+            d.chart
+        );
+        assert!(
+            d.chart[31..].iter().all(|&v| v == 100 * MIB),
+            "{:?}",
+            d.chart
+        );
+        assert_eq!(d.timeline[..53], [0; 53], "from the process's start");
+        let text = render(&r);
+        let bottom = format!("                  0 ┤{}", "█".repeat(CHART_COLUMNS));
+        assert!(text.contains(&bottom), "{text}");
+        let axis = format!("                     9.000 s{}10.000 s", " ".repeat(45));
+        assert!(text.contains(&axis), "{text}");
     }
 
     #[test]
