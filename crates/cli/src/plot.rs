@@ -25,7 +25,12 @@ const LEFT: f64 = 90.0;
 const LEGEND_WIDTH: f64 = 250.0;
 const PLOT_WIDTH: f64 = WIDTH - LEFT - LEGEND_WIDTH - 30.0;
 const TOP: f64 = 78.0;
+/// A panel's height: the full height for up to 8 panels, less for more (a job of 64 ranks ×
+/// 8 GPUs would otherwise be a hundred thousand px tall), never below `MIN_PANEL_HEIGHT`.
 const PANEL_HEIGHT: f64 = 200.0;
+const MIN_PANEL_HEIGHT: f64 = 60.0;
+/// What the panels share out, beyond 8 of them.
+const PANELS_HEIGHT: f64 = 8.0 * PANEL_HEIGHT;
 /// Above each panel, for its label.
 const PANEL_GAP: f64 = 34.0;
 const BOTTOM: f64 = 64.0;
@@ -349,7 +354,11 @@ fn draw(series: &[Series], sources: &Sources, (from_ns, note): (u64, String)) ->
     };
     let x_end = span_ns as f64 / ns_per_unit;
     let x = |t_ns: u64| LEFT + (t_ns.saturating_sub(from_ns)) as f64 / span_ns as f64 * PLOT_WIDTH;
-    let height = TOP + series.len() as f64 * (PANEL_GAP + PANEL_HEIGHT) + BOTTOM;
+    let panel_height = panel_height(series.len());
+    let mut legend_text = String::new();
+    let legend_bottom = legend(&mut legend_text, series);
+    let height = (TOP + series.len() as f64 * (PANEL_GAP + panel_height) + BOTTOM)
+        .max(legend_bottom + BOTTOM);
 
     let mut out = String::new();
     let _ = writeln!(
@@ -386,8 +395,8 @@ fn draw(series: &[Series], sources: &Sources, (from_ns, note): (u64, String)) ->
 
     let (x_step, x_decimals) = ticks(x_end, 8.0);
     for (i, s) in series.iter().enumerate() {
-        let top = TOP + i as f64 * (PANEL_GAP + PANEL_HEIGHT) + PANEL_GAP;
-        let bottom = top + PANEL_HEIGHT;
+        let top = TOP + i as f64 * (PANEL_GAP + panel_height) + PANEL_GAP;
+        let bottom = top + panel_height;
         panel(
             &mut out,
             s,
@@ -405,7 +414,7 @@ fn draw(series: &[Series], sources: &Sources, (from_ns, note): (u64, String)) ->
         LEFT + PLOT_WIDTH / 2.0,
         escape(&note)
     );
-    legend(&mut out, series);
+    out.push_str(&legend_text);
     out.push_str("</svg>\n");
     out
 }
@@ -425,9 +434,12 @@ fn panel(
     let held = s.peak.max(s.quota.unwrap_or(0)).max(1);
     let y_max_bytes = held.max(s.top_refusal.min(held.saturating_mul(2)));
     let (unit_name, unit) = unit(y_max_bytes);
-    let (y_step, y_decimals) = ticks(y_max_bytes as f64 / unit * 1.05, 4.0);
+    let panel_height = bottom - top;
+    // Fewer y labels in low panels (fewer than three would leave much of one empty).
+    let y_labels = (panel_height / 40.0).clamp(3.0, 4.0);
+    let (y_step, y_decimals) = ticks(y_max_bytes as f64 / unit * 1.05, y_labels);
     let y_end = (y_max_bytes as f64 / unit * 1.05 / y_step).ceil() * y_step;
-    let y = |bytes: u64| bottom - (bytes as f64 / unit / y_end).min(1.0) * PANEL_HEIGHT;
+    let y = |bytes: u64| bottom - (bytes as f64 / unit / y_end).min(1.0) * panel_height;
     let _ = writeln!(
         out,
         r#"<g class="panel" data-label="{}" data-y-max="{}" data-unit="{unit_name}">"#,
@@ -461,12 +473,12 @@ fn panel(
     );
     let _ = writeln!(
         out,
-        r#"<rect class="plot-area" x="{LEFT}" y="{top}" width="{PLOT_WIDTH}" height="{PANEL_HEIGHT}" fill="none" stroke="{FRAME}"/>"#
+        r#"<rect class="plot-area" x="{LEFT}" y="{top}" width="{PLOT_WIDTH}" height="{panel_height}" fill="none" stroke="{FRAME}"/>"#
     );
     // Horizontal grid and y labels.
     let mut v = 0.0;
     while v <= y_end + y_step / 2.0 {
-        let py = bottom - v / y_end * PANEL_HEIGHT;
+        let py = bottom - v / y_end * panel_height;
         let _ = writeln!(
             out,
             r#"<line x1="{LEFT}" y1="{py:.1}" x2="{}" y2="{py:.1}" stroke="{GRID}"/><text class="y-tick" x="{}" y="{:.1}" font-size="12" text-anchor="end" fill="{TEXT}">{v:.y_decimals$}</text>"#,
@@ -601,8 +613,13 @@ fn step_points(
     points
 }
 
-/// One legend for all panels (they draw alike), right of the panels.
-fn legend(out: &mut String, series: &[Series]) {
+/// The height of each of `panels` panels.
+fn panel_height(panels: usize) -> f64 {
+    (PANELS_HEIGHT / panels.max(1) as f64).clamp(MIN_PANEL_HEIGHT, PANEL_HEIGHT)
+}
+
+/// One legend for all panels (they draw alike), right of the panels. Returns its bottom.
+fn legend(out: &mut String, series: &[Series]) -> f64 {
     let mut entries: Vec<(&str, String)> = vec![(
         "in-use",
         format!(r#"<line x1="0" y1="0" x2="24" y2="0" stroke="{IN_USE}" stroke-width="2"/>"#),
@@ -690,6 +707,7 @@ fn legend(out: &mut String, series: &[Series]) {
         out.push('\n');
     }
     out.push_str("</g>\n");
+    TOP + PANEL_GAP + box_height
 }
 
 #[cfg(test)]
@@ -767,6 +785,50 @@ mod tests {
             }
             assert!(from >= 0.0 && to <= WIDTH, "{text:?} spans {from}..{to}");
         }
+    }
+
+    /// Up to 8 panels are full height; more share 1600 px, down to a floor: 512 panels are
+    /// 512 × 94 px, not 512 × 234.
+    #[test]
+    fn panels_get_lower_as_they_get_many() {
+        assert_eq!(panel_height(1), 200.0);
+        assert_eq!(panel_height(8), 200.0);
+        assert_eq!(panel_height(16), 100.0);
+        assert_eq!(panel_height(20), 80.0);
+        assert_eq!(panel_height(512), 60.0);
+        let series: Vec<Series> = (0..512)
+            .map(|i| {
+                let mut s = Series {
+                    label: format!("rank {i}"),
+                    quota: Some(1 << 30),
+                    peak: 1 << 29,
+                    first_ns: 0,
+                    top_refusal: 0,
+                    refusals: 0,
+                    timeline: Timeline::new(8),
+                    observed: false,
+                    end_ns: 1000,
+                    footprint: false,
+                    parts: [0; 3],
+                    part_peaks: [0; 4],
+                    stack: None,
+                    trims: 0,
+                };
+                s.timeline.add(0, 1 << 29);
+                s
+            })
+            .collect();
+        let sources = Sources {
+            programs: vec!["p".into()],
+            files: vec!["f".into()],
+        };
+        let svg = draw(&series, &sources, (0, String::new()));
+        assert!(svg.contains(r#"height="48270""#), "{}", &svg[..300]);
+        // At the floor, labels every 0.5 GiB to 1.5 GiB (the quota at 1 GiB).
+        let y_max = svg.matches(r#"data-y-max="1.5""#).count();
+        assert_eq!(y_max, 512);
+        let labels = svg.matches(r#"class="y-tick""#).count();
+        assert_eq!(labels, 512 * 4);
     }
 
     #[test]
