@@ -228,7 +228,6 @@ const _: () = assert!(std::mem::size_of::<MemPoolProps>() == 88);
 const _: () = assert!(std::mem::size_of::<MemAllocNodeParams>() == 120);
 const _: () = assert!(std::mem::offset_of!(MemAllocNodeParams, dptr) == 112);
 const _: () = assert!(std::mem::size_of::<GraphInstantiateParams>() == 32);
-
 // ---- NVML (the shim also answers as libnvidia-ml.so.1; layouts from nvml.h) -------------
 
 /// `nvmlReturn_t`.

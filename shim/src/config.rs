@@ -248,6 +248,17 @@ mod tests {
         assert_eq!(c.driver_version, 12080);
         assert!(c.faults.is_empty());
         assert_eq!(c.pool_chunk, 2 << 20);
+    }
+
+    #[test]
+    fn pool_chunk_setting() {
+        let c = parse_with(&[("CUDA_SHIM_POOL_CHUNK", "32MiB")]).unwrap();
+        assert_eq!(c.pool_chunk, 32 << 20);
+        assert_eq!(
+            parse_with(&[("CUDA_SHIM_POOL_CHUNK", "0")]),
+            Err("CUDA_SHIM_POOL_CHUNK=0".to_string())
+        );
+        assert!(parse_with(&[("CUDA_SHIM_POOL_CHUNK", "big")]).is_err());
         assert_eq!(c.context_memory, 0);
         assert!(c.other_processes.is_empty());
         assert_eq!(c.visible_devices, None);
@@ -275,17 +286,6 @@ mod tests {
             parse_with(&[("CUDA_SHIM_CONTEXT_MEMORY", "big")]),
             Err("CUDA_SHIM_CONTEXT_MEMORY=big".to_string())
         );
-    }
-
-    #[test]
-    fn pool_chunk_setting() {
-        let c = parse_with(&[("CUDA_SHIM_POOL_CHUNK", "32MiB")]).unwrap();
-        assert_eq!(c.pool_chunk, 32 << 20);
-        assert_eq!(
-            parse_with(&[("CUDA_SHIM_POOL_CHUNK", "0")]),
-            Err("CUDA_SHIM_POOL_CHUNK=0".to_string())
-        );
-        assert!(parse_with(&[("CUDA_SHIM_POOL_CHUNK", "big")]).is_err());
     }
 
     #[test]

@@ -78,11 +78,16 @@ impl Device {
         }
     }
 
-    /// Everything this process holds on the device: live allocations, pool reservations
+    /// Everything the process holds on the device: live allocations, pool reservations
     /// beyond them, graph memory and context memory. Capacity checks and `cuMemGetInfo`
     /// go by this; `in_use` (and `cuShimStats`) count live allocations only.
     pub fn footprint(&self) -> u64 {
         self.in_use + self.pool_cache + self.graph_reserved + self.context_memory
+    }
+
+    /// Whether `bytes` more fit on the device.
+    pub fn fits(&self, bytes: u64) -> bool {
+        bytes <= self.free()
     }
 
     /// What is left for anyone: the total less this process's footprint and the memory of
@@ -91,11 +96,6 @@ impl Device {
         self.total
             .saturating_sub(self.footprint())
             .saturating_sub(self.other_processes)
-    }
-
-    /// Whether `bytes` more fit on the device.
-    pub fn fits(&self, bytes: u64) -> bool {
-        bytes <= self.free()
     }
 
     /// Charges `bytes` of context memory, or fails with out-of-memory if they do not fit.
@@ -313,6 +313,20 @@ mod tests {
         assert_eq!(attribute(120, 0), Ok(0));
         assert_eq!(attribute(0, 0), Err(CUDA_ERROR_INVALID_VALUE));
         assert_eq!(attribute(ATTRIBUTE_END, 0), Err(CUDA_ERROR_INVALID_VALUE));
+    }
+
+    #[test]
+    fn capacity_goes_by_the_whole_footprint() {
+        let mut d = Device::new(100, 0);
+        d.pool_cache = 30;
+        d.graph_reserved = 20;
+        d.context_memory = 10;
+        assert_eq!((d.footprint(), d.free()), (60, 40));
+        assert_eq!(d.charge(41), Err(CUDA_ERROR_OUT_OF_MEMORY));
+        d.charge(40).unwrap();
+        assert_eq!((d.in_use, d.live, d.footprint(), d.free()), (40, 1, 100, 0));
+        d.uncharge(40);
+        assert_eq!((d.in_use, d.live, d.free()), (0, 0, 40));
     }
 
     #[test]

@@ -26,10 +26,10 @@
 //!
 //! Test helpers beyond the CUDA API: `cuShimInjectFault` (see `faults`), `cuShimStats`
 //! (the shim's own per-device accounting of live allocations, to cross-check an interposer
-//! against), `cuShimFootprint` (a device's whole footprint by part: live allocations,
-//! pool reservations beyond them, graph memory, context memory; what its capacity and
-//! `cuMemGetInfo` go by) and `cuShimOtherProcess` (another process's memory on a device,
-//! in both APIs' figures).
+//! against), `cuShimFootprint` (a device's whole footprint by part: live allocations, pool
+//! reservations beyond them, graph memory, context memory; what its capacity and
+//! `cuMemGetInfo` go by) and `cuShimOtherProcess` (another process's memory on a device, in
+//! both APIs' figures).
 //!
 //! # Reading order
 //!
@@ -46,8 +46,8 @@
 //!    and the modules whose records it holds, in order of use: `devices`, `context`,
 //!    `streams`, `vmm`, `arrays`, `memory` and `pools` (a stream-ordered allocation is a
 //!    memory allocation charged to its pool, so these two call each other), `graphs`
-//!    (memory nodes, executable graphs and the graph memory pool), `copy`;
-//!    `nvml` (NVML's view of the same devices, and the simulated other processes).
+//!    (memory nodes, executable graphs and the graph memory pool), `copy`; `nvml` (NVML's
+//!    view of the same devices, and the simulated other processes).
 //!    `state` names their record types and they take its lock, so this layer is one unit.
 //! 5. Entry points: `exports`, every C function the shim exports, one file per area,
 //!    each declared once with its `cuGetProcAddress` row (NVML's functions have none); the

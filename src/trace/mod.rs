@@ -472,7 +472,6 @@ fn open(
         argv: argv(),
         start_unix_ns,
         mode: info.mode.into(),
-        quota_counts: Some(info.count.into()),
         devices: info
             .devices
             .iter()
@@ -483,6 +482,7 @@ fn open(
                 quota: d.quota,
             })
             .collect(),
+        count: Some(info.count.into()),
     };
     let mut line = serde_json::to_vec(&header).map_err(|e| format!("trace header: {e}"))?;
     line.push(b'\n');

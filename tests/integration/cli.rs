@@ -1013,3 +1013,128 @@ fn report_counts_of_one_and_distinct_largest_allocations() {
     assert_eq!(largest[0]["count"], 3);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Counting the footprint (tests/golden/footprint.jsonl, the golden trace of issue 11):
+/// `plot` stacks the parts under the in-use line with a legend entry each and marks the
+/// trims; `export` writes a counter track per part with the exact figures, and names the
+/// refused graph launch and context.
+#[test]
+fn plot_and_export_show_the_footprint_by_part() {
+    let dir = temp_dir("footprint");
+    let trace = artifacts().workspace.join("tests/golden/footprint.jsonl");
+    let svg_path = dir.join("memory.svg");
+    ok(&["plot", s(&trace), "-o", s(&svg_path)]);
+    let svg = std::fs::read_to_string(&svg_path).unwrap();
+    let elements = xml::parse(&svg).unwrap_or_else(|e| panic!("not XML: {e}"));
+    let parts: Vec<&str> = elements
+        .iter()
+        .filter(|e| e.name == "polygon" && e.attr("class") == Some("part"))
+        .filter_map(|e| e.attr("data-part"))
+        .collect();
+    // Drawn top of the stack first, each covering the ones above it from the baseline.
+    assert_eq!(parts, ["context", "graph", "pool_cache", "allocations"]);
+    let trims = elements
+        .iter()
+        .filter(|e| e.name == "path" && e.attr("class") == Some("trim"))
+        .count();
+    assert_eq!(trims, 2);
+    let texts = xml::texts(&svg);
+    for label in [
+        "in use: the footprint",
+        "context",
+        "graph memory",
+        "pool cache",
+        "allocations",
+        "cuquota trimmed pools",
+        "GPU 0 (cuquota stand-in GPU 0) · footprint peak 1020.00 MiB · quota 1.00 GiB · 2 refused",
+    ] {
+        assert!(
+            texts.iter().any(|t| t == label),
+            "no {label:?} in {texts:?}"
+        );
+    }
+    let legend: Vec<&str> = elements
+        .iter()
+        .filter_map(|e| e.attr("class"))
+        .filter(|c| c.starts_with("legend-") && *c != "legend-box")
+        .collect();
+    assert_eq!(
+        legend,
+        [
+            "legend-in-use",
+            "legend-context",
+            "legend-graph",
+            "legend-pool_cache",
+            "legend-allocations",
+            "legend-trim",
+            "legend-quota",
+            "legend-refused"
+        ]
+    );
+    // An older trace draws no parts.
+    let older = artifacts().workspace.join("tests/golden/normal.jsonl");
+    ok(&["plot", s(&older), "-o", s(&svg_path)]);
+    let svg = std::fs::read_to_string(&svg_path).unwrap();
+    assert!(!svg.contains("class=\"part\"") && !svg.contains("class=\"trim\""));
+    assert!(!svg.contains("footprint"));
+
+    let out = ok(&["export", "--format", "chrome", s(&trace), "-o", "-"]);
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let events = doc["traceEvents"].as_array().unwrap();
+    let track = |name: &str| -> Vec<(f64, u64)> {
+        events
+            .iter()
+            .filter(|e| e["ph"] == "C" && e["name"] == name)
+            .map(|e| {
+                (
+                    e["ts"].as_f64().unwrap(),
+                    e["args"]["bytes"].as_u64().unwrap() / MIB,
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        track("GPU 0 context"),
+        [(100.0, 300), (950.0, 300)],
+        "set once, and held to the end"
+    );
+    assert_eq!(
+        track("GPU 0 pool cache"),
+        [(100.0, 0), (400.5, 128), (600.0, 0), (950.0, 0)]
+    );
+    assert_eq!(
+        track("GPU 0 graph memory"),
+        [(100.0, 0), (700.0, 64), (800.0, 0), (950.0, 0)]
+    );
+    assert_eq!(
+        track("GPU 0 allocations"),
+        [
+            (100.0, 0),
+            (200.0, 256),
+            (300.0, 384),
+            (400.0, 256),
+            (600.5, 656),
+            (900.0, 400),
+            (950.0, 400)
+        ]
+    );
+    let instants: Vec<&str> = events
+        .iter()
+        .filter(|e| e["ph"] == "i")
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        instants,
+        [
+            "GPU 0 trimmed 128.00 MiB of pool cache",
+            "GPU 0 trimmed 64.00 MiB of graph memory",
+            "GPU 0 refused graph launch needing 512.00 MiB (quota)",
+            "GPU 0 refused a new context (300.00 MiB) (quota)",
+        ]
+    );
+    // An older trace has no part tracks.
+    let out = ok(&["export", "--format", "chrome", s(&older), "-o", "-"]);
+    let text = stdout(&out);
+    assert!(!text.contains("allocations\"") && !text.contains("context\""));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -3,7 +3,10 @@
 //! (tests/golden/NAME.report.json), compared parsed so that key order and spacing do not
 //! matter. The traces were recorded from real runs of the writer and trimmed; the tolerance
 //! cases (a dropped line, unknown fields and line types, a cut-off last line) were edited by
-//! hand. So the reader is tested against traces that the current writer did not just write.
+//! hand, and the footprint ones (issue 11) written by hand from the schema's text, before the
+//! writer wrote such lines. So the reader is tested against traces that the current writer
+//! did not just write. Where tests/golden/NAME.report.txt exists, the text report must be
+//! exactly it too.
 //!
 //! Each expected report was checked by reading it against its trace. To regenerate one
 //! deliberately (after a change to the report that is meant, and only then), from the
@@ -11,6 +14,8 @@
 //!
 //!     cargo run -q --bin cuquota -- report --json tests/golden/NAME.jsonl \
 //!         > tests/golden/NAME.report.json
+//!     cargo run -q --bin cuquota -- report tests/golden/NAME.jsonl \
+//!         > tests/golden/NAME.report.txt
 //!
 //! then read the diff: every changed figure must be explained by the change. Never
 //! regenerate one to make this test pass without knowing why it failed.
@@ -21,13 +26,15 @@ use std::path::Path;
 use std::process::Command;
 
 /// Every golden trace; each has a test below.
-const TRACES: [&str; 6] = [
+const TRACES: [&str; 8] = [
     "normal",
     "backoff",
     "two_devices",
     "cut_off",
     "tolerance",
     "context",
+    "footprint",
+    "footprint_observe",
 ];
 
 /// Runs `cuquota report --json` on tests/golden/NAME.jsonl (as a relative path, which the
@@ -60,6 +67,24 @@ fn check(name: &str) {
         expected_path.display(),
         serde_json::to_string_pretty(&got).unwrap()
     );
+    let text_path = art
+        .workspace
+        .join(format!("tests/golden/{name}.report.txt"));
+    if let Ok(want) = std::fs::read_to_string(&text_path) {
+        let out = Command::new(&art.cli)
+            .args(["report", &trace])
+            .current_dir(&art.workspace)
+            .env_remove("CUQUOTA_LIB")
+            .output()
+            .expect("run cuquota report");
+        assert!(out.status.success(), "cuquota report {trace}");
+        let got = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            got == want,
+            "{trace}: the text report differs from {}\n--- got:\n{got}",
+            text_path.display()
+        );
+    }
 }
 
 #[test]
@@ -115,6 +140,25 @@ fn cut_off_without_a_summary() {
 #[test]
 fn a_context_destroyed_with_its_allocations() {
     check("context");
+}
+
+/// Counting the footprint (issue 11), under a 1 GiB quota: a 300 MiB primary context, a
+/// pool that keeps 128 MiB its program freed, trimmed for a 400 MiB `cuMemAlloc`, 64 MiB of
+/// graph memory trimmed for a graph launch that still does not fit (refused: "graph launch
+/// needing 512.00 MiB"), and a second context refused ("a new context (300.00 MiB)").
+/// Neither refusal is a back-off episode; the footprint peak is 1020 MiB (allocations
+/// 656 MiB, graph 64 MiB, context 300 MiB).
+#[test]
+fn footprint_by_part_with_trims_and_refused_context_and_graph_launch() {
+    check("footprint");
+}
+
+/// Observe mode counting the footprint, quota 512 MiB: two allocations and a second context
+/// that the quota would have refused went ahead; the quota that would have held the run is
+/// the footprint peak, 920 MiB (allocations 256 MiB, pool cache 64 MiB, context 600 MiB).
+#[test]
+fn observe_mode_sizes_the_quota_by_the_footprint() {
+    check("footprint_observe");
 }
 
 /// A `dropped` line, plus fields and line types this reader does not know (a newer

@@ -65,7 +65,7 @@ fn value() -> impl Strategy<Value = String> {
     ]
 }
 
-const KEYS: [&str; 20] = [
+const KEYS: [&str; 21] = [
     "type",
     "t_ns",
     "tid",
@@ -84,6 +84,7 @@ const KEYS: [&str; 20] = [
     "count",
     "ptrs",
     "observed",
+    "part",
     "new_field",
     "type",
 ];
@@ -100,7 +101,9 @@ fn event_like() -> impl Strategy<Value = String> {
             Just("meminfo"),
             Just("backoff"),
             Just("context"),
-            Just("dropped")
+            Just("dropped"),
+            Just("footprint"),
+            Just("trim")
         ],
     )
         .prop_map(|(fields, ws, kind)| {
@@ -115,7 +118,7 @@ fn event_like() -> impl Strategy<Value = String> {
         })
 }
 
-/// A line exactly as the writer emits it.
+/// A line exactly as the writer emits it: an allocation, or a footprint or trim line.
 fn canonical() -> impl Strategy<Value = String> {
     (
         any::<u64>(),
@@ -124,11 +127,23 @@ fn canonical() -> impl Strategy<Value = String> {
         any::<u64>(),
         any::<u64>(),
         any::<u64>(),
+        0usize..4,
     )
-        .prop_map(|(t, tid, dev, ptr, bytes, in_use)| {
-            format!(
-                "{{\"type\":\"alloc\",\"t_ns\":{t},\"tid\":{tid},\"dev\":{dev},\"api\":\"cuMemAlloc_v2\",\"ptr\":\"{ptr:#x}\",\"bytes\":{bytes},\"result\":\"CUDA_SUCCESS\",\"in_use\":{in_use}}}"
-            )
+        .prop_map(|(t, tid, dev, ptr, bytes, in_use, shape)| {
+            const PARTS: [&str; 3] = ["context", "pool_cache", "graph"];
+            match shape {
+                0 | 1 => format!(
+                    "{{\"type\":\"alloc\",\"t_ns\":{t},\"tid\":{tid},\"dev\":{dev},\"api\":\"cuMemAlloc_v2\",\"ptr\":\"{ptr:#x}\",\"bytes\":{bytes},\"result\":\"CUDA_SUCCESS\",\"in_use\":{in_use}}}"
+                ),
+                2 => format!(
+                    "{{\"type\":\"footprint\",\"t_ns\":{t},\"tid\":{tid},\"dev\":{dev},\"api\":\"cuDevicePrimaryCtxRetain\",\"part\":\"{}\",\"bytes\":{bytes},\"in_use\":{in_use}}}",
+                    PARTS[(ptr % 3) as usize]
+                ),
+                _ => format!(
+                    "{{\"type\":\"trim\",\"t_ns\":{t},\"tid\":{tid},\"dev\":{dev},\"api\":\"cuMemAlloc_v2\",\"part\":\"{}\",\"bytes\":{bytes},\"in_use\":{in_use}}}",
+                    PARTS[1 + (ptr % 2) as usize]
+                ),
+            }
         })
 }
 

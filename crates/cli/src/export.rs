@@ -2,11 +2,13 @@
 //! chrome://tracing), written as the traces are read.
 //!
 //! Per process: `process_name` metadata; per device two counter tracks, "GPU n in use" and
-//! "GPU n quota" (bytes); an instant event on the calling thread per refusal and per back-off
-//! episode. Timestamps are µs since the earliest trace start, so several files line up.
+//! "GPU n quota" (bytes), and once the trace reports a part of the footprint, one per part
+//! ("GPU n allocations", "GPU n pool cache", "GPU n graph memory", "GPU n context"); an
+//! instant event on the calling thread per refusal, per back-off episode and per trim.
+//! Timestamps are µs since the earliest trace start, so several files line up.
 
 use cuquota_format::read::{self, Options, Record};
-use cuquota_format::schema::{kind, EventLine, Header};
+use cuquota_format::schema::{kind, part, EventLine, Header};
 use cuquota_format::units::human;
 use std::collections::{BTreeMap, HashSet};
 use std::fs::File;
@@ -103,10 +105,35 @@ struct Device {
     quota: Option<u64>,
     /// Last in-use value written, to skip repeats.
     in_use: Option<u64>,
+    /// Pool cache, graph, context now.
+    parts: [u64; 3],
+    /// The last values written of the part tracks (`PARTS`); None until a part appears.
+    written: Option<[u64; 4]>,
 }
+
+impl Device {
+    fn new(quota: Option<u64>) -> Device {
+        Device {
+            quota,
+            in_use: None,
+            parts: [0; 3],
+            written: None,
+        }
+    }
+}
+
+/// The part tracks, named after "GPU n ", and the `part` value of each but allocations.
+const PARTS: [(&str, &str); 4] = [
+    ("allocations", ""),
+    ("pool cache", part::POOL_CACHE),
+    ("graph memory", part::GRAPH),
+    ("context", part::CONTEXT),
+];
 
 struct Process {
     pid: u64,
+    /// The quota counted the footprint: in use is every part.
+    footprint: bool,
     offset_ns: u64,
     last_t_ns: u64,
     devices: BTreeMap<u32, Device>,
@@ -144,20 +171,13 @@ impl Process {
         ));
         Process {
             pid,
+            footprint: h.counts_footprint(),
             offset_ns: h.start_unix_ns.saturating_sub(t0),
             last_t_ns: 0,
             devices: h
                 .devices
                 .iter()
-                .map(|d| {
-                    (
-                        d.ordinal,
-                        Device {
-                            quota: d.quota,
-                            in_use: None,
-                        },
-                    )
-                })
+                .map(|d| (d.ordinal, Device::new(d.quota)))
                 .collect(),
         }
     }
@@ -180,17 +200,47 @@ impl Process {
                 | kind::MEMINFO
                 | kind::BACKOFF
                 | kind::CONTEXT
+                | kind::FOOTPRINT
+                | kind::TRIM
         ) {
             return;
         }
         self.last_t_ns = self.last_t_ns.max(e.t_ns);
         let first = !self.devices.contains_key(&e.dev) || self.devices[&e.dev].in_use.is_none();
-        let dev = self.devices.entry(e.dev).or_insert(Device {
-            quota: None,
-            in_use: None,
-        });
+        let dev = self
+            .devices
+            .entry(e.dev)
+            .or_insert_with(|| Device::new(None));
         let (quota, changed) = (dev.quota, dev.in_use != Some(e.in_use));
         dev.in_use = Some(e.in_use);
+        if kind == kind::FOOTPRINT {
+            if let Some(i) = PARTS[1..]
+                .iter()
+                .position(|p| Some(p.1) == e.part.as_deref())
+            {
+                dev.parts[i] = e.bytes;
+                dev.written.get_or_insert([u64::MAX; 4]);
+            }
+        }
+        // The part tracks, where they changed (all of them at first). A trim's part total
+        // comes on the next line: the tracks wait for it.
+        let mut parts_changed = Vec::new();
+        if let Some(written) = dev.written.as_mut().filter(|_| kind != kind::TRIM) {
+            let others: u64 = dev.parts.iter().sum();
+            let allocations = if self.footprint {
+                e.in_use.saturating_sub(others)
+            } else {
+                e.in_use
+            };
+            let [pool_cache, graph, context] = dev.parts;
+            let now = [allocations, pool_cache, graph, context];
+            for (i, (old, new)) in written.iter_mut().zip(now).enumerate() {
+                if *old != new {
+                    *old = new;
+                    parts_changed.push((PARTS[i].0, new));
+                }
+            }
+        }
         if first {
             if let Some(q) = quota {
                 self.counter(w, e.t_ns, e.dev, "quota", q);
@@ -199,16 +249,20 @@ impl Process {
         if changed {
             self.counter(w, e.t_ns, e.dev, "in use", e.in_use);
         }
+        for (name, bytes) in parts_changed {
+            self.counter(w, e.t_ns, e.dev, name, bytes);
+        }
         let ts = Micros(self.offset_ns + e.t_ns);
         match kind {
             kind::REFUSED => {
                 let reason = e.reason.as_deref().unwrap_or("quota");
+                let what = crate::report::refused_words(&e.api, e.bytes);
                 w.event(format_args!(
                     r#"{{"name":{},"cat":"cuquota","ph":"i","s":"t","pid":{},"tid":{},"ts":{ts},"args":{{"dev":{},"api":{},"bytes":{},"reason":{},"result":{},"in_use":{}}}}}"#,
                     json(&if e.observed {
-                        format!("GPU {} would refuse {} ({reason}, observe mode)", e.dev, human(e.bytes))
+                        format!("GPU {} would refuse {what} ({reason}, observe mode)", e.dev)
                     } else {
-                        format!("GPU {} refused {} ({reason})", e.dev, human(e.bytes))
+                        format!("GPU {} refused {what} ({reason})", e.dev)
                     }),
                     self.pid,
                     e.tid,
@@ -233,6 +287,24 @@ impl Process {
                     list.join(",")
                 ));
             }
+            kind::TRIM => {
+                let part = e.part.as_deref().unwrap_or("");
+                let name = PARTS
+                    .iter()
+                    .find(|p| !p.1.is_empty() && p.1 == part)
+                    .map_or(part, |p| p.0);
+                w.event(format_args!(
+                    r#"{{"name":{},"cat":"cuquota","ph":"i","s":"t","pid":{},"tid":{},"ts":{ts},"args":{{"dev":{},"api":{},"part":{},"bytes":{},"in_use":{}}}}}"#,
+                    json(&format!("GPU {} trimmed {} of {name}", e.dev, human(e.bytes))),
+                    self.pid,
+                    e.tid,
+                    e.dev,
+                    json(&e.api),
+                    json(part),
+                    e.bytes,
+                    e.in_use
+                ));
+            }
             _ => {}
         }
     }
@@ -244,6 +316,9 @@ impl Process {
                 self.counter(w, self.last_t_ns, dev, "in use", in_use);
                 if let Some(q) = d.quota {
                     self.counter(w, self.last_t_ns, dev, "quota", q);
+                }
+                for (&(name, _), &bytes) in PARTS.iter().zip(d.written.iter().flatten()) {
+                    self.counter(w, self.last_t_ns, dev, name, bytes);
                 }
             }
         }

@@ -66,6 +66,10 @@ Other settings (CUQUOTA_LOG_LEVEL, CUQUOTA_VIRTUALIZE) pass through the environm
     },
     /// Summarise traces: peaks, a chart of memory in use, back-off episodes, largest and
     /// leaked allocations, API mix; several files (ranks, hosts) make one job view.
+    ///
+    /// Per GPU also the footprint by part (allocations, pool cache, graph memory, context:
+    /// at the end, the highest, at the peak), cuquota's trims, and refused contexts and graph
+    /// launches (which are no back-off episodes).
     Report {
         /// Trace files written with CUQUOTA_TRACE (or `cuquota run --trace`).
         #[arg(required = true, value_name = "TRACE")]
@@ -78,6 +82,9 @@ Other settings (CUQUOTA_LOG_LEVEL, CUQUOTA_VIRTUALIZE) pass through the environm
         skip_bad: bool,
     },
     /// Convert traces to another format (Chrome Trace Event JSON, which Perfetto opens).
+    ///
+    /// Per GPU a counter track for in use, the quota and each part of the footprint; an
+    /// instant event per refusal, back-off episode and trim.
     Export {
         /// The format to write.
         #[arg(long, value_enum, default_value_t = Format::Chrome)]
@@ -95,6 +102,9 @@ Other settings (CUQUOTA_LOG_LEVEL, CUQUOTA_VIRTUALIZE) pass through the environm
     /// Draw device memory in use over time as an SVG chart: one panel per process and GPU on
     /// a shared time axis that spans the events, with the quota (dashed) and the refusals
     /// (crosses, at in use + the request).
+    ///
+    /// When the quota counted the footprint, its parts are stacked under the in-use line
+    /// (allocations, pool cache, graph memory, context) and cuquota's trims are marked.
     Plot {
         /// Trace files written with CUQUOTA_TRACE (or `cuquota run --trace`).
         #[arg(required = true, value_name = "TRACE")]

@@ -11,7 +11,7 @@
 use crate::timeline::Timeline;
 use crate::traces::{self, Seen};
 use cuquota_format::read::{self, Options, Record};
-use cuquota_format::schema::{kind, Header};
+use cuquota_format::schema::{kind, part, Header};
 use cuquota_format::units::human;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -25,7 +25,12 @@ const LEFT: f64 = 90.0;
 const LEGEND_WIDTH: f64 = 250.0;
 const PLOT_WIDTH: f64 = WIDTH - LEFT - LEGEND_WIDTH - 30.0;
 const TOP: f64 = 78.0;
+/// A panel's height: the full height for up to 8 panels, less for more (a job of 64 ranks ×
+/// 8 GPUs would otherwise be a hundred thousand px tall), never below `MIN_PANEL_HEIGHT`.
 const PANEL_HEIGHT: f64 = 200.0;
+const MIN_PANEL_HEIGHT: f64 = 60.0;
+/// What the panels share out, beyond 8 of them.
+const PANELS_HEIGHT: f64 = 8.0 * PANEL_HEIGHT;
 /// Above each panel, for its label.
 const PANEL_GAP: f64 = 34.0;
 const BOTTOM: f64 = 64.0;
@@ -39,6 +44,14 @@ const GRID: &str = "#e3e3e3";
 const TEXT: &str = "#222222";
 const SUBTLE: &str = "#555555";
 const FRAME: &str = "#999999";
+/// The footprint's parts, bottom to top: name, legend label, fill.
+const PARTS: [(&str, &str, &str); 4] = [
+    ("allocations", "allocations", "#8fb0e3"),
+    (part::POOL_CACHE, "pool cache", "#f0b76e"),
+    (part::GRAPH, "graph memory", "#8cc98c"),
+    (part::CONTEXT, "context", "#c2aee0"),
+];
+const TRIM: &str = "#6a3d9a";
 
 struct Series {
     label: String,
@@ -54,6 +67,52 @@ struct Series {
     observed: bool,
     /// The process's last event on any device, in job time: memory stays held until then.
     end_ns: u64,
+    /// The quota counted the footprint (in use is every part).
+    footprint: bool,
+    /// Pool cache, graph, context now (as the last `footprint` lines said).
+    parts: [u64; 3],
+    /// Allocations, pool cache, graph, context: the highest each reached.
+    part_peaks: [u64; 4],
+    /// Once a part besides allocations appears: the tops of allocations, + pool cache,
+    /// + graph (the top of context is in use), bucketed alike with `timeline`.
+    stack: Option<Box<[Timeline; 3]>>,
+    trims: u64,
+}
+
+impl Series {
+    /// `in_use` charged at `rel` ns: the in-use line, and the parts' tops when stacked.
+    fn held(&mut self, rel: u64, in_use: u64) {
+        self.timeline.add(rel, in_use);
+        let [pool_cache, graph, context] = self.parts;
+        let allocations = in_use
+            .saturating_sub(pool_cache)
+            .saturating_sub(graph)
+            .saturating_sub(context);
+        let tops = [
+            allocations,
+            allocations.saturating_add(pool_cache),
+            allocations.saturating_add(pool_cache).saturating_add(graph),
+        ];
+        if let Some(stack) = self.stack.as_mut() {
+            for (t, top) in stack.iter_mut().zip(tops) {
+                t.add(rel, top);
+            }
+        }
+    }
+
+    /// A `footprint` line: `part` is now `bytes` in all.
+    fn part(&mut self, name: &str, bytes: u64) {
+        let Some(i) = PARTS[1..].iter().position(|p| p.0 == name) else {
+            return;
+        };
+        self.parts[i] = bytes;
+        self.part_peaks[i + 1] = self.part_peaks[i + 1].max(bytes);
+        if self.stack.is_none() && bytes > 0 && self.footprint {
+            // Until now every part's top was the in-use line.
+            let t = &self.timeline;
+            self.stack = Some(Box::new([t.clone(), t.clone(), t.clone()]));
+        }
+    }
 }
 
 /// The series of one process, done: each lasts until the process's last event.
@@ -115,7 +174,13 @@ pub fn svg(traces: &[PathBuf], output: &Path, options: &Options) -> Result<(), S
                     let kind = e.kind.as_ref();
                     if !matches!(
                         kind,
-                        kind::ALLOC | kind::FREE | kind::REFUSED | kind::MEMINFO | kind::CONTEXT
+                        kind::ALLOC
+                            | kind::FREE
+                            | kind::REFUSED
+                            | kind::MEMINFO
+                            | kind::CONTEXT
+                            | kind::FOOTPRINT
+                            | kind::TRIM
                     ) {
                         return Ok(());
                     }
@@ -125,7 +190,14 @@ pub fn svg(traces: &[PathBuf], output: &Path, options: &Options) -> Result<(), S
                         .or_insert_with(|| new_series(h, e.dev, t));
                     // The buckets start at the series' first event: all of them span events.
                     let rel = t.saturating_sub(s.first_ns);
-                    s.timeline.add(rel, e.in_use);
+                    if kind == kind::FOOTPRINT {
+                        s.part(e.part.as_deref().unwrap_or(""), e.bytes);
+                    }
+                    s.held(rel, e.in_use);
+                    if kind == kind::TRIM {
+                        s.timeline.trim(rel);
+                        s.trims += 1;
+                    }
                     if kind == kind::REFUSED {
                         let reached = e.in_use.saturating_add(e.bytes);
                         s.timeline.refusal(rel, reached);
@@ -134,6 +206,13 @@ pub fn svg(traces: &[PathBuf], output: &Path, options: &Options) -> Result<(), S
                         s.observed |= e.observed;
                     } else {
                         s.peak = s.peak.max(e.in_use);
+                        let others: u64 = s.parts.iter().sum();
+                        let allocations = if s.footprint {
+                            e.in_use.saturating_sub(others)
+                        } else {
+                            e.in_use
+                        };
+                        s.part_peaks[0] = s.part_peaks[0].max(allocations);
                     }
                 }
                 Record::Summary(_) => {}
@@ -193,6 +272,11 @@ fn new_series(h: &Header, dev: u32, first_ns: u64) -> Series {
         timeline: Timeline::new(BUCKETS),
         observed: false,
         end_ns: first_ns,
+        footprint: h.counts_footprint(),
+        parts: [0; 3],
+        part_peaks: [0; 4],
+        stack: None,
+        trims: 0,
     }
 }
 
@@ -270,7 +354,11 @@ fn draw(series: &[Series], sources: &Sources, (from_ns, note): (u64, String)) ->
     };
     let x_end = span_ns as f64 / ns_per_unit;
     let x = |t_ns: u64| LEFT + (t_ns.saturating_sub(from_ns)) as f64 / span_ns as f64 * PLOT_WIDTH;
-    let height = TOP + series.len() as f64 * (PANEL_GAP + PANEL_HEIGHT) + BOTTOM;
+    let panel_height = panel_height(series.len());
+    let mut legend_text = String::new();
+    let legend_bottom = legend(&mut legend_text, series);
+    let height = (TOP + series.len() as f64 * (PANEL_GAP + panel_height) + BOTTOM)
+        .max(legend_bottom + BOTTOM);
 
     let mut out = String::new();
     let _ = writeln!(
@@ -307,8 +395,8 @@ fn draw(series: &[Series], sources: &Sources, (from_ns, note): (u64, String)) ->
 
     let (x_step, x_decimals) = ticks(x_end, 8.0);
     for (i, s) in series.iter().enumerate() {
-        let top = TOP + i as f64 * (PANEL_GAP + PANEL_HEIGHT) + PANEL_GAP;
-        let bottom = top + PANEL_HEIGHT;
+        let top = TOP + i as f64 * (PANEL_GAP + panel_height) + PANEL_GAP;
+        let bottom = top + panel_height;
         panel(
             &mut out,
             s,
@@ -326,7 +414,7 @@ fn draw(series: &[Series], sources: &Sources, (from_ns, note): (u64, String)) ->
         LEFT + PLOT_WIDTH / 2.0,
         escape(&note)
     );
-    legend(&mut out, series);
+    out.push_str(&legend_text);
     out.push_str("</svg>\n");
     out
 }
@@ -346,9 +434,12 @@ fn panel(
     let held = s.peak.max(s.quota.unwrap_or(0)).max(1);
     let y_max_bytes = held.max(s.top_refusal.min(held.saturating_mul(2)));
     let (unit_name, unit) = unit(y_max_bytes);
-    let (y_step, y_decimals) = ticks(y_max_bytes as f64 / unit * 1.05, 4.0);
+    let panel_height = bottom - top;
+    // Fewer y labels in low panels (fewer than three would leave much of one empty).
+    let y_labels = (panel_height / 40.0).clamp(3.0, 4.0);
+    let (y_step, y_decimals) = ticks(y_max_bytes as f64 / unit * 1.05, y_labels);
     let y_end = (y_max_bytes as f64 / unit * 1.05 / y_step).ceil() * y_step;
-    let y = |bytes: u64| bottom - (bytes as f64 / unit / y_end).min(1.0) * PANEL_HEIGHT;
+    let y = |bytes: u64| bottom - (bytes as f64 / unit / y_end).min(1.0) * panel_height;
     let _ = writeln!(
         out,
         r#"<g class="panel" data-label="{}" data-y-max="{}" data-unit="{unit_name}">"#,
@@ -361,8 +452,13 @@ fn panel(
         (n, true) => format!(" · {n} would be refused (observe mode)"),
     };
     let peak = format!(
-        "{} · peak {}{}{refused}",
+        "{} · {} {}{}{refused}",
         s.label,
+        if s.stack.is_some() {
+            "footprint peak"
+        } else {
+            "peak"
+        },
         human(s.peak),
         s.quota.map_or(String::from(" · no quota"), |q| format!(
             " · quota {}",
@@ -377,12 +473,12 @@ fn panel(
     );
     let _ = writeln!(
         out,
-        r#"<rect class="plot-area" x="{LEFT}" y="{top}" width="{PLOT_WIDTH}" height="{PANEL_HEIGHT}" fill="none" stroke="{FRAME}"/>"#
+        r#"<rect class="plot-area" x="{LEFT}" y="{top}" width="{PLOT_WIDTH}" height="{panel_height}" fill="none" stroke="{FRAME}"/>"#
     );
     // Horizontal grid and y labels.
     let mut v = 0.0;
     while v <= y_end + y_step / 2.0 {
-        let py = bottom - v / y_end * PANEL_HEIGHT;
+        let py = bottom - v / y_end * panel_height;
         let _ = writeln!(
             out,
             r#"<line x1="{LEFT}" y1="{py:.1}" x2="{}" y2="{py:.1}" stroke="{GRID}"/><text class="y-tick" x="{}" y="{:.1}" font-size="12" text-anchor="end" fill="{TEXT}">{v:.y_decimals$}</text>"#,
@@ -416,27 +512,30 @@ fn panel(
         out.push('\n');
         t += x_step;
     }
-    // In use: a step line, each bucket's highest value shown.
-    let width = s.timeline.width_ns();
-    let mut points = String::new();
-    let mut last_v = 0u64;
     // Memory stays as the process's last event left it, to that event.
     let end = x(s.end_ns);
-    for (start, b) in s.timeline.buckets().filter(|(_, b)| b.used) {
-        let start = s.first_ns + start;
-        let _ = write!(
-            points,
-            "{:.1},{:.1} {:.1},{:.1} {:.1},{:.1} ",
-            x(start),
-            y(last_v),
-            x(start),
-            y(b.max),
-            x(start + width).min(end),
-            y(b.last)
-        );
-        last_v = b.last;
+    // The parts, stacked: each an area from the baseline to its top, the highest first,
+    // so that each shows between its top and the one below.
+    if let Some(stack) = &s.stack {
+        let tops = [&stack[0], &stack[1], &stack[2], &s.timeline];
+        for i in (0..PARTS.len()).rev() {
+            if s.part_peaks[i] == 0 {
+                continue;
+            }
+            let (name, _, fill) = PARTS[i];
+            let points = step_points(tops[i], s.first_ns, x, &y, end);
+            let first = tops[i]
+                .buckets()
+                .find(|(_, b)| b.used)
+                .map_or(end, |(start, _)| x(s.first_ns + start));
+            let _ = writeln!(
+                out,
+                r#"<polygon class="part" data-part="{name}" points="{points} {end:.1},{bottom:.1} {first:.1},{bottom:.1}" fill="{fill}" stroke="none"/>"#
+            );
+        }
     }
-    let _ = write!(points, "{end:.1},{:.1}", y(last_v));
+    // In use: a step line, each bucket's highest value shown.
+    let points = step_points(&s.timeline, s.first_ns, x, &y, end);
     let _ = writeln!(
         out,
         r#"<polyline class="in-use" points="{points}" fill="none" stroke="{IN_USE}" stroke-width="2"/>"#
@@ -449,6 +548,19 @@ fn panel(
             LEFT + PLOT_WIDTH,
             y(q)
         );
+    }
+    // Trims: a small triangle pointing down at the top edge.
+    for (start, b) in s.timeline.buckets() {
+        if b.trimmed {
+            let cx = x(s.first_ns + start);
+            let _ = writeln!(
+                out,
+                r#"<path class="trim" d="M{:.1},{top:.1}L{:.1},{top:.1}L{cx:.1},{:.1}Z" fill="{TRIM}"/>"#,
+                cx - 5.0,
+                cx + 5.0,
+                top + 9.0
+            );
+        }
     }
     let colour = if s.observed { OBSERVED } else { REFUSED };
     for (start, b) in s.timeline.buckets() {
@@ -471,12 +583,66 @@ fn panel(
     out.push_str("</g>\n");
 }
 
-/// One legend for all panels (they draw alike), right of the panels.
-fn legend(out: &mut String, series: &[Series]) {
+/// A step line through `timeline`'s buckets (starting `first_ns`), each bucket's highest
+/// value shown, held to `end`.
+fn step_points(
+    timeline: &Timeline,
+    first_ns: u64,
+    x: &dyn Fn(u64) -> f64,
+    y: &dyn Fn(u64) -> f64,
+    end: f64,
+) -> String {
+    let width = timeline.width_ns();
+    let mut points = String::new();
+    let mut last_v = 0u64;
+    for (start, b) in timeline.buckets().filter(|(_, b)| b.used) {
+        let start = first_ns + start;
+        let _ = write!(
+            points,
+            "{:.1},{:.1} {:.1},{:.1} {:.1},{:.1} ",
+            x(start),
+            y(last_v),
+            x(start),
+            y(b.max),
+            x(start + width).min(end),
+            y(b.last)
+        );
+        last_v = b.last;
+    }
+    let _ = write!(points, "{end:.1},{:.1}", y(last_v));
+    points
+}
+
+/// The height of each of `panels` panels.
+fn panel_height(panels: usize) -> f64 {
+    (PANELS_HEIGHT / panels.max(1) as f64).clamp(MIN_PANEL_HEIGHT, PANEL_HEIGHT)
+}
+
+/// One legend for all panels (they draw alike), right of the panels. Returns its bottom.
+fn legend(out: &mut String, series: &[Series]) -> f64 {
     let mut entries: Vec<(&str, String)> = vec![(
         "in-use",
         format!(r#"<line x1="0" y1="0" x2="24" y2="0" stroke="{IN_USE}" stroke-width="2"/>"#),
     )];
+    let stacked = series.iter().any(|s| s.stack.is_some());
+    // Top of the stack first, as they lie in the panels.
+    for (i, (name, _, fill)) in PARTS.iter().enumerate().rev() {
+        if series
+            .iter()
+            .any(|s| s.stack.is_some() && s.part_peaks[i] > 0)
+        {
+            entries.push((
+                name,
+                format!(r#"<rect x="4" y="-7" width="16" height="14" fill="{fill}"/>"#),
+            ));
+        }
+    }
+    if series.iter().any(|s| s.trims > 0) {
+        entries.push((
+            "trim",
+            format!(r#"<path d="M7,-5L17,-5L12,4Z" fill="{TRIM}"/>"#),
+        ));
+    }
     if series.iter().any(|s| s.quota.is_some()) {
         entries.push((
             "quota",
@@ -496,8 +662,16 @@ fn legend(out: &mut String, series: &[Series]) {
         entries.push(("observed", cross(OBSERVED)));
     }
     let labels = |class: &str| match class {
+        "in-use" if stacked && series.iter().all(|s| s.stack.is_some()) => {
+            vec!["in use: the footprint"]
+        }
+        "in-use" if stacked => vec!["in use (the footprint", "where its parts show)"],
         "in-use" => vec!["in use"],
         "quota" => vec!["quota"],
+        "trim" => vec!["cuquota trimmed pools", "or graph memory"],
+        name if PARTS.iter().any(|p| p.0 == name) => {
+            vec![PARTS.iter().find(|p| p.0 == name).map_or("", |p| p.1)]
+        }
         "refused" => vec!["refused (marked at", "in use + the request)"],
         _ => vec![
             "would be refused",
@@ -533,6 +707,7 @@ fn legend(out: &mut String, series: &[Series]) {
         out.push('\n');
     }
     out.push_str("</g>\n");
+    TOP + PANEL_GAP + box_height
 }
 
 #[cfg(test)]
@@ -562,7 +737,17 @@ mod tests {
             timeline: Timeline::new(64),
             observed: true,
             end_ns: 123_456_789_012,
+            footprint: true,
+            parts: [1, 2, 3],
+            part_peaks: [1, 2, 3, 4],
+            stack: None,
+            trims: 1,
         };
+        s.stack = Some(Box::new([
+            s.timeline.clone(),
+            s.timeline.clone(),
+            s.timeline.clone(),
+        ]));
         s.timeline.add(0, 1 << 40);
         s.timeline.refusal(5, u64::MAX);
         let sources = Sources {
@@ -600,6 +785,50 @@ mod tests {
             }
             assert!(from >= 0.0 && to <= WIDTH, "{text:?} spans {from}..{to}");
         }
+    }
+
+    /// Up to 8 panels are full height; more share 1600 px, down to a floor: 512 panels are
+    /// 512 × 94 px, not 512 × 234.
+    #[test]
+    fn panels_get_lower_as_they_get_many() {
+        assert_eq!(panel_height(1), 200.0);
+        assert_eq!(panel_height(8), 200.0);
+        assert_eq!(panel_height(16), 100.0);
+        assert_eq!(panel_height(20), 80.0);
+        assert_eq!(panel_height(512), 60.0);
+        let series: Vec<Series> = (0..512)
+            .map(|i| {
+                let mut s = Series {
+                    label: format!("rank {i}"),
+                    quota: Some(1 << 30),
+                    peak: 1 << 29,
+                    first_ns: 0,
+                    top_refusal: 0,
+                    refusals: 0,
+                    timeline: Timeline::new(8),
+                    observed: false,
+                    end_ns: 1000,
+                    footprint: false,
+                    parts: [0; 3],
+                    part_peaks: [0; 4],
+                    stack: None,
+                    trims: 0,
+                };
+                s.timeline.add(0, 1 << 29);
+                s
+            })
+            .collect();
+        let sources = Sources {
+            programs: vec!["p".into()],
+            files: vec!["f".into()],
+        };
+        let svg = draw(&series, &sources, (0, String::new()));
+        assert!(svg.contains(r#"height="48270""#), "{}", &svg[..300]);
+        // At the floor, labels every 0.5 GiB to 1.5 GiB (the quota at 1 GiB).
+        let y_max = svg.matches(r#"data-y-max="1.5""#).count();
+        assert_eq!(y_max, 512);
+        let labels = svg.matches(r#"class="y-tick""#).count();
+        assert_eq!(labels, 512 * 4);
     }
 
     #[test]

@@ -6,7 +6,7 @@ use crate::traces::{self, Seen};
 use cuquota_format::episodes::{Episode, GaveUp, Outcome, GAP_NS};
 use cuquota_format::hash::BuildKeyHasher;
 use cuquota_format::read::{self, Options, Record};
-use cuquota_format::schema::{kind, parse_ptr, EventLine, Header, Summary};
+use cuquota_format::schema::{kind, parse_ptr, part, EventLine, Header, Summary};
 use cuquota_format::units::human;
 use serde::Serialize;
 use std::cmp::Reverse;
@@ -53,6 +53,10 @@ pub struct ProcessReport {
     pub pid: u32,
     pub argv: Vec<String>,
     pub mode: String,
+    /// What the quota counted: `"footprint"` or `"allocations"`; absent for traces that do
+    /// not say (written before the setting: allocations).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub count: Option<String>,
     pub start_unix_ns: u64,
     /// Time of the last line (ns since start).
     pub duration_ns: u64,
@@ -69,6 +73,9 @@ pub struct ProcessReport {
     pub live_at_exit: LiveReport,
     /// Calls traced, by entry point, refused ones included; most first.
     pub api_mix: Vec<ApiCount>,
+    /// The first device-memory event (ns since start): where the terminal charts begin.
+    #[serde(skip)]
+    pub first_event_ns: u64,
 }
 
 #[derive(Serialize, Debug, Default)]
@@ -91,6 +98,14 @@ pub struct DeviceReport {
     pub refused_observed: u64,
     /// The first of them, in order.
     pub observed_shown: Vec<ObservedReport>,
+    /// Refusals (enforce mode) of a new context, of context growth (`cuCtxSetLimit`, a
+    /// module or library load) or of a graph launch or upload: no back-off episodes, listed
+    /// apart. Counted in `refusals` too. Absent when none.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub refused_contexts_and_graphs: u64,
+    /// The first of them, in order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub refused_contexts_and_graphs_shown: Vec<WholeRefusal>,
     pub meminfo_calls: u64,
     pub live: u64,
     pub live_bytes: u64,
@@ -99,6 +114,96 @@ pub struct DeviceReport {
     /// carries over quiet slices. Exact to the reader's time bucket (a quarter to a half of
     /// `w`, at least 1 µs): an event near a slice's edge may count in its neighbour.
     pub timeline: Vec<u64>,
+    /// The footprint by part: present when the trace says the quota counted the footprint,
+    /// or the device has `footprint` or `trim` lines.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub footprint: Option<FootprintReport>,
+    /// The terminal chart's columns: as `timeline`, over the process's events only (from
+    /// its first event to its end), so a late start leaves no blank chart.
+    #[serde(skip)]
+    pub chart: Vec<u64>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// A device's footprint, part by part.
+#[derive(Serialize, Debug, Default, Clone, PartialEq)]
+pub struct FootprintReport {
+    /// The quota counted every part (`count` is `"footprint"`): `peak`, `in_use_at_end` and
+    /// `timeline` are of the whole footprint. Otherwise they are of allocations only, and the
+    /// other parts are what the process also held, not charged.
+    pub counted: bool,
+    pub allocations: PartReport,
+    pub pool_cache: PartReport,
+    pub graph: PartReport,
+    pub context: PartReport,
+    /// Times cuquota trimmed this process's pools or graph memory to make room for a
+    /// request (`trim` lines), and the bytes that released.
+    pub trims: u64,
+    pub trimmed_bytes: u64,
+}
+
+impl FootprintReport {
+    /// Nothing but allocations was ever held (no context measured, no pool cache, no graph
+    /// memory, no trim): the text then reads as for allocations alone.
+    pub fn only_allocations(&self) -> bool {
+        [&self.pool_cache, &self.graph, &self.context]
+            .iter()
+            .all(|p| p.peak == 0)
+            && self.trims == 0
+    }
+}
+
+/// One part of a device's footprint, in bytes.
+#[derive(Serialize, Debug, Default, Clone, Copy, PartialEq)]
+pub struct PartReport {
+    pub at_end: u64,
+    /// The highest it reached (at any time, not necessarily at the device's peak).
+    pub peak: u64,
+    /// Its value at the device's peak (`peak_t_ns`).
+    pub at_peak: u64,
+}
+
+/// A refused context creation or growth, or graph launch or upload.
+#[derive(Serialize, Debug, Clone)]
+pub struct WholeRefusal {
+    pub t_ns: u64,
+    pub tid: u32,
+    pub api: String,
+    /// `"context"` (a new one), `"context limit"` (`cuCtxSetLimit`), `"module load"`,
+    /// `"graph launch"` or `"graph upload"`.
+    pub what: &'static str,
+    /// What the context would take, or what the graph's allocations need beyond the graph
+    /// pool's free reservation.
+    pub bytes: u64,
+    /// Bytes charged before it.
+    pub in_use: u64,
+}
+
+/// What a refusal through `api` was of, when not an allocation (the names as
+/// [`WholeRefusal::what`]).
+pub fn refused_what(api: &str) -> Option<&'static str> {
+    match api {
+        "cuDevicePrimaryCtxRetain" => Some("context"),
+        a if a.starts_with("cuCtxCreate") || a.starts_with("cuGreenCtxCreate") => Some("context"),
+        "cuCtxSetLimit" => Some("context limit"),
+        a if a.starts_with("cuModuleLoad") || a.starts_with("cuLibraryLoad") => Some("module load"),
+        a if a.starts_with("cuGraphLaunch") => Some("graph launch"),
+        a if a.starts_with("cuGraphUpload") => Some("graph upload"),
+        _ => None,
+    }
+}
+
+/// A refused request in words: its size, or what it was and what it took.
+pub fn refused_words(api: &str, bytes: u64) -> String {
+    let size = human(bytes);
+    match refused_what(api) {
+        Some("context") => format!("a new context ({size})"),
+        Some(what) => format!("{what} needing {size}"),
+        None => size,
+    }
 }
 
 /// A request observe mode let through that the quota would have refused.
@@ -110,6 +215,9 @@ pub struct ObservedReport {
     pub bytes: u64,
     /// Bytes charged before it.
     pub in_use: u64,
+    /// What it was when not an allocation (as in `refused_contexts_and_graphs_shown`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub what: Option<&'static str>,
 }
 
 #[derive(Serialize, Debug, Default)]
@@ -242,6 +350,88 @@ pub fn build(traces: &[PathBuf], options: &Options) -> Result<Report, String> {
 struct Device {
     report: DeviceReport,
     timeline: Option<Timeline>,
+    /// As `timeline`, from the process's first event (the terminal chart).
+    chart: Option<Timeline>,
+    parts: Parts,
+}
+
+impl Device {
+    /// `in_use` bytes held from `t_ns` on; `first_ns`: the process's first event.
+    fn add(&mut self, t_ns: u64, in_use: u64, first_ns: u64) {
+        self.chart
+            .get_or_insert_with(|| Timeline::new(4 * CHART_COLUMNS))
+            .add(t_ns.saturating_sub(first_ns), in_use);
+        self.timeline
+            .get_or_insert_with(|| Timeline::new(4 * CHART_COLUMNS))
+            .add(t_ns, in_use);
+    }
+}
+
+/// A device's footprint parts as the trace goes.
+#[derive(Default)]
+struct Parts {
+    /// Any `footprint` or `trim` line seen.
+    seen: bool,
+    /// Now: pool cache, graph, context (as `footprint` lines last said).
+    now: [u64; 3],
+    /// Allocations, pool cache, graph, context: the highest, and at the device's peak.
+    peak: [u64; 4],
+    at_peak: [u64; 4],
+    trims: u64,
+    trimmed_bytes: u64,
+}
+
+impl Parts {
+    /// Index in `now` of a `part` value.
+    fn index(name: &str) -> Option<usize> {
+        match name {
+            part::POOL_CACHE => Some(0),
+            part::GRAPH => Some(1),
+            part::CONTEXT => Some(2),
+            _ => None,
+        }
+    }
+
+    /// All four parts, with `in_use` bytes charged: in footprint mode the allocations are
+    /// what the other parts leave of it.
+    fn with(&self, in_use: u64, footprint: bool) -> [u64; 4] {
+        let others = self.now.iter().fold(0u64, |a, &b| a.saturating_add(b));
+        let allocations = if footprint {
+            in_use.saturating_sub(others)
+        } else {
+            in_use
+        };
+        [allocations, self.now[0], self.now[1], self.now[2]]
+    }
+
+    /// After an event that left `in_use` charged; `peak`: it is the device's new peak.
+    fn held(&mut self, in_use: u64, footprint: bool, peak: bool) {
+        let all = self.with(in_use, footprint);
+        for (p, v) in self.peak.iter_mut().zip(all) {
+            *p = (*p).max(v);
+        }
+        if peak {
+            self.at_peak = all;
+        }
+    }
+
+    fn report(&self, in_use_at_end: u64, footprint: bool) -> FootprintReport {
+        let end = self.with(in_use_at_end, footprint);
+        let part = |i: usize| PartReport {
+            at_end: end[i],
+            peak: self.peak[i].max(end[i]),
+            at_peak: self.at_peak[i],
+        };
+        FootprintReport {
+            counted: footprint,
+            allocations: part(0),
+            pool_cache: part(1),
+            graph: part(2),
+            context: part(3),
+            trims: self.trims,
+            trimmed_bytes: self.trimmed_bytes,
+        }
+    }
 }
 
 struct Live {
@@ -326,6 +516,8 @@ struct Process {
     events: u64,
     dropped: u64,
     end_t_ns: u64,
+    /// The first device-memory event's time.
+    first_t_ns: Option<u64>,
     summary: Option<Summary>,
     skipped: u64,
     truncated: bool,
@@ -345,7 +537,7 @@ impl Process {
                         quota: d.quota,
                         ..DeviceReport::default()
                     },
-                    timeline: None,
+                    ..Device::default()
                 },
             );
         }
@@ -363,6 +555,7 @@ impl Process {
             events: 0,
             dropped: 0,
             end_t_ns: 0,
+            first_t_ns: None,
             summary: None,
             skipped: 0,
             truncated: false,
@@ -390,6 +583,13 @@ impl Process {
         let kind = e.kind.as_ref();
         match kind {
             kind::ALLOC | kind::FREE | kind::REFUSED | kind::MEMINFO | kind::CONTEXT => {}
+            kind::FOOTPRINT | kind::TRIM => {
+                // The consequences of a call (one call may write several), not calls: not in
+                // the API mix.
+                self.events += 1;
+                self.part_changed(e);
+                return;
+            }
             kind::BACKOFF => {
                 // The core's own grouping; episodes are rebuilt from the refusals instead.
                 self.events += 1;
@@ -409,24 +609,23 @@ impl Process {
         self.api_counts[api as usize] += 1;
         let ok = e.result.is_empty() || e.result == "CUDA_SUCCESS";
         let t = e.t_ns;
-        let dev = self.devices.entry(e.dev).or_insert_with(|| Device {
-            report: DeviceReport {
-                dev: e.dev,
-                ..DeviceReport::default()
-            },
-            timeline: None,
-        });
+        let footprint = self.header.counts_footprint();
+        let first = *self.first_t_ns.get_or_insert(t);
+        let dev = device(&mut self.devices, e.dev);
         let r = &mut dev.report;
         r.in_use_at_end = e.in_use;
         // A refusal's figure includes requests in flight: the peak is of what was held.
-        if e.in_use > r.peak && kind != kind::REFUSED {
-            r.peak = e.in_use;
-            r.peak_t_ns = t;
+        if kind != kind::REFUSED {
+            let peak = e.in_use > r.peak;
+            if peak {
+                r.peak = e.in_use;
+                r.peak_t_ns = t;
+            }
+            dev.parts.held(e.in_use, footprint, peak);
         }
-        let timeline = dev
-            .timeline
-            .get_or_insert_with(|| Timeline::new(4 * CHART_COLUMNS));
-        timeline.add(t, e.in_use);
+        dev.add(t, e.in_use, first);
+        let r = &mut dev.report;
+        let timeline = dev.timeline.as_mut().expect("added above");
         match kind {
             kind::ALLOC if ok => {
                 r.allocs += 1;
@@ -468,6 +667,7 @@ impl Process {
                     r.refused_by_quota += 1;
                 }
                 timeline.refusal(t, e.in_use);
+                let what = refused_what(&e.api);
                 if e.observed {
                     // Allowed: the caller got its memory, so it is no episode.
                     r.refused_observed += 1;
@@ -476,6 +676,22 @@ impl Process {
                             t_ns: t,
                             tid: e.tid,
                             api: self.api_names[api as usize].clone(),
+                            bytes: e.bytes,
+                            in_use: e.in_use,
+                            what,
+                        });
+                    }
+                    return;
+                }
+                if let Some(what) = what {
+                    // A context or a graph is not an allocation an allocator backs off from.
+                    r.refused_contexts_and_graphs += 1;
+                    if r.refused_contexts_and_graphs_shown.len() < OBSERVED_SHOWN {
+                        r.refused_contexts_and_graphs_shown.push(WholeRefusal {
+                            t_ns: t,
+                            tid: e.tid,
+                            api: self.api_names[api as usize].clone(),
+                            what,
                             bytes: e.bytes,
                             in_use: e.in_use,
                         });
@@ -508,6 +724,34 @@ impl Process {
         }
     }
 
+    /// A `footprint` line (a part's new total) or a `trim` line (cuquota released a part).
+    fn part_changed(&mut self, e: &EventLine) {
+        let footprint = self.header.counts_footprint();
+        let first = *self.first_t_ns.get_or_insert(e.t_ns);
+        let dev = device(&mut self.devices, e.dev);
+        let parts = &mut dev.parts;
+        parts.seen = true;
+        let index = e.part.as_deref().and_then(Parts::index);
+        if e.kind == kind::TRIM {
+            parts.trims += 1;
+            parts.trimmed_bytes = parts.trimmed_bytes.saturating_add(e.bytes);
+        } else if let Some(i) = index {
+            parts.now[i] = e.bytes;
+        }
+        let r = &mut dev.report;
+        r.in_use_at_end = e.in_use;
+        // A trim's part total comes on the next line: its figures are left to that one.
+        if e.kind == kind::FOOTPRINT {
+            let peak = e.in_use > r.peak;
+            if peak {
+                r.peak = e.in_use;
+                r.peak_t_ns = e.t_ns;
+            }
+            dev.parts.held(e.in_use, footprint, peak);
+        }
+        dev.add(e.t_ns, e.in_use, first);
+    }
+
     /// A context's allocations, freed with it: each is a free on the device it was charged
     /// to (a pool's may be another one than the context's, whose in-use the line's figure,
     /// of the context's device, does not say: it drops by what was freed there).
@@ -532,10 +776,9 @@ impl Process {
                 if dev != e.dev {
                     let r = &mut d.report;
                     r.in_use_at_end = r.in_use_at_end.saturating_sub(bytes);
-                    let t = e.t_ns;
                     let in_use = r.in_use_at_end;
-                    if let Some(timeline) = d.timeline.as_mut() {
-                        timeline.add(t, in_use);
+                    if d.timeline.is_some() {
+                        d.add(e.t_ns, in_use, self.first_t_ns.unwrap_or(0));
                     }
                 }
             }
@@ -639,17 +882,25 @@ impl Process {
                 alloc(d, &self.live)
             })
             .collect();
+        let footprint = self.header.counts_footprint();
+        let first = self.first_t_ns.unwrap_or(0);
         let devices: Vec<DeviceReport> = self
             .devices
             .into_values()
             .filter(|d| d.timeline.is_some())
             .map(|mut d| {
+                if footprint || d.parts.seen {
+                    d.report.footprint = Some(d.parts.report(d.report.in_use_at_end, footprint));
+                }
                 let (live, live_bytes) =
                     live_per_dev.get(&d.report.dev).copied().unwrap_or_default();
                 d.report.live = live;
                 d.report.live_bytes = live_bytes;
                 if let Some(t) = &d.timeline {
                     d.report.timeline = t.columns(end, CHART_COLUMNS);
+                }
+                if let Some(t) = &d.chart {
+                    d.report.chart = t.columns(end.saturating_sub(first), CHART_COLUMNS);
                 }
                 d.report
             })
@@ -672,6 +923,7 @@ impl Process {
             pid: self.header.pid,
             argv: self.header.argv,
             mode: self.header.mode,
+            count: self.header.count,
             start_unix_ns: self.header.start_unix_ns,
             duration_ns: end,
             end: self.summary.map(|s| s.end),
@@ -688,8 +940,20 @@ impl Process {
                 largest: live_largest,
             },
             api_mix,
+            first_event_ns: first,
         }
     }
+}
+
+/// `dev`'s entry, added when the header did not list it.
+fn device(devices: &mut BTreeMap<u32, Device>, dev: u32) -> &mut Device {
+    devices.entry(dev).or_insert_with(|| Device {
+        report: DeviceReport {
+            dev,
+            ..DeviceReport::default()
+        },
+        ..Device::default()
+    })
 }
 
 fn job(processes: &[ProcessReport]) -> JobReport {
@@ -751,9 +1015,14 @@ fn render_process(out: &mut String, p: &ProcessReport) {
         Some(end) => format!("stopped by {end}"),
         None => "no summary line: the process is still running, or was killed".to_string(),
     };
+    let counting = match p.count.as_deref() {
+        Some("footprint") => ", counting the footprint".to_string(),
+        Some(other) => format!(", counting {other}"),
+        None => String::new(),
+    };
     let _ = writeln!(
         out,
-        "   {}: mode {}, {} over {}; {ended}",
+        "   {}: mode {}{counting}, {} over {}; {ended}",
         p.file,
         p.mode,
         count(p.events, "event", "events"),
@@ -857,9 +1126,14 @@ fn render_device(out: &mut String, p: &ProcessReport, d: &DeviceReport) {
         (Some(n), Some(t)) => format!(" ({n}, {})", human(t)),
         _ => String::new(),
     };
+    let counted = d
+        .footprint
+        .as_ref()
+        .is_some_and(|f| f.counted && !f.only_allocations());
+    let peak_word = if counted { "footprint peak" } else { "peak" };
     let quota = match d.quota {
         Some(q) => format!(
-            "quota {}, peak {} ({:.1}%)",
+            "quota {}, {peak_word} {} ({:.1}%)",
             human(q),
             human(d.peak),
             if q == 0 {
@@ -868,7 +1142,7 @@ fn render_device(out: &mut String, p: &ProcessReport, d: &DeviceReport) {
                 d.peak as f64 * 100.0 / q as f64
             }
         ),
-        None => format!("no quota, peak {}", human(d.peak)),
+        None => format!("no quota, {peak_word} {}", human(d.peak)),
     };
     let _ = writeln!(
         out,
@@ -893,21 +1167,32 @@ fn render_device(out: &mut String, p: &ProcessReport, d: &DeviceReport) {
         d.live,
         human(d.live_bytes)
     );
+    if let Some(f) = d.footprint.as_ref().filter(|f| !f.only_allocations()) {
+        render_footprint(out, f);
+    }
+    render_contexts_and_graphs(out, d);
     if d.refused_observed > 0 || p.mode == "observe" {
         render_observed(out, d);
     }
     let scale = d.quota.unwrap_or(0).max(d.peak);
     chart(
         out,
-        &d.timeline,
+        &d.chart,
         scale,
-        p.duration_ns,
+        (p.first_event_ns, p.duration_ns),
         d.quota.is_some_and(|q| q == scale),
     );
 }
 
-/// A few rows of block characters: each column is the highest in-use in its time slice.
-fn chart(out: &mut String, columns: &[u64], scale: u64, duration_ns: u64, scale_is_quota: bool) {
+/// A few rows of block characters: each column is the highest in-use in its time slice,
+/// from `from_ns` (the first event) to `to_ns`.
+fn chart(
+    out: &mut String,
+    columns: &[u64],
+    scale: u64,
+    (from_ns, to_ns): (u64, u64),
+    scale_is_quota: bool,
+) {
     if columns.is_empty() || scale == 0 {
         return;
     }
@@ -936,16 +1221,97 @@ fn chart(out: &mut String, columns: &[u64], scale: u64, duration_ns: u64, scale_
     }
     let axis = "─".repeat(columns.len());
     let _ = writeln!(out, "     {:>label_width$} └{axis}", "");
-    let end = seconds(duration_ns);
-    let pad = columns.len().saturating_sub(3 + end.len());
-    let _ = writeln!(out, "     {:>label_width$}  0 s{:pad$}{end}", "", "");
+    let (start, end) = (seconds(from_ns), seconds(to_ns));
+    let pad = columns
+        .len()
+        .saturating_sub(start.chars().count() + end.chars().count());
+    let _ = writeln!(out, "     {:>label_width$}  {start}{:pad$}{end}", "", "");
+}
+
+/// The footprint's parts: at the end, their highest, and at the device's peak.
+fn render_footprint(out: &mut String, f: &FootprintReport) {
+    let _ = writeln!(
+        out,
+        "     {:<24}{:>12} {:>12} {:>12}",
+        if f.counted {
+            "Footprint by part:"
+        } else {
+            "Also held (not counted):"
+        },
+        "at end",
+        "highest",
+        "at the peak"
+    );
+    for (name, part) in [
+        ("allocations", &f.allocations),
+        ("pool cache", &f.pool_cache),
+        ("graph", &f.graph),
+        ("context", &f.context),
+    ] {
+        let _ = writeln!(
+            out,
+            "       {name:<22}{:>12} {:>12} {:>12}",
+            human(part.at_end),
+            human(part.peak),
+            human(part.at_peak)
+        );
+    }
+    if f.trims > 0 {
+        let _ = writeln!(
+            out,
+            "     cuquota trimmed pools or graph memory {} to make room, releasing {}",
+            count(f.trims, "time", "times"),
+            human(f.trimmed_bytes)
+        );
+    }
+}
+
+/// Refused contexts and graph launches, which are no back-off episodes.
+fn render_contexts_and_graphs(out: &mut String, d: &DeviceReport) {
+    for w in &d.refused_contexts_and_graphs_shown {
+        let _ = writeln!(
+            out,
+            "     refused at {} via {}: {}, with {} in use",
+            seconds(w.t_ns),
+            w.api,
+            refused_words(&w.api, w.bytes),
+            human(w.in_use)
+        );
+    }
+    let more = d.refused_contexts_and_graphs - d.refused_contexts_and_graphs_shown.len() as u64;
+    if more > 0 {
+        let _ = writeln!(
+            out,
+            "     … and {more} more refused contexts or graph launches"
+        );
+    }
 }
 
 /// Observe mode: what the quota would have refused, and the quota that would have held.
 fn render_observed(out: &mut String, d: &DeviceReport) {
+    let its_peak = match &d.footprint {
+        Some(f) if f.counted && !f.only_allocations() => {
+            let parts: Vec<String> = [
+                ("allocations", f.allocations.at_peak),
+                ("pool cache", f.pool_cache.at_peak),
+                ("graph", f.graph.at_peak),
+                ("context", f.context.at_peak),
+            ]
+            .iter()
+            .filter(|(_, v)| *v > 0)
+            .map(|(name, v)| format!("{name} {}", human(*v)))
+            .collect();
+            if parts.is_empty() {
+                "its footprint peak".to_string()
+            } else {
+                format!("its footprint peak: {}", parts.join(", "))
+            }
+        }
+        _ => "its peak".to_string(),
+    };
     let _ = writeln!(
         out,
-        "     observe mode: a quota of {} ({} bytes) or more would have held this run (its peak)",
+        "     observe mode: a quota of {} ({} bytes) or more would have held this run ({its_peak})",
         human(d.peak),
         d.peak
     );
@@ -964,7 +1330,7 @@ fn render_observed(out: &mut String, d: &DeviceReport) {
         let _ = writeln!(
             out,
             "       {:>12}  at {} via {} (in use {})",
-            human(o.bytes),
+            refused_words(&o.api, o.bytes),
             seconds(o.t_ns),
             o.api,
             human(o.in_use)
@@ -1348,6 +1714,326 @@ mod tests {
         assert_eq!(seconds(890_123), "890 µs");
         assert_eq!(seconds(4_567_890), "4.567 ms");
         assert_eq!(seconds(12_345_678_901), "12.345 s");
+    }
+
+    /// A header of a writer that names what the quota counts.
+    fn header_counting(pid: u32, mode: &str, count: &str) -> String {
+        header(pid, 0)
+            .replace(r#""mode":"enforce""#, &format!(r#""mode":"{mode}""#))
+            .replace("]}", &format!(r#"],"quota_counts":"{count}"}}"#))
+    }
+
+    fn part(kind: &str, t: u64, api: &str, part: &str, bytes: u64, in_use: u64) -> String {
+        format!(
+            r#"{{"type":"{kind}","t_ns":{t},"tid":1,"dev":0,"api":"{api}","part":"{part}","bytes":{bytes},"in_use":{in_use}}}"#
+        )
+    }
+
+    fn refused(t: u64, api: &str, bytes: u64, in_use: u64, observed: bool) -> String {
+        let observed = if observed { r#","observed":true"# } else { "" };
+        format!(
+            r#"{{"type":"refused","t_ns":{t},"tid":1,"dev":0,"api":"{api}","ptr":"0x0","bytes":{bytes},"result":"CUDA_ERROR_OUT_OF_MEMORY","in_use":{in_use},"reason":"quota"{observed}}}"#
+        )
+    }
+
+    /// Under a 100 MiB quota: a 30 MiB context, 40 MiB allocated, 8 MiB left in a pool's
+    /// cache, 10 MiB of graph memory, a trim of the cache, then a graph launch and a second
+    /// context refused.
+    fn footprint_run(count: &str) -> Vec<String> {
+        vec![
+            header_counting(9, "enforce", count),
+            part(
+                "footprint",
+                1_000,
+                "cuDevicePrimaryCtxRetain",
+                "context",
+                30 * MIB,
+                30 * MIB,
+            ),
+            ev("alloc", 2_000, 1, 0x1000, 40 * MIB, 70 * MIB),
+            ev("alloc", 3_000, 1, 0x2000, 8 * MIB, 78 * MIB),
+            ev("free", 4_000, 1, 0x2000, 8 * MIB, 70 * MIB),
+            part(
+                "footprint",
+                4_000,
+                "cuMemFreeAsync",
+                "pool_cache",
+                8 * MIB,
+                78 * MIB,
+            ),
+            part(
+                "footprint",
+                5_000,
+                "cuGraphUpload",
+                "graph",
+                10 * MIB,
+                88 * MIB,
+            ),
+            part(
+                "trim",
+                6_000,
+                "cuMemAlloc_v2",
+                "pool_cache",
+                8 * MIB,
+                80 * MIB,
+            ),
+            part(
+                "footprint",
+                6_000,
+                "cuMemAlloc_v2",
+                "pool_cache",
+                0,
+                80 * MIB,
+            ),
+            ev("alloc", 6_500, 1, 0x3000, 12 * MIB, 92 * MIB),
+            refused(7_000, "cuGraphLaunch", 20 * MIB, 92 * MIB, false),
+            refused(8_000, "cuCtxCreate_v2", 30 * MIB, 92 * MIB, false),
+            ev("free", 9_000, 1, 0x1000, 40 * MIB, 52 * MIB),
+        ]
+    }
+
+    #[test]
+    fn the_footprint_is_tallied_by_part() {
+        let r = report(&[("footprint", footprint_run("footprint"))]);
+        let p = &r.processes[0];
+        assert_eq!(p.count.as_deref(), Some("footprint"));
+        // Every line is an event; the footprint and trim lines are no calls.
+        assert_eq!(p.events, 12);
+        let calls: u64 = p.api_mix.iter().map(|a| a.count).sum();
+        assert_eq!(calls, 7);
+        assert!(!p.api_mix.iter().any(|a| a.api == "cuGraphUpload"));
+        let d = &p.devices[0];
+        assert_eq!(
+            (d.peak, d.peak_t_ns, d.in_use_at_end),
+            (92 * MIB, 6_500, 52 * MIB)
+        );
+        let part = |at_end, peak, at_peak| PartReport {
+            at_end: at_end * MIB,
+            peak: peak * MIB,
+            at_peak: at_peak * MIB,
+        };
+        assert_eq!(
+            d.footprint,
+            Some(FootprintReport {
+                counted: true,
+                allocations: part(12, 52, 52),
+                pool_cache: part(0, 8, 0),
+                graph: part(10, 10, 10),
+                context: part(30, 30, 30),
+                trims: 1,
+                trimmed_bytes: 8 * MIB,
+            })
+        );
+        // A context or a graph refused is listed apart, and no back-off episode.
+        assert_eq!((d.refusals, d.refused_by_quota), (2, 2));
+        assert_eq!(d.refused_contexts_and_graphs, 2);
+        let shown: Vec<(&str, &str, u64)> = d
+            .refused_contexts_and_graphs_shown
+            .iter()
+            .map(|w| (w.api.as_str(), w.what, w.bytes))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                ("cuGraphLaunch", "graph launch", 20 * MIB),
+                ("cuCtxCreate_v2", "context", 30 * MIB)
+            ]
+        );
+        assert_eq!(p.backoff_episodes.count, 0);
+
+        let text = render(&r);
+        for needle in [
+            "mode enforce, counting the footprint, 12 events over 9 µs",
+            "quota 100.00 MiB, footprint peak 92.00 MiB (92.0%) at 6 µs",
+            "     Footprint by part:            at end      highest  at the peak",
+            "       allocations              12.00 MiB    52.00 MiB    52.00 MiB",
+            "       pool cache                     0 B     8.00 MiB          0 B",
+            "       graph                    10.00 MiB    10.00 MiB    10.00 MiB",
+            "       context                  30.00 MiB    30.00 MiB    30.00 MiB",
+            "     cuquota trimmed pools or graph memory 1 time to make room, releasing 8.00 MiB",
+            "     refused at 7 µs via cuGraphLaunch: graph launch needing 20.00 MiB, with 92.00 MiB in use",
+            "     refused at 8 µs via cuCtxCreate_v2: a new context (30.00 MiB), with 92.00 MiB in use",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+        }
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["processes"][0]["count"], "footprint");
+        assert_eq!(
+            json["processes"][0]["devices"][0]["footprint"]["context"]["at_end"],
+            30 * MIB
+        );
+    }
+
+    /// Counting allocations, the parts a newer writer still reports are what the process also
+    /// held: `in_use` is of allocations alone.
+    #[test]
+    fn counting_allocations_the_parts_are_not_counted() {
+        let mut lines = vec![header_counting(9, "enforce", "allocations")];
+        lines.push(part(
+            "footprint",
+            1_000,
+            "cuDevicePrimaryCtxRetain",
+            "context",
+            30 * MIB,
+            0,
+        ));
+        lines.push(ev("alloc", 2_000, 1, 0x1000, 40 * MIB, 40 * MIB));
+        let r = report(&[("allocations", lines)]);
+        let d = &r.processes[0].devices[0];
+        let f = d.footprint.as_ref().unwrap();
+        assert!(!f.counted);
+        assert_eq!(
+            (f.allocations.at_end, f.allocations.peak),
+            (40 * MIB, 40 * MIB)
+        );
+        assert_eq!((f.context.at_end, f.context.at_peak), (30 * MIB, 30 * MIB));
+        let text = render(&r);
+        assert!(text.contains("counting allocations, 2 events"), "{text}");
+        assert!(text.contains("quota 100.00 MiB, peak 40.00 MiB"), "{text}");
+        assert!(text.contains("     Also held (not counted):"), "{text}");
+
+        // A footprint-mode trace with no part but allocations still shows its parts.
+        let lines = vec![
+            header_counting(9, "enforce", "footprint"),
+            ev("alloc", 2_000, 1, 0x1000, 40 * MIB, 40 * MIB),
+        ];
+        let r = report(&[("only-allocations", lines)]);
+        let f = r.processes[0].devices[0].footprint.clone().unwrap();
+        assert_eq!(
+            (f.counted, f.allocations.peak, f.context.peak),
+            (true, 40 * MIB, 0)
+        );
+    }
+
+    /// A trace that does not say what it counted (older writers) has no footprint figures:
+    /// its report is what it was.
+    #[test]
+    fn older_traces_have_no_footprint_figures() {
+        let r = report(&[("older", workload())]);
+        let json = serde_json::to_value(&r).unwrap();
+        let p = &json["processes"][0];
+        assert!(p.get("count").is_none());
+        for key in [
+            "footprint",
+            "refused_contexts_and_graphs",
+            "refused_contexts_and_graphs_shown",
+        ] {
+            assert!(p["devices"][0].get(key).is_none(), "{key}");
+        }
+        let text = render(&r);
+        assert!(
+            !text.contains("counting") && !text.contains("Footprint"),
+            "{text}"
+        );
+    }
+
+    /// Observe mode counting the footprint: the quota that would have held is the footprint
+    /// peak, said by part; a would-be refused context is worded as one.
+    #[test]
+    fn observe_mode_sizes_the_quota_by_the_footprint() {
+        let lines = vec![
+            header_counting(9, "observe", "footprint"),
+            part(
+                "footprint",
+                1_000,
+                "cuDevicePrimaryCtxRetain",
+                "context",
+                60 * MIB,
+                60 * MIB,
+            ),
+            refused(2_000, "cuMemAlloc_v2", 50 * MIB, 60 * MIB, true),
+            ev("alloc", 2_000, 1, 0x1000, 50 * MIB, 110 * MIB),
+            refused(3_000, "cuCtxCreate_v2", 60 * MIB, 110 * MIB, true),
+            part(
+                "footprint",
+                3_000,
+                "cuCtxCreate_v2",
+                "context",
+                120 * MIB,
+                170 * MIB,
+            ),
+        ];
+        let r = report(&[("observe", lines)]);
+        let d = &r.processes[0].devices[0];
+        assert_eq!(
+            (d.peak, d.refused_observed, d.refused_contexts_and_graphs),
+            (170 * MIB, 2, 0)
+        );
+        assert_eq!(d.observed_shown[1].what, Some("context"));
+        assert_eq!(d.observed_shown[0].what, None);
+        let text = render(&r);
+        for needle in [
+            "observe mode: a quota of 170.00 MiB (178257920 bytes) or more would have held this run (its footprint peak: allocations 50.00 MiB, context 120.00 MiB)",
+            "        50.00 MiB  at 2 µs via cuMemAlloc_v2 (in use 60.00 MiB)",
+            "       a new context (60.00 MiB)  at 3 µs via cuCtxCreate_v2 (in use 110.00 MiB)",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn refusals_of_contexts_and_graphs_are_named() {
+        for (api, what) in [
+            ("cuDevicePrimaryCtxRetain", Some("context")),
+            ("cuCtxCreate", Some("context")),
+            ("cuCtxCreate_v4", Some("context")),
+            ("cuGreenCtxCreate", Some("context")),
+            ("cuCtxSetLimit", Some("context limit")),
+            ("cuModuleLoadDataEx", Some("module load")),
+            ("cuLibraryLoadFromFile", Some("module load")),
+            ("cuGraphLaunch", Some("graph launch")),
+            ("cuGraphLaunch_ptsz", Some("graph launch")),
+            ("cuGraphUpload", Some("graph upload")),
+            ("cuMemAlloc_v2", None),
+            ("cuMemAllocAsync", None),
+            ("cuMemCreate", None),
+        ] {
+            assert_eq!(refused_what(api), what, "{api}");
+        }
+        assert_eq!(
+            refused_words("cuCtxCreate_v2", 512 * MIB),
+            "a new context (512.00 MiB)"
+        );
+        assert_eq!(
+            refused_words("cuGraphLaunch", 2 << 30),
+            "graph launch needing 2.00 GiB"
+        );
+        assert_eq!(refused_words("cuMemAlloc_v2", MIB), "1.00 MiB");
+    }
+
+    /// A process that starts its GPU work late: the terminal chart spans its events (the
+    /// first one at 9 s), not the quiet start; the JSON timeline still counts from start.
+    #[test]
+    fn the_terminal_chart_starts_at_the_first_event() {
+        let s = 1_000_000_000;
+        let lines = vec![
+            header(3, 0),
+            ev("alloc", 9 * s, 1, 0x1000, 50 * MIB, 50 * MIB),
+            ev("alloc", 9 * s + s / 2, 1, 0x2000, 50 * MIB, 100 * MIB),
+            ev("free", 10 * s, 1, 0x1000, 50 * MIB, 50 * MIB),
+        ];
+        let r = report(&[("late", lines)]);
+        let d = &r.processes[0].devices[0];
+        assert_eq!(r.processes[0].first_event_ns, 9 * s);
+        // The first half of the chart at 50 MiB, the second at 100 MiB, the last at 100 too
+        // (the free is the last event: its slice held 100 MiB before it).
+        assert_eq!(d.chart.len(), CHART_COLUMNS);
+        assert!(
+            d.chart[..29].iter().all(|&v| v == 50 * MIB),
+            "{:?}",
+            d.chart
+        );
+        assert!(
+            d.chart[31..].iter().all(|&v| v == 100 * MIB),
+            "{:?}",
+            d.chart
+        );
+        assert_eq!(d.timeline[..53], [0; 53], "from the process's start");
+        let text = render(&r);
+        let bottom = format!("                  0 ┤{}", "█".repeat(CHART_COLUMNS));
+        assert!(text.contains(&bottom), "{text}");
+        let axis = format!("                     9.000 s{}10.000 s", " ".repeat(45));
+        assert!(text.contains(&axis), "{text}");
     }
 
     #[test]

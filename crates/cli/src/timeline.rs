@@ -10,6 +10,8 @@ pub struct Bucket {
     pub last: u64,
     /// In-use bytes at the bucket's refusals (the highest), if it had any.
     pub refusal: Option<u64>,
+    /// cuquota trimmed the process's pools or graph memory in the bucket.
+    pub trimmed: bool,
 }
 
 impl Bucket {
@@ -17,10 +19,12 @@ impl Bucket {
         match (self.used, later.used) {
             (_, false) => Bucket {
                 refusal: self.refusal.max(later.refusal),
+                trimmed: self.trimmed || later.trimmed,
                 ..self
             },
             (false, true) => Bucket {
                 refusal: self.refusal.max(later.refusal),
+                trimmed: self.trimmed || later.trimmed,
                 ..later
             },
             (true, true) => Bucket {
@@ -28,11 +32,13 @@ impl Bucket {
                 max: self.max.max(later.max),
                 last: later.last,
                 refusal: self.refusal.max(later.refusal),
+                trimmed: self.trimmed || later.trimmed,
             },
         }
     }
 }
 
+#[derive(Clone)]
 pub struct Timeline {
     width_ns: u64,
     buckets: Vec<Bucket>,
@@ -65,6 +71,11 @@ impl Timeline {
     pub fn refusal(&mut self, t_ns: u64, in_use: u64) {
         let b = self.bucket(t_ns);
         b.refusal = b.refusal.max(Some(in_use));
+    }
+
+    /// cuquota trimmed pools or graph memory at `t_ns`.
+    pub fn trim(&mut self, t_ns: u64) {
+        self.bucket(t_ns).trimmed = true;
     }
 
     pub fn end_ns(&self) -> u64 {
@@ -152,6 +163,15 @@ mod tests {
         t.refusal(10_500, 3);
         assert_eq!(t.buckets().last().unwrap().1.refusal, Some(3));
         assert_eq!(t.end_ns(), 10_500);
+        t.trim(200);
+        assert!(t.buckets().next().unwrap().1.trimmed);
+        t.add(40_000, 1); // widens again: the mark stays with its bucket
+        let trimmed: Vec<u64> = t
+            .buckets()
+            .filter(|(_, b)| b.trimmed)
+            .map(|(s, _)| s)
+            .collect();
+        assert_eq!(trimmed, [0]);
     }
 
     #[test]

@@ -88,6 +88,10 @@ pub fn parse(line: &[u8]) -> Option<EventLine<'_>> {
                 ev.observed = c.literal_true()?;
                 17
             }
+            b"part" => {
+                ev.part = Some(Cow::Borrowed(c.string()?));
+                18
+            }
             _ => return None,
         };
         if seen & (1 << bit) != 0 {
@@ -242,6 +246,8 @@ mod tests {
             r#"{"type":"backoff","dev":3,"sizes":[40,36,32]}"#,
             r#"{"type":"backoff","sizes":[]}"#,
             r#"{"type":"dropped","t_ns":7,"count":3}"#,
+            r#"{"type":"footprint","t_ns":8,"tid":9,"dev":0,"api":"cuDevicePrimaryCtxRetain","part":"context","bytes":536870912,"in_use":536870912}"#,
+            r#"{"type":"trim","t_ns":9,"tid":9,"dev":1,"api":"cuMemAlloc_v2","part":"pool_cache","bytes":2097152,"in_use":4194304}"#,
             r#"{"type":"ålloc"}"#,
         ] {
             assert!(agrees(line), "{line}");
@@ -264,6 +270,9 @@ mod tests {
             r#"{"type":"alloc","reason":null}"#,
             r#"{"type":"refused","observed":false}"#,
             r#"{"type":"refused","observed":tru}"#,
+            r#"{"type":"footprint","part":null}"#,
+            r#"{"type":"footprint","part":7}"#,
+            r#"{"type":"footprint","part":"graph","part":"graph"}"#,
             r#"{"type":"alloc","t_ns":1,"t_ns":2}"#,
             r#"{"type": "alloc"}"#,
             r#"{"type":"alloc"} "#,

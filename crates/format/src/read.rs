@@ -289,6 +289,42 @@ mod tests {
         assert!(err.contains("notype:2: missing field `type`"), "{err}");
     }
 
+    /// A header with its count mode (`quota_counts`, a word) reads, though every line is
+    /// first read as a flat event.
+    #[test]
+    fn a_header_with_its_count_mode_reads() {
+        let with = HEADER.replace(
+            "\"devices\":[]",
+            "\"devices\":[],\"quota_counts\":\"footprint\"",
+        );
+        assert!(with.contains(r#""quota_counts":"footprint""#), "{with}");
+        let path = file("count", &format!("{with}\n{ALLOC}\n"));
+        let mut mode = None;
+        let options = Options {
+            skip_bad: false,
+            progress: false,
+        };
+        read(&path, &options, |r| {
+            if let Record::Header(h) = r {
+                mode = h.count.clone();
+            }
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(mode.as_deref(), Some("footprint"));
+        assert_eq!(header(&path).unwrap().count.as_deref(), Some("footprint"));
+        // An event whose count is a word is still an error, named as before.
+        let path = file(
+            "badcount",
+            &format!("{HEADER}\n{{\"type\":\"dropped\",\"count\":\"x\"}}\n"),
+        );
+        let err = count(&path, false).unwrap_err();
+        assert!(
+            err.contains("badcount:2: invalid type: string \"x\", expected u64"),
+            "{err}"
+        );
+    }
+
     #[test]
     fn not_a_trace() {
         let err = count(&file("noheader", &format!("{ALLOC}\n")), false).unwrap_err();

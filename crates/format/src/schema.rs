@@ -34,15 +34,34 @@ pub mod kind {
     /// A context destroyed or reset: the driver freed its allocations (`ptrs`, `count`,
     /// `bytes` in all) with it.
     pub const CONTEXT: &str = "context";
-    /// A part of the footprint other than allocations changed: `part` (`"context"`,
-    /// `"pool_cache"`, `"graph"`) is now `bytes` on `dev`.
-    pub const FOOTPRINT: &str = "footprint";
-    /// cuquota trimmed this process's pools (`part` `"pool_cache"`) or graph memory
-    /// (`"graph"`) and got `bytes` back, to make room for a request through `api`.
-    pub const TRIM: &str = "trim";
     /// Written by the writer when events were dropped since the previous batch.
     pub const DROPPED: &str = "dropped";
+    /// A part of the footprint other than allocations changed on `dev`: `part` (one of
+    /// [`super::part`]) is now `bytes` in all (absolute, not a delta).
+    pub const FOOTPRINT: &str = "footprint";
+    /// cuquota trimmed this process's pools or graph memory (`part`) by `bytes` to make room
+    /// for a request through `api`; a `footprint` line with the part's new total follows.
+    pub const TRIM: &str = "trim";
     pub const SUMMARY: &str = "summary";
+}
+
+/// `"part"` values of `footprint` and `trim` lines: the parts of a device's footprint besides
+/// the allocations (which are `in_use` minus these).
+pub mod part {
+    /// What the process's contexts take on the device (measured, or `CUQUOTA_CONTEXT`).
+    pub const CONTEXT: &str = "context";
+    /// Memory pools' reservation beyond their live allocations.
+    pub const POOL_CACHE: &str = "pool_cache";
+    /// The device's graph memory reservation.
+    pub const GRAPH: &str = "graph";
+}
+
+/// `"count"` values of the header: what the quota counts.
+pub mod count {
+    /// The whole footprint: allocations, pool cache, graph memory and contexts.
+    pub const FOOTPRINT: &str = "footprint";
+    /// Allocations only (what traces without `count` counted).
+    pub const ALLOCATIONS: &str = "allocations";
 }
 
 /// First line of every trace file.
@@ -61,12 +80,23 @@ pub struct Header {
     pub start_unix_ns: u64,
     /// `"enforce"` or `"observe"`.
     pub mode: String,
-    /// What the quota bounds: `"footprint"` or `"allocations"` (absent in traces written
-    /// before it existed: allocations).
-    /// (Not `count`: that key is a `dropped` and `context` line's number.)
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub quota_counts: Option<String>,
     pub devices: Vec<HeaderDevice>,
+    /// What the quota counts: [`count::FOOTPRINT`] or [`count::ALLOCATIONS`]; absent (older
+    /// traces) means allocations. Written `quota_counts`: `count` is a `dropped` and
+    /// `context` line's number, and a flat reader of every line would trip on a word there.
+    #[serde(
+        rename = "quota_counts",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub count: Option<String>,
+}
+
+impl Header {
+    /// Whether the quota counted the whole footprint (`in_use` includes every part).
+    pub fn counts_footprint(&self) -> bool {
+        self.count.as_deref() == Some(count::FOOTPRINT)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -132,7 +162,7 @@ pub struct EventLine<'a> {
     /// context: the pointers and handles freed with the context, hex strings as `ptr`.
     #[serde(default, borrow)]
     pub ptrs: Option<Vec<Cow<'a, str>>>,
-    /// footprint, trim: `"context"`, `"pool_cache"` or `"graph"`.
+    /// footprint, trim: which part (one of [`part`]).
     #[serde(default, borrow)]
     pub part: Option<Cow<'a, str>>,
 }
@@ -170,7 +200,8 @@ pub struct SummaryDevice {
     /// Allocations never freed (seen in the trace): count and bytes.
     pub live: u64,
     pub live_bytes: u64,
-    /// Footprint parts besides allocations: bytes at the end, and each one's peak.
+    /// The parts of the footprint besides allocations at the end, and the highest each
+    /// reached (`peak` and `in_use` above are of the whole footprint in footprint mode).
     #[serde(default)]
     pub context: u64,
     #[serde(default)]
@@ -183,7 +214,7 @@ pub struct SummaryDevice {
     pub pool_cache_peak: u64,
     #[serde(default)]
     pub graph_peak: u64,
-    /// cuquota's own trims of this process's pools and graph memory, and what they gave back.
+    /// Times cuquota trimmed this process's pools or graph memory, and the bytes released.
     #[serde(default)]
     pub trims: u64,
     #[serde(default)]
@@ -216,6 +247,80 @@ mod tests {
         let backoff: EventLine =
             serde_json::from_str(r#"{"type":"backoff","sizes":[4,3,2]}"#).unwrap();
         assert_eq!(backoff.sizes.as_deref(), Some(&[4u64, 3, 2][..]));
+    }
+
+    #[test]
+    fn footprint_and_trim_lines_read_their_part() {
+        let line = r#"{"type":"footprint","t_ns":5,"tid":7,"dev":0,"api":"cuDevicePrimaryCtxRetain","part":"context","bytes":536870912,"in_use":536870912}"#;
+        let ev: EventLine = serde_json::from_str(line).unwrap();
+        assert_eq!(ev.kind, kind::FOOTPRINT);
+        assert_eq!(ev.part.as_deref(), Some(part::CONTEXT));
+        assert_eq!((ev.bytes, ev.in_use), (512 << 20, 512 << 20));
+        let trim: EventLine =
+            serde_json::from_str(r#"{"type":"trim","part":"pool_cache","bytes":4}"#).unwrap();
+        assert_eq!(
+            (trim.kind.as_ref(), trim.part.as_deref(), trim.bytes),
+            (kind::TRIM, Some(part::POOL_CACHE), 4)
+        );
+        // Older lines have no part.
+        let alloc: EventLine = serde_json::from_str(r#"{"type":"alloc"}"#).unwrap();
+        assert_eq!(alloc.part, None);
+    }
+
+    const OLD_HEADER: &str = r#"{"type":"header","schema":1,"version":"0.1.0","pid":7,"host":"h","rank":0,"argv":["a"],"start_unix_ns":1,"mode":"enforce","devices":[{"ordinal":0,"name":"g","total":8,"quota":null}]}"#;
+
+    /// A header without `count` (older writers) reads as allocations and writes back the
+    /// same bytes; one with it round-trips.
+    #[test]
+    fn header_count_round_trips_and_defaults_to_allocations() {
+        let old: Header = serde_json::from_str(OLD_HEADER).unwrap();
+        assert_eq!(old.count, None);
+        assert!(!old.counts_footprint());
+        assert_eq!(serde_json::to_string(&old).unwrap(), OLD_HEADER);
+        for mode in [count::FOOTPRINT, count::ALLOCATIONS] {
+            let new = Header {
+                count: Some(mode.into()),
+                ..old.clone()
+            };
+            let text = serde_json::to_string(&new).unwrap();
+            assert!(
+                text.ends_with(&format!(r#","quota_counts":"{mode}"}}"#)),
+                "{text}"
+            );
+            let back: Header = serde_json::from_str(&text).unwrap();
+            assert_eq!(back, new);
+            assert_eq!(back.counts_footprint(), mode == count::FOOTPRINT);
+        }
+    }
+
+    /// The summary's footprint fields default to 0 in older summaries and round-trip.
+    #[test]
+    fn summary_footprint_fields_default_and_round_trip() {
+        let old = r#"{"dev":0,"quota":null,"peak":1,"peak_t_ns":2,"in_use":1,"allocs":1,"frees":0,"refusals":0,"alloc_bytes":1,"live":1,"live_bytes":1}"#;
+        let d: SummaryDevice = serde_json::from_str(old).unwrap();
+        assert_eq!((d.peak, d.live_bytes), (1, 1));
+        assert_eq!(
+            (d.context, d.pool_cache, d.graph, d.trims, d.trimmed_bytes),
+            (0, 0, 0, 0, 0)
+        );
+        assert_eq!((d.context_peak, d.pool_cache_peak, d.graph_peak), (0, 0, 0));
+        let full = SummaryDevice {
+            context: 1,
+            pool_cache: 2,
+            graph: 3,
+            context_peak: 4,
+            pool_cache_peak: 5,
+            graph_peak: 6,
+            trims: 7,
+            trimmed_bytes: 8,
+            ..d
+        };
+        let text = serde_json::to_string(&full).unwrap();
+        assert!(
+            text.ends_with(r#""context":1,"pool_cache":2,"graph":3,"context_peak":4,"pool_cache_peak":5,"graph_peak":6,"trims":7,"trimmed_bytes":8}"#),
+            "{text}"
+        );
+        assert_eq!(serde_json::from_str::<SummaryDevice>(&text).unwrap(), full);
     }
 
     #[test]
