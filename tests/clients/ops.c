@@ -565,7 +565,25 @@ static int nvml_handle(const struct drv *d, const char *index, nvmlDevice_t *dev
  *   pctxcreate                   cuCtxCreate_v2 on the current device (made current); a
  *                                context slot, as ctxcreate: "pctxcreate rc=R slot=S"
  *   psetlimit:LIMIT:VALUE        cuCtxSetLimit: "psetlimit LIMIT rc=R"
+ *   pctxthreads:N                N threads (at most 16) each create a context on the
+ *                                current device at once (kept to the end): "pctxthreads N
+ *                                ok=K" (K: how many succeeded)
  * Returns -1 for an op it does not know. */
+struct ctx_thread {
+    const struct drv *d;
+    pthread_barrier_t *start;
+    CUdevice dev;
+    CUresult rc;
+};
+
+static void *ctx_thread_main(void *p) {
+    struct ctx_thread *t = p;
+    CUcontext ctx = NULL;
+    pthread_barrier_wait(t->start);
+    t->rc = CALL(t->d, cuCtxCreate_v2, &ctx, 0, t->dev);
+    return NULL;
+}
+
 static int path_context_op(const struct drv *d, char **f, int nf) {
     const char *op = f[0];
     unsigned long long a = 0, b = 0;
@@ -585,6 +603,32 @@ static int path_context_op(const struct drv *d, char **f, int nf) {
             return -1;
         rc = CALL(d, cuCtxSetLimit, (int)a, b);
         out("psetlimit %llu rc=%d", a, rc);
+    } else if (!strcmp(op, "pctxthreads")) {
+        struct ctx_thread t[16];
+        pthread_t tid[16];
+        pthread_barrier_t start;
+        CUdevice dev = 0;
+        unsigned long long i, ok = 0;
+        if (nf != 2 || parse_num(f[1], &a) || a == 0 || a > 16)
+            return -1;
+        rc = CALL(d, cuDeviceGet, &dev, cur_dev);
+        if (rc)
+            return -1;
+        pthread_barrier_init(&start, NULL, (unsigned)a);
+        for (i = 0; i < a; i++) {
+            t[i].d = d;
+            t[i].start = &start;
+            t[i].dev = dev;
+            t[i].rc = CUDA_ERROR_UNKNOWN;
+            if (pthread_create(&tid[i], NULL, ctx_thread_main, &t[i]))
+                exit(3);
+        }
+        for (i = 0; i < a; i++) {
+            pthread_join(tid[i], NULL);
+            ok += t[i].rc == CUDA_SUCCESS;
+        }
+        pthread_barrier_destroy(&start);
+        out("pctxthreads %llu ok=%llu", a, ok);
     } else {
         return -1;
     }

@@ -113,6 +113,26 @@ fn a_created_context_that_does_not_fit_is_destroyed_and_refused() {
     }
 }
 
+/// Eight threads create contexts at once: each is measured on its own (the measurement
+/// lock), none takes another's share.
+#[test]
+fn contexts_made_at_once_on_threads_are_each_charged_their_own() {
+    for client in Client::ALL {
+        let out = run(
+            client,
+            "init pctxthreads:8 info footprint:0",
+            &[
+                ("CUQUOTA_LIMIT", "2GiB"),
+                ("CUDA_SHIM_CONTEXT_MEMORY", "100MiB"),
+            ],
+        );
+        out.check_exit(0);
+        out.check(1, "pctxthreads", &[("ok", 8)]);
+        out.check(2, "info", &[("free", 2 * GIB - 900 * MIB)]);
+        out.check(3, "footprint", &[("context", 900 * MIB)]);
+    }
+}
+
 /// A reset frees the primary context; the retain that makes it again is measured again.
 #[test]
 fn the_primary_context_is_measured_again_after_a_reset() {
