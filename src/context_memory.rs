@@ -31,10 +31,10 @@
 //! - One process-wide lock is held across each measured driver call (and only there), so
 //!   two threads' measurements never mix.
 
-use crate::config::MAX_DEVICES;
 use crate::contexts::{Slot, NO_CONTEXT};
 use crate::cuda_abi::CuResult;
 use crate::spin::SpinLock;
+use cuquota_format::settings::MAX_DEVICES;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 

@@ -8,15 +8,18 @@
 //!   `CUDA_HOOKS`, the table of them), `process` (the one engine, made at the first hooked
 //!   call; the exit handler and the fork handler, which resets everything in one order);
 //! - lookup: `real_driver` (every driver function cuquota resolves, declared once with its
-//!   prototype; the questions the engine asks the driver), `lookup` (finding a function in
-//!   a real library; routing `dlsym` and `cuGetProcAddress` to the hooks it is handed);
+//!   prototype; the questions the engine asks the driver), `nvml` (NVML, a second real
+//!   library, called and never hooked: free memory before a context exists, this process's
+//!   own usage), `lookup` (finding a function in a real library; routing `dlsym` and
+//!   `cuGetProcAddress` to the hooks it is handed);
 //! - engine, beside lookup (neither imports the other): `engine` (reserve, call, commit or
 //!   roll back; the virtualised figures), `episodes` (each thread's run of refusals),
 //!   `trace` (the trace file, started at its first event), `messages` (the words of the log
 //!   lines), `log` (where they go), `config` (the environment variables);
 //! - books: `quota` (per-GPU counters), `ledger` (live allocations), `contexts` (the
 //!   contexts that own them, and each one's device), `vmm` (references and mappings of
-//!   `cuMemCreate` allocations);
+//!   `cuMemCreate` allocations), `context_memory` (what contexts themselves take: how it
+//!   is measured, charged per context and corrected from NVML);
 //! - words: `cuda_abi` (the driver's types), `array_shape` (a CUDA array's shape and its
 //!   estimated size), `ffi` (caller pointers), `output` (cuquota's own writes: bounded,
 //!   never SIGPIPE), `spin` (the lock a forked child can clear).

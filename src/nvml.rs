@@ -86,7 +86,7 @@ library! {
 }
 
 /// How many CUDA ordinals get a remembered NVML handle.
-const DEVICES: usize = crate::config::MAX_DEVICES;
+const DEVICES: usize = cuquota_format::settings::MAX_DEVICES;
 
 /// Where NVML stands in this process.
 enum State {
