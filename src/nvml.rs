@@ -231,6 +231,8 @@ pub fn free_memory(device: u32) -> Option<u64> {
 /// How many times the process list is asked again when it grew between the size query
 /// and the read.
 const LIST_TRIES: usize = 3;
+/// More processes on one GPU than this is not a figure to allocate for.
+const MOST_PROCESSES: c_uint = 4096;
 
 /// This process's used memory on CUDA's `device` from NVML's compute process list (`None`:
 /// no NVML, the pid is not listed — e.g. another pid namespace — or NVML cannot say).
@@ -279,7 +281,10 @@ fn process_list<T: Default + Clone>(
         _ => return None,
     }
     for _ in 0..LIST_TRIES {
-        let room = count.saturating_add(8);
+        if count > MOST_PROCESSES {
+            return None;
+        }
+        let room = count + 8;
         // Spare room beyond what is announced: some drivers' entries were larger than the
         // header of the same version says (the protected-memory field), and they must not
         // write past the buffer.
@@ -392,5 +397,11 @@ mod tests {
         assert_eq!(process_list(empty).unwrap().len(), 0);
         let failing = |_: *mut c_uint, _: *mut NvmlProcessInfoV1| 3;
         assert!(process_list(failing).is_none());
+        // SAFETY: the count pointer process_list passes.
+        let absurd = |n: *mut c_uint, _: *mut NvmlProcessInfoV1| unsafe {
+            *n = u32::MAX;
+            NVML_ERROR_INSUFFICIENT_SIZE
+        };
+        assert!(process_list(absurd).is_none());
     }
 }
