@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 // The footprint's parts besides allocations (issue 11), each an `impl Engine` of its own.
 mod graph_memory;
 mod pool_cache;
+pub use graph_memory::{GraphNode, GRAPH_GRANULE};
 
 /// What the engine asks the driver besides the call being hooked.
 pub trait Queries: Sync + Send {
@@ -45,6 +46,20 @@ pub trait Queries: Sync + Send {
     /// A device's UUID (per-GPU limits may name one).
     fn device_uuid(&self, _device: u32) -> Option<[u8; 16]> {
         None
+    }
+
+    // -- graph memory (issue 11) --
+    /// The nodes of a graph, as far as memory goes (None: the driver cannot say).
+    fn graph_nodes(&self, _graph: usize) -> Option<Vec<GraphNode>> {
+        None
+    }
+    /// A device's graph memory pool: (reserved, used) bytes.
+    fn graph_memory(&self, _device: u32) -> Option<(u64, u64)> {
+        None
+    }
+    /// `cuDeviceGraphMemTrim(device)`: whether it succeeded.
+    fn graph_memory_trim(&self, _device: u32) -> bool {
+        false
     }
 }
 
@@ -139,6 +154,8 @@ pub struct Engine {
     tracing: bool,
     /// The per-GPU limits were checked against the devices the process sees (once).
     devices_checked: std::sync::atomic::AtomicBool,
+    /// Executable graphs with memory nodes, and uploads and launches in flight (issue 11).
+    graph_books: SpinLock<graph_memory::GraphBooks>,
 }
 
 impl Engine {
@@ -155,6 +172,7 @@ impl Engine {
             attached: SpinLock::new(HashMap::new()),
             tracing: config.as_ref().is_ok_and(|c| c.trace.is_some()),
             devices_checked: std::sync::atomic::AtomicBool::new(false),
+            graph_books: SpinLock::new(graph_memory::GraphBooks::new()),
             config,
         }
     }
@@ -744,6 +762,11 @@ impl Engine {
         unsafe { self.contexts.reset_in_child() };
         // SAFETY: as above.
         unsafe { self.attached.reset_in_child(HashMap::new()) };
+        // SAFETY: as above.
+        unsafe {
+            self.graph_books
+                .reset_in_child(graph_memory::GraphBooks::new())
+        };
         for p in &self.primary {
             p.store(0, Relaxed);
         }
