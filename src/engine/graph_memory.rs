@@ -16,8 +16,9 @@
 //! `CUDA_ERROR_OUT_OF_MEMORY` before the driver runs it. After the call the part is set to
 //! the driver's reservation.
 //!
-//! Graphs without memory nodes cost nothing here (no book, no driver call), and with
-//! `CUQUOTA_COUNT=allocations` every hook passes straight through.
+//! Graphs without memory nodes cost nothing here (no book, no driver call); a device whose
+//! graph pool the driver cannot report (`cuDeviceGetGraphMemAttribute` fails) is not
+//! charged for it; with `CUQUOTA_COUNT=allocations` every hook passes straight through.
 
 use super::{Engine, Queries};
 use crate::config::MAX_DEVICES;
@@ -290,7 +291,11 @@ impl Engine {
             let relaunch_frees = launch && needs.auto_free && needs.launched;
             let mut trimmed = false;
             loop {
-                let (reserved, used) = self.queries.graph_memory(device).unwrap_or((0, 0));
+                // A driver that cannot say what its graph pool holds: nothing to settle
+                // against, so nothing is charged there.
+                let Some((reserved, used)) = self.queries.graph_memory(device) else {
+                    break;
+                };
                 let extra = if relaunch_frees {
                     on(&needs.unfreed, device).min(used)
                 } else {
@@ -734,6 +739,43 @@ mod tests {
         let before = driver.queries.load(Relaxed);
         e.graph_run("cuGraphLaunch", EXEC, true, || CuResult::SUCCESS);
         assert_eq!(driver.queries.load(Relaxed), before);
+    }
+
+    #[test]
+    fn a_driver_that_cannot_report_its_graph_pool_is_not_charged() {
+        struct Mute;
+        impl Queries for Mute {
+            fn current_device(&self) -> Result<u32, CuResult> {
+                Ok(0)
+            }
+            fn current_context(&self) -> usize {
+                0x1000
+            }
+            fn context_device(&self, _context: usize) -> Result<u32, CuResult> {
+                Ok(0)
+            }
+            fn stream_context(&self, _stream: usize) -> Result<usize, CuResult> {
+                Ok(0x1000)
+            }
+            fn total_memory(&self, _device: u32) -> Result<u64, CuResult> {
+                Ok(8 * GIB)
+            }
+            fn memory_info(&self) -> Result<(u64, u64), CuResult> {
+                Ok((8 * GIB, 8 * GIB))
+            }
+            fn graph_nodes(&self, _graph: usize) -> Option<Vec<GraphNode>> {
+                Some(vec![alloc(0, 2 * GIB, 0x1)])
+            }
+        }
+        crate::log::configure(&crate::config::LogTarget::Off);
+        let config = Config::from_vars(|k| (k == "CUQUOTA_LIMIT").then(|| "1GiB".into()));
+        let e = Engine::new(config, Box::new(Mute));
+        instantiate(&e, 0);
+        for _ in 0..3 {
+            let rc = e.graph_run("cuGraphLaunch", EXEC, true, || CuResult::SUCCESS);
+            assert_eq!(rc, CuResult::SUCCESS);
+        }
+        assert_eq!(e.part_total(0, Part::Graph), 0);
     }
 
     #[test]

@@ -152,6 +152,23 @@ fn unused_graph_memory_is_trimmed_to_make_room() {
 }
 
 #[test]
+fn a_captured_allocation_is_charged_when_its_graph_launches() {
+    for client in Client::ALL {
+        let out = run(
+            client,
+            "init stream alloc:48M capture:0 asyncon:24M:0 endcapture:0 instantiate:0 \
+             launch:0:0 footprint:0 free:0 launch:0:0 footprint:0 info",
+            &[LIMIT],
+        );
+        out.check_exit(0);
+        out.check_rcs(&[0, 0, 0, 0, 0, 0, 0, OUT_OF_MEMORY, 0, 0, 0, 0, 0]);
+        assert_eq!(shim_footprint(&out, 8), (48 * MIB, 0), "{out}");
+        assert_eq!(shim_footprint(&out, 11), (24 * MIB, 24 * MIB), "{out}");
+        out.check(12, "info", &[("free", 40 * MIB)]);
+    }
+}
+
+#[test]
 fn the_programs_own_graph_trim_credits_the_quota() {
     for client in Client::ALL {
         let out = run(
