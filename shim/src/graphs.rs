@@ -21,10 +21,12 @@
 //!   allocation uses (nothing here is ever still executing);
 //! * a graph with memory nodes has at most one executable graph at a time.
 //!
-//! Simplifications, each on the safe side of the footprint: a launch maps all of its graph's
+//! A simplification on the safe side of the footprint: a launch maps all of its graph's
 //! allocations at once (the driver may let allocations that are never live together share
-//! memory), and graph memory has no host backing, so it cannot be copied to or from. Only
-//! memory nodes exist here: the shim runs no kernels, so there is nothing else a graph could
+//! memory). Each allocation node reserves host address space for its fixed address (no
+//! memory: `PROT_NONE`, `MAP_NORESERVE`); while the allocation is live after a launch it is
+//! readable and writable, so copies to and from it work like the driver's. Only memory
+//! nodes exist here: the shim runs no kernels, so there is nothing else a graph could
 //! honestly do.
 //!
 //! The device's reservation is its `graph_reserved`, part of its footprint; graph memory is
@@ -97,6 +99,12 @@ impl Node {
             Node::Alloc { graph, .. } | Node::Free { graph, .. } => *graph,
         }
     }
+
+    fn address(&self) -> u64 {
+        match self {
+            Node::Alloc { address, .. } | Node::Free { address, .. } => *address,
+        }
+    }
 }
 
 struct GraphAllocation {
@@ -120,14 +128,47 @@ struct Exec {
     frees: Vec<u64>,
 }
 
-/// A new graph allocation address: in a range no host mapping uses, never reused.
-fn new_address(size: u64) -> u64 {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = NEXT.fetch_add(
-        size.div_ceil(256).max(1),
-        std::sync::atomic::Ordering::Relaxed,
-    );
-    0x7e00_0000_0000 + n * 256
+/// Host address space for a graph allocation of `size` bytes (its fixed address): mapped
+/// without access and without memory until the allocation is live.
+fn reserve(size: u64) -> Option<u64> {
+    let len = usize::try_from(size).ok()?;
+    // SAFETY: a fresh anonymous mapping at an address of the kernel's choosing touches no
+    // existing memory.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    (p != libc::MAP_FAILED).then_some(p as u64)
+}
+
+/// Makes a reserved range accessible (a live allocation) or not (freed: its pages dropped).
+fn set_live(address: u64, size: u64, live: bool) {
+    let (p, len) = (address as *mut std::ffi::c_void, size as usize);
+    // SAFETY: `address..+size` is a mapping `reserve` made for this allocation, used by
+    // nothing else; changing its protection or dropping its pages touches no other memory.
+    unsafe {
+        if live {
+            libc::mprotect(p, len, libc::PROT_READ | libc::PROT_WRITE);
+        } else {
+            libc::madvise(p, len, libc::MADV_DONTNEED);
+            libc::mprotect(p, len, libc::PROT_NONE);
+        }
+    }
+}
+
+/// Gives back the address space of an allocation no graph can reach any more.
+fn unreserve(address: u64, size: u64) {
+    // SAFETY: as for `set_live`; the record of the allocation is gone, so nothing refers to
+    // the range any more.
+    unsafe {
+        libc::munmap(address as *mut std::ffi::c_void, size as usize);
+    }
 }
 
 /// `cuGraphCreate` (flags must be 0), and the graph a stream capture builds.
@@ -180,9 +221,9 @@ fn add_alloc(
     mut params: MemAllocNodeParams,
     access: Box<[MemAccessDesc]>,
     device: Option<usize>,
-) -> (usize, u64) {
+) -> Result<(usize, u64), CUresult> {
     let size = params.bytesize as u64;
-    let address = new_address(size);
+    let address = reserve(size).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
     params.dptr = address;
     params.access_descs = if access.is_empty() {
         std::ptr::null()
@@ -203,11 +244,12 @@ fn add_alloc(
         params: StoredParams(params),
         _access: access,
     };
-    (add_node(state, graph, node), address)
+    Ok((add_node(state, graph, node), address))
 }
 
-/// `cuGraphAddMemAllocNode`: pinned device memory, no IPC handle types, a size, access
-/// descriptors for devices that exist. Host-located graph allocations are not simulated.
+/// `cuGraphAddMemAllocNode`: pinned memory on a device or the host (as pools may be; host
+/// memory charges no device), no IPC handle types, a size, access descriptors for devices
+/// that exist.
 pub fn add_mem_alloc_node(
     graph: usize,
     deps: &[usize],
@@ -223,15 +265,16 @@ pub fn add_mem_alloc_node(
     if props.alloc_type != ALLOCATION_PINNED || props.handle_types != 0 || params.bytesize == 0 {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    match props.location.kind {
-        LOCATION_DEVICE => {}
-        LOCATION_HOST..=LOCATION_HOST_NUMA_CURRENT => return Err(CUDA_ERROR_NOT_SUPPORTED),
+    let device = match props.location.kind {
+        LOCATION_DEVICE => {
+            state
+                .device(props.location.id)
+                .map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
+            Some(props.location.id as usize)
+        }
+        LOCATION_HOST..=LOCATION_HOST_NUMA_CURRENT => None,
         _ => return Err(CUDA_ERROR_INVALID_VALUE),
-    }
-    let device = state
-        .device(props.location.id)
-        .map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
-    let _ = device;
+    };
     if access.len() > state.devices.len() {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
@@ -244,14 +287,7 @@ pub fn add_mem_alloc_node(
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
     }
-    let device = props.location.id as usize;
-    Ok(add_alloc(
-        &mut state,
-        graph,
-        params,
-        access.into(),
-        Some(device),
-    ))
+    add_alloc(&mut state, graph, params, access.into(), device)
 }
 
 /// `cuGraphAddMemFreeNode`: the address must be an allocation node's, not freed by a free
@@ -316,7 +352,7 @@ pub fn capture_alloc(
         bytesize: size,
         dptr: 0,
     };
-    Ok(add_alloc(state, graph, params, Box::new([]), device).1)
+    add_alloc(state, graph, params, Box::new([]), device).map(|(_, address)| address)
 }
 
 /// A `cuMemFreeAsync` captured into `graph`: a free node for a graph allocation, or for a
@@ -384,17 +420,28 @@ pub fn destroy(graph: usize) -> Result<(), CUresult> {
     Ok(())
 }
 
-/// Drops the records of allocations nothing can reach any more: not live, their graph gone
-/// and no executable graph launching them.
+/// Drops the records of allocations nothing can reach any more (not live, and no node or
+/// executable graph names their address) and gives back their address space. An address a
+/// free node still names stays reserved, so it cannot be handed out again under it.
 fn forget_unreachable(graphs: &mut Graphs) {
     let Graphs {
-        graphs: all,
+        nodes,
         execs,
         allocations,
         ..
     } = graphs;
-    allocations.retain(|address, a| {
-        a.live || all.contains_key(&a.owner) || execs.values().any(|e| e.allocs.contains(address))
+    allocations.retain(|&address, a| {
+        let named = || {
+            nodes.values().any(|n| n.address() == address)
+                || execs
+                    .values()
+                    .any(|e| e.allocs.contains(&address) || e.frees.contains(&address))
+        };
+        let keep = a.live || named();
+        if !keep {
+            unreserve(address, a.size);
+        }
+        keep
     });
 }
 
@@ -547,7 +594,7 @@ pub fn launch(exec: usize, stream: usize) -> Result<(), CUresult> {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         let mut pools = state.graphs.pools.clone();
-        // Auto-free: as if cuMemFreeAsync of each came first.
+        // Auto-free: as if cuMemFreeAsync of each came first (live again just below).
         for address in &still_live {
             let a = &state.graphs.allocations[address];
             if let Some(device) = a.device {
@@ -566,7 +613,11 @@ pub fn launch(exec: usize, stream: usize) -> Result<(), CUresult> {
             let Some(a) = state.graphs.allocations.get_mut(address) else {
                 continue;
             };
+            let was_live = a.live;
             a.live = a.freed_in != Some(e.graph);
+            if a.live != was_live {
+                set_live(*address, a.size, a.live);
+            }
             if !a.live {
                 if let Some(device) = a.device {
                     pools.entry(device).or_default().give_back(a.size);
@@ -580,6 +631,7 @@ pub fn launch(exec: usize, stream: usize) -> Result<(), CUresult> {
                 Some(a) if a.owner != e.graph => {
                     if a.live {
                         a.live = false;
+                        set_live(*address, a.size, false);
                         if let Some(device) = a.device {
                             pools.entry(device).or_default().give_back(a.size);
                         }
@@ -609,12 +661,37 @@ pub fn free_live(state: &mut State, address: u64) -> Result<(), CUresult> {
     };
     a.live = false;
     let (size, device) = (a.size, a.device);
+    set_live(address, size, false);
     if let Some(device) = device {
         if let Some(pool) = state.graphs.pools.get_mut(&device) {
             pool.give_back(size);
         }
     }
     Ok(())
+}
+
+/// The live graph allocation holding all of `[address, end)`: (base, size). For copies and
+/// `cuMemGetAddressRange`.
+pub fn live_range(state: &State, address: u64, end: u64) -> Option<(u64, u64)> {
+    let (&base, a) = state.graphs.allocations.range(..=address).next_back()?;
+    (a.live && end <= base + a.size).then_some((base, a.size))
+}
+
+/// A primary context reset: the device's live graph allocations are freed and its graph
+/// memory released (its graphs and executable graphs stay usable: a launch backs them
+/// again).
+pub fn device_reset(state: &mut State, device: usize) {
+    for (&address, a) in state.graphs.allocations.iter_mut() {
+        if a.device == Some(device) && a.live {
+            a.live = false;
+            set_live(address, a.size, false);
+        }
+    }
+    let pool = state.graphs.pools.entry(device).or_default();
+    pool.used = 0;
+    pool.reserved = 0;
+    state.devices[device].graph_reserved = 0;
+    forget_unreachable(&mut state.graphs);
 }
 
 /// `cuDeviceGraphMemTrim`: releases the graph pool's chunks no live allocation uses.
@@ -669,10 +746,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn addresses_do_not_overlap() {
-        let a = new_address(1000);
-        let b = new_address(1);
-        assert!(b >= a + 1000);
-        assert_eq!(a % 256, 0);
+    fn reserved_ranges_become_accessible_while_live() {
+        let a = reserve(1 << 20).unwrap();
+        set_live(a, 1 << 20, true);
+        // SAFETY: the range was just made readable and writable.
+        unsafe { std::ptr::write_bytes(a as *mut u8, 0x5a, 1 << 20) };
+        set_live(a, 1 << 20, false);
+        set_live(a, 1 << 20, true);
+        // SAFETY: as above; dropped pages read back as zeros.
+        assert_eq!(unsafe { *(a as *const u8) }, 0);
+        unreserve(a, 1 << 20);
     }
 }

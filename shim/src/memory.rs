@@ -288,6 +288,9 @@ pub fn address_range(dptr: u64) -> Result<(u64, u64), CUresult> {
             return Ok((base, a.size));
         }
     }
+    if let Some(range) = crate::graphs::live_range(&state, dptr, dptr + 1) {
+        return Ok(range);
+    }
     vmm::mapping_range(&state, dptr as usize)
         .map(|(base, size)| (base as u64, size as u64))
         .ok_or(CUDA_ERROR_NOT_FOUND)
@@ -313,6 +316,10 @@ pub fn is_device_accessible(state: &State, address: u64, len: usize, write: bool
         if end <= (base + h.size) as u64 {
             return true;
         }
+    }
+    // A graph's allocation while it is live after a launch.
+    if crate::graphs::live_range(state, address, end).is_some() {
+        return true;
     }
     // Registered host memory (`cuMemHostRegister`), unless read-only and written.
     if let Some((_, r)) = host_register::containing(state, address as usize, len) {

@@ -85,17 +85,16 @@ impl Reservation {
         self.used -= size;
     }
 
-    /// Releases unused chunks from the top while at least `keep` bytes stay reserved (the
-    /// chunks under live allocations always stay); returns the bytes released.
+    /// Releases unused chunks while at least `keep` bytes stay reserved (the chunks under
+    /// live allocations always stay); returns the bytes released.
     pub fn trim_to(&mut self, keep: u64, chunk: u64) -> u64 {
         let chunk = chunk.max(1);
-        let backing = self
-            .used
+        let floor = keep.max(self.used);
+        let stays = floor
             .checked_next_multiple_of(chunk)
-            .unwrap_or(u64::MAX);
-        let floor = keep.max(backing).min(self.reserved);
-        let released = (self.reserved - floor) / chunk * chunk;
-        self.reserved -= released;
+            .map_or(self.reserved, |n| n.min(self.reserved));
+        let released = self.reserved - stays;
+        self.reserved = stays;
         released
     }
 }
@@ -284,6 +283,24 @@ pub fn synchronized(state: &mut State, device: usize) {
     for (handle, threshold) in over {
         trim(state, handle, threshold);
     }
+}
+
+/// `cuDevicePrimaryCtxReset` ("destroys and cleans up all resources associated with the
+/// current device in the current process"), after its context's allocations are freed:
+/// the device's pools release every chunk no live allocation (of another context) uses,
+/// whatever their thresholds, and its graph memory goes (see `graphs::device_reset`).
+pub fn device_reset(device: usize) {
+    let mut state = state::lock();
+    let handles: Vec<usize> = state
+        .pools
+        .iter()
+        .filter(|(_, p)| !p.host && p.device == device)
+        .map(|(&h, _)| h)
+        .collect();
+    for handle in handles {
+        trim(&mut state, handle, 0);
+    }
+    crate::graphs::device_reset(&mut state, device);
 }
 
 /// `cuStreamSynchronize`: the stream's device (the current context's for the default
@@ -518,6 +535,11 @@ mod tests {
         // asking to keep more than it has: nothing happens
         assert_eq!(r.trim_to(16 * MIB, CHUNK), 0);
         r.give_back(MIB);
+        // a reservation capped by a pool's maximum size goes entirely too
+        let mut capped = Reservation::default();
+        capped.take(0, 3 * MIB);
+        assert_eq!(capped.trim_to(MIB, CHUNK), MIB);
+        assert_eq!(capped.trim_to(0, CHUNK), 2 * MIB);
         assert_eq!(r.trim_to(0, CHUNK), 2 * MIB);
         assert_eq!(r.reserved, 0);
     }

@@ -900,6 +900,27 @@ static void scenario_graphs(void) {
         OK(cuGraphMemFreeNodeGetParams(n3, &freed));
         CHECK(freed == d1);
     }
+    {
+        /* a host-located allocation node charges no device */
+        CUDA_MEM_ALLOC_NODE_PARAMS p;
+        CUgraph gh = NULL;
+        CUgraphNode hn = NULL;
+        CUgraphExec he = NULL;
+        memset(&p, 0, sizeof p);
+        p.poolProps.allocType = 1;
+        p.poolProps.location.type = 3; /* HOST_NUMA */
+        p.bytesize = 4 * MiB;
+        OK(cuGraphCreate(&gh, 0));
+        OK(cuGraphAddMemAllocNode(&hn, gh, NULL, 0, &p));
+        p.poolProps.handleTypes = 1; /* no IPC for graph memory */
+        CHECK(cuGraphAddMemAllocNode(&hn, gh, NULL, 0, &p) == 1);
+        OK(cuGraphInstantiateWithFlags(&he, gh, 1));
+        OK(cuGraphLaunch(he, NULL));
+        FOOTPRINT(0, 0, 0);
+        OK(cuMemFree_v2(p.dptr));
+        OK(cuGraphExecDestroy(he));
+        OK(cuGraphDestroy(gh));
+    }
     OK(cuGraphGetNodes(g, NULL, &count));
     CHECK(count == 3);
     count = 4;
@@ -913,14 +934,28 @@ static void scenario_graphs(void) {
     OK(cuGraphUpload(e, s));
     FOOTPRINT(0, 0, 8 * MiB);
     CHECK(graph_attr(2) == 8 * MiB && graph_attr(0) == 0);
+    /* not live yet: no copies */
+    char buf[16] = "graph memory", back[16] = {0};
+    CHECK(cuMemcpyHtoD_v2(d2, buf, sizeof buf) == 1);
     /* a launch: d1 is freed inside the graph, d2 stays live */
     OK(cuGraphLaunch(e, NULL));
+    OK(cuMemcpyHtoD_v2(d2 + 4096, buf, sizeof buf));
+    OK(cuMemcpyDtoH_v2(back, d2 + 4096, sizeof back));
+    CHECK(!memcmp(buf, back, sizeof buf));
+    CHECK(cuMemcpyHtoD_v2(d1, buf, sizeof buf) == 1); /* freed inside the graph */
+    {
+        CUdeviceptr base = 0;
+        size_t size = 0;
+        OK(cuMemGetAddressRange_v2(&base, &size, d2 + 100));
+        CHECK(base == d2 && size == 5 * MiB);
+    }
     FOOTPRINT(0, 0, 8 * MiB);
     CHECK(graph_attr(0) == 5 * MiB && graph_attr(1) == 8 * MiB && graph_attr(3) == 8 * MiB);
     CHECK(in_use(0) == 0);
     CHECK(cuGraphLaunch(e, s) == 1); /* d2 still live */
     OK(cuMemFreeAsync(d2, s));
     CHECK(graph_attr(0) == 0 && graph_attr(2) == 8 * MiB);
+    CHECK(cuMemcpyHtoD_v2(d2, buf, sizeof buf) == 1);
     OK(cuGraphLaunch(e, s));
     OK(cuMemFree_v2(d2));
     CHECK(cuMemFree_v2(d2) == 1);
@@ -1000,7 +1035,32 @@ static void scenario_graphs(void) {
     CHECK(fn == want && fn != NULL);
     OK(cuGetProcAddress("cuGraphInstantiate", &fn, 11000, 0));
     CHECK(fn == dlsym(libcuda(), "cuGraphInstantiate_v2"));
-    OK(cuStreamDestroy_v2(s));
+
+    /* a primary context reset frees live graph allocations and releases graph memory and
+     * pool caches, whatever the release thresholds */
+    {
+        unsigned long long keep = 1ull << 40;
+        CUmemoryPool def = NULL;
+        OK(cuGraphCreate(&g, 0));
+        alloc_node(g, NULL, 0, 3 * MiB, &d1);
+        OK(cuGraphInstantiateWithFlags(&e, g, 0));
+        OK(cuGraphLaunch(e, s));
+        OK(cuDeviceGetDefaultMemPool(&def, 0));
+        OK(cuMemPoolSetAttribute(def, 4, &keep));
+        OK(cuMemAllocAsync(&c, 1 * MiB, s));
+        OK(cuMemFreeAsync(c, s));
+        OK(cuStreamSynchronize(s));
+        FOOTPRINT(0, 2 * MiB, 4 * MiB);
+        OK(cuDevicePrimaryCtxReset_v2(0));
+        FOOTPRINT(0, 0, 0);
+        CHECK(graph_attr(0) == 0);
+        CHECK(cuMemFree_v2(d1) == 1);
+        /* the executable graph stays usable */
+        use_primary(0);
+        OK(cuGraphLaunch(e, NULL));
+        FOOTPRINT(0, 0, 4 * MiB);
+        OK(cuMemFree_v2(d1));
+    }
 }
 
 int main(int argc, char **argv) {
