@@ -533,6 +533,8 @@ impl Engine {
     }
 
     /// Reserves or refuses; explains refusals (and, in observe mode, what would have been).
+    /// Inline: it is on the alloc path, and its rare branches are out of line.
+    #[inline(always)]
     fn reserve(
         &self,
         api: &'static str,
@@ -543,11 +545,8 @@ impl Engine {
     ) -> Reserved {
         let enforce = self.mode() == Mode::Enforce;
         let mut reservation = quota.reserve(bytes, limit, enforce);
-        if matches!(reservation, Reservation::Refused { .. }) && self.made_room(api, device, bytes)
-        {
-            // Not a refusal after all, if it fits now.
-            quota.forgive_refusal();
-            reservation = quota.reserve(bytes, limit, enforce);
+        if matches!(reservation, Reservation::Refused { .. }) {
+            reservation = self.reserve_after_room(api, device, quota, bytes, limit, reservation);
         }
         match reservation {
             Reservation::Granted { .. } => Reserved::Charged,
@@ -564,6 +563,28 @@ impl Engine {
                 Reserved::Charged
             }
         }
+    }
+
+    /// A refused reservation, tried once more if trimming this process's unused pool and
+    /// graph memory made room. Out of line: the retry must not grow `reserve`, which is
+    /// inlined on the alloc path.
+    #[cold]
+    #[inline(never)]
+    fn reserve_after_room(
+        &self,
+        api: &'static str,
+        device: u32,
+        quota: &DeviceQuota,
+        bytes: u64,
+        limit: u64,
+        refused: Reservation,
+    ) -> Reservation {
+        if !self.made_room(api, device, bytes) {
+            return refused;
+        }
+        // Not a refusal after all, if it fits now.
+        quota.forgive_refusal();
+        quota.reserve(bytes, limit, self.mode() == Mode::Enforce)
     }
 
     /// Observe mode allowed what the quota would have refused: said, and traced as a refusal
