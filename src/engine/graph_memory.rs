@@ -20,7 +20,7 @@
 //! graph pool the driver cannot report (`cuDeviceGetGraphMemAttribute` fails) is not
 //! charged for it; with `CUQUOTA_COUNT=allocations` every hook passes straight through.
 
-use super::{Engine, Queries};
+use super::{Engine, PartRefusal, Queries};
 use crate::config::MAX_DEVICES;
 use crate::cuda_abi::{
     CuResult, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH, CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD,
@@ -284,61 +284,75 @@ impl Engine {
         needs: &ExecNeeds,
         launch: bool,
     ) -> Result<Vec<Staged>, CuResult> {
+        // A relaunch with auto-free first frees what the last launch left live.
+        let relaunch_frees = launch && needs.auto_free && needs.launched;
         let mut staged = Vec::with_capacity(needs.need.len());
         for &(device, need) in &needs.need {
-            // A relaunch with auto-free first frees what the last launch left live; at most
-            // what the pool uses at all.
-            let relaunch_frees = launch && needs.auto_free && needs.launched;
-            let mut trimmed = false;
-            loop {
-                // A driver that cannot say what its graph pool holds: nothing to settle
-                // against, so nothing is charged there.
-                let Some((reserved, used)) = self.queries.graph_memory(device) else {
-                    break;
-                };
-                let extra = if relaunch_frees {
-                    on(&needs.unfreed, device).min(used)
-                } else {
-                    0
-                };
-                let add = {
-                    let mut books = self.graph_books.lock();
-                    let Some(flight) = books.in_flight(device) else {
-                        break; // an ordinal beyond any quota cuquota keeps
-                    };
-                    let add = growth(need, reserved, used, flight.need, extra);
-                    flight.need += need;
-                    flight.reserved += add;
-                    add
-                };
-                let share = Staged {
-                    device,
-                    need,
-                    reserved: add,
-                };
-                let refusal = match self.part_grow(api, device, Part::Graph, add) {
-                    Ok(()) => {
-                        staged.push(share);
-                        break;
-                    }
-                    Err(refusal) => refusal,
-                };
-                self.graph_unstage(share);
-                // Trimming needs no call of ours in flight on the device (they count on
-                // the pool's unused memory).
-                if !trimmed && self.trim_graph_memory(api, device, add) > 0 {
-                    trimmed = true;
+            let frees = if relaunch_frees {
+                on(&needs.unfreed, device)
+            } else {
+                0
+            };
+            let mut attempt = self.stage_on(api, device, need, frees);
+            // Trimming needs no call of ours in flight on the device (they count on the
+            // pool's unused memory), so it comes after this one's share was taken back.
+            if let Err((add, _)) = attempt {
+                if self.trim_graph_memory(api, device, add) > 0 {
                     if let Some(q) = self.quota(device) {
-                        q.forgive_refusal(); // tried again below: not a refusal yet
+                        q.forgive_refusal(); // tried again: not a refusal yet
                     }
-                    continue;
+                    attempt = self.stage_on(api, device, need, frees);
                 }
-                self.graph_settle(api, &staged);
-                self.part_refused(api, device, Part::Graph, add, refusal);
-                return Err(CuResult::OUT_OF_MEMORY);
+            }
+            match attempt {
+                Ok(Some(share)) => staged.push(share),
+                Ok(None) => {}
+                Err((add, refusal)) => {
+                    self.graph_settle(api, &staged);
+                    self.part_refused(api, device, Part::Graph, add, refusal);
+                    return Err(CuResult::OUT_OF_MEMORY);
+                }
             }
         }
         Ok(staged)
+    }
+
+    /// One device's share of an upload or launch whose allocations take `need` there (and
+    /// which first frees up to `frees` of its own): charged and in flight, or refused with
+    /// the bytes it would have added (nothing left in flight). `None`: not charged (the
+    /// driver cannot say what its graph pool holds, or no quota is kept for the device).
+    fn stage_on(
+        &self,
+        api: &'static str,
+        device: u32,
+        need: u64,
+        frees: u64,
+    ) -> Result<Option<Staged>, (u64, PartRefusal)> {
+        let Some((reserved, used)) = self.queries.graph_memory(device) else {
+            return Ok(None);
+        };
+        let add = {
+            let mut books = self.graph_books.lock();
+            let Some(flight) = books.in_flight(device) else {
+                return Ok(None);
+            };
+            let add = growth(need, reserved, used, flight.need, frees.min(used));
+            flight.need += need;
+            flight.reserved += add;
+            add
+        };
+        let share = Staged {
+            device,
+            need,
+            reserved: add,
+        };
+        match self.part_grow(api, device, Part::Graph, add) {
+            Ok(()) => Ok(Some(share)),
+            Err(refusal) => {
+                self.graph_unstage(share);
+                Err((add, refusal))
+            }
+        }
     }
 
     /// A staged share is no longer in flight (nothing was charged for it, or its call
