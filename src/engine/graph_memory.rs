@@ -328,12 +328,14 @@ impl Engine {
         need: u64,
         frees: u64,
     ) -> Result<Option<Staged>, (u64, PartRefusal)> {
-        let Some((reserved, used)) = self.queries.graph_memory(device) else {
-            return Ok(None);
-        };
         let add = {
+            // The pool's figures are read under the books' lock, so no trim of ours can
+            // come between them and this share being counted in flight.
             let mut books = self.graph_books.lock();
             let Some(flight) = books.in_flight(device) else {
+                return Ok(None);
+            };
+            let Some((reserved, used)) = self.queries.graph_memory(device) else {
                 return Ok(None);
             };
             let add = growth(need, reserved, used, flight.need, frees.min(used));

@@ -223,3 +223,45 @@ fn counting_allocations_leaves_graph_memory_out() {
         assert!(out.logs_starting("GPU 0 refused").is_empty(), "{out}");
     }
 }
+
+/// Threads launching graphs and allocating at once, on a device whose memory is exactly the
+/// quota: the driver never refuses (cuquota never let the footprint past the quota), and
+/// every refused launch is cuquota's own refusal.
+#[test]
+fn launches_and_allocations_under_threads_keep_the_footprint_under_the_quota() {
+    for client in Client::ALL {
+        let dir = scratch_dir("graph-threads");
+        let path = dir.join(format!("{client:?}.jsonl"));
+        let out = run(
+            client,
+            "init graphthreads:4:300:30M footprint:0 info",
+            &[
+                LIMIT,
+                ("CUDA_SHIM_MEMORY", "64MiB"),
+                ("CUQUOTA_TRACE", path.to_str().unwrap()),
+            ],
+        );
+        out.check_exit(0);
+        let line = out.op(1, "graphthreads");
+        let n = |k| line.num(k).unwrap();
+        assert_eq!(n("other"), 0, "{out}");
+        assert_eq!(n("launch_ok") + n("launch_oom"), 1200, "{out}");
+        assert_eq!(n("alloc_ok") + n("alloc_oom"), 1200, "{out}");
+        assert!(n("launch_ok") > 0 && n("alloc_ok") > 0, "{out}");
+        let (total, graph) = shim_footprint(&out, 2);
+        assert_eq!(total, graph, "{out}");
+        // Everything settled: cuquota's figure is the driver's reservation.
+        out.check(3, "info", &[("free", 64 * MIB - graph)]);
+        let refused: Vec<_> = events(&path)
+            .into_iter()
+            .filter(|e| e["type"] == "refused")
+            .collect();
+        let by_driver = refused.iter().filter(|e| e["reason"] != "quota").count();
+        assert_eq!(by_driver, 0, "{refused:?}");
+        let launches = refused
+            .iter()
+            .filter(|e| e["api"] == launch_api(client))
+            .count() as u64;
+        assert_eq!(launches, n("launch_oom"), "{out}");
+    }
+}
