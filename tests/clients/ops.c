@@ -706,7 +706,10 @@ static int pool_attr_number(const char *name) {
  *                           SIZE allocation freed inside it, instantiated, then R rounds of
  *                           cuGraphLaunch on the NULL stream and cuMemAlloc_v2(SIZE) +
  *                           cuMemFree_v2; prints launch_ok= launch_oom= alloc_ok= alloc_oom=
- *                           other= (any other result, setup included) */
+ *                           other= (any other result, setup included)
+ *   instantiate1:G / instantiate2:G   the CUDA 10 cuGraphInstantiate and the CUDA 11.0
+ *                           cuGraphInstantiate_v2 (error node, log) of graph slot G, looked up
+ *                           with the client's dlsym on the driver: an exec slot */
 struct graph_thread {
     const struct drv *d;
     CUcontext ctx;
@@ -1692,6 +1695,24 @@ static int run_op(const struct drv *d, const char *word) {
         }
         out("graphnodes %s rc=%d n=%zu alloc=%zu free=%zu", f[1], rc, n, allocs, frees);
     /* ---- end of issue 11 ---- */
+    } else if (!strcmp(op, "instantiate1") || !strcmp(op, "instantiate2")) {
+        typedef CUresult (*fn_logged)(CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t);
+        fn_logged inst;
+        CUgraphExec e = NULL;
+        CUgraphNode err = NULL;
+        char log[64];
+        struct slot *g;
+        NARGS(1);
+        g = get_slot(&graphs, f[1]);
+        if (!g)
+            return -1;
+        *(void **)&inst = raw_sym(d, op[11] == '1' ? "cuGraphInstantiate" : "cuGraphInstantiate_v2");
+        rc = inst ? inst(&e, (CUgraph)(size_t)g->value, &err, log, sizeof log)
+                  : CUDA_ERROR_NOT_FOUND;
+        if (rc)
+            e = NULL;
+        out("%s %s rc=%d slot=%zu", op, f[1], rc,
+            push(&execs, (unsigned long long)(size_t)e, 0, rc == 0));
     } else if (!strcmp(op, "graphthreads")) { /* graph memory in the interposer */
         NARGS(3);
         if (parse_num(f[1], &a) || parse_num(f[2], &b) || parse_size(f[3], &c) || !a)

@@ -265,3 +265,34 @@ fn launches_and_allocations_under_threads_keep_the_footprint_under_the_quota() {
         assert_eq!(launches, n("launch_oom"), "{out}");
     }
 }
+
+/// The CUDA 10 and 11.0 instantiations (error node and log, no flags) learn the graph's
+/// allocations too.
+#[test]
+fn the_legacy_instantiations_are_hooked() {
+    for client in Client::ALL {
+        let out = run(
+            client,
+            "init stream alloc:48M graph graphalloc:0:24M instantiate1:0 launch:0:0 \
+             execdestroy:0 instantiate2:0 launch:1:0 free:0 launch:1:0 info",
+            &[LIMIT],
+        );
+        out.check_exit(0);
+        out.check_rcs(&[
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            OUT_OF_MEMORY,
+            0,
+            0,
+            OUT_OF_MEMORY,
+            0,
+            0,
+            0,
+        ]);
+        out.check(12, "info", &[("free", 40 * MIB)]);
+    }
+}
