@@ -1537,19 +1537,18 @@ pub unsafe extern "C" fn cuGraphExecDestroy(exec: CuGraphExec) -> CuResult {
     )
 }
 
+/// The program's own trim: only watched (it charges nothing), then the part follows.
 #[no_mangle]
 pub unsafe extern "C" fn cuDeviceGraphMemTrim(dev: CuDevice) -> CuResult {
-    // SAFETY: the caller's argument, passed on.
-    let call = |f: real::cuDeviceGraphMemTrim| unsafe { f(dev) };
-    hook(
+    watched(
         &real::cuDeviceGraphMemTrim,
-        |f, e| match u32::try_from(dev) {
-            Ok(device) => {
-                e.graph_memory_trim(real::cuDeviceGraphMemTrim.name(), device, || call(f))
+        // SAFETY: the caller's argument, passed on.
+        |f| unsafe { f(dev) },
+        |e| {
+            if let Ok(device) = u32::try_from(dev) {
+                e.graph_memory_trimmed(real::cuDeviceGraphMemTrim.name(), device);
             }
-            Err(_) => call(f),
         },
-        call,
     )
 }
 

@@ -261,18 +261,11 @@ impl Engine {
         self.graph_books.lock().execs.remove(&exec);
     }
 
-    /// The program's own `cuDeviceGraphMemTrim(device)`; `call` runs it.
-    pub fn graph_memory_trim(
-        &self,
-        api: &'static str,
-        device: u32,
-        call: impl FnOnce() -> CuResult,
-    ) -> CuResult {
-        let rc = call();
-        if rc.is_ok() && self.counts_footprint() {
+    /// The program's own `cuDeviceGraphMemTrim(device)` succeeded.
+    pub fn graph_memory_trimmed(&self, api: &'static str, device: u32) {
+        if self.counts_footprint() {
             self.reconcile_graph(api, device);
         }
-        rc
     }
 
     /// Reserves, device by device, what an upload or launch of `needs` may add; a device
@@ -621,10 +614,8 @@ mod tests {
         assert_eq!(e.part_total(0, Part::Graph), 256 * MIB, "granules");
         assert_eq!(e.memory_info("m", 8 * GIB, 8 * GIB), (768 * MIB, GIB));
         // The program trims: nothing is unused, nothing changes.
-        e.graph_memory_trim("cuDeviceGraphMemTrim", 0, || {
-            driver.graph_memory_trim(0);
-            CuResult::SUCCESS
-        });
+        driver.graph_memory_trim(0);
+        e.graph_memory_trimmed("cuDeviceGraphMemTrim", 0);
         assert_eq!(e.part_total(0, Part::Graph), 256 * MIB);
     }
 
@@ -733,7 +724,7 @@ mod tests {
         instantiate(&e, 0);
         let rc = e.graph_run("cuGraphLaunch", EXEC, true, || driver.launch(0, 2 * GIB, 0));
         assert_eq!(rc, CuResult::SUCCESS);
-        e.graph_memory_trim("cuDeviceGraphMemTrim", 0, || CuResult::SUCCESS);
+        e.graph_memory_trimmed("cuDeviceGraphMemTrim", 0);
         assert_eq!(driver.queries.load(Relaxed), 0);
         assert_eq!(e.part_total(0, Part::Graph), 0);
     }
