@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 // The footprint's parts besides allocations (issue 11), each an `impl Engine` of its own.
 mod graph_memory;
 mod pool_cache;
-pub use graph_memory::{GraphNode, GRAPH_GRANULE};
+pub use graph_memory::GraphNode;
 
 /// What the engine asks the driver besides the call being hooked.
 pub trait Queries: Sync + Send {

@@ -48,7 +48,7 @@ pub enum GraphNode {
 
 /// The graph pool maps memory in units of the device's allocation granularity (2 MiB on
 /// every current GPU); a launch's growth is rounded up to it.
-pub const GRAPH_GRANULE: u64 = 2 << 20;
+const GRAPH_GRANULE: u64 = 2 << 20;
 
 /// How deep child graphs are followed, and how many nodes are read at most, at one
 /// instantiation (a graph beyond either is charged for what was read).
