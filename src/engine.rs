@@ -333,6 +333,7 @@ impl Engine {
         if let Some((slot, device)) = self.contexts.find(context) {
             self.credit_context(api, device, slot);
         }
+        self.graph_context_gone(api, device); // graph memory (issue 11)
     }
 
     /// `cuCtxDestroy` / `cuCtxDetach` of `context` succeeded: credit what it held and
@@ -341,6 +342,7 @@ impl Engine {
         if let Some((slot, device)) = self.contexts.find(context) {
             self.credit_context(api, device, slot);
             self.contexts.remove(slot);
+            self.graph_context_gone(api, device); // graph memory (issue 11)
         }
     }
 

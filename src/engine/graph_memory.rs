@@ -261,6 +261,14 @@ impl Engine {
         self.graph_books.lock().execs.remove(&exec);
     }
 
+    /// A context on `device` was destroyed or reset (the driver may have released graph
+    /// memory with it): the part follows the driver. No driver call when it holds nothing.
+    pub(super) fn graph_context_gone(&self, api: &'static str, device: u32) {
+        if self.counts_footprint() && self.part_total(device, Part::Graph) > 0 {
+            self.reconcile_graph(api, device);
+        }
+    }
+
     /// The program's own `cuDeviceGraphMemTrim(device)` succeeded.
     pub fn graph_memory_trimmed(&self, api: &'static str, device: u32) {
         if self.counts_footprint() {
@@ -401,7 +409,11 @@ impl Engine {
                 return 0;
             };
             if reserved <= used || !self.queries.graph_memory_trim(device) {
-                return 0;
+                // Nothing to trim; but the part may be behind the driver (a context reset
+                // released the pool): the driver's figure, and any room it gives.
+                let before = self.part_total(device, Part::Graph);
+                self.part_set(api, device, Part::Graph, reserved + flight.reserved);
+                return before.saturating_sub(self.part_total(device, Part::Graph));
             }
             let now = self
                 .queries
@@ -676,6 +688,32 @@ mod tests {
         // Now the launch needs all of it again, and it does not fit.
         let rc = e.graph_run("cuGraphLaunch", EXEC, true, || unreachable!());
         assert_eq!(rc, CuResult::OUT_OF_MEMORY);
+    }
+
+    #[test]
+    fn a_part_behind_the_driver_gives_its_room_back_when_room_is_wanted() {
+        let (e, driver) = engine(&[("CUQUOTA_LIMIT", "1GiB")]);
+        one_graph(&driver, 512 * MIB, true);
+        instantiate(&e, 0);
+        e.graph_run("cuGraphLaunch", EXEC, true, || {
+            driver.launch(0, 512 * MIB, 0)
+        });
+        // The driver released the pool behind cuquota's back (a context reset).
+        driver.pools.lock().unwrap()[0] = (0, 0);
+        let ok = || (CuResult::SUCCESS, 0x5000);
+        assert_eq!(
+            e.alloc(
+                "cuMemAlloc_v2",
+                Kind::Pointer,
+                Place::Current,
+                768 * MIB,
+                ok
+            ),
+            CuResult::SUCCESS
+        );
+        let usage = e.quota(0).unwrap().usage();
+        assert_eq!((usage.refusals, usage.trims), (0, 0), "not a trim of ours");
+        assert_eq!(e.part_total(0, Part::Graph), 0);
     }
 
     #[test]

@@ -186,6 +186,23 @@ fn the_programs_own_graph_trim_credits_the_quota() {
 }
 
 #[test]
+fn graph_memory_released_by_a_context_reset_is_credited() {
+    for client in Client::ALL {
+        let out = run(
+            client,
+            "init stream graph graphalloc:0:32M graphfree:0:0 instantiate:0 launch:0:0 \
+             info ctxreset:0 info footprint:0 alloc:64M",
+            &[LIMIT],
+        );
+        out.check_exit(0);
+        out.check_rcs(&[0; 12]);
+        out.check(7, "info", &[("free", 32 * MIB)]);
+        out.check(9, "info", &[("free", 64 * MIB)]);
+        assert_eq!(shim_footprint(&out, 10), (0, 0), "{out}");
+    }
+}
+
+#[test]
 fn graph_memory_is_charged_to_the_allocation_nodes_device() {
     let two = [("CUDA_SHIM_DEVICES", "2"), LIMIT];
     for client in Client::ALL {
