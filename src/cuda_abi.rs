@@ -257,6 +257,81 @@ pub const CUDA_ARRAY3D_CUBEMAP: u32 = 0x04;
 pub const CUDA_ARRAY3D_SPARSE: u32 = 0x40;
 pub const CUDA_ARRAY3D_DEFERRED_MAPPING: u32 = 0x80;
 
+// ---- CUDA graphs and graph memory (issue 11) -------------------------------------------
+
+/// `CUgraph`, `CUgraphExec`, `CUgraphNode`: opaque handles.
+pub type CuGraph = *mut c_void;
+pub type CuGraphExec = *mut c_void;
+pub type CuGraphNode = *mut c_void;
+
+/// `CUgraphNodeType` values cuquota reads.
+pub const CU_GRAPH_NODE_TYPE_GRAPH: i32 = 4;
+pub const CU_GRAPH_NODE_TYPE_MEM_ALLOC: i32 = 10;
+pub const CU_GRAPH_NODE_TYPE_MEM_FREE: i32 = 11;
+
+/// `CUgraphMem_attribute` values cuquota reads.
+pub const CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT: i32 = 0;
+pub const CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT: i32 = 2;
+
+/// `CUgraphInstantiate_flags`: upload the graph as part of instantiating it.
+pub const CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD: u64 = 2;
+/// `CUgraphInstantiate_flags`: a relaunch first frees what the last launch left allocated.
+pub const CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH: u64 = 1;
+
+/// `CUmemPoolProps` (v1) whole: 88 bytes (the driver writes all of it).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CuMemPoolProps {
+    pub head: CuMemPoolPropsHead,
+    pub win32_security_attributes: *mut c_void,
+    pub max_size: usize,
+    pub usage: u16,
+    pub reserved: [u8; 54],
+}
+
+/// `CUDA_MEM_ALLOC_NODE_PARAMS` (v1), as `cuGraphMemAllocNodeGetParams` writes it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CuMemAllocNodeParams {
+    pub pool_props: CuMemPoolProps,
+    pub access_descs: *const c_void,
+    pub access_desc_count: usize,
+    pub bytesize: usize,
+    pub dptr: CuDevicePtr,
+}
+
+impl Default for CuMemAllocNodeParams {
+    fn default() -> Self {
+        CuMemAllocNodeParams {
+            pool_props: CuMemPoolProps {
+                head: CuMemPoolPropsHead {
+                    alloc_type: 0,
+                    handle_types: 0,
+                    location: CuMemLocation::default(),
+                },
+                win32_security_attributes: std::ptr::null_mut(),
+                max_size: 0,
+                usage: 0,
+                reserved: [0; 54],
+            },
+            access_descs: std::ptr::null(),
+            access_desc_count: 0,
+            bytesize: 0,
+            dptr: 0,
+        }
+    }
+}
+
+/// `CUDA_GRAPH_INSTANTIATE_PARAMS`: only `flags` is read by cuquota.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CuGraphInstantiateParams {
+    pub flags: u64,
+    pub upload_stream: CuStream,
+    pub err_node_out: CuGraphNode,
+    pub result_out: i32,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -281,5 +356,10 @@ mod tests {
         assert_eq!(std::mem::size_of::<CuArrayDescriptorV1>(), 16);
         assert_eq!(std::mem::size_of::<CuArray3DDescriptorV1>(), 24);
         assert_eq!(std::mem::size_of::<CuIpcMemHandle>(), 64);
+        // graphs (issue 11)
+        assert_eq!(std::mem::size_of::<CuMemPoolProps>(), 88);
+        assert_eq!(std::mem::size_of::<CuMemAllocNodeParams>(), 120);
+        assert_eq!(std::mem::offset_of!(CuMemAllocNodeParams, bytesize), 104);
+        assert_eq!(std::mem::size_of::<CuGraphInstantiateParams>(), 32);
     }
 }

@@ -24,6 +24,7 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 // The footprint's parts besides allocations (issue 11), each an `impl Engine` of its own.
 mod graph_memory;
 mod pool_cache;
+pub use graph_memory::GraphNode;
 
 /// What the engine asks the driver besides the call being hooked.
 pub trait Queries: Sync + Send {
@@ -60,6 +61,20 @@ pub trait Queries: Sync + Send {
     /// Why NVML cannot be used, once (said at `info`).
     fn nvml_absence(&self) -> Option<String> {
         None
+    }
+
+    // -- graph memory (issue 11) --
+    /// The nodes of a graph, as far as memory goes (None: the driver cannot say).
+    fn graph_nodes(&self, _graph: usize) -> Option<Vec<GraphNode>> {
+        None
+    }
+    /// A device's graph memory pool: (reserved, used) bytes.
+    fn graph_memory(&self, _device: u32) -> Option<(u64, u64)> {
+        None
+    }
+    /// `cuDeviceGraphMemTrim(device)`: whether it succeeded.
+    fn graph_memory_trim(&self, _device: u32) -> bool {
+        false
     }
 }
 
@@ -156,6 +171,8 @@ pub struct Engine {
     devices_checked: std::sync::atomic::AtomicBool,
     /// What contexts take (issue 11): measurements and each context's charge.
     context_memory: ContextMemory,
+    /// Executable graphs with memory nodes, and uploads and launches in flight (issue 11).
+    graph_books: SpinLock<graph_memory::GraphBooks>,
 }
 
 impl Engine {
@@ -173,6 +190,7 @@ impl Engine {
             tracing: config.as_ref().is_ok_and(|c| c.trace.is_some()),
             devices_checked: std::sync::atomic::AtomicBool::new(false),
             context_memory: ContextMemory::new(context_setting(&config)),
+            graph_books: SpinLock::new(graph_memory::GraphBooks::new()),
             config,
         }
     }
@@ -333,6 +351,7 @@ impl Engine {
         if let Some((slot, device)) = self.contexts.find(context) {
             self.credit_context(api, device, slot);
         }
+        self.graph_context_gone(api, device); // graph memory (issue 11)
     }
 
     /// `cuCtxDestroy` / `cuCtxDetach` of `context` succeeded: credit what it held and
@@ -341,6 +360,7 @@ impl Engine {
         if let Some((slot, device)) = self.contexts.find(context) {
             self.credit_context(api, device, slot);
             self.contexts.remove(slot);
+            self.graph_context_gone(api, device); // graph memory (issue 11)
         }
     }
 
@@ -535,6 +555,8 @@ impl Engine {
     }
 
     /// Reserves or refuses; explains refusals (and, in observe mode, what would have been).
+    /// Inline: it is on the alloc path, and its rare branches are out of line.
+    #[inline(always)]
     fn reserve(
         &self,
         api: &'static str,
@@ -545,11 +567,8 @@ impl Engine {
     ) -> Reserved {
         let enforce = self.mode() == Mode::Enforce;
         let mut reservation = quota.reserve(bytes, limit, enforce);
-        if matches!(reservation, Reservation::Refused { .. }) && self.made_room(api, device, bytes)
-        {
-            // Not a refusal after all, if it fits now.
-            quota.forgive_refusal();
-            reservation = quota.reserve(bytes, limit, enforce);
+        if matches!(reservation, Reservation::Refused { .. }) {
+            reservation = self.reserve_after_room(api, device, quota, bytes, limit, reservation);
         }
         match reservation {
             Reservation::Granted { .. } => Reserved::Charged,
@@ -566,6 +585,28 @@ impl Engine {
                 Reserved::Charged
             }
         }
+    }
+
+    /// A refused reservation, tried once more if trimming this process's unused pool and
+    /// graph memory made room. Out of line: the retry must not grow `reserve`, which is
+    /// inlined on the alloc path.
+    #[cold]
+    #[inline(never)]
+    fn reserve_after_room(
+        &self,
+        api: &'static str,
+        device: u32,
+        quota: &DeviceQuota,
+        bytes: u64,
+        limit: u64,
+        refused: Reservation,
+    ) -> Reservation {
+        if !self.made_room(api, device, bytes) {
+            return refused;
+        }
+        // Not a refusal after all, if it fits now.
+        quota.forgive_refusal();
+        quota.reserve(bytes, limit, self.mode() == Mode::Enforce)
     }
 
     /// Observe mode allowed what the quota would have refused: said, and traced as a refusal
@@ -764,6 +805,11 @@ impl Engine {
         unsafe { self.contexts.reset_in_child() };
         // SAFETY: as above.
         unsafe { self.attached.reset_in_child(HashMap::new()) };
+        // SAFETY: as above.
+        unsafe {
+            self.graph_books
+                .reset_in_child(graph_memory::GraphBooks::new())
+        };
         for p in &self.primary {
             p.store(0, Relaxed);
         }
@@ -1259,6 +1305,9 @@ impl context_memory::Books for ContextPart<'_> {
     fn in_flight(&self, device: u32) -> u64 {
         let quota = self.engine.quota(device);
         quota.map_or(0, |q| q.in_use().saturating_sub(q.held()))
+    }
+    fn commits(&self, device: u32) -> u64 {
+        self.engine.quota(device).map_or(0, |q| q.commits())
     }
 }
 

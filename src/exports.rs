@@ -22,6 +22,7 @@ use crate::cuda_abi::{
     CuMemAllocationProp, CuMemHandle, CuMemLocation, CuMemPoolPropsHead, CuMemoryPool, CuResult,
     CuStream, CU_MEM_LOCATION_TYPE_DEVICE,
 };
+use crate::cuda_abi::{CuGraph, CuGraphExec, CuGraphInstantiateParams, CuGraphNode};
 use crate::engine::{Engine, Kind, Place, PoolPlace};
 use crate::ffi::{self, written, Out};
 use crate::lookup::{self, hooks, CFunction, Hooks, Real};
@@ -105,6 +106,18 @@ pub static CUDA_HOOKS: Hooks = hooks!(LIBCUDA in crate::real_driver:
     cuLibraryLoadData,
     cuLibraryLoadFromFile,
     cuLibraryUnload,
+    // -- graph memory (issue 11)
+    cuGraphInstantiate,
+    cuGraphInstantiate_v2,
+    cuGraphInstantiateWithFlags,
+    cuGraphInstantiateWithParams,
+    cuGraphInstantiateWithParams_ptsz,
+    cuGraphUpload,
+    cuGraphUpload_ptsz,
+    cuGraphLaunch,
+    cuGraphLaunch_ptsz,
+    cuGraphExecDestroy,
+    cuDeviceGraphMemTrim,
 );
 
 thread_local! {
@@ -1656,6 +1669,204 @@ pub unsafe extern "C" fn cuModuleUnload(module: real::CuModule) -> CuResult {
 #[no_mangle]
 pub unsafe extern "C" fn cuLibraryUnload(library: real::CuModule) -> CuResult {
     module_unloaded(&real::cuLibraryUnload, library)
+}
+
+// ---- graph memory (issue 11) -----------------------------------------------------------
+//
+// Instantiation learns an executable graph's allocations, uploads and launches reserve what
+// they may add to the graph memory pool, and each of these and the program's own trim set
+// the `graph` part to the driver's reservation after (see `engine/graph_memory.rs`).
+
+/// An instantiation of `graph` with `flags`; `call` instantiates into the caller's `exec`.
+fn instantiate<F: CFunction>(
+    real: &'static Real<F>,
+    exec: *mut CuGraphExec,
+    graph: CuGraph,
+    flags: u64,
+    call: impl Fn(F) -> CuResult,
+) -> CuResult {
+    hook(
+        real,
+        |f, e| {
+            e.graph_instantiate(real.name(), graph as usize, flags, || {
+                let rc = call(f);
+                // SAFETY: `exec` is the caller's out-pointer, null or valid.
+                let made = match (rc.is_ok(), unsafe { Out::new(exec) }) {
+                    (true, Some(out)) => out.get() as usize,
+                    _ => 0,
+                };
+                (rc, made)
+            })
+        },
+        &call,
+    )
+}
+
+/// The CUDA 10 and 11.0 forms: no flags.
+fn instantiate_logged(
+    real: &'static Real<real::cuGraphInstantiate>,
+    exec: *mut CuGraphExec,
+    graph: CuGraph,
+    error_node: *mut CuGraphNode,
+    log: *mut c_char,
+    log_size: usize,
+) -> CuResult {
+    instantiate(real, exec, graph, 0, |f| {
+        // SAFETY: the caller's arguments, passed on.
+        unsafe { f(exec, graph, error_node, log, log_size) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphInstantiate(
+    exec: *mut CuGraphExec,
+    graph: CuGraph,
+    error_node: *mut CuGraphNode,
+    log: *mut c_char,
+    log_size: usize,
+) -> CuResult {
+    instantiate_logged(
+        &real::cuGraphInstantiate,
+        exec,
+        graph,
+        error_node,
+        log,
+        log_size,
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphInstantiate_v2(
+    exec: *mut CuGraphExec,
+    graph: CuGraph,
+    error_node: *mut CuGraphNode,
+    log: *mut c_char,
+    log_size: usize,
+) -> CuResult {
+    instantiate_logged(
+        &real::cuGraphInstantiate_v2,
+        exec,
+        graph,
+        error_node,
+        log,
+        log_size,
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphInstantiateWithFlags(
+    exec: *mut CuGraphExec,
+    graph: CuGraph,
+    flags: u64,
+) -> CuResult {
+    instantiate(
+        &real::cuGraphInstantiateWithFlags,
+        exec,
+        graph,
+        flags,
+        |f| {
+            // SAFETY: the caller's arguments, passed on.
+            unsafe { f(exec, graph, flags) }
+        },
+    )
+}
+
+/// # Safety
+/// The caller's arguments of `cuGraphInstantiateWithParams(_ptsz)`.
+unsafe fn instantiate_with_params(
+    real: &'static Real<real::cuGraphInstantiateWithParams>,
+    exec: *mut CuGraphExec,
+    graph: CuGraph,
+    params: *mut CuGraphInstantiateParams,
+) -> CuResult {
+    // SAFETY: `params` is null or the caller's valid CUDA_GRAPH_INSTANTIATE_PARAMS.
+    let flags = unsafe { ffi::input(params.cast_const()) }.map_or(0, |p| p.flags);
+    instantiate(real, exec, graph, flags, |f| {
+        // SAFETY: the caller's arguments, passed on.
+        unsafe { f(exec, graph, params) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphInstantiateWithParams(
+    exec: *mut CuGraphExec,
+    graph: CuGraph,
+    params: *mut CuGraphInstantiateParams,
+) -> CuResult {
+    // SAFETY: the caller's arguments, passed on.
+    unsafe { instantiate_with_params(&real::cuGraphInstantiateWithParams, exec, graph, params) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphInstantiateWithParams_ptsz(
+    exec: *mut CuGraphExec,
+    graph: CuGraph,
+    params: *mut CuGraphInstantiateParams,
+) -> CuResult {
+    let real = &real::cuGraphInstantiateWithParams_ptsz;
+    // SAFETY: the caller's arguments, passed on.
+    unsafe { instantiate_with_params(real, exec, graph, params) }
+}
+
+/// An upload (`launch` false) or launch of `exec` into `stream`.
+fn graph_run(
+    real: &'static Real<real::cuGraphLaunch>,
+    exec: CuGraphExec,
+    stream: CuStream,
+    launch: bool,
+) -> CuResult {
+    // SAFETY: the caller's arguments, passed on.
+    let call = |f: real::cuGraphLaunch| unsafe { f(exec, stream) };
+    hook(
+        real,
+        |f, e| e.graph_run(real.name(), exec as usize, launch, || call(f)),
+        call,
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphUpload(exec: CuGraphExec, stream: CuStream) -> CuResult {
+    graph_run(&real::cuGraphUpload, exec, stream, false)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphUpload_ptsz(exec: CuGraphExec, stream: CuStream) -> CuResult {
+    graph_run(&real::cuGraphUpload_ptsz, exec, stream, false)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphLaunch(exec: CuGraphExec, stream: CuStream) -> CuResult {
+    graph_run(&real::cuGraphLaunch, exec, stream, true)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphLaunch_ptsz(exec: CuGraphExec, stream: CuStream) -> CuResult {
+    graph_run(&real::cuGraphLaunch_ptsz, exec, stream, true)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphExecDestroy(exec: CuGraphExec) -> CuResult {
+    watched(
+        &real::cuGraphExecDestroy,
+        // SAFETY: the caller's argument, passed on.
+        |f| unsafe { f(exec) },
+        |e| e.graph_exec_destroyed(exec as usize),
+    )
+}
+
+/// The program's own trim: only watched (it charges nothing), then the part follows.
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGraphMemTrim(dev: CuDevice) -> CuResult {
+    watched(
+        &real::cuDeviceGraphMemTrim,
+        // SAFETY: the caller's argument, passed on.
+        |f| unsafe { f(dev) },
+        |e| {
+            if let Ok(device) = u32::try_from(dev) {
+                e.graph_memory_trimmed(real::cuDeviceGraphMemTrim.name(), device);
+            }
+        },
+    )
 }
 
 /// A call passed to the driver unchanged (no panic leaves it).

@@ -366,6 +366,12 @@ pub fn hook_for_lookup(
     if !known {
         return None;
     }
+    // A name the driver answers with another function we hook: from CUDA 12.0
+    // `cuGraphInstantiate` means `cuGraphInstantiateWithFlags` (cuda.h's #define, the
+    // PFN_cuGraphInstantiate typedef), and the caller expects that prototype.
+    if let Some(alias) = hooks.hooks.iter().find(|h| h.real.address() == Some(found)) {
+        return Some(handed_out(alias));
+    }
     // The driver may hand out an address that is none of its exports. Then the documented
     // rules name the variant — unless the address is another exported function (a variant
     // newer than this build knows), which must pass through untouched.

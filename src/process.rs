@@ -16,7 +16,8 @@
 
 use crate::config::{Config, ConfigError, LogTarget};
 use crate::cuda_abi::CuResult;
-use crate::engine::{Engine, Queries};
+use crate::cuda_abi::CU_MEM_LOCATION_TYPE_DEVICE;
+use crate::engine::{Engine, GraphNode, Queries};
 use crate::real_driver;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, Ordering};
 
@@ -68,6 +69,35 @@ impl Queries for RealDriver {
     }
     fn nvml_absence(&self) -> Option<String> {
         crate::nvml::absence_note()
+    }
+
+    // -- graph memory (issue 11)
+    fn graph_nodes(&self, graph: usize) -> Option<Vec<GraphNode>> {
+        use real_driver::RawGraphNode as Raw;
+        let nodes = real_driver::graph_nodes(graph)?;
+        let node = |raw| match raw {
+            Raw::Alloc {
+                location: (kind, id),
+                bytes,
+                address,
+            } => GraphNode::Alloc {
+                device: (kind == CU_MEM_LOCATION_TYPE_DEVICE)
+                    .then(|| u32::try_from(id).ok())
+                    .flatten(),
+                bytes,
+                address,
+            },
+            Raw::Free(address) => GraphNode::Free(address),
+            Raw::Child(graph) => GraphNode::Child(graph),
+            Raw::Other => GraphNode::Other,
+        };
+        Some(nodes.into_iter().map(node).collect())
+    }
+    fn graph_memory(&self, device: u32) -> Option<(u64, u64)> {
+        real_driver::graph_memory(device)
+    }
+    fn graph_memory_trim(&self, device: u32) -> bool {
+        real_driver::graph_memory_trim(device)
     }
 }
 

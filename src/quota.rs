@@ -214,6 +214,11 @@ impl DeviceQuota {
         held
     }
 
+    /// Allocations ever committed (the summary's count).
+    pub fn commits(&self) -> u64 {
+        self.allocations.load(Relaxed)
+    }
+
     /// Bytes held (committed, not freed), without reservations in flight.
     pub fn held(&self) -> u64 {
         self.held.load(Relaxed)

@@ -9,6 +9,12 @@ use crate::cuda_abi::{
     CuMemAllocationProp, CuMemHandle, CuMemLocation, CuMemPoolPropsHead, CuMemoryPool, CuResult,
     CuStream,
 };
+// graph memory (issue 11)
+use crate::cuda_abi::{
+    CuGraph, CuGraphExec, CuGraphInstantiateParams, CuGraphNode, CuMemAllocNodeParams,
+    CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT,
+    CU_GRAPH_NODE_TYPE_GRAPH, CU_GRAPH_NODE_TYPE_MEM_ALLOC, CU_GRAPH_NODE_TYPE_MEM_FREE,
+};
 use crate::lookup::library;
 /// A `CUmodule` or `CUlibrary` handle (opaque to cuquota; context memory, issue 11).
 pub type CuModule = *mut c_void;
@@ -159,6 +165,38 @@ library! {
         *mut c_int, *mut *mut c_void, c_uint,
     ) -> CuResult;
     cuLibraryUnload: "cuLibraryUnload" @ 12000, Plain: fn(CuModule) -> CuResult;
+    // -- graph memory (issue 11): hooked (instantiate, upload, launch, exec destroy, the
+    // program's trim); called (a graph's memory nodes, the graph memory pool's figures)
+    cuGraphInstantiate: "cuGraphInstantiate" @ 10000, Plain:
+        fn(*mut CuGraphExec, CuGraph, *mut CuGraphNode, *mut c_char, usize) -> CuResult;
+    cuGraphInstantiate_v2: "cuGraphInstantiate" @ 11000, Plain:
+        fn(*mut CuGraphExec, CuGraph, *mut CuGraphNode, *mut c_char, usize) -> CuResult;
+    cuGraphInstantiateWithFlags: "cuGraphInstantiateWithFlags" @ 11040, Plain:
+        fn(*mut CuGraphExec, CuGraph, u64) -> CuResult;
+    cuGraphInstantiateWithParams: "cuGraphInstantiateWithParams" @ 12000, Plain:
+        fn(*mut CuGraphExec, CuGraph, *mut CuGraphInstantiateParams) -> CuResult;
+    cuGraphInstantiateWithParams_ptsz: "cuGraphInstantiateWithParams" @ 12000, PerThread:
+        fn(*mut CuGraphExec, CuGraph, *mut CuGraphInstantiateParams) -> CuResult;
+    cuGraphUpload: "cuGraphUpload" @ 11010, Plain: fn(CuGraphExec, CuStream) -> CuResult;
+    cuGraphUpload_ptsz: "cuGraphUpload" @ 11010, PerThread:
+        fn(CuGraphExec, CuStream) -> CuResult;
+    cuGraphLaunch: "cuGraphLaunch" @ 10000, Plain: fn(CuGraphExec, CuStream) -> CuResult;
+    cuGraphLaunch_ptsz: "cuGraphLaunch" @ 10000, PerThread:
+        fn(CuGraphExec, CuStream) -> CuResult;
+    cuGraphExecDestroy: "cuGraphExecDestroy" @ 10000, Plain: fn(CuGraphExec) -> CuResult;
+    cuDeviceGraphMemTrim: "cuDeviceGraphMemTrim" @ 11040, Plain: fn(CuDevice) -> CuResult;
+    cuGraphGetNodes: "cuGraphGetNodes" @ 10000, Plain:
+        fn(CuGraph, *mut CuGraphNode, *mut usize) -> CuResult;
+    cuGraphNodeGetType: "cuGraphNodeGetType" @ 10000, Plain:
+        fn(CuGraphNode, *mut c_int) -> CuResult;
+    cuGraphMemAllocNodeGetParams: "cuGraphMemAllocNodeGetParams" @ 11040, Plain:
+        fn(CuGraphNode, *mut CuMemAllocNodeParams) -> CuResult;
+    cuGraphMemFreeNodeGetParams: "cuGraphMemFreeNodeGetParams" @ 11040, Plain:
+        fn(CuGraphNode, *mut CuDevicePtr) -> CuResult;
+    cuGraphChildGraphNodeGetGraph: "cuGraphChildGraphNodeGetGraph" @ 10000, Plain:
+        fn(CuGraphNode, *mut CuGraph) -> CuResult;
+    cuDeviceGetGraphMemAttribute: "cuDeviceGetGraphMemAttribute" @ 11040, Plain:
+        fn(CuDevice, c_int, *mut c_void) -> CuResult;
 }
 
 /// The device of the calling thread's current context, from the real driver.
@@ -333,6 +371,112 @@ pub fn context_limit(limit: c_int) -> Option<usize> {
     let mut value = 0usize;
     // SAFETY: value is a valid out-pointer; the limit is passed as the caller gave it.
     unsafe { f(&mut value, limit) }.is_ok().then_some(value)
+}
+
+// -- graph memory (issue 11) -------------------------------------------------------------
+
+/// A graph node as far as memory goes, in the driver's words.
+pub enum RawGraphNode {
+    /// An allocation node: its location (`CUmemLocationType`, id), size and address.
+    Alloc {
+        location: (c_int, c_int),
+        bytes: u64,
+        address: u64,
+    },
+    /// A free node and the address it frees.
+    Free(u64),
+    /// A child graph node's graph.
+    Child(usize),
+    /// Any other node (no memory of its own).
+    Other,
+}
+
+/// The nodes of `graph` (`cuGraphGetNodes`, then each node's type and memory parameters);
+/// None when the driver cannot say.
+pub fn graph_nodes(graph: usize) -> Option<Vec<RawGraphNode>> {
+    let get_nodes = cuGraphGetNodes.get()?;
+    let node_type = cuGraphNodeGetType.get()?;
+    let mut count = 0usize;
+    // SAFETY: a null node array asks for the count; count is a valid out-pointer.
+    if !unsafe { get_nodes(graph as CuGraph, std::ptr::null_mut(), &mut count) }.is_ok() {
+        return None;
+    }
+    let mut nodes: Vec<CuGraphNode> = vec![std::ptr::null_mut(); count];
+    // SAFETY: the array holds `count` entries, the number passed in.
+    if !unsafe { get_nodes(graph as CuGraph, nodes.as_mut_ptr(), &mut count) }.is_ok() {
+        return None;
+    }
+    nodes.truncate(count);
+    let described = nodes
+        .into_iter()
+        .map(|node| {
+            let mut kind: c_int = -1;
+            // SAFETY: a node the driver just listed; kind a valid out-pointer.
+            if !unsafe { node_type(node, &mut kind) }.is_ok() {
+                return RawGraphNode::Other;
+            }
+            match kind {
+                CU_GRAPH_NODE_TYPE_MEM_ALLOC => alloc_node(node).unwrap_or(RawGraphNode::Other),
+                CU_GRAPH_NODE_TYPE_MEM_FREE => free_node(node).unwrap_or(RawGraphNode::Other),
+                CU_GRAPH_NODE_TYPE_GRAPH => child_graph(node).unwrap_or(RawGraphNode::Other),
+                _ => RawGraphNode::Other,
+            }
+        })
+        .collect();
+    Some(described)
+}
+
+fn alloc_node(node: CuGraphNode) -> Option<RawGraphNode> {
+    let f = cuGraphMemAllocNodeGetParams.get()?;
+    let mut params = CuMemAllocNodeParams::default();
+    // SAFETY: an allocation node; params is a whole CUDA_MEM_ALLOC_NODE_PARAMS to write.
+    let rc = unsafe { f(node, &mut params) };
+    let location = params.pool_props.head.location;
+    rc.is_ok().then_some(RawGraphNode::Alloc {
+        location: (location.kind, location.id),
+        bytes: params.bytesize as u64,
+        address: params.dptr,
+    })
+}
+
+fn free_node(node: CuGraphNode) -> Option<RawGraphNode> {
+    let f = cuGraphMemFreeNodeGetParams.get()?;
+    let mut address: CuDevicePtr = 0;
+    // SAFETY: a free node; address is a valid out-pointer.
+    let rc = unsafe { f(node, &mut address) };
+    rc.is_ok().then_some(RawGraphNode::Free(address))
+}
+
+fn child_graph(node: CuGraphNode) -> Option<RawGraphNode> {
+    let f = cuGraphChildGraphNodeGetGraph.get()?;
+    let mut graph: CuGraph = std::ptr::null_mut();
+    // SAFETY: a child graph node; graph is a valid out-pointer.
+    let rc = unsafe { f(node, &mut graph) };
+    (rc.is_ok() && !graph.is_null()).then_some(RawGraphNode::Child(graph as usize))
+}
+
+/// A device's graph memory pool: (reserved, used) bytes (`cuDeviceGetGraphMemAttribute`,
+/// `RESERVED_MEM_CURRENT` and `USED_MEM_CURRENT`).
+pub fn graph_memory(device: u32) -> Option<(u64, u64)> {
+    let f = cuDeviceGetGraphMemAttribute.get()?;
+    let read = |attribute| {
+        let mut value = 0u64;
+        // SAFETY: both attributes are a cuuint64_t, written to a valid u64.
+        let rc = unsafe { f(device as CuDevice, attribute, (&raw mut value).cast()) };
+        rc.is_ok().then_some(value)
+    };
+    let reserved = read(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT)?;
+    let used = read(CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT)?;
+    Some((reserved, used))
+}
+
+/// `cuDeviceGraphMemTrim(device)`: whether it succeeded.
+pub fn graph_memory_trim(device: u32) -> bool {
+    let Some(f) = cuDeviceGraphMemTrim.get() else {
+        return false;
+    };
+    // SAFETY: a plain call with a device ordinal.
+    unsafe { f(device as CuDevice) }.is_ok()
 }
 
 #[cfg(test)]

@@ -1,11 +1,841 @@
 //! The device's graph memory reservation: the `graph` part of the footprint.
+//!
+//! The driver backs the allocation nodes of a graph (stream capture of `cuMemAllocAsync`,
+//! `cuGraphAddMemAllocNode`) from a per-device graph memory pool when the executable graph
+//! is uploaded or launched, and the pool keeps its reservation
+//! (`CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT`) until `cuDeviceGraphMemTrim`. The `graph` part
+//! on a device is that reservation by the driver's own figure, reconciled after every call
+//! that may change it: instantiation, upload, launch and the program's own trim.
+//!
+//! At instantiation cuquota learns what the executable graph's allocations take on each
+//! device from the source graph's memory nodes (child graphs included). Before an upload or
+//! a launch it reserves what the call may add: those bytes less the pool's unused
+//! reservation (reserved − used, less what other uploads and launches in flight count on),
+//! rounded up to the pool's granule. If that does not fit, it trims unused graph memory
+//! once and tries again; still over the quota, the call is refused with
+//! `CUDA_ERROR_OUT_OF_MEMORY` before the driver runs it. After the call the part is set to
+//! the driver's reservation.
+//!
+//! Graphs without memory nodes cost nothing here (no book, no driver call); a device whose
+//! graph pool the driver cannot report (`cuDeviceGetGraphMemAttribute` fails) is not
+//! charged for it; with `CUQUOTA_COUNT=allocations` every hook passes straight through.
 
-use super::Engine;
+use super::{Engine, PartRefusal, Queries};
+use crate::config::MAX_DEVICES;
+use crate::cuda_abi::{
+    CuResult, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH, CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD,
+};
+use crate::quota::Part;
+use crate::trace::Event;
+use std::collections::{HashMap, HashSet};
+
+/// A graph node as far as memory goes (what [`Queries::graph_nodes`] answers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GraphNode {
+    /// An allocation node: its device (`None`: not device memory), size and address.
+    Alloc {
+        device: Option<u32>,
+        bytes: u64,
+        address: u64,
+    },
+    /// A free node, and the address it frees.
+    Free(u64),
+    /// A child graph node's graph.
+    Child(usize),
+    /// Any other node.
+    Other,
+}
+
+/// The graph pool maps memory in units of the device's allocation granularity (2 MiB on
+/// every current GPU); a launch's growth is rounded up to it.
+const GRAPH_GRANULE: u64 = 2 << 20;
+
+/// How deep child graphs are followed, and how many nodes are read at most, at one
+/// instantiation (a graph beyond either is charged for what was read).
+const MAX_DEPTH: usize = 8;
+const MAX_NODES: usize = 1 << 20;
+
+/// How many executable graphs with memory nodes are remembered at once; beyond that a new
+/// one is not charged before its launches (its reservation is still reconciled after the
+/// calls of the others on the same device).
+const EXECS_KEPT: usize = 4096;
+
+/// Bytes per device, a few entries.
+type PerDevice = Vec<(u32, u64)>;
+
+fn add_to(v: &mut PerDevice, device: u32, bytes: u64) {
+    match v.iter_mut().find(|(d, _)| *d == device) {
+        Some((_, b)) => *b = b.saturating_add(bytes),
+        None => v.push((device, bytes)),
+    }
+}
+
+fn on(v: &PerDevice, device: u32) -> u64 {
+    v.iter().find(|(d, _)| *d == device).map_or(0, |(_, b)| *b)
+}
+
+/// What an executable graph's allocations take.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ExecNeeds {
+    /// All its allocation nodes' bytes, per device.
+    pub need: PerDevice,
+    /// Of those, the ones not freed inside the graph: live after a launch.
+    pub unfreed: PerDevice,
+    /// Instantiated with `CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH`.
+    pub auto_free: bool,
+    /// Launched at least once.
+    pub launched: bool,
+}
+
+/// The memory nodes of `graph` (child graphs to [`MAX_DEPTH`]) summed per device; None
+/// when the driver cannot list the graph's nodes.
+pub fn needs_of(queries: &dyn Queries, graph: usize) -> Option<ExecNeeds> {
+    let mut allocs: Vec<(u32, u64, u64)> = Vec::new();
+    let mut freed: HashSet<u64> = HashSet::new();
+    let mut pending = vec![(graph, 0usize)];
+    let mut read = 0usize;
+    let mut first = true;
+    'walk: while let Some((g, depth)) = pending.pop() {
+        let nodes = match queries.graph_nodes(g) {
+            Some(nodes) => nodes,
+            None if first => return None,
+            None => continue,
+        };
+        first = false;
+        for node in nodes {
+            read += 1;
+            if read > MAX_NODES {
+                break 'walk;
+            }
+            match node {
+                GraphNode::Alloc {
+                    device: Some(d),
+                    bytes,
+                    address,
+                } => allocs.push((d, bytes, address)),
+                GraphNode::Free(address) => {
+                    freed.insert(address);
+                }
+                GraphNode::Child(child) if depth + 1 < MAX_DEPTH => {
+                    pending.push((child, depth + 1))
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut needs = ExecNeeds::default();
+    for (device, bytes, address) in allocs {
+        add_to(&mut needs.need, device, bytes);
+        if !freed.contains(&address) {
+            add_to(&mut needs.unfreed, device, bytes);
+        }
+    }
+    Some(needs)
+}
+
+/// Uploads and launches between their reservation and their settlement, on one device.
+#[derive(Clone, Copy, Debug, Default)]
+struct InFlight {
+    /// Their graphs' allocations: what they count on the pool's unused memory for.
+    need: u64,
+    /// What they reserved in the quota beyond the driver's reservation.
+    reserved: u64,
+}
+
+/// The engine's graph books: executable graphs with memory nodes, and calls in flight.
+pub struct GraphBooks {
+    execs: HashMap<usize, ExecNeeds>,
+    in_flight: [InFlight; MAX_DEVICES],
+}
+
+impl GraphBooks {
+    pub fn new() -> GraphBooks {
+        GraphBooks {
+            execs: HashMap::new(),
+            in_flight: [InFlight::default(); MAX_DEVICES],
+        }
+    }
+
+    fn in_flight(&mut self, device: u32) -> Option<&mut InFlight> {
+        self.in_flight.get_mut(device as usize)
+    }
+}
+
+impl Default for GraphBooks {
+    fn default() -> Self {
+        GraphBooks::new()
+    }
+}
+
+/// What an upload or launch may add to a device's graph reservation: its allocations
+/// less the pool's unused reservation that no other call in flight counts on, rounded up to
+/// the granule. `extra_free`: what the call itself frees first (an auto-free relaunch).
+fn growth(need: u64, reserved: u64, used: u64, others: u64, extra_free: u64) -> u64 {
+    let unused = reserved.saturating_sub(used).saturating_add(extra_free);
+    let short = need.saturating_sub(unused.saturating_sub(others));
+    short.div_ceil(GRAPH_GRANULE).saturating_mul(GRAPH_GRANULE)
+}
+
+/// One device's share of a staged upload or launch.
+#[derive(Clone, Copy, Debug)]
+struct Staged {
+    device: u32,
+    need: u64,
+    reserved: u64,
+}
 
 impl Engine {
+    /// `cuGraphInstantiate*` of `graph` with `flags`; `call` instantiates and returns the
+    /// executable graph. With `CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD` the instantiation uploads
+    /// too, so it is reserved for as an upload is.
+    pub fn graph_instantiate(
+        &self,
+        api: &'static str,
+        graph: usize,
+        flags: u64,
+        call: impl FnOnce() -> (CuResult, usize),
+    ) -> CuResult {
+        if !self.counts_footprint() {
+            return call().0;
+        }
+        let needs = needs_of(self.queries.as_ref(), graph).filter(|n| !n.need.is_empty());
+        let Some(mut needs) = needs else {
+            return call().0;
+        };
+        needs.auto_free = flags & CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH != 0;
+        let staged = if flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD != 0 {
+            match self.graph_stage(api, &needs, false) {
+                Ok(staged) => staged,
+                Err(rc) => return rc,
+            }
+        } else {
+            Vec::new()
+        };
+        let (rc, exec) = call();
+        if rc.is_ok() {
+            let mut books = self.graph_books.lock();
+            if books.execs.len() < EXECS_KEPT || books.execs.contains_key(&exec) {
+                books.execs.insert(exec, needs.clone());
+            }
+        }
+        self.graph_settle(api, &staged);
+        // The instantiation may have reserved memory of its own: the driver's figure.
+        for &(device, _) in &needs.need {
+            if !staged.iter().any(|s| s.device == device) {
+                self.reconcile_graph(api, device);
+            }
+        }
+        rc
+    }
+
+    /// `cuGraphUpload` (`launch` false) or `cuGraphLaunch` of `exec`; `call` runs it.
+    pub fn graph_run(
+        &self,
+        api: &'static str,
+        exec: usize,
+        launch: bool,
+        call: impl FnOnce() -> CuResult,
+    ) -> CuResult {
+        if !self.counts_footprint() {
+            return call();
+        }
+        let Some(needs) = self.graph_books.lock().execs.get(&exec).cloned() else {
+            return call();
+        };
+        let staged = match self.graph_stage(api, &needs, launch) {
+            Ok(staged) => staged,
+            Err(rc) => return rc,
+        };
+        let rc = call();
+        if rc.is_ok() && launch {
+            if let Some(n) = self.graph_books.lock().execs.get_mut(&exec) {
+                n.launched = true;
+            }
+        }
+        self.graph_settle(api, &staged);
+        rc
+    }
+
+    /// `cuGraphExecDestroy(exec)` succeeded: its book goes (the handle may come back).
+    pub fn graph_exec_destroyed(&self, exec: usize) {
+        self.graph_books.lock().execs.remove(&exec);
+    }
+
+    /// A context on `device` was destroyed or reset (the driver may have released graph
+    /// memory with it): the part follows the driver. No driver call when it holds nothing.
+    pub(super) fn graph_context_gone(&self, api: &'static str, device: u32) {
+        if self.counts_footprint() && self.part_total(device, Part::Graph) > 0 {
+            self.reconcile_graph(api, device);
+        }
+    }
+
+    /// The program's own `cuDeviceGraphMemTrim(device)` succeeded.
+    pub fn graph_memory_trimmed(&self, api: &'static str, device: u32) {
+        if self.counts_footprint() {
+            self.reconcile_graph(api, device);
+        }
+    }
+
+    /// Reserves, device by device, what an upload or launch of `needs` may add; a device
+    /// where it does not fit (after one trim of unused graph memory) refuses the call: what
+    /// was staged on the others is settled, the refusal explained.
+    fn graph_stage(
+        &self,
+        api: &'static str,
+        needs: &ExecNeeds,
+        launch: bool,
+    ) -> Result<Vec<Staged>, CuResult> {
+        // A relaunch with auto-free first frees what the last launch left live.
+        let relaunch_frees = launch && needs.auto_free && needs.launched;
+        let mut staged = Vec::with_capacity(needs.need.len());
+        for &(device, need) in &needs.need {
+            let frees = if relaunch_frees {
+                on(&needs.unfreed, device)
+            } else {
+                0
+            };
+            let mut attempt = self.stage_on(api, device, need, frees);
+            // Trimming needs no call of ours in flight on the device (they count on the
+            // pool's unused memory), so it comes after this one's share was taken back.
+            if let Err((add, _)) = attempt {
+                if self.trim_graph_memory(api, device, add) > 0 {
+                    if let Some(q) = self.quota(device) {
+                        q.forgive_refusal(); // tried again: not a refusal yet
+                    }
+                    attempt = self.stage_on(api, device, need, frees);
+                }
+            }
+            match attempt {
+                Ok(Some(share)) => staged.push(share),
+                Ok(None) => {}
+                Err((add, refusal)) => {
+                    self.graph_settle(api, &staged);
+                    self.part_refused(api, device, Part::Graph, add, refusal);
+                    return Err(CuResult::OUT_OF_MEMORY);
+                }
+            }
+        }
+        Ok(staged)
+    }
+
+    /// One device's share of an upload or launch whose allocations take `need` there (and
+    /// which first frees up to `frees` of its own): charged and in flight, or refused with
+    /// the bytes it would have added (nothing left in flight). `None`: not charged (the
+    /// driver cannot say what its graph pool holds, or no quota is kept for the device).
+    fn stage_on(
+        &self,
+        api: &'static str,
+        device: u32,
+        need: u64,
+        frees: u64,
+    ) -> Result<Option<Staged>, (u64, PartRefusal)> {
+        let add = {
+            // The pool's figures are read under the books' lock, so no trim of ours can
+            // come between them and this share being counted in flight.
+            let mut books = self.graph_books.lock();
+            let Some(flight) = books.in_flight(device) else {
+                return Ok(None);
+            };
+            let Some((reserved, used)) = self.queries.graph_memory(device) else {
+                return Ok(None);
+            };
+            let add = growth(need, reserved, used, flight.need, frees.min(used));
+            flight.need += need;
+            flight.reserved += add;
+            add
+        };
+        let share = Staged {
+            device,
+            need,
+            reserved: add,
+        };
+        match self.part_grow(api, device, Part::Graph, add) {
+            Ok(()) => Ok(Some(share)),
+            Err(refusal) => {
+                self.graph_unstage(share);
+                Err((add, refusal))
+            }
+        }
+    }
+
+    /// A staged share is no longer in flight (nothing was charged for it, or its call
+    /// returned).
+    fn graph_unstage(&self, share: Staged) {
+        if let Some(flight) = self.graph_books.lock().in_flight(share.device) {
+            flight.need -= share.need;
+            flight.reserved -= share.reserved;
+        }
+    }
+
+    /// After the call: each staged share leaves the books and its device's part is set to
+    /// the driver's reservation.
+    fn graph_settle(&self, api: &'static str, staged: &[Staged]) {
+        for &share in staged {
+            self.graph_unstage(share);
+            self.reconcile_graph(api, share.device);
+        }
+    }
+
+    /// The `graph` part on `device` := the driver's reservation, plus what calls still in
+    /// flight reserved beyond it. Under the books' lock, so two settlements cannot
+    /// interleave their reads and writes.
+    fn reconcile_graph(&self, api: &'static str, device: u32) {
+        let mut books = self.graph_books.lock();
+        let Some(flight) = books.in_flight(device).copied() else {
+            return;
+        };
+        if let Some((reserved, _)) = self.queries.graph_memory(device) {
+            self.part_set(api, device, Part::Graph, reserved + flight.reserved);
+        }
+    }
+
     /// Trims unused graph memory on `device` (`cuDeviceGraphMemTrim`) to make room for
-    /// `wanted` bytes through `api`; returns the bytes given back.
-    pub(super) fn trim_graph_memory(&self, _api: &'static str, _device: u32, _wanted: u64) -> u64 {
-        0
+    /// `wanted` bytes through `api`; returns the bytes given back. Nothing to do (and no
+    /// driver call) when the part holds nothing; not while an upload or launch on the
+    /// device is in flight, since it counts on that unused memory.
+    pub(super) fn trim_graph_memory(&self, api: &'static str, device: u32, wanted: u64) -> u64 {
+        if !self.counts_footprint() || self.part_total(device, Part::Graph) == 0 {
+            return 0;
+        }
+        let (released, after) = {
+            let mut books = self.graph_books.lock();
+            let Some(flight) = books.in_flight(device).copied() else {
+                return 0;
+            };
+            if flight.need > 0 {
+                return 0;
+            }
+            let Some((reserved, used)) = self.queries.graph_memory(device) else {
+                return 0;
+            };
+            if reserved <= used || !self.queries.graph_memory_trim(device) {
+                // Nothing to trim; but the part may be behind the driver (a context reset
+                // released the pool): the driver's figure, and any room it gives.
+                let before = self.part_total(device, Part::Graph);
+                self.part_set(api, device, Part::Graph, reserved + flight.reserved);
+                return before.saturating_sub(self.part_total(device, Part::Graph));
+            }
+            let now = self
+                .queries
+                .graph_memory(device)
+                .map_or(reserved, |(r, _)| r);
+            let total = now + flight.reserved;
+            let released = self.part_total(device, Part::Graph).saturating_sub(total);
+            // Shrunk without an event: the trim is traced first, then the part's total.
+            if let Some(q) = self.quota(device) {
+                q.release_part(Part::Graph, released);
+            }
+            (released, total)
+        };
+        if released == 0 {
+            return 0;
+        }
+        self.trimmed(api, device, Part::Graph, released, wanted);
+        if let Some(q) = self.quota(device) {
+            self.emit(Event::footprint(device, api, Part::Graph, after, q.held()));
+        }
+        released
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::engine::{Kind, Place};
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    use std::sync::{Arc, Mutex};
+
+    const MIB: u64 = 1 << 20;
+    const GIB: u64 = 1 << 30;
+
+    #[test]
+    fn growth_is_the_shortfall_in_granules() {
+        // An empty pool: all of it, rounded up.
+        assert_eq!(growth(3 * MIB, 0, 0, 0, 0), 4 * MIB);
+        assert_eq!(growth(4 * MIB, 0, 0, 0, 0), 4 * MIB);
+        // Unused reservation is used first.
+        assert_eq!(growth(4 * MIB, 6 * MIB, 4 * MIB, 0, 0), 2 * MIB);
+        assert_eq!(growth(4 * MIB, 8 * MIB, 2 * MIB, 0, 0), 0);
+        // Unless another call in flight counts on it.
+        assert_eq!(growth(4 * MIB, 8 * MIB, 2 * MIB, 4 * MIB, 0), 2 * MIB);
+        // An auto-free relaunch frees its own live allocations first.
+        assert_eq!(growth(4 * MIB, 4 * MIB, 4 * MIB, 0, 4 * MIB), 0);
+        assert_eq!(growth(0, 0, 0, 0, 0), 0);
+    }
+
+    #[test]
+    fn per_device_sums() {
+        let mut v = PerDevice::new();
+        add_to(&mut v, 1, 5);
+        add_to(&mut v, 0, 2);
+        add_to(&mut v, 1, u64::MAX);
+        assert_eq!(v, vec![(1, u64::MAX), (0, 2)]);
+        assert_eq!((on(&v, 0), on(&v, 3)), (2, 0));
+    }
+
+    /// A pretend driver with graphs and a graph memory pool per device (the documented
+    /// rules: a launch maps what its unused reservation lacks, in granules; in-graph frees
+    /// go back to the pool; a trim releases what no live allocation uses).
+    #[derive(Default)]
+    struct Driver {
+        graphs: Mutex<HashMap<usize, Vec<GraphNode>>>,
+        /// (reserved, used) per device.
+        pools: Mutex<[(u64, u64); 2]>,
+        /// Driver calls the engine made besides the hooked ones.
+        queries: AtomicU64,
+    }
+
+    impl Queries for Arc<Driver> {
+        fn current_device(&self) -> Result<u32, CuResult> {
+            Ok(0)
+        }
+        fn current_context(&self) -> usize {
+            0x1000
+        }
+        fn context_device(&self, _context: usize) -> Result<u32, CuResult> {
+            Ok(0)
+        }
+        fn stream_context(&self, _stream: usize) -> Result<usize, CuResult> {
+            Ok(0x1000)
+        }
+        fn total_memory(&self, _device: u32) -> Result<u64, CuResult> {
+            Ok(8 * GIB)
+        }
+        fn memory_info(&self) -> Result<(u64, u64), CuResult> {
+            Ok((8 * GIB, 8 * GIB))
+        }
+        fn graph_nodes(&self, graph: usize) -> Option<Vec<GraphNode>> {
+            self.queries.fetch_add(1, Relaxed);
+            self.graphs.lock().unwrap().get(&graph).cloned()
+        }
+        fn graph_memory(&self, device: u32) -> Option<(u64, u64)> {
+            self.queries.fetch_add(1, Relaxed);
+            self.pools.lock().unwrap().get(device as usize).copied()
+        }
+        fn graph_memory_trim(&self, device: u32) -> bool {
+            self.queries.fetch_add(1, Relaxed);
+            let mut pools = self.pools.lock().unwrap();
+            let (reserved, used) = &mut pools[device as usize];
+            *reserved = used.div_ceil(GRAPH_GRANULE) * GRAPH_GRANULE;
+            true
+        }
+    }
+
+    impl Driver {
+        /// A launch that maps `need` on `device`, of which `kept` stays live after.
+        fn launch(&self, device: usize, need: u64, kept: u64) -> CuResult {
+            let mut pools = self.pools.lock().unwrap();
+            let (reserved, used) = &mut pools[device];
+            *reserved += growth(need, *reserved, *used, 0, 0);
+            *used += kept;
+            CuResult::SUCCESS
+        }
+    }
+
+    fn engine(vars: &[(&str, &str)]) -> (Engine, Arc<Driver>) {
+        crate::log::configure(&crate::config::LogTarget::Off);
+        let driver = Arc::new(Driver::default());
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let config = Config::from_vars(|k| {
+            vars.iter()
+                .find(|(name, _)| name == k)
+                .map(|(_, v)| v.clone())
+        });
+        (Engine::new(config, Box::new(driver.clone())), driver)
+    }
+
+    fn alloc(device: u32, bytes: u64, address: u64) -> GraphNode {
+        GraphNode::Alloc {
+            device: Some(device),
+            bytes,
+            address,
+        }
+    }
+
+    /// Graph 1: 256 MiB on device 0, not freed in the graph.
+    fn one_graph(driver: &Driver, bytes: u64, freed: bool) {
+        let mut nodes = vec![alloc(0, bytes, 0xa000)];
+        if freed {
+            nodes.push(GraphNode::Free(0xa000));
+        }
+        driver.graphs.lock().unwrap().insert(1, nodes);
+    }
+
+    const EXEC: usize = 0x77;
+
+    fn instantiate(e: &Engine, flags: u64) -> CuResult {
+        e.graph_instantiate("cuGraphInstantiateWithFlags", 1, flags, || {
+            (CuResult::SUCCESS, EXEC)
+        })
+    }
+
+    #[test]
+    fn needs_follow_child_graphs_and_frees() {
+        let (_, driver) = engine(&[]);
+        driver.graphs.lock().unwrap().insert(
+            1,
+            vec![
+                alloc(0, 10, 0x1),
+                GraphNode::Child(2),
+                GraphNode::Other,
+                GraphNode::Alloc {
+                    device: None,
+                    bytes: 99,
+                    address: 0x9,
+                },
+            ],
+        );
+        driver.graphs.lock().unwrap().insert(
+            2,
+            vec![alloc(1, 20, 0x2), alloc(0, 5, 0x3), GraphNode::Free(0x1)],
+        );
+        let needs = needs_of(&driver, 1).unwrap();
+        assert_eq!(needs.need, vec![(0, 15), (1, 20)]);
+        assert_eq!(needs.unfreed, vec![(1, 20), (0, 5)]);
+        assert_eq!(needs_of(&driver, 5), None, "the driver cannot list it");
+        // A graph that contains itself ends at the depth limit.
+        driver
+            .graphs
+            .lock()
+            .unwrap()
+            .insert(3, vec![alloc(0, 1, 0x4), GraphNode::Child(3)]);
+        assert_eq!(
+            needs_of(&driver, 3).unwrap().need,
+            vec![(0, MAX_DEPTH as u64)]
+        );
+    }
+
+    #[test]
+    fn a_launch_under_the_quota_is_charged_the_drivers_reservation() {
+        let (e, driver) = engine(&[("CUQUOTA_LIMIT", "1GiB")]);
+        one_graph(&driver, 255 * MIB, false);
+        assert_eq!(instantiate(&e, 0), CuResult::SUCCESS);
+        assert_eq!(
+            e.part_total(0, Part::Graph),
+            0,
+            "instantiation maps nothing"
+        );
+        let rc = e.graph_run("cuGraphLaunch", EXEC, true, || {
+            driver.launch(0, 255 * MIB, 255 * MIB)
+        });
+        assert_eq!(rc, CuResult::SUCCESS);
+        assert_eq!(e.part_total(0, Part::Graph), 256 * MIB, "granules");
+        assert_eq!(e.memory_info("m", 8 * GIB, 8 * GIB), (768 * MIB, GIB));
+        // The program trims: nothing is unused, nothing changes.
+        driver.graph_memory_trim(0);
+        e.graph_memory_trimmed("cuDeviceGraphMemTrim", 0);
+        assert_eq!(e.part_total(0, Part::Graph), 256 * MIB);
+    }
+
+    #[test]
+    fn a_launch_over_the_quota_is_refused_before_the_driver_runs_it() {
+        let (e, driver) = engine(&[("CUQUOTA_LIMIT", "1GiB")]);
+        one_graph(&driver, 256 * MIB, true);
+        instantiate(&e, 0);
+        let ok = || (CuResult::SUCCESS, 0x5000);
+        assert_eq!(
+            e.alloc(
+                "cuMemAlloc_v2",
+                Kind::Pointer,
+                Place::Current,
+                900 * MIB,
+                ok
+            ),
+            CuResult::SUCCESS
+        );
+        let rc = e.graph_run("cuGraphLaunch", EXEC, true, || {
+            unreachable!("refused first")
+        });
+        assert_eq!(rc, CuResult::OUT_OF_MEMORY);
+        let usage = e.quota(0).unwrap().usage();
+        assert_eq!((usage.in_use, usage.refusals), (900 * MIB, 1));
+        assert_eq!(e.part_total(0, Part::Graph), 0);
+    }
+
+    #[test]
+    fn unused_graph_memory_is_trimmed_to_make_room() {
+        let (e, driver) = engine(&[("CUQUOTA_LIMIT", "1GiB")]);
+        one_graph(&driver, 512 * MIB, true);
+        instantiate(&e, 0);
+        e.graph_run("cuGraphLaunch", EXEC, true, || {
+            driver.launch(0, 512 * MIB, 0)
+        });
+        assert_eq!(e.part_total(0, Part::Graph), 512 * MIB, "kept by the pool");
+        // A second launch reuses the pool's unused memory: nothing more to reserve.
+        e.graph_run("cuGraphLaunch", EXEC, true, || {
+            driver.launch(0, 512 * MIB, 0)
+        });
+        assert_eq!(e.part_total(0, Part::Graph), 512 * MIB);
+        let ok = || (CuResult::SUCCESS, 0x5000);
+        assert_eq!(
+            e.alloc(
+                "cuMemAlloc_v2",
+                Kind::Pointer,
+                Place::Current,
+                768 * MIB,
+                ok
+            ),
+            CuResult::SUCCESS
+        );
+        let usage = e.quota(0).unwrap().usage();
+        assert_eq!(e.part_total(0, Part::Graph), 0);
+        assert_eq!((usage.in_use, usage.refusals), (768 * MIB, 0));
+        assert_eq!((usage.trims, usage.trimmed), (1, 512 * MIB));
+        // Now the launch needs all of it again, and it does not fit.
+        let rc = e.graph_run("cuGraphLaunch", EXEC, true, || unreachable!());
+        assert_eq!(rc, CuResult::OUT_OF_MEMORY);
+    }
+
+    #[test]
+    fn a_part_behind_the_driver_gives_its_room_back_when_room_is_wanted() {
+        let (e, driver) = engine(&[("CUQUOTA_LIMIT", "1GiB")]);
+        one_graph(&driver, 512 * MIB, true);
+        instantiate(&e, 0);
+        e.graph_run("cuGraphLaunch", EXEC, true, || {
+            driver.launch(0, 512 * MIB, 0)
+        });
+        // The driver released the pool behind cuquota's back (a context reset).
+        driver.pools.lock().unwrap()[0] = (0, 0);
+        let ok = || (CuResult::SUCCESS, 0x5000);
+        assert_eq!(
+            e.alloc(
+                "cuMemAlloc_v2",
+                Kind::Pointer,
+                Place::Current,
+                768 * MIB,
+                ok
+            ),
+            CuResult::SUCCESS
+        );
+        let usage = e.quota(0).unwrap().usage();
+        assert_eq!((usage.refusals, usage.trims), (0, 0), "not a trim of ours");
+        assert_eq!(e.part_total(0, Part::Graph), 0);
+    }
+
+    #[test]
+    fn an_auto_free_relaunch_counts_on_its_own_allocations() {
+        let (e, driver) = engine(&[("CUQUOTA_LIMIT", "1GiB")]);
+        one_graph(&driver, 600 * MIB, false);
+        instantiate(&e, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH);
+        let relaunch = || {
+            let mut pools = driver.pools.lock().unwrap();
+            let (reserved, used) = &mut pools[0];
+            *used = used.saturating_sub(600 * MIB); // the auto-free
+            *reserved += growth(600 * MIB, *reserved, *used, 0, 0);
+            *used += 600 * MIB;
+            CuResult::SUCCESS
+        };
+        assert_eq!(
+            e.graph_run("cuGraphLaunch", EXEC, true, relaunch),
+            CuResult::SUCCESS
+        );
+        assert_eq!(
+            e.graph_run("cuGraphLaunch", EXEC, true, relaunch),
+            CuResult::SUCCESS
+        );
+        assert_eq!(e.part_total(0, Part::Graph), 600 * MIB);
+    }
+
+    #[test]
+    fn an_upload_at_instantiation_is_reserved_for() {
+        let (e, driver) = engine(&[("CUQUOTA_LIMIT", "1GiB")]);
+        one_graph(&driver, 2 * GIB, true);
+        let rc = e.graph_instantiate("cuGraphInstantiateWithParams", 1, 2, || unreachable!());
+        assert_eq!(rc, CuResult::OUT_OF_MEMORY);
+        one_graph(&driver, 100 * MIB, true);
+        let rc = e.graph_instantiate("cuGraphInstantiateWithParams", 1, 2, || {
+            driver.launch(0, 100 * MIB, 0);
+            (CuResult::SUCCESS, EXEC)
+        });
+        assert_eq!(rc, CuResult::SUCCESS);
+        assert_eq!(e.part_total(0, Part::Graph), 100 * MIB);
+    }
+
+    #[test]
+    fn counting_allocations_asks_the_driver_nothing() {
+        let (e, driver) = engine(&[("CUQUOTA_LIMIT", "1GiB"), ("CUQUOTA_COUNT", "allocations")]);
+        one_graph(&driver, 2 * GIB, false);
+        instantiate(&e, 0);
+        let rc = e.graph_run("cuGraphLaunch", EXEC, true, || driver.launch(0, 2 * GIB, 0));
+        assert_eq!(rc, CuResult::SUCCESS);
+        e.graph_memory_trimmed("cuDeviceGraphMemTrim", 0);
+        assert_eq!(driver.queries.load(Relaxed), 0);
+        assert_eq!(e.part_total(0, Part::Graph), 0);
+    }
+
+    #[test]
+    fn graphs_without_memory_nodes_and_destroyed_execs_cost_one_walk() {
+        let (e, driver) = engine(&[("CUQUOTA_LIMIT", "1GiB")]);
+        driver
+            .graphs
+            .lock()
+            .unwrap()
+            .insert(1, vec![GraphNode::Other]);
+        instantiate(&e, 0);
+        e.graph_run("cuGraphLaunch", EXEC, true, || CuResult::SUCCESS);
+        assert_eq!(driver.queries.load(Relaxed), 1, "the walk only");
+        one_graph(&driver, 10 * MIB, false);
+        instantiate(&e, 0);
+        e.graph_exec_destroyed(EXEC);
+        let before = driver.queries.load(Relaxed);
+        e.graph_run("cuGraphLaunch", EXEC, true, || CuResult::SUCCESS);
+        assert_eq!(driver.queries.load(Relaxed), before);
+    }
+
+    #[test]
+    fn a_driver_that_cannot_report_its_graph_pool_is_not_charged() {
+        struct Mute;
+        impl Queries for Mute {
+            fn current_device(&self) -> Result<u32, CuResult> {
+                Ok(0)
+            }
+            fn current_context(&self) -> usize {
+                0x1000
+            }
+            fn context_device(&self, _context: usize) -> Result<u32, CuResult> {
+                Ok(0)
+            }
+            fn stream_context(&self, _stream: usize) -> Result<usize, CuResult> {
+                Ok(0x1000)
+            }
+            fn total_memory(&self, _device: u32) -> Result<u64, CuResult> {
+                Ok(8 * GIB)
+            }
+            fn memory_info(&self) -> Result<(u64, u64), CuResult> {
+                Ok((8 * GIB, 8 * GIB))
+            }
+            fn graph_nodes(&self, _graph: usize) -> Option<Vec<GraphNode>> {
+                Some(vec![alloc(0, 2 * GIB, 0x1)])
+            }
+        }
+        crate::log::configure(&crate::config::LogTarget::Off);
+        let config = Config::from_vars(|k| (k == "CUQUOTA_LIMIT").then(|| "1GiB".into()));
+        let e = Engine::new(config, Box::new(Mute));
+        instantiate(&e, 0);
+        for _ in 0..3 {
+            let rc = e.graph_run("cuGraphLaunch", EXEC, true, || CuResult::SUCCESS);
+            assert_eq!(rc, CuResult::SUCCESS);
+        }
+        assert_eq!(e.part_total(0, Part::Graph), 0);
+    }
+
+    #[test]
+    fn a_refusal_on_one_device_gives_back_what_the_other_staged() {
+        let (e, driver) = engine(&[("CUQUOTA_LIMIT", "0:1GiB,1:100MiB")]);
+        driver
+            .graphs
+            .lock()
+            .unwrap()
+            .insert(1, vec![alloc(0, 200 * MIB, 0x1), alloc(1, 200 * MIB, 0x2)]);
+        instantiate(&e, 0);
+        let rc = e.graph_run("cuGraphLaunch", EXEC, true, || unreachable!());
+        assert_eq!(rc, CuResult::OUT_OF_MEMORY);
+        assert_eq!(e.part_total(0, Part::Graph), 0);
+        assert_eq!(e.quota(0).unwrap().in_use(), 0);
+        assert_eq!(e.quota(1).unwrap().usage().refusals, 1);
     }
 }

@@ -980,6 +980,112 @@ static int pool_attr_number(const char *name) {
     return -1;
 }
 
+/* ---- graph launches under threads (issue 11, graph memory in the interposer) ----
+ *   graphthreads:T:R:SIZE   T threads, each with the caller's context: its own graph of one
+ *                           SIZE allocation freed inside it, instantiated, then R rounds of
+ *                           cuGraphLaunch on the NULL stream and cuMemAlloc_v2(SIZE) +
+ *                           cuMemFree_v2; prints launch_ok= launch_oom= alloc_ok= alloc_oom=
+ *                           other= (any other result, setup included)
+ *   instantiate1:G / instantiate2:G   the CUDA 10 cuGraphInstantiate and the CUDA 11.0
+ *                           cuGraphInstantiate_v2 (error node, log) of graph slot G, looked up
+ *                           with the client's dlsym on the driver: an exec slot */
+struct graph_thread {
+    const struct drv *d;
+    CUcontext ctx;
+    unsigned long long rounds, size;
+    unsigned long launch_ok, launch_oom, alloc_ok, alloc_oom, other;
+};
+
+static void *graph_thread_main(void *p) {
+    struct graph_thread *t = p;
+    const struct drv *d = t->d;
+    CUDA_MEM_ALLOC_NODE_PARAMS params;
+    CUgraph g = NULL;
+    CUgraphNode node = NULL, freed = NULL;
+    CUgraphExec e = NULL;
+    unsigned long long i;
+    CUdevice dev = 0;
+    CUresult rc = CALL(d, cuCtxSetCurrent, t->ctx);
+    if (!rc)
+        rc = CALL(d, cuGraphCreate, &g, 0);
+    if (!rc)
+        rc = CALL(d, cuDeviceGet, &dev, cur_dev);
+    memset(&params, 0, sizeof params);
+    params.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    params.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    params.poolProps.location.id = dev;
+    params.bytesize = t->size;
+    if (!rc)
+        rc = CALL(d, cuGraphAddMemAllocNode, &node, g, NULL, 0, &params);
+    if (!rc)
+        rc = CALL(d, cuGraphAddMemFreeNode, &freed, g, &node, 1, params.dptr);
+    if (!rc)
+        rc = CALL(d, cuGraphInstantiateWithFlags, &e, g, 0);
+    if (rc) {
+        t->other++;
+        return NULL;
+    }
+    for (i = 0; i < t->rounds; i++) {
+        CUdeviceptr dp = 0;
+        rc = CALL(d, cuGraphLaunch, e, NULL);
+        if (!rc)
+            t->launch_ok++;
+        else if (rc == CUDA_ERROR_OUT_OF_MEMORY)
+            t->launch_oom++;
+        else
+            t->other++;
+        rc = CALL(d, cuMemAlloc_v2, &dp, t->size);
+        if (!rc) {
+            t->alloc_ok++;
+            if (CALL(d, cuMemFree_v2, dp))
+                t->other++;
+        } else if (rc == CUDA_ERROR_OUT_OF_MEMORY) {
+            t->alloc_oom++;
+        } else {
+            t->other++;
+        }
+    }
+    if (CALL(d, cuGraphExecDestroy, e) || CALL(d, cuGraphDestroy, g))
+        t->other++;
+    return NULL;
+}
+
+static void graph_threads(const struct drv *d, unsigned long n, unsigned long long rounds,
+                          unsigned long long size) {
+    struct graph_thread *ts = calloc(n, sizeof *ts);
+    pthread_t *tids = calloc(n, sizeof *tids);
+    unsigned long i, started = 0, lo = 0, lm = 0, ao = 0, am = 0, other = 0;
+    CUcontext ctx = NULL;
+    if (!ts || !tids || CALL(d, cuCtxGetCurrent, &ctx)) {
+        out("graphthreads %lu failed", n);
+        free(ts);
+        free(tids);
+        return;
+    }
+    for (i = 0; i < n; i++) {
+        ts[i].d = d;
+        ts[i].ctx = ctx;
+        ts[i].rounds = rounds;
+        ts[i].size = size;
+        if (pthread_create(&tids[i], NULL, graph_thread_main, &ts[i]))
+            break;
+        started++;
+    }
+    for (i = 0; i < started; i++) {
+        pthread_join(tids[i], NULL);
+        lo += ts[i].launch_ok;
+        lm += ts[i].launch_oom;
+        ao += ts[i].alloc_ok;
+        am += ts[i].alloc_oom;
+        other += ts[i].other;
+    }
+    out("graphthreads %lu launch_ok=%lu launch_oom=%lu alloc_ok=%lu alloc_oom=%lu other=%lu",
+        started, lo, lm, ao, am, other + (n - started));
+    free(ts);
+    free(tids);
+}
+/* ---- end of graph launches under threads ---- */
+
 static int run_op(const struct drv *d, const char *word) {
     char buf[512];
     char *f[MAX_FIELDS];
@@ -1868,6 +1974,29 @@ static int run_op(const struct drv *d, const char *word) {
         }
         out("graphnodes %s rc=%d n=%zu alloc=%zu free=%zu", f[1], rc, n, allocs, frees);
     /* ---- end of issue 11 ---- */
+    } else if (!strcmp(op, "instantiate1") || !strcmp(op, "instantiate2")) {
+        typedef CUresult (*fn_logged)(CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t);
+        fn_logged inst;
+        CUgraphExec e = NULL;
+        CUgraphNode err = NULL;
+        char log[64];
+        struct slot *g;
+        NARGS(1);
+        g = get_slot(&graphs, f[1]);
+        if (!g)
+            return -1;
+        *(void **)&inst = raw_sym(d, op[11] == '1' ? "cuGraphInstantiate" : "cuGraphInstantiate_v2");
+        rc = inst ? inst(&e, (CUgraph)(size_t)g->value, &err, log, sizeof log)
+                  : CUDA_ERROR_NOT_FOUND;
+        if (rc)
+            e = NULL;
+        out("%s %s rc=%d slot=%zu", op, f[1], rc,
+            push(&execs, (unsigned long long)(size_t)e, 0, rc == 0));
+    } else if (!strcmp(op, "graphthreads")) { /* graph memory in the interposer */
+        NARGS(3);
+        if (parse_num(f[1], &a) || parse_num(f[2], &b) || parse_size(f[3], &c) || !a)
+            return -1;
+        graph_threads(d, (unsigned long)a, b, c);
     } else if (!strcmp(op, "kill")) {
         NARGS(0);
         out("kill");

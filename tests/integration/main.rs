@@ -17,6 +17,7 @@ mod config;
 mod episodes;
 mod faults;
 mod golden;
+mod graph_memory;
 mod imports;
 mod interposition;
 mod limits;
