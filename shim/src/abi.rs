@@ -179,3 +179,52 @@ const _: () = assert!(std::mem::size_of::<Array3DDescriptor>() == 40);
 const _: () = assert!(std::mem::size_of::<ArrayMemoryRequirements>() == 32);
 const _: () = assert!(std::mem::size_of::<ArrayDescriptorV1>() == 16);
 const _: () = assert!(std::mem::size_of::<Array3DDescriptorV1>() == 24);
+
+// ---- CUDA graphs with memory nodes (issue 11) -----------------------------------------------
+
+/// `CUmemPoolProps` in full: the leading fields, then `usage` and the reserved bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct MemPoolProps {
+    pub head: MemPoolPropsHead,
+    pub usage: u16,
+    pub reserved: [u8; 54],
+}
+
+/// `CUDA_MEM_ALLOC_NODE_PARAMS_v1`: 120 bytes; `dptr` is written back.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct MemAllocNodeParams {
+    pub pool_props: MemPoolProps,
+    pub access_descs: *const MemAccessDesc,
+    pub access_desc_count: usize,
+    pub bytesize: usize,
+    pub dptr: u64,
+}
+
+/// `CUDA_GRAPH_INSTANTIATE_PARAMS`: 32 bytes; the last two fields are written back.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct GraphInstantiateParams {
+    pub flags: u64,
+    pub upload_stream: Handle,
+    pub err_node_out: Handle,
+    pub result_out: i32,
+}
+
+/// `CUgraphNodeType` values of memory nodes.
+pub const GRAPH_NODE_TYPE_MEM_ALLOC: i32 = 10;
+pub const GRAPH_NODE_TYPE_MEM_FREE: i32 = 11;
+/// `CUgraphInstantiate_flags`.
+pub const GRAPH_INSTANTIATE_AUTO_FREE_ON_LAUNCH: u64 = 1;
+pub const GRAPH_INSTANTIATE_UPLOAD: u64 = 2;
+pub const GRAPH_INSTANTIATE_DEVICE_LAUNCH: u64 = 4;
+pub const GRAPH_INSTANTIATE_USE_NODE_PRIORITY: u64 = 8;
+/// `CUgraphInstantiateResult`: `CUDA_GRAPH_INSTANTIATE_SUCCESS` / `_ERROR`.
+pub const GRAPH_INSTANTIATE_SUCCESS: i32 = 0;
+pub const GRAPH_INSTANTIATE_ERROR: i32 = 1;
+
+const _: () = assert!(std::mem::size_of::<MemPoolProps>() == 88);
+const _: () = assert!(std::mem::size_of::<MemAllocNodeParams>() == 120);
+const _: () = assert!(std::mem::offset_of!(MemAllocNodeParams, dptr) == 112);
+const _: () = assert!(std::mem::size_of::<GraphInstantiateParams>() == 32);

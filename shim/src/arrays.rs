@@ -442,6 +442,7 @@ mod tests {
             arrays: Arrays::new(),
             registered: Default::default(),
             limits: Default::default(),
+            graphs: Default::default(),
         };
         let d = desc(1000, 1000, 0, 1, 0);
         for (handle, context) in [(1, 10), (2, 20), (3, 10)] {

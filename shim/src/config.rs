@@ -5,6 +5,9 @@
 //!   per device (default `8GiB`).
 //! * `CUDA_SHIM_DRIVER_VERSION`: what `cuDriverGetVersion` reports (default 12080).
 //! * `CUDA_SHIM_FAIL`: fault injection rules, `FUNC:WHEN:CODE,...` (see [`crate::faults`]).
+//! * `CUDA_SHIM_POOL_CHUNK`: the granularity in which memory pools and the graph memory
+//!   pool reserve device memory (default `2MiB`, the VMM granularity the devices report
+//!   from `cuMemGetAllocationGranularity`; not 0).
 //!
 //! Parsing only: the exports read the process's settings once (`exports::settings`), report
 //! a bad value once on stderr, and make `cuInit` fail on it.
@@ -12,6 +15,8 @@
 pub const MAX_DEVICES: usize = 16;
 const DEFAULT_MEMORY: u64 = 8 << 30;
 pub const DEFAULT_DRIVER_VERSION: i32 = 12080;
+/// Pools reserve in chunks of the devices' VMM allocation granularity (2 MiB).
+pub const DEFAULT_POOL_CHUNK: u64 = 2 << 20;
 
 /// When a fault rule fires, counting calls of one exported function from 1.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,6 +42,8 @@ pub struct Config {
     pub memory: Vec<u64>,
     pub driver_version: i32,
     pub faults: Vec<FaultRule>,
+    /// `CUDA_SHIM_POOL_CHUNK` (issue 11).
+    pub pool_chunk: u64,
 }
 
 /// Parses the settings that `lookup` returns; a fault rule may only name a function for
@@ -90,10 +97,20 @@ pub fn parse(
         Some(v) => parse_faults(&v, is_exported).ok_or_else(|| bad("CUDA_SHIM_FAIL", &v))?,
     };
 
+    // -- issue 11: pool reservation granularity
+    let pool_chunk = match var("CUDA_SHIM_POOL_CHUNK")? {
+        None => DEFAULT_POOL_CHUNK,
+        Some(v) => match parse_size(&v) {
+            Some(n) if n > 0 => n,
+            _ => return Err(bad("CUDA_SHIM_POOL_CHUNK", &v)),
+        },
+    };
+
     Ok(Config {
         memory,
         driver_version,
         faults,
+        pool_chunk,
     })
 }
 
@@ -182,6 +199,18 @@ mod tests {
         assert_eq!(c.memory, vec![8 << 30]);
         assert_eq!(c.driver_version, 12080);
         assert!(c.faults.is_empty());
+        assert_eq!(c.pool_chunk, 2 << 20);
+    }
+
+    #[test]
+    fn pool_chunk_setting() {
+        let c = parse_with(&[("CUDA_SHIM_POOL_CHUNK", "32MiB")]).unwrap();
+        assert_eq!(c.pool_chunk, 32 << 20);
+        assert_eq!(
+            parse_with(&[("CUDA_SHIM_POOL_CHUNK", "0")]),
+            Err("CUDA_SHIM_POOL_CHUNK=0".to_string())
+        );
+        assert!(parse_with(&[("CUDA_SHIM_POOL_CHUNK", "big")]).is_err());
     }
 
     #[test]

@@ -19,6 +19,12 @@ pub struct Device {
     pub primary_context: Option<usize>,
     pub primary_refs: u32,
     pub primary_flags: u32,
+    /// Bytes the device's context(s) take (charged by `context`; 0 unless configured).
+    pub context_memory: u64,
+    /// Bytes this device's memory pools reserve beyond their live allocations (see `pools`).
+    pub pool_cache: u64,
+    /// The device's graph memory pool reservation (see `graphs`).
+    pub graph_reserved: u64,
 }
 
 impl Device {
@@ -33,16 +39,31 @@ impl Device {
             primary_context: None,
             primary_refs: 0,
             primary_flags: 0,
+            context_memory: 0,
+            pool_cache: 0,
+            graph_reserved: 0,
         }
     }
 
+    /// Everything the process holds on the device: live allocations, pool reservations
+    /// beyond them, graph memory and context memory. Capacity checks and `cuMemGetInfo`
+    /// go by this; `in_use` (and `cuShimStats`) count live allocations only.
+    pub fn footprint(&self) -> u64 {
+        self.in_use + self.pool_cache + self.graph_reserved + self.context_memory
+    }
+
     pub fn free(&self) -> u64 {
-        self.total - self.in_use
+        self.total.saturating_sub(self.footprint())
+    }
+
+    /// Whether `bytes` more fit on the device.
+    pub fn fits(&self, bytes: u64) -> bool {
+        bytes <= self.free()
     }
 
     /// Charges a new allocation of `bytes`, or fails with out-of-memory if they do not fit.
     pub fn charge(&mut self, bytes: u64) -> Result<(), CUresult> {
-        if bytes > self.free() {
+        if !self.fits(bytes) {
             return Err(CUDA_ERROR_OUT_OF_MEMORY);
         }
         self.in_use += bytes;

@@ -34,7 +34,8 @@
 //! 4. The simulated devices: `state` (the one lock around everything, handles, `cuInit`)
 //!    and the modules whose records it holds, in order of use: `devices`, `context`,
 //!    `streams`, `vmm`, `arrays`, `memory` and `pools` (a stream-ordered allocation is a
-//!    memory allocation charged to its pool, so these two call each other), `copy`.
+//!    memory allocation charged to its pool, so these two call each other), `graphs`
+//!    (memory nodes, executable graphs and the graph memory pool), `copy`.
 //!    `state` names their record types and they take its lock, so this layer is one unit.
 //! 5. Entry points: `exports`, every C function the shim exports, one file per area,
 //!    each declared once with its `cuGetProcAddress` row; the table of all of them; the
@@ -53,6 +54,7 @@ mod errors;
 mod exports;
 mod faults;
 mod ffi;
+mod graphs;
 mod host_register;
 mod limits;
 mod memory;

@@ -121,29 +121,24 @@ fn release(address: usize, backing: Backing) {
     }
 }
 
-/// Charges `payer` for `size` bytes: its pool (if any), then its device.
+/// Charges `payer` for `size` bytes: its pool (which charges its device for any growth of
+/// its reservation), or else its device.
 fn charge(state: &mut State, payer: Payer, size: u64) -> Result<(), CUresult> {
     if let Some(pool) = payer.pool {
-        pools::charge(state, pool, size)?;
+        return pools::charge(state, pool, size);
     }
-    let Some(device) = payer.device else {
-        return Ok(());
-    };
-    let result = state.devices[device].charge(size);
-    if result.is_err() {
-        if let Some(pool) = payer.pool {
-            pools::uncharge(state, pool, size);
-        }
+    match payer.device {
+        Some(device) => state.devices[device].charge(size),
+        None => Ok(()),
     }
-    result
 }
 
 fn uncharge(state: &mut State, payer: Payer, size: u64) {
+    if let Some(pool) = payer.pool {
+        return pools::uncharge(state, pool, size);
+    }
     if let Some(device) = payer.device {
         state.devices[device].uncharge(size);
-    }
-    if let Some(pool) = payer.pool {
-        pools::uncharge(state, pool, size);
     }
 }
 
@@ -195,10 +190,10 @@ pub fn free(dptr: u64, need_context: bool) -> Result<(), CUresult> {
         if need_context {
             context::current(&state)?;
         }
-        let allocation = state
-            .allocations
-            .remove(&dptr)
-            .ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        let Some(allocation) = state.allocations.remove(&dptr) else {
+            // A graph's allocation, live after its launch, is freed the same ways.
+            return crate::graphs::free_live(&mut state, dptr);
+        };
         let payer = Payer {
             device: allocation.device,
             pool: allocation.pool,
@@ -221,7 +216,7 @@ pub fn free_owned_by(context: usize) {
             .filter(|(_, a)| a.context == context)
             .map(|(&address, _)| address)
             .collect();
-        owned
+        let freed: Vec<(u64, Allocation)> = owned
             .into_iter()
             .filter_map(|address| {
                 let a = state.allocations.remove(&address)?;
@@ -233,7 +228,20 @@ pub fn free_owned_by(context: usize) {
                 uncharge(&mut state, payer, a.size);
                 Some((address, a))
             })
-            .collect()
+            .collect();
+        // The context's work is over: its devices' pools release what they keep above
+        // their thresholds, as at a synchronisation.
+        let mut devices: Vec<usize> = freed
+            .iter()
+            .filter(|(_, a)| a.pool.is_some())
+            .filter_map(|(_, a)| a.device)
+            .collect();
+        devices.sort_unstable();
+        devices.dedup();
+        for device in devices {
+            pools::synchronized(&mut state, device);
+        }
+        freed
     };
     for (address, a) in freed {
         release(address as usize, a.backing);
@@ -377,6 +385,14 @@ pub fn stats(device: CUdevice) -> Result<(u64, u64, u64), CUresult> {
     let state = state::lock();
     let d = state.device(device)?;
     Ok((d.in_use, d.peak, d.live))
+}
+
+/// `cuShimFootprint`: a device's footprint by part: (live allocations, pool cache, graph
+/// memory, context memory).
+pub fn footprint(device: CUdevice) -> Result<(u64, u64, u64, u64), CUresult> {
+    let state = state::lock();
+    let d = state.device(device)?;
+    Ok((d.in_use, d.pool_cache, d.graph_reserved, d.context_memory))
 }
 
 #[cfg(test)]

@@ -1,21 +1,104 @@
 //! Stream-ordered allocation: memory pools and `cuMemAllocAsync` / `cuMemFreeAsync`.
 //!
-//! A pool here is bookkeeping only: every allocation gets its own backing and is charged to
-//! the device at once, and freeing returns the memory at once (nothing is kept in reserve,
-//! so "reserved" and "used" are the same number). A pool located on the host (`HOST`,
-//! `HOST_NUMA`, `HOST_NUMA_CURRENT`) charges no device. A stream-ordered allocation belongs
-//! to its stream's context: destroying or resetting that context frees it.
+//! A pool keeps memory, as the driver's do (CUDA driver API, `CUmemPool_attribute` and
+//! `cuMemPoolTrimTo`; the programming guide's "Stream Ordered Memory Allocator"):
 //!
-//! On a stream that is capturing, an allocation only records a graph node: it gets an
-//! address (which the graph's memory will have) and nothing is allocated; a free there is a
-//! node too and frees nothing. Graphs cannot be launched here (`cuGraphLaunch` is not
-//! exported), so that memory never comes to exist.
+//! * its reservation (`RESERVED_MEM_CURRENT`) grows in chunks of [`chunk`] bytes
+//!   (`CUDA_SHIM_POOL_CHUNK`) when an allocation does not fit in its unused part, and only
+//!   that growth is checked against the device's free memory;
+//! * a free returns the memory to the pool: `USED_MEM_CURRENT` drops, the reservation stays;
+//! * at a synchronisation (stream, event or context synchronize: all work here is complete
+//!   at once, so every free has completed) a pool whose reservation is above its
+//!   `RELEASE_THRESHOLD` (default 0) releases unused chunks down to it;
+//! * `cuMemPoolTrimTo(keep)` releases unused chunks while at least `keep` bytes stay.
+//!
+//! The reservation is modelled without fragmentation: the chunks backing live allocations
+//! are `used` rounded up to a chunk. What a device's pools reserve beyond their live
+//! allocations is its `pool_cache`, part of its footprint. A pool located on the host
+//! (`HOST`, `HOST_NUMA`, `HOST_NUMA_CURRENT`) charges no device. A stream-ordered allocation
+//! belongs to its stream's context: destroying or resetting that context frees it, and
+//! (the context's work being synchronized) its device's pools release what they keep above
+//! their thresholds.
+//!
+//! On a stream that is capturing, an allocation only records a graph node (see `graphs`): it
+//! gets the address the graph's memory will have, and nothing is allocated; a free there is
+//! a node too and frees nothing until the graph runs.
+
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::abi::*;
 use crate::config::MAX_DEVICES;
 use crate::memory::{self, Payer, Placement};
 use crate::state::{self, State};
 use crate::streams;
+
+/// The pools' reservation granularity, set at `cuInit` from `CUDA_SHIM_POOL_CHUNK`.
+static CHUNK: AtomicU64 = AtomicU64::new(crate::config::DEFAULT_POOL_CHUNK);
+
+pub fn set_chunk(bytes: u64) {
+    CHUNK.store(bytes.max(1), Ordering::Relaxed);
+}
+
+/// How many bytes a pool's (and the graph pool's) reservation grows or shrinks by.
+pub fn chunk() -> u64 {
+    CHUNK.load(Ordering::Relaxed)
+}
+
+/// A pool's memory: what it reserves and what its live allocations use, with their
+/// high-water marks. Also the model of the per-device graph memory pool (see `graphs`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Reservation {
+    pub reserved: u64,
+    pub used: u64,
+    pub reserved_high: u64,
+    pub used_high: u64,
+}
+
+impl Reservation {
+    /// How much the reservation must grow for `size` more bytes in use: nothing if its
+    /// unused part holds them, else the shortfall rounded up to a chunk (capped at `limit`
+    /// total reservation, 0: none). `None`: over the limit.
+    pub fn growth(&self, size: u64, chunk: u64, limit: u64) -> Option<u64> {
+        let unused = self.reserved - self.used;
+        if size <= unused {
+            return Some(0);
+        }
+        let short = size - unused;
+        let grow = short.checked_next_multiple_of(chunk.max(1))?;
+        if limit == 0 {
+            return Some(grow);
+        }
+        let room = limit.saturating_sub(self.reserved);
+        (short <= room).then_some(grow.min(room))
+    }
+
+    /// Puts `size` bytes in use after the reservation grew by `growth`.
+    pub fn take(&mut self, size: u64, growth: u64) {
+        self.reserved += growth;
+        self.used += size;
+        self.reserved_high = self.reserved_high.max(self.reserved);
+        self.used_high = self.used_high.max(self.used);
+    }
+
+    /// `size` bytes freed: back in the reservation, unused.
+    pub fn give_back(&mut self, size: u64) {
+        self.used -= size;
+    }
+
+    /// Releases unused chunks from the top while at least `keep` bytes stay reserved (the
+    /// chunks under live allocations always stay); returns the bytes released.
+    pub fn trim_to(&mut self, keep: u64, chunk: u64) -> u64 {
+        let chunk = chunk.max(1);
+        let backing = self
+            .used
+            .checked_next_multiple_of(chunk)
+            .unwrap_or(u64::MAX);
+        let floor = keep.max(backing).min(self.reserved);
+        let released = (self.reserved - floor) / chunk * chunk;
+        self.reserved -= released;
+        released
+    }
+}
 
 pub struct Pool {
     pub device: usize,
@@ -28,8 +111,7 @@ pub struct Pool {
     release_threshold: u64,
     /// 0: no limit.
     max_size: u64,
-    used: u64,
-    used_high: u64,
+    memory: Reservation,
     /// `CUmemAccess_flags` granted to each device; the owner's is always read-write.
     access: [i32; MAX_DEVICES],
 }
@@ -51,8 +133,7 @@ impl Pool {
             reuse: [1; 3],
             release_threshold: 0,
             max_size,
-            used: 0,
-            used_high: 0,
+            memory: Reservation::default(),
             access: std::array::from_fn(|d| if d == device { ACCESS_READ_WRITE } else { 0 }),
         }
     }
@@ -70,6 +151,14 @@ fn live_pool_mut(state: &mut State, handle: usize) -> Result<&mut Pool, CUresult
         Some(pool) if !pool.destroyed => Ok(pool),
         _ => Err(CUDA_ERROR_INVALID_VALUE),
     }
+}
+
+/// The device a pool's memory is on; `None` for a host pool.
+fn location(state: &State, handle: usize) -> Option<usize> {
+    state
+        .pools
+        .get(&handle)
+        .and_then(|p| (!p.host).then_some(p.device))
 }
 
 /// Creates a device's default pool (at `cuInit`).
@@ -115,6 +204,8 @@ pub fn destroy(handle: usize) -> Result<(), CUresult> {
     }
     pool.destroyed = true;
     let device = pool.device;
+    // Its unused memory goes now, the rest once its last allocation is freed.
+    trim(&mut state, handle, 0);
     let device = &mut state.devices[device];
     if device.current_pool == handle {
         device.current_pool = device.default_pool;
@@ -122,22 +213,102 @@ pub fn destroy(handle: usize) -> Result<(), CUresult> {
     Ok(())
 }
 
-/// Charges a pool for an allocation from it.
+/// Charges an allocation of `size` bytes from a pool: its unused reservation first, then
+/// growth in chunks, which must fit on the pool's device (unless it is a host pool). The
+/// device's live allocations count it; its pool cache changes by the growth minus `size`.
 pub fn charge(state: &mut State, handle: usize, size: u64) -> Result<(), CUresult> {
-    let pool = live_pool_mut(state, handle)?;
-    if pool.max_size != 0 && size > pool.max_size - pool.used {
-        return Err(CUDA_ERROR_OUT_OF_MEMORY);
+    let pool = live_pool(state, handle)?;
+    let growth = pool
+        .memory
+        .growth(size, chunk(), pool.max_size)
+        .ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
+    let (device, host) = (pool.device, pool.host);
+    if !host {
+        let device = &mut state.devices[device];
+        if !device.fits(growth) {
+            return Err(CUDA_ERROR_OUT_OF_MEMORY);
+        }
+        device.in_use += size;
+        device.peak = device.peak.max(device.in_use);
+        device.live += 1;
+        device.pool_cache = device.pool_cache + growth - size;
     }
-    pool.used += size;
-    pool.used_high = pool.used_high.max(pool.used);
+    if let Some(pool) = state.pools.get_mut(&handle) {
+        pool.memory.take(size, growth);
+    }
     Ok(())
 }
 
-/// Returns the charge of a freed allocation (to a pool that may have been destroyed since).
+/// Returns a freed allocation to its pool (which may have been destroyed since: then it
+/// releases what no allocation uses any more).
 pub fn uncharge(state: &mut State, handle: usize, size: u64) {
-    if let Some(pool) = state.pools.get_mut(&handle) {
-        pool.used -= size;
+    let Some(pool) = state.pools.get_mut(&handle) else {
+        return;
+    };
+    pool.memory.give_back(size);
+    let (device, host, destroyed) = (pool.device, pool.host, pool.destroyed);
+    if !host {
+        let device = &mut state.devices[device];
+        device.in_use -= size;
+        device.live -= 1;
+        device.pool_cache += size;
     }
+    if destroyed {
+        trim(state, handle, 0);
+    }
+}
+
+/// Releases a pool's unused chunks while at least `keep` bytes stay reserved, and gives
+/// them back to its device; returns the bytes released.
+fn trim(state: &mut State, handle: usize, keep: u64) -> u64 {
+    let Some(pool) = state.pools.get_mut(&handle) else {
+        return 0;
+    };
+    let released = pool.memory.trim_to(keep, chunk());
+    if !pool.host {
+        state.devices[pool.device].pool_cache -= released;
+    }
+    released
+}
+
+/// A synchronisation observed on `device`: its pools release what they keep above their
+/// release thresholds.
+pub fn synchronized(state: &mut State, device: usize) {
+    let over: Vec<(usize, u64)> = state
+        .pools
+        .iter()
+        .filter(|(_, p)| !p.host && p.device == device)
+        .filter(|(_, p)| p.memory.reserved > p.release_threshold)
+        .map(|(&h, p)| (h, p.release_threshold))
+        .collect();
+    for (handle, threshold) in over {
+        trim(state, handle, threshold);
+    }
+}
+
+/// `cuStreamSynchronize`: the stream's device (the current context's for the default
+/// streams) is synchronized.
+pub fn synchronize_stream(stream: usize) -> Result<(), CUresult> {
+    let mut state = state::lock();
+    let device = streams::device(&state, stream)?;
+    synchronized(&mut state, device);
+    Ok(())
+}
+
+/// `cuCtxSynchronize`: the current context's device is synchronized.
+pub fn synchronize_current() -> Result<(), CUresult> {
+    let mut state = state::lock();
+    let device = crate::context::current_device(&state)?;
+    synchronized(&mut state, device);
+    Ok(())
+}
+
+/// `cuEventSynchronize`: the event's device is synchronized.
+pub fn synchronize_event(event: usize) -> Result<(), CUresult> {
+    let mut state = state::lock();
+    let device = streams::event_device(&state, event)?;
+    synchronized(&mut state, device);
+    Ok(())
 }
 
 /// CUDA 13's default pool of the host (`cuMemGetDefaultMemPool` for a host location): one,
@@ -194,7 +365,8 @@ pub fn set_attribute(handle: usize, attribute: i32, value: AttributeValue) -> Re
         (1..=3, AttributeValue::Int(v)) => pool.reuse[attribute as usize - 1] = v,
         (4, AttributeValue::U64(v)) => pool.release_threshold = v,
         // Resetting a high-water mark: the only value allowed is 0.
-        (6 | 8, AttributeValue::U64(0)) => pool.used_high = pool.used,
+        (6, AttributeValue::U64(0)) => pool.memory.reserved_high = pool.memory.reserved,
+        (8, AttributeValue::U64(0)) => pool.memory.used_high = pool.memory.used,
         _ => return Err(CUDA_ERROR_INVALID_VALUE),
     }
     Ok(())
@@ -206,8 +378,10 @@ pub fn get_attribute(handle: usize, attribute: i32) -> Result<AttributeValue, CU
     Ok(match attribute {
         1..=3 => AttributeValue::Int(pool.reuse[attribute as usize - 1]),
         4 => AttributeValue::U64(pool.release_threshold),
-        5 | 7 => AttributeValue::U64(pool.used),
-        6 | 8 => AttributeValue::U64(pool.used_high),
+        5 => AttributeValue::U64(pool.memory.reserved),
+        6 => AttributeValue::U64(pool.memory.reserved_high),
+        7 => AttributeValue::U64(pool.memory.used),
+        8 => AttributeValue::U64(pool.memory.used_high),
         _ => return Err(CUDA_ERROR_INVALID_VALUE),
     })
 }
@@ -245,15 +419,23 @@ pub fn get_access(handle: usize, location: MemLocation) -> Result<i32, CUresult>
     Ok(live_pool(&state, handle)?.access[location.id as usize])
 }
 
-/// `cuMemPoolTrimTo`: nothing is ever held in reserve, so there is nothing to trim.
-pub fn trim(handle: usize) -> Result<(), CUresult> {
-    live_pool(&state::lock(), handle).map(|_| ())
+/// `cuMemPoolTrimTo`: "if the pool has less than `keep` reserved, a no-op; otherwise the
+/// pool is guaranteed to have at least `keep` bytes reserved after".
+pub fn trim_to(handle: usize, keep: u64) -> Result<(), CUresult> {
+    let mut state = state::lock();
+    live_pool(&state, handle)?;
+    trim(&mut state, handle, keep);
+    Ok(())
 }
 
 /// `cuMemAllocAsync`: from the current pool of the stream's device, owned by the stream's
 /// context.
 pub fn allocate_async(size: usize, stream: usize) -> Result<u64, CUresult> {
-    if let Some(address) = streams::capture_allocation(stream, size)? {
+    let captured = streams::capture_allocation(stream, size, |state| {
+        let device = streams::device(state, stream)?;
+        Ok(location(state, state.devices[device].current_pool))
+    })?;
+    if let Some(address) = captured {
         return Ok(address);
     }
     memory::allocate(size, Placement::Anywhere, |state| {
@@ -270,7 +452,8 @@ pub fn allocate_async(size: usize, stream: usize) -> Result<u64, CUresult> {
 /// by the stream's context.
 pub fn allocate_from_pool(size: usize, pool: usize, stream: usize) -> Result<u64, CUresult> {
     live_pool(&state::lock(), pool)?;
-    if let Some(address) = streams::capture_allocation(stream, size)? {
+    let captured = streams::capture_allocation(stream, size, |state| Ok(location(state, pool)))?;
+    if let Some(address) = captured {
         return Ok(address);
     }
     memory::allocate(size, Placement::Anywhere, |state| {
@@ -292,4 +475,50 @@ pub fn free_async(dptr: u64, stream: usize) -> Result<(), CUresult> {
         return Ok(());
     }
     memory::free(dptr, false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+    const CHUNK: u64 = 2 * MIB;
+
+    #[test]
+    fn reservations_grow_in_chunks_and_reuse_what_is_unused() {
+        let mut r = Reservation::default();
+        assert_eq!(r.growth(3 * MIB, CHUNK, 0), Some(4 * MIB));
+        r.take(3 * MIB, 4 * MIB);
+        // 1 MiB unused: a 1 MiB allocation needs nothing more, 2 MiB a chunk.
+        assert_eq!(r.growth(MIB, CHUNK, 0), Some(0));
+        assert_eq!(r.growth(2 * MIB, CHUNK, 0), Some(2 * MIB));
+        r.give_back(3 * MIB);
+        assert_eq!((r.reserved, r.used), (4 * MIB, 0));
+        assert_eq!(r.growth(4 * MIB, CHUNK, 0), Some(0));
+        assert_eq!((r.reserved_high, r.used_high), (4 * MIB, 3 * MIB));
+    }
+
+    #[test]
+    fn a_maximum_size_caps_the_reservation() {
+        let r = Reservation::default();
+        assert_eq!(r.growth(3 * MIB, CHUNK, 3 * MIB), Some(3 * MIB));
+        assert_eq!(r.growth(3 * MIB + 1, CHUNK, 3 * MIB), None);
+    }
+
+    #[test]
+    fn trimming_keeps_at_least_what_is_asked_and_what_live_allocations_use() {
+        let mut r = Reservation::default();
+        r.take(MIB, 8 * MIB);
+        // keep 5 MiB: one chunk at a time while at least 5 MiB stay
+        assert_eq!(r.trim_to(5 * MIB, CHUNK), 2 * MIB);
+        assert_eq!(r.reserved, 6 * MIB);
+        // the chunk under the live MiB stays
+        assert_eq!(r.trim_to(0, CHUNK), 4 * MIB);
+        assert_eq!(r.reserved, 2 * MIB);
+        // asking to keep more than it has: nothing happens
+        assert_eq!(r.trim_to(16 * MIB, CHUNK), 0);
+        r.give_back(MIB);
+        assert_eq!(r.trim_to(0, CHUNK), 2 * MIB);
+        assert_eq!(r.reserved, 0);
+    }
 }

@@ -24,6 +24,9 @@ pub struct Row {
     pub symbol: &'static str,
     pub version: i32,
     pub stream: StreamKind,
+    /// A second row for an export that also answers an older base name from some version
+    /// on (`cuGraphInstantiate` from CUDA 12.0 is `cuGraphInstantiateWithFlags`).
+    pub alias: bool,
     address: Address,
 }
 
@@ -40,8 +43,22 @@ impl Row {
             symbol,
             version,
             stream,
+            alias: false,
             address: Address(address),
         }
+    }
+
+    /// The row of `symbol` (declared with its own row elsewhere) under another base name.
+    pub const fn alias(
+        base: &'static str,
+        symbol: &'static str,
+        version: i32,
+        stream: StreamKind,
+        address: *const (),
+    ) -> Row {
+        let mut row = Row::new(base, symbol, version, stream, address);
+        row.alias = true;
+        row
     }
 
     pub fn address(&self) -> *mut c_void {

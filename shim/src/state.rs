@@ -4,7 +4,7 @@
 //! the allocation it pays for change together). Slow system calls on the hot allocation path
 //! (mmap, munmap) run outside it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -12,6 +12,7 @@ use crate::abi::*;
 use crate::arrays::Arrays;
 use crate::context::Context;
 use crate::devices::Device;
+use crate::graphs::Graphs;
 use crate::host_register::Registration;
 use crate::memory::{Allocation, HostAllocation};
 use crate::pools::Pool;
@@ -23,7 +24,8 @@ pub struct State {
     /// Contexts by handle, primary ones included. Destroyed contexts are removed.
     pub contexts: BTreeMap<usize, Context>,
     pub streams: BTreeMap<usize, Stream>,
-    pub events: BTreeSet<usize>,
+    /// Events by handle, with the device of the context they were created in.
+    pub events: BTreeMap<usize, usize>,
     /// Device allocations (linear, managed, stream-ordered) by base address.
     pub allocations: BTreeMap<u64, Allocation>,
     /// Page-locked host allocations by base address.
@@ -36,13 +38,15 @@ pub struct State {
     pub registered: BTreeMap<usize, Registration>,
     /// Limits set with `cuCtxSetLimit`, by (context, limit) (see `limits`).
     pub limits: BTreeMap<(usize, u32), usize>,
+    /// Graphs with memory nodes, executable graphs, graph memory pools (see `graphs`).
+    pub graphs: Graphs,
 }
 
 static STATE: Mutex<State> = Mutex::new(State {
     devices: Vec::new(),
     contexts: BTreeMap::new(),
     streams: BTreeMap::new(),
-    events: BTreeSet::new(),
+    events: BTreeMap::new(),
     allocations: BTreeMap::new(),
     host_allocations: BTreeMap::new(),
     pools: BTreeMap::new(),
@@ -50,6 +54,7 @@ static STATE: Mutex<State> = Mutex::new(State {
     arrays: Arrays::new(),
     registered: BTreeMap::new(),
     limits: BTreeMap::new(),
+    graphs: Graphs::new(),
 });
 
 static INITIALIZED: AtomicBool = AtomicBool::new(false);

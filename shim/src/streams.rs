@@ -10,10 +10,8 @@ pub struct Stream {
     pub context: usize,
     pub flags: u32,
     pub priority: i32,
-    /// Capturing into a graph (`cuStreamBeginCapture` .. `cuStreamEndCapture`).
-    pub capturing: bool,
-    /// Addresses handed out by allocations captured on this stream.
-    captured: Vec<u64>,
+    /// The graph being captured into (`cuStreamBeginCapture` .. `cuStreamEndCapture`).
+    capture: Option<usize>,
 }
 
 /// `cuStreamCreate*`: a stream on the current context.
@@ -29,8 +27,7 @@ pub fn create(flags: u32, priority: i32) -> Result<usize, CUresult> {
         flags,
         // Like the real driver, clamp to the range cuCtxGetStreamPriorityRange reports.
         priority: priority.clamp(-5, 0),
-        capturing: false,
-        captured: Vec::new(),
+        capture: None,
     };
     let handle = state::new_handle();
     state.streams.insert(handle, stream);
@@ -78,80 +75,75 @@ pub fn destroy_of_context(state: &mut State, context: usize) {
     state.streams.retain(|_, s| s.context != context);
 }
 
-/// `cuStreamBeginCapture`: the default streams cannot capture.
+/// `cuStreamBeginCapture`: the default streams cannot capture. The capture builds a graph.
 pub fn begin_capture(handle: usize) -> Result<(), CUresult> {
     let mut state = state::lock();
     if is_default(handle) {
         context::current(&state)?;
         return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
     }
-    let stream = state
-        .streams
-        .get_mut(&handle)
-        .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
-    if stream.capturing {
-        return Err(CUDA_ERROR_ILLEGAL_STATE);
+    match state.streams.get(&handle) {
+        None => return Err(CUDA_ERROR_INVALID_HANDLE),
+        Some(s) if s.capture.is_some() => return Err(CUDA_ERROR_ILLEGAL_STATE),
+        Some(_) => {}
     }
-    stream.capturing = true;
+    let graph = crate::graphs::create(&mut state, 0)?;
+    if let Some(stream) = state.streams.get_mut(&handle) {
+        stream.capture = Some(graph);
+    }
     Ok(())
 }
 
-/// `cuStreamEndCapture`: the captured graph (a handle; it holds no memory here).
+/// `cuStreamEndCapture`: the captured graph.
 pub fn end_capture(handle: usize) -> Result<usize, CUresult> {
     let mut state = state::lock();
     let stream = state
         .streams
         .get_mut(&handle)
         .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
-    if !stream.capturing {
-        return Err(CUDA_ERROR_ILLEGAL_STATE);
-    }
-    stream.capturing = false;
-    stream.captured.clear();
-    Ok(state::new_handle())
+    stream.capture.take().ok_or(CUDA_ERROR_ILLEGAL_STATE)
 }
 
 /// `cuStreamIsCapturing`: whether the stream is capturing.
 pub fn is_capturing(handle: usize) -> Result<bool, CUresult> {
     let state = state::lock();
     device(&state, handle)?;
-    Ok(state.streams.get(&handle).is_some_and(|s| s.capturing))
+    Ok(state
+        .streams
+        .get(&handle)
+        .is_some_and(|s| s.capture.is_some()))
 }
 
-/// An allocation on a capturing stream: an address for the graph's memory, nothing
-/// allocated. `None` when the stream is not capturing.
-pub fn capture_allocation(handle: usize, size: usize) -> Result<Option<u64>, CUresult> {
+/// The graph a stream is capturing into, if it is (checking the handle).
+fn capture_graph(state: &State, handle: usize) -> Result<Option<usize>, CUresult> {
+    device(state, handle)?;
+    Ok(state.streams.get(&handle).and_then(|s| s.capture))
+}
+
+/// An allocation on a capturing stream: an allocation node on `device` (`None`: a host
+/// pool's) and the address the graph's memory will have; nothing is allocated. `None`
+/// when the stream is not capturing.
+pub fn capture_allocation(
+    handle: usize,
+    size: usize,
+    device: impl FnOnce(&State) -> Result<Option<usize>, CUresult>,
+) -> Result<Option<u64>, CUresult> {
     let mut state = state::lock();
-    device(&state, handle)?;
-    let Some(stream) = state.streams.get_mut(&handle).filter(|s| s.capturing) else {
+    let Some(graph) = capture_graph(&state, handle)? else {
         return Ok(None);
     };
-    if size == 0 {
-        return Err(CUDA_ERROR_INVALID_VALUE);
-    }
-    // Addresses in a range no host mapping uses, never reused.
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = NEXT.fetch_add(
-        (size as u64).div_ceil(256).max(1),
-        std::sync::atomic::Ordering::Relaxed,
-    );
-    let address = 0x7e00_0000_0000 + n * 256;
-    stream.captured.push(address);
-    Ok(Some(address))
+    let device = device(&state)?;
+    crate::graphs::capture_alloc(&mut state, graph, size, device).map(Some)
 }
 
-/// A free on a capturing stream: a node that frees nothing (true), if the pointer is one the
-/// graph or the device knows; `Ok(false)` when the stream is not capturing.
+/// A free on a capturing stream: a free node (true), if the pointer is a graph allocation
+/// or a device allocation; `Ok(false)` when the stream is not capturing.
 pub fn capture_free(handle: usize, dptr: u64) -> Result<bool, CUresult> {
-    let state = state::lock();
-    let Some(stream) = state.streams.get(&handle).filter(|s| s.capturing) else {
+    let mut state = state::lock();
+    let Some(graph) = state.streams.get(&handle).and_then(|s| s.capture) else {
         return Ok(false);
     };
-    if stream.captured.contains(&dptr) || state.allocations.contains_key(&dptr) {
-        Ok(true)
-    } else {
-        Err(CUDA_ERROR_INVALID_VALUE)
-    }
+    crate::graphs::capture_free(&mut state, graph, dptr).map(|()| true)
 }
 
 /// Checks that a stream handle is usable (a default stream needs a current context).
@@ -179,14 +171,14 @@ pub fn create_event(flags: u32) -> Result<usize, CUresult> {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let mut state = state::lock();
-    context::current(&state)?;
+    let device = context::current_device(&state)?;
     let handle = state::new_handle();
-    state.events.insert(handle);
+    state.events.insert(handle, device);
     Ok(handle)
 }
 
 pub fn destroy_event(handle: usize) -> Result<(), CUresult> {
-    if state::lock().events.remove(&handle) {
+    if state::lock().events.remove(&handle).is_some() {
         Ok(())
     } else {
         Err(CUDA_ERROR_INVALID_HANDLE)
@@ -194,17 +186,26 @@ pub fn destroy_event(handle: usize) -> Result<(), CUresult> {
 }
 
 pub fn check_event(handle: usize) -> Result<(), CUresult> {
-    if state::lock().events.contains(&handle) {
+    if state::lock().events.contains_key(&handle) {
         Ok(())
     } else {
         Err(CUDA_ERROR_INVALID_HANDLE)
     }
 }
 
+/// The device of the context an event was created in.
+pub fn event_device(state: &State, event: usize) -> Result<usize, CUresult> {
+    state
+        .events
+        .get(&event)
+        .copied()
+        .ok_or(CUDA_ERROR_INVALID_HANDLE)
+}
+
 /// `cuEventRecord` / `cuStreamWaitEvent`: both handles must be valid.
 pub fn check_event_and_stream(event: usize, stream: usize) -> Result<(), CUresult> {
     let state = state::lock();
-    if !state.events.contains(&event) {
+    if !state.events.contains_key(&event) {
         return Err(CUDA_ERROR_INVALID_HANDLE);
     }
     device(&state, stream).map(|_| ())

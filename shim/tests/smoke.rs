@@ -96,6 +96,7 @@ fn run(scenario: &str, env: &[(&str, &str)], preload: bool) -> String {
         "CUDA_SHIM_MEMORY",
         "CUDA_SHIM_DRIVER_VERSION",
         "CUDA_SHIM_FAIL",
+        "CUDA_SHIM_POOL_CHUNK",
     ] {
         cmd.env_remove(var);
     }
@@ -175,4 +176,19 @@ fn several_devices_and_context_stacks() {
 #[test]
 fn proc_address_returns_the_driver_not_an_interposer() {
     run("interpose", &[], true);
+}
+
+#[test]
+fn pools_keep_memory_until_synchronized_or_trimmed() {
+    run("pool_cache", &[("CUDA_SHIM_MEMORY", "64MiB")], false);
+}
+
+#[test]
+fn pool_chunk_setting() {
+    run("pool_chunk", &[("CUDA_SHIM_POOL_CHUNK", "32MiB")], false);
+}
+
+#[test]
+fn graph_memory_nodes_and_the_graph_memory_pool() {
+    run("graphs", &[("CUDA_SHIM_MEMORY", "64MiB")], false);
 }

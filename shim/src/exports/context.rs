@@ -146,8 +146,9 @@ exports! {
         Ok(())
     }
 
+    /// A synchronisation: memory pools release what they keep above their thresholds.
     fn cuCtxSynchronize() as cuCtxSynchronize since 2000 {
-        context::current(&state::lock()).map(|_| ())
+        crate::pools::synchronize_current()
     }
 
     fn cuCtxGetApiVersion(ctx: Handle, version: *mut c_uint) as cuCtxGetApiVersion since 3020 {

@@ -14,6 +14,7 @@ use crate::state;
 exports! {
     fn cuInit(flags: c_uint) as cuInit since 2000, before_init {
         let cfg = settings().map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
+        crate::pools::set_chunk(cfg.pool_chunk);
         state::initialize(&cfg.memory, flags)
     }
 

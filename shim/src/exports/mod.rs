@@ -100,6 +100,7 @@ mod arrays;
 mod context;
 mod copy;
 mod devices;
+mod graphs;
 mod imports;
 mod init;
 mod memory;
@@ -126,6 +127,8 @@ pub static TABLE: Table = Table::new(&[
     test_helpers::ROWS,
     host_access::ROWS,
     unsupported::ROWS,
+    graphs::ROWS,
+    graphs::ALIASES,
 ]);
 
 /// The process's settings, or the `NAME=value` text of the first bad one. Read from the
@@ -236,6 +239,17 @@ mod tests {
             TABLE.lookup("cuMemAllocAsync", 11000, 2),
             Lookup::VersionNotSufficient
         );
+        // cuGraphInstantiate: the CUDA 10 form, _v2 (11.0), the flags form from 12.0.
+        assert_eq!(found("cuGraphInstantiate", 10020, 0), "cuGraphInstantiate");
+        assert_eq!(
+            found("cuGraphInstantiate", 11080, 0),
+            "cuGraphInstantiate_v2"
+        );
+        assert_eq!(
+            found("cuGraphInstantiate", 12000, 0),
+            "cuGraphInstantiateWithFlags"
+        );
+        assert_eq!(found("cuGraphLaunch", 12000, 2), "cuGraphLaunch_ptsz");
     }
 
     #[test]
@@ -269,18 +283,23 @@ mod tests {
             assert_eq!(found(row.base, row.version, flags), row.symbol);
             assert!(row.symbol.starts_with(row.base), "{}", row.symbol);
         }
-        let mut symbols: Vec<_> = TABLE.rows().map(|r| r.symbol).collect();
+        let own_rows = || TABLE.rows().filter(|r| !r.alias);
+        let mut symbols: Vec<_> = own_rows().map(|r| r.symbol).collect();
         symbols.sort();
         symbols.dedup();
-        assert_eq!(symbols.len(), TABLE.rows().count());
-        let mut addresses: Vec<_> = TABLE.rows().map(|r| r.address() as usize).collect();
+        assert_eq!(symbols.len(), own_rows().count());
+        let mut addresses: Vec<_> = own_rows().map(|r| r.address() as usize).collect();
         addresses.sort();
         addresses.dedup();
         assert_eq!(
             addresses.len(),
-            TABLE.rows().count(),
+            own_rows().count(),
             "each export has its own address"
         );
+        // An alias answers for an export that has its own row.
+        for alias in TABLE.rows().filter(|r| r.alias) {
+            assert!(own_rows().any(|r| r.symbol == alias.symbol && r.address() == alias.address()));
+        }
     }
 
     /// A per-thread variant is marked as one, and only those are.
@@ -330,7 +349,7 @@ mod tests {
             }
         }
         assert_eq!(no_mangle, 2, "an export defined outside exports!");
-        assert_eq!(declared, TABLE.rows().count());
+        assert_eq!(declared, TABLE.rows().filter(|r| !r.alias).count());
     }
 
     /// Fault rules may name exactly the exported functions.

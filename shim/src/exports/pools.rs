@@ -128,8 +128,8 @@ exports! {
         Ok(())
     }
 
-    fn cuMemPoolTrimTo(pool: Handle, _min_bytes_to_keep: usize) as cuMemPoolTrimTo since 11020 {
-        pools::trim(h(pool))
+    fn cuMemPoolTrimTo(pool: Handle, min_bytes_to_keep: usize) as cuMemPoolTrimTo since 11020 {
+        pools::trim_to(h(pool), min_bytes_to_keep as u64)
     }
 
     fn cuMemPoolSetAccess(

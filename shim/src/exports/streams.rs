@@ -5,7 +5,7 @@ use std::ffi::{c_int, c_uint};
 use super::{h, handle_ptr};
 use crate::abi::*;
 use crate::ffi::Out;
-use crate::streams;
+use crate::{pools, streams};
 
 exports! {
     fn cuStreamCreate(stream: *mut Handle, flags: c_uint) as cuStreamCreate since 2000 {
@@ -32,12 +32,13 @@ exports! {
         streams::destroy(h(stream))
     }
 
+    // A synchronisation: memory pools release what they keep above their thresholds.
     fn cuStreamSynchronize(stream: Handle) as cuStreamSynchronize since 2000 {
-        streams::check(h(stream))
+        pools::synchronize_stream(h(stream))
     }
 
     fn cuStreamSynchronize_ptsz(stream: Handle) as cuStreamSynchronize since 7000 Ptsz {
-        streams::check(h(stream))
+        pools::synchronize_stream(h(stream))
     }
 
     fn cuStreamQuery(stream: Handle) as cuStreamQuery since 2000 {
@@ -143,15 +144,6 @@ exports! {
         end_capture(stream, Out::new(graph)?)
     }
 
-    /// A captured graph holds no memory here (it cannot be launched), so there is nothing
-    /// to free; any non-null handle is accepted.
-    fn cuGraphDestroy(graph: Handle) as cuGraphDestroy since 10000 {
-        if h(graph) == 0 {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        Ok(())
-    }
-
     fn cuEventCreate(event: *mut Handle, flags: c_uint) as cuEventCreate since 2000 {
         let out = Out::new(event)?;
         out.write(handle_ptr(streams::create_event(flags)?));
@@ -187,7 +179,7 @@ exports! {
     }
 
     fn cuEventSynchronize(event: Handle) as cuEventSynchronize since 2000 {
-        streams::check_event(h(event))
+        pools::synchronize_event(h(event))
     }
 
     fn cuEventDestroy(event: Handle) as cuEventDestroy since 2000 {

@@ -54,4 +54,32 @@ exports! {
         write_optional(live, count);
         Ok(())
     }
+
+    /// The shim's own footprint of a device by part (issue 11): bytes of live allocations
+    /// (as `cuShimStats`' in use), of pool reservations beyond their live allocations, of
+    /// the graph memory pool's reservation and of context memory. Their sum is what the
+    /// device's capacity and `cuMemGetInfo` go by. Each output may be null. Returns 0, 3
+    /// before `cuInit`, or 101 for a bad device.
+    fn cuShimFootprint(
+        dev: c_int,
+        allocations: *mut usize,
+        pool_cache: *mut usize,
+        graph: *mut usize,
+        context: *mut usize,
+    ) as cuShimFootprint since 0, helper {
+        let outs = [
+            Out::optional(allocations),
+            Out::optional(pool_cache),
+            Out::optional(graph),
+            Out::optional(context),
+        ];
+        if !state::is_initialized() {
+            return Err(CUDA_ERROR_NOT_INITIALIZED);
+        }
+        let (a, p, g, c) = memory::footprint(dev)?;
+        for (out, value) in outs.into_iter().zip([a, p, g, c]) {
+            write_optional(out, value as usize);
+        }
+        Ok(())
+    }
 }
