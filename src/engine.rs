@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 // The footprint's parts besides allocations (issue 11), each an `impl Engine` of its own.
 mod graph_memory;
 mod pool_cache;
+pub use pool_cache::PoolOf;
 
 /// What the engine asks the driver besides the call being hooked.
 pub trait Queries: Sync + Send {
@@ -46,6 +47,21 @@ pub trait Queries: Sync + Send {
     fn device_uuid(&self, _device: u32) -> Option<[u8; 16]> {
         None
     }
+
+    // -- pool reservations (issue 11: the pool cache; see `pool_cache`) --
+    /// A pool's (reserved, used) bytes now (`CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT`,
+    /// `CU_MEMPOOL_ATTR_USED_MEM_CURRENT`).
+    fn pool_usage(&self, _pool: usize) -> Result<(u64, u64), CuResult> {
+        Err(CuResult::NOT_SUPPORTED)
+    }
+    /// Releases what a pool keeps beyond its live allocations (`cuMemPoolTrimTo(pool, 0)`).
+    fn trim_pool(&self, _pool: usize) -> Result<(), CuResult> {
+        Err(CuResult::NOT_SUPPORTED)
+    }
+    /// A device's current pool, which `cuMemAllocAsync` allocates from (`cuDeviceGetMemPool`).
+    fn current_pool(&self, _device: u32) -> Result<usize, CuResult> {
+        Err(CuResult::NOT_SUPPORTED)
+    }
 }
 
 /// What a charge is keyed by: each kind is a key space with a ledger of its own. A new kind
@@ -61,11 +77,14 @@ pub enum Kind {
     Handle,
     /// CUDA arrays and mipmapped arrays (`CUarray`, `CUmipmappedArray` handles).
     Array,
+    /// Stream-ordered allocations from a pool while the quota counts the footprint: their
+    /// free moves the charge to the pool cache (see `pool_cache`).
+    PoolPointer,
 }
 
 impl Kind {
     /// Every kind, in the order of their discriminants (which index the ledgers).
-    pub const ALL: [Kind; 3] = [Kind::Pointer, Kind::Handle, Kind::Array];
+    pub const ALL: [Kind; 4] = [Kind::Pointer, Kind::Handle, Kind::Array, Kind::PoolPointer];
 }
 
 /// Where an allocation lands, and which context owns it.
@@ -135,6 +154,9 @@ pub struct Engine {
     /// References and mappings of `cuMemCreate` allocations (their charges are in the
     /// handle ledger).
     vmm: SpinLock<VmmBooks>,
+    /// This process's pools, what each keeps beyond its live allocations, and which pool
+    /// each pool allocation came from (the pool cache's books, see `pool_cache`).
+    pool_books: SpinLock<pool_cache::PoolBooks>,
     /// `CUQUOTA_TRACE` is set (read on every event, so a plain bool).
     tracing: bool,
     /// The per-GPU limits were checked against the devices the process sees (once).
@@ -150,6 +172,7 @@ impl Engine {
             pools: SpinLock::new(HashMap::new()),
             array_sizes: SpinLock::new(HashMap::new()),
             vmm: SpinLock::new(VmmBooks::new()),
+            pool_books: SpinLock::new(pool_cache::PoolBooks::default()),
             contexts: Contexts::new(),
             primary: [const { AtomicUsize::new(0) }; MAX_DEVICES],
             attached: SpinLock::new(HashMap::new()),
@@ -294,6 +317,7 @@ impl Engine {
     /// `cuMemPoolDestroy` succeeded: the handle may come back for another pool.
     pub fn pool_destroyed(&self, pool: usize) {
         self.pools.lock().remove(&pool);
+        self.pool_cache_destroyed(pool);
     }
 
     /// `cuDevicePrimaryCtxRetain` returned `context` as `device`'s primary context.
@@ -315,6 +339,7 @@ impl Engine {
         if let Some((slot, device)) = self.contexts.find(context) {
             self.credit_context(api, device, slot);
         }
+        self.pools_after_context(api);
     }
 
     /// `cuCtxDestroy` / `cuCtxDetach` of `context` succeeded: credit what it held and
@@ -324,6 +349,7 @@ impl Engine {
             self.credit_context(api, device, slot);
             self.contexts.remove(slot);
         }
+        self.pools_after_context(api);
     }
 
     /// `cuCtxAttach` added a reference to `context`: one more `cuCtxDetach` before it goes.
@@ -741,6 +767,8 @@ impl Engine {
         // SAFETY: as above.
         unsafe { self.vmm.reset_in_child(VmmBooks::new()) };
         // SAFETY: as above.
+        unsafe { self.pool_books.reset_in_child(pool_cache::PoolBooks::default()) };
+        // SAFETY: as above.
         unsafe { self.contexts.reset_in_child() };
         // SAFETY: as above.
         unsafe { self.attached.reset_in_child(HashMap::new()) };
@@ -764,7 +792,8 @@ impl Engine {
     ) -> CuResult {
         let ledger = self.ledger(kind);
         let Some(charge) = ledger.remove(key) else {
-            return call();
+            // Not a plain allocation: perhaps a pool's (out of line, off the hot path).
+            return self.free_unknown(api, kind, key, call);
         };
         let rc = call();
         if !rc.is_ok() {
@@ -785,6 +814,8 @@ impl Engine {
         let Some((device, quota)) = self.virtualized_device(Place::Current) else {
             return (real_free, real_total);
         };
+        // What the pools keep may have gone back since (a synchronisation): read it again.
+        self.refresh_pools(api, device);
         let told = match self.limit(device, quota) {
             Ok(limit) if limit != UNLIMITED => (
                 real_free.min(limit.saturating_sub(quota.in_use())),

@@ -22,7 +22,7 @@ use crate::cuda_abi::{
     CuMemAllocationProp, CuMemHandle, CuMemLocation, CuMemPoolPropsHead, CuMemoryPool, CuResult,
     CuStream, CU_MEM_LOCATION_TYPE_DEVICE,
 };
-use crate::engine::{Engine, Kind, Place, PoolPlace};
+use crate::engine::{Engine, Kind, Place, PoolOf, PoolPlace};
 use crate::ffi::{self, written, Out};
 use crate::lookup::{self, hooks, CFunction, Hooks, Real};
 use crate::process::engine;
@@ -246,8 +246,9 @@ unsafe fn alloc_async(
             if real::stream_capturing(meant) {
                 return call(f).0;
             }
-            let place = Place::Stream(meant);
-            e.alloc(real.name(), Kind::Pointer, place, bytes as u64, || call(f))
+            let pool = PoolOf::Current;
+            let undo = |ptr| free_pool_memory(ptr, meant);
+            e.alloc_pooled(real.name(), pool, meant, bytes as u64, || call(f), undo)
         },
         |f| call(f).0,
     )
@@ -294,11 +295,22 @@ unsafe fn alloc_from_pool(
             if real::stream_capturing(meant) {
                 return call(f).0;
             }
-            let place = e.pool_place(pool as usize, meant);
-            e.alloc(real.name(), Kind::Pointer, place, bytes as u64, || call(f))
+            let from = PoolOf::Given(pool as usize);
+            let undo = |ptr| free_pool_memory(ptr, meant);
+            e.alloc_pooled(real.name(), from, meant, bytes as u64, || call(f), undo)
         },
         |f| call(f).0,
     )
+}
+
+/// Frees a pool allocation the caller never got (its pool's growth was over the quota), on
+/// the stream it was made on (`meant`: `CU_STREAM_PER_THREAD` for a `_ptsz` default stream).
+fn free_pool_memory(ptr: u64, meant: usize) {
+    if let Some(real) = real::cuMemFreeAsync.get() {
+        // SAFETY: ptr was just returned by the driver and is known to nobody else; the
+        // stream is the caller's.
+        unsafe { real(ptr, meant as CuStream) };
+    }
 }
 
 #[no_mangle]

@@ -59,6 +59,16 @@ impl Queries for RealDriver {
     fn device_uuid(&self, device: u32) -> Option<[u8; 16]> {
         real_driver::device_uuid(device)
     }
+    // -- pool reservations (issue 11: the pool cache) --
+    fn pool_usage(&self, pool: usize) -> Result<(u64, u64), CuResult> {
+        real_driver::pool_usage(pool)
+    }
+    fn trim_pool(&self, pool: usize) -> Result<(), CuResult> {
+        real_driver::trim_pool(pool)
+    }
+    fn current_pool(&self, device: u32) -> Result<usize, CuResult> {
+        real_driver::current_pool(device)
+    }
 }
 
 /// The process-wide engine, made (and the process handlers registered) on first use.
