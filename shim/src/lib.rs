@@ -17,8 +17,11 @@
 //! `libcuda.so -> libcuda.so.1` link there (for linking with `-lcuda`), and put the directory
 //! on `LD_LIBRARY_PATH`.
 //!
-//! Test helpers beyond the CUDA API: `cuShimInjectFault` (see `faults`) and `cuShimStats`
-//! (the shim's own per-device accounting, to cross-check an interposer against).
+//! Test helpers beyond the CUDA API: `cuShimInjectFault` (see `faults`), `cuShimStats`
+//! (the shim's own per-device accounting of live allocations, to cross-check an interposer
+//! against) and `cuShimFootprint` (a device's whole footprint by part: live allocations,
+//! pool reservations beyond them, graph memory, context memory; what its capacity and
+//! `cuMemGetInfo` go by).
 //!
 //! # Reading order
 //!

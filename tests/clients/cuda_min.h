@@ -266,4 +266,71 @@ extern CUresult cuMemGetInfo(unsigned int *free_bytes, unsigned int *total_bytes
     __attribute__((weak));
 #endif
 
+/* ---- issue 11: pools that keep memory, graph memory ---- */
+typedef struct cuquota_graph_opaque *CUgraph;
+typedef struct cuquota_graph_node_opaque *CUgraphNode;
+typedef struct cuquota_graph_exec_opaque *CUgraphExec;
+/* CUDA_MEM_ALLOC_NODE_PARAMS (v1): 120 bytes */
+typedef struct {
+    CUmemPoolProps poolProps;
+    const CUmemAccessDesc *accessDescs;
+    size_t accessDescCount;
+    size_t bytesize;
+    CUdeviceptr dptr;
+} CUDA_MEM_ALLOC_NODE_PARAMS;
+/* CUDA_GRAPH_INSTANTIATE_PARAMS */
+typedef struct {
+    cuuint64_t flags;
+    CUstream hUploadStream;
+    CUgraphNode hErrNode_out;
+    int result_out;
+} CUDA_GRAPH_INSTANTIATE_PARAMS;
+typedef CUresult (*fn_cuMemPoolTrimTo)(CUmemoryPool pool, size_t keep);
+typedef CUresult (*fn_cuMemPoolGetAttribute)(CUmemoryPool pool, int attr, void *value);
+typedef CUresult (*fn_cuMemPoolSetAttribute)(CUmemoryPool pool, int attr, void *value);
+typedef CUresult (*fn_cuGraphCreate)(CUgraph *graph, unsigned int flags);
+typedef CUresult (*fn_cuGraphDestroy)(CUgraph graph);
+typedef CUresult (*fn_cuGraphAddMemAllocNode)(CUgraphNode *node, CUgraph graph,
+                                              const CUgraphNode *deps, size_t ndeps,
+                                              CUDA_MEM_ALLOC_NODE_PARAMS *params);
+typedef CUresult (*fn_cuGraphAddMemFreeNode)(CUgraphNode *node, CUgraph graph,
+                                             const CUgraphNode *deps, size_t ndeps,
+                                             CUdeviceptr dptr);
+typedef CUresult (*fn_cuGraphInstantiateWithFlags)(CUgraphExec *exec, CUgraph graph,
+                                                   unsigned long long flags);
+typedef CUresult (*fn_cuGraphInstantiateWithParams)(CUgraphExec *exec, CUgraph graph,
+                                                    CUDA_GRAPH_INSTANTIATE_PARAMS *params);
+typedef CUresult (*fn_cuGraphUpload)(CUgraphExec exec, CUstream stream);
+typedef CUresult (*fn_cuGraphLaunch)(CUgraphExec exec, CUstream stream);
+typedef CUresult (*fn_cuGraphExecDestroy)(CUgraphExec exec);
+typedef CUresult (*fn_cuDeviceGraphMemTrim)(CUdevice dev);
+typedef CUresult (*fn_cuDeviceGetGraphMemAttribute)(CUdevice dev, int attr, void *value);
+typedef CUresult (*fn_cuGraphGetNodes)(CUgraph graph, CUgraphNode *nodes, size_t *count);
+typedef CUresult (*fn_cuGraphNodeGetType)(CUgraphNode node, int *type);
+typedef CUresult (*fn_cuCtxSynchronize)(void);
+typedef CUresult (*fn_cuStreamSynchronize)(CUstream stream);
+/* The shim's test helper (not part of CUDA). */
+typedef int (*fn_cuShimFootprint)(int dev, size_t *allocations, size_t *pool_cache,
+                                  size_t *graph, size_t *context);
+#ifdef CUDA_MIN_EXTERN
+extern CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep);
+extern CUresult cuMemPoolGetAttribute(CUmemoryPool pool, int attr, void *value);
+extern CUresult cuMemPoolSetAttribute(CUmemoryPool pool, int attr, void *value);
+extern CUresult cuGraphCreate(CUgraph *graph, unsigned int flags);
+extern CUresult cuGraphDestroy(CUgraph graph);
+extern CUresult cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps,
+                                       size_t ndeps, CUDA_MEM_ALLOC_NODE_PARAMS *params);
+extern CUresult cuGraphAddMemFreeNode(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps,
+                                      size_t ndeps, CUdeviceptr dptr);
+extern CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph,
+                                            unsigned long long flags);
+extern CUresult cuGraphInstantiateWithParams(CUgraphExec *exec, CUgraph graph,
+                                             CUDA_GRAPH_INSTANTIATE_PARAMS *params);
+extern CUresult cuGraphUpload(CUgraphExec exec, CUstream stream);
+extern CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream);
+extern CUresult cuGraphExecDestroy(CUgraphExec exec);
+extern CUresult cuDeviceGraphMemTrim(CUdevice dev);
+extern CUresult cuDeviceGetGraphMemAttribute(CUdevice dev, int attr, void *value);
+#endif
+
 #endif

@@ -81,6 +81,21 @@ int main(int argc, char **argv) {
     GET(cuDevicePrimaryCtxReset_v2, "cuDevicePrimaryCtxReset_v2");
     GET(cuDevicePrimaryCtxRelease_v2, "cuDevicePrimaryCtxRelease_v2");
     GET(cuMemGetDefaultMemPool, "cuMemGetDefaultMemPool");
+    /* Pools that keep memory, graph memory (issue 11). */
+    GET(cuMemPoolTrimTo, "cuMemPoolTrimTo");
+    GET(cuMemPoolGetAttribute, "cuMemPoolGetAttribute");
+    GET(cuMemPoolSetAttribute, "cuMemPoolSetAttribute");
+    GET(cuGraphCreate, "cuGraphCreate");
+    GET(cuGraphDestroy, "cuGraphDestroy");
+    GET(cuGraphAddMemAllocNode, "cuGraphAddMemAllocNode");
+    GET(cuGraphAddMemFreeNode, "cuGraphAddMemFreeNode");
+    GET(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags");
+    GET(cuGraphInstantiateWithParams, "cuGraphInstantiateWithParams");
+    GET(cuGraphUpload, "cuGraphUpload");
+    GET(cuGraphLaunch, "cuGraphLaunch");
+    GET(cuGraphExecDestroy, "cuGraphExecDestroy");
+    GET(cuDeviceGraphMemTrim, "cuDeviceGraphMemTrim");
+    GET(cuDeviceGetGraphMemAttribute, "cuDeviceGetGraphMemAttribute");
 #undef GET
     d.sym = sym;
     return run_ops(&d, argc - 1, argv + 1);

@@ -60,6 +60,21 @@ int main(int argc, char **argv) {
         .cuDevicePrimaryCtxReset_v2 = cuDevicePrimaryCtxReset_v2,
         .cuDevicePrimaryCtxRelease_v2 = cuDevicePrimaryCtxRelease_v2,
         .cuMemGetDefaultMemPool = cuMemGetDefaultMemPool,
+        /* Pools that keep memory, graph memory (issue 11). */
+        .cuMemPoolTrimTo = cuMemPoolTrimTo,
+        .cuMemPoolGetAttribute = cuMemPoolGetAttribute,
+        .cuMemPoolSetAttribute = cuMemPoolSetAttribute,
+        .cuGraphCreate = cuGraphCreate,
+        .cuGraphDestroy = cuGraphDestroy,
+        .cuGraphAddMemAllocNode = cuGraphAddMemAllocNode,
+        .cuGraphAddMemFreeNode = cuGraphAddMemFreeNode,
+        .cuGraphInstantiateWithFlags = cuGraphInstantiateWithFlags,
+        .cuGraphInstantiateWithParams = cuGraphInstantiateWithParams,
+        .cuGraphUpload = cuGraphUpload,
+        .cuGraphLaunch = cuGraphLaunch,
+        .cuGraphExecDestroy = cuGraphExecDestroy,
+        .cuDeviceGraphMemTrim = cuDeviceGraphMemTrim,
+        .cuDeviceGetGraphMemAttribute = cuDeviceGetGraphMemAttribute,
         .sym = sym,
     };
     return run_ops(&d, argc - 1, argv + 1);

@@ -77,6 +77,8 @@ struct slots {
 static struct slots ptrs, handles, reservations, streams;
 static struct slots arrays, mipmaps; /* CUarray, CUmipmappedArray */
 static struct slots contexts; /* issue 10: contexts made by ctxcreate */
+static struct slots graphs, execs; /* issue 11: CUgraph, CUgraphExec */
+static CUmemoryPool host_pool; /* hostpool's pool (issue 11: named by pool ops) */
 static const struct drv *the_drv; /* for the atexit handler */
 static CUcontext dev_ctx[MAX_DEVICES];
 static CUmemoryPool dev_pool[MAX_DEVICES];
@@ -638,6 +640,67 @@ static int vmm_op(const struct drv *d, char **f, int nf) {
     return 0;
 }
 
+/* ---- issue 11 helpers ---- */
+
+/* A stream word: a stream slot, or "n" for the NULL stream. Returns 0, or -1 if malformed. */
+static int stream_arg(const char *word, CUstream *st) {
+    struct slot *s;
+    if (!strcmp(word, "n")) {
+        *st = NULL;
+        return 0;
+    }
+    s = get_slot(&streams, word);
+    if (!s)
+        return -1;
+    *st = (CUstream)(size_t)s->value;
+    return 0;
+}
+
+/* The current device's pool of the pool op (created on first use). */
+static CUresult own_pool(const struct drv *d, CUmemoryPool *pool) {
+    if (!dev_pool[cur_dev]) {
+        CUmemPoolProps props;
+        CUmemoryPool p = NULL;
+        CUresult rc;
+        memset(&props, 0, sizeof props);
+        props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+        props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        props.location.id = cur_dev;
+        rc = CALL(d, cuMemPoolCreate, &p, &props);
+        if (rc)
+            return rc;
+        dev_pool[cur_dev] = p;
+    }
+    *pool = dev_pool[cur_dev];
+    return CUDA_SUCCESS;
+}
+
+/* A pool by name: "pool", "defpool" or "hostpool" (which must exist); -1: no such name. */
+static CUresult named_pool(const struct drv *d, const char *name, CUmemoryPool *pool) {
+    if (!strcmp(name, "pool"))
+        return own_pool(d, pool);
+    if (!strcmp(name, "hostpool")) {
+        *pool = host_pool;
+        return host_pool ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+    }
+    if (!strcmp(name, "defpool")) {
+        CUdevice dev = 0;
+        CUresult rc = CALL(d, cuDeviceGet, &dev, cur_dev);
+        return rc ? rc : CALL(d, cuDeviceGetDefaultMemPool, pool, dev);
+    }
+    return -1;
+}
+
+/* CUmemPool_attribute by name; -1 for an unknown one. */
+static int pool_attr_number(const char *name) {
+    const char *names[] = {"threshold", "reserved", "reservedhigh", "used", "usedhigh"};
+    int i;
+    for (i = 0; i < 5; i++)
+        if (!strcmp(name, names[i]))
+            return 4 + i;
+    return -1;
+}
+
 static int run_op(const struct drv *d, const char *word) {
     char buf[512];
     char *f[MAX_FIELDS];
@@ -733,20 +796,10 @@ static int run_op(const struct drv *d, const char *word) {
         } else if (!strcmp(op, "async")) {
             rc = CALL(d, cuMemAllocAsync, &dp, a, NULL);
         } else if (!strcmp(op, "pool")) {
-            rc = 0;
-            if (!dev_pool[cur_dev]) {
-                CUmemPoolProps props;
-                CUmemoryPool pool = NULL;
-                memset(&props, 0, sizeof props);
-                props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
-                props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-                props.location.id = cur_dev;
-                rc = CALL(d, cuMemPoolCreate, &pool, &props);
-                if (!rc)
-                    dev_pool[cur_dev] = pool;
-            }
+            CUmemoryPool pool = NULL;
+            rc = own_pool(d, &pool);
             if (!rc)
-                rc = CALL(d, cuMemAllocFromPoolAsync, &dp, a, dev_pool[cur_dev], NULL);
+                rc = CALL(d, cuMemAllocFromPoolAsync, &dp, a, pool, NULL);
         } else {
             CUmemoryPool pool = NULL;
             CUdevice dev = 0;
@@ -1198,7 +1251,6 @@ static int run_op(const struct drv *d, const char *word) {
             if (!rc)
                 rc = CALL(d, cuMemAllocFromPoolAsync, &dp, a, pool, st);
         } else {
-            static CUmemoryPool host_pool;
             rc = 0;
             if (!host_pool) {
                 CUmemPoolProps props;
@@ -1307,8 +1359,236 @@ static int run_op(const struct drv *d, const char *word) {
             void *graph = NULL;
             *(void **)&end = raw_sym(d, "cuStreamEndCapture");
             rc = end ? end((CUstream)(size_t)s->value, &graph) : CUDA_ERROR_NOT_FOUND;
+            /* issue 11: the captured graph is a graph slot */
+            out("%s %s rc=%d slot=%zu", op, f[1], rc,
+                push(&graphs, (unsigned long long)(size_t)graph, 0, rc == 0 && graph));
+            return 0;
         }
         out("%s %s rc=%d", op, f[1], rc);
+    /* ---- pools that keep memory, graph memory (issue 11) ----
+     *   footprint:DEV              cuShimFootprint: allocations= pool_cache= graph= context=
+     *   sync / streamsync:S        cuCtxSynchronize / cuStreamSynchronize of stream slot S
+     *                              (or "n": the NULL stream); not hooked (client's dlsym)
+     *   pooltrim:POOL:KEEP         cuMemPoolTrimTo; POOL is "pool" (the current device's pool
+     *                              of the pool op, made if need be), "defpool" (its default
+     *                              pool) or "hostpool" (hostpool's pool)
+     *   poolattr:POOL:ATTR         cuMemPoolGetAttribute, ATTR threshold | reserved |
+     *                              reservedhigh | used | usedhigh: value=V
+     *   poolthreshold:POOL:BYTES   cuMemPoolSetAttribute(RELEASE_THRESHOLD)
+     *   graph                      cuGraphCreate: a graph slot (endcapture:S makes one too)
+     *   graphalloc:G:SIZE[:DEV]    cuGraphAddMemAllocNode into graph slot G (device DEV, else
+     *                              the current one): a pointer slot (not live: free:N works
+     *                              only once a launch made it live)
+     *   graphfree:G:P              cuGraphAddMemFreeNode of pointer slot P into graph G
+     *   instantiate:G[:FLAGS]      cuGraphInstantiateWithFlags (cuGraphInstantiate since
+     *                              CUDA 12): an exec slot
+     *   instantiatep:G:FLAGS:S     cuGraphInstantiateWithParams, upload stream S: an exec
+     *                              slot, result=R (its result_out)
+     *   upload:E:S / launch:E:S    cuGraphUpload / cuGraphLaunch of exec slot E on stream S
+     *   execdestroy:E / graphdestroy:G   cuGraphExecDestroy / cuGraphDestroy
+     *   graphtrim:DEV              cuDeviceGraphMemTrim
+     *   graphattr:DEV:ATTR         cuDeviceGetGraphMemAttribute, ATTR used | usedhigh |
+     *                              reserved | reservedhigh: value=V
+     *   graphnodes:G               cuGraphGetNodes / cuGraphNodeGetType (not hooked):
+     *                              n= alloc= free= */
+    } else if (!strcmp(op, "footprint")) {
+        size_t v[4] = {0, 0, 0, 0};
+        fn_cuShimFootprint fp = NULL;
+        void *h;
+        NARGS(1);
+        if (parse_num(f[1], &a) || a >= MAX_DEVICES)
+            return -1;
+        h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+        if (h && d->sym)
+            *(void **)&fp = d->sym(h, "cuShimFootprint");
+        rc = fp ? fp((int)a, &v[0], &v[1], &v[2], &v[3]) : CUDA_ERROR_NOT_FOUND;
+        out("footprint %llu rc=%d allocations=%zu pool_cache=%zu graph=%zu context=%zu", a, rc,
+            v[0], v[1], v[2], v[3]);
+    } else if (!strcmp(op, "sync")) {
+        fn_cuCtxSynchronize sync;
+        NARGS(0);
+        *(void **)&sync = raw_sym(d, "cuCtxSynchronize");
+        rc = sync ? sync() : CUDA_ERROR_NOT_FOUND;
+        out("sync rc=%d", rc);
+    } else if (!strcmp(op, "streamsync")) {
+        fn_cuStreamSynchronize sync;
+        CUstream st = NULL;
+        NARGS(1);
+        if (stream_arg(f[1], &st))
+            return -1;
+        *(void **)&sync = raw_sym(d, "cuStreamSynchronize");
+        rc = sync ? sync(st) : CUDA_ERROR_NOT_FOUND;
+        out("streamsync %s rc=%d", f[1], rc);
+    } else if (!strcmp(op, "pooltrim") || !strcmp(op, "poolattr") ||
+               !strcmp(op, "poolthreshold")) {
+        CUmemoryPool pool = NULL;
+        unsigned long long value = 0;
+        int attr = 4;
+        NARGS(2);
+        if (!strcmp(op, "poolattr")) {
+            attr = pool_attr_number(f[2]);
+            if (attr < 0)
+                return -1;
+        } else if (parse_size(f[2], &a)) {
+            return -1;
+        }
+        rc = named_pool(d, f[1], &pool);
+        if (rc == -1)
+            return -1;
+        if (!rc && !strcmp(op, "pooltrim")) {
+            rc = CALL(d, cuMemPoolTrimTo, pool, (size_t)a);
+        } else if (!rc && !strcmp(op, "poolthreshold")) {
+            value = a;
+            rc = CALL(d, cuMemPoolSetAttribute, pool, 4, &value);
+        } else if (!rc) {
+            rc = CALL(d, cuMemPoolGetAttribute, pool, attr, &value);
+        }
+        if (!strcmp(op, "poolattr"))
+            out("poolattr %s %s rc=%d value=%llu", f[1], f[2], rc, value);
+        else
+            out("%s %s %llu rc=%d", op, f[1], a, rc);
+    } else if (!strcmp(op, "graph")) {
+        CUgraph g = NULL;
+        NARGS(0);
+        rc = CALL(d, cuGraphCreate, &g, 0);
+        out("graph rc=%d slot=%zu", rc, push(&graphs, (unsigned long long)(size_t)g, 0, rc == 0));
+    } else if (!strcmp(op, "graphalloc")) {
+        CUDA_MEM_ALLOC_NODE_PARAMS params;
+        CUgraphNode node = NULL;
+        struct slot *g;
+        if (nf != 3 && nf != 4)
+            return -1;
+        g = get_slot(&graphs, f[1]);
+        b = (unsigned long long)cur_dev;
+        if (!g || parse_size(f[2], &a) || (nf == 4 && (parse_num(f[3], &b) || b >= MAX_DEVICES)))
+            return -1;
+        memset(&params, 0, sizeof params);
+        params.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+        params.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        params.poolProps.location.id = (int)b;
+        params.bytesize = a;
+        rc = CALL(d, cuGraphAddMemAllocNode, &node, (CUgraph)(size_t)g->value, NULL, 0, &params);
+        if (rc)
+            params.dptr = 0;
+        print_alloc(op, a, rc, push(&ptrs, params.dptr, a, 0), params.dptr);
+    } else if (!strcmp(op, "graphfree")) {
+        CUgraphNode node = NULL;
+        struct slot *g, *s;
+        NARGS(2);
+        g = get_slot(&graphs, f[1]);
+        s = get_slot(&ptrs, f[2]);
+        if (!g || !s)
+            return -1;
+        rc = CALL(d, cuGraphAddMemFreeNode, &node, (CUgraph)(size_t)g->value, NULL, 0, s->value);
+        out("graphfree %s %s rc=%d", f[1], f[2], rc);
+    } else if (!strcmp(op, "instantiate") || !strcmp(op, "instantiatep")) {
+        CUgraphExec e = NULL;
+        struct slot *g;
+        int with_params = !strcmp(op, "instantiatep");
+        int result = -1;
+        if (with_params ? nf != 4 : (nf != 2 && nf != 3))
+            return -1;
+        g = get_slot(&graphs, f[1]);
+        if (!g || (nf >= 3 && parse_num(f[2], &a)))
+            return -1;
+        if (with_params) {
+            CUDA_GRAPH_INSTANTIATE_PARAMS ip;
+            CUstream st = NULL;
+            if (stream_arg(f[3], &st))
+                return -1;
+            memset(&ip, 0, sizeof ip);
+            ip.flags = a;
+            ip.hUploadStream = st;
+            ip.result_out = -1;
+            rc = CALL(d, cuGraphInstantiateWithParams, &e, (CUgraph)(size_t)g->value, &ip);
+            result = ip.result_out;
+        } else {
+            rc = CALL(d, cuGraphInstantiateWithFlags, &e, (CUgraph)(size_t)g->value, a);
+        }
+        if (rc)
+            e = NULL;
+        if (with_params)
+            out("%s %s rc=%d slot=%zu result=%d", op, f[1], rc,
+                push(&execs, (unsigned long long)(size_t)e, 0, rc == 0), result);
+        else
+            out("%s %s rc=%d slot=%zu", op, f[1], rc,
+                push(&execs, (unsigned long long)(size_t)e, 0, rc == 0));
+    } else if (!strcmp(op, "upload") || !strcmp(op, "launch")) {
+        CUstream st = NULL;
+        struct slot *e;
+        NARGS(2);
+        e = get_slot(&execs, f[1]);
+        if (!e || stream_arg(f[2], &st))
+            return -1;
+        if (!strcmp(op, "upload"))
+            rc = CALL(d, cuGraphUpload, (CUgraphExec)(size_t)e->value, st);
+        else
+            rc = CALL(d, cuGraphLaunch, (CUgraphExec)(size_t)e->value, st);
+        out("%s %s %s rc=%d", op, f[1], f[2], rc);
+    } else if (!strcmp(op, "execdestroy") || !strcmp(op, "graphdestroy")) {
+        int exec = !strcmp(op, "execdestroy");
+        struct slot *s;
+        NARGS(1);
+        s = get_slot(exec ? &execs : &graphs, f[1]);
+        if (!s)
+            return -1;
+        if (exec)
+            rc = CALL(d, cuGraphExecDestroy, (CUgraphExec)(size_t)s->value);
+        else
+            rc = CALL(d, cuGraphDestroy, (CUgraph)(size_t)s->value);
+        if (!rc)
+            s->live = 0;
+        out("%s %s rc=%d", op, f[1], rc);
+    } else if (!strcmp(op, "graphtrim") || !strcmp(op, "graphattr")) {
+        unsigned long long value = 0;
+        int attr = -1;
+        CUdevice dev = 0;
+        int trim = !strcmp(op, "graphtrim");
+        NARGS(trim ? 1 : 2);
+        if (parse_num(f[1], &a) || a >= MAX_DEVICES)
+            return -1;
+        if (!trim) {
+            const char *names[] = {"used", "usedhigh", "reserved", "reservedhigh"};
+            int i;
+            for (i = 0; i < 4; i++)
+                if (!strcmp(f[2], names[i]))
+                    attr = i;
+            if (attr < 0)
+                return -1;
+        }
+        rc = CALL(d, cuDeviceGet, &dev, (int)a);
+        if (!rc && trim)
+            rc = CALL(d, cuDeviceGraphMemTrim, dev);
+        else if (!rc)
+            rc = CALL(d, cuDeviceGetGraphMemAttribute, dev, attr, &value);
+        if (trim)
+            out("graphtrim %llu rc=%d", a, rc);
+        else
+            out("graphattr %llu %s rc=%d value=%llu", a, f[2], rc, value);
+    } else if (!strcmp(op, "graphnodes")) {
+        fn_cuGraphGetNodes get;
+        fn_cuGraphNodeGetType type_of;
+        CUgraphNode nodes[64];
+        size_t n = 64, i, allocs = 0, frees = 0;
+        struct slot *g;
+        NARGS(1);
+        g = get_slot(&graphs, f[1]);
+        if (!g)
+            return -1;
+        *(void **)&get = raw_sym(d, "cuGraphGetNodes");
+        *(void **)&type_of = raw_sym(d, "cuGraphNodeGetType");
+        rc = get && type_of ? get((CUgraph)(size_t)g->value, nodes, &n) : CUDA_ERROR_NOT_FOUND;
+        if (rc)
+            n = 0;
+        for (i = 0; i < n; i++) {
+            int t = -1;
+            if (!type_of(nodes[i], &t)) {
+                allocs += t == 10;
+                frees += t == 11;
+            }
+        }
+        out("graphnodes %s rc=%d n=%zu alloc=%zu free=%zu", f[1], rc, n, allocs, frees);
+    /* ---- end of issue 11 ---- */
     } else if (!strcmp(op, "kill")) {
         NARGS(0);
         out("kill");

@@ -55,6 +55,21 @@ struct drv {
     fn_cuDevicePrimaryCtxReset_v2 cuDevicePrimaryCtxReset_v2;
     fn_cuDevicePrimaryCtxRelease_v2 cuDevicePrimaryCtxRelease_v2;
     fn_cuMemGetDefaultMemPool cuMemGetDefaultMemPool; /* CUDA 13 */
+    /* Pools that keep memory, graph memory (issue 11). */
+    fn_cuMemPoolTrimTo cuMemPoolTrimTo;
+    fn_cuMemPoolGetAttribute cuMemPoolGetAttribute;
+    fn_cuMemPoolSetAttribute cuMemPoolSetAttribute;
+    fn_cuGraphCreate cuGraphCreate;
+    fn_cuGraphDestroy cuGraphDestroy;
+    fn_cuGraphAddMemAllocNode cuGraphAddMemAllocNode;
+    fn_cuGraphAddMemFreeNode cuGraphAddMemFreeNode;
+    fn_cuGraphInstantiateWithFlags cuGraphInstantiateWithFlags;
+    fn_cuGraphInstantiateWithParams cuGraphInstantiateWithParams;
+    fn_cuGraphUpload cuGraphUpload;
+    fn_cuGraphLaunch cuGraphLaunch;
+    fn_cuGraphExecDestroy cuGraphExecDestroy;
+    fn_cuDeviceGraphMemTrim cuDeviceGraphMemTrim;
+    fn_cuDeviceGetGraphMemAttribute cuDeviceGetGraphMemAttribute;
     /* The client's own symbol lookup (for the shim's cuShimStats), so that every
      * client binary references only the dlsym version it means to. */
     void *(*sym)(void *handle, const char *name);

@@ -100,6 +100,22 @@ int main(int argc, char **argv) {
     GET(cuDevicePrimaryCtxReset_v2, "cuDevicePrimaryCtxReset", 11000);
     GET(cuDevicePrimaryCtxRelease_v2, "cuDevicePrimaryCtxRelease", 11000);
     GET(cuMemGetDefaultMemPool, "cuMemGetDefaultMemPool", 13000);
+    /* Pools that keep memory, graph memory (issue 11): cuGraphInstantiate at 12000 is the
+     * flags form, as cudart asks for it. */
+    GET(cuMemPoolTrimTo, "cuMemPoolTrimTo", 11020);
+    GET(cuMemPoolGetAttribute, "cuMemPoolGetAttribute", 11020);
+    GET(cuMemPoolSetAttribute, "cuMemPoolSetAttribute", 11020);
+    GET(cuGraphCreate, "cuGraphCreate", 10000);
+    GET(cuGraphDestroy, "cuGraphDestroy", 10000);
+    GET(cuGraphAddMemAllocNode, "cuGraphAddMemAllocNode", 11040);
+    GET(cuGraphAddMemFreeNode, "cuGraphAddMemFreeNode", 11040);
+    GET(cuGraphInstantiateWithFlags, "cuGraphInstantiate", 12000);
+    GET(cuGraphInstantiateWithParams, "cuGraphInstantiateWithParams", 12000);
+    GET(cuGraphUpload, "cuGraphUpload", 11010);
+    GET(cuGraphLaunch, "cuGraphLaunch", 10000);
+    GET(cuGraphExecDestroy, "cuGraphExecDestroy", 10000);
+    GET(cuDeviceGraphMemTrim, "cuDeviceGraphMemTrim", 11040);
+    GET(cuDeviceGetGraphMemAttribute, "cuDeviceGetGraphMemAttribute", 11040);
     /* The legacy 32-bit forms, as a pre-3.2 caller would get them. */
     GET(cuMemAlloc, "cuMemAlloc", 2000);
     GET(cuMemFree, "cuMemFree", 2000);

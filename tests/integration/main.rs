@@ -31,5 +31,7 @@ mod reliability_hostile_input;
 mod reliability_lifecycle;
 mod reliability_odd_calls;
 mod reliability_soak;
+// issue 11: the shim's footprint model
+mod shim_footprint;
 mod trace;
 mod vmm;

@@ -152,8 +152,9 @@ fn runtime_lookups_all_resolve() {
         let out = run(client, "init", &[LIMIT]);
         out.check_exit(0);
         let lookups = out.lookups();
-        // 29, 7 of arrays, 7 of VMM and imports, 4 of placement and contexts
-        assert_eq!(lookups.len(), 29 + 7 + 7 + 4, "{out}");
+        // 29, 7 of arrays, 7 of VMM and imports, 4 of placement and contexts, 14 of pools
+        // and graphs
+        assert_eq!(lookups.len(), 29 + 7 + 7 + 4 + 14, "{out}");
         for l in lookups {
             for (key, want) in [("rc", 0), ("status", 0), ("flags", flags)] {
                 assert_eq!(l.num(key), Some(want), "{}: {key}\n{out}", l.raw);
