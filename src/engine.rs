@@ -767,7 +767,10 @@ impl Engine {
         // SAFETY: as above.
         unsafe { self.vmm.reset_in_child(VmmBooks::new()) };
         // SAFETY: as above.
-        unsafe { self.pool_books.reset_in_child(pool_cache::PoolBooks::default()) };
+        unsafe {
+            self.pool_books
+                .reset_in_child(pool_cache::PoolBooks::default())
+        };
         // SAFETY: as above.
         unsafe { self.contexts.reset_in_child() };
         // SAFETY: as above.

@@ -547,7 +547,13 @@ impl Engine {
         self.emit(Event::free(device, api, key, bytes, held));
         if freed != Freed::Untracked {
             let total = quota.part(Part::PoolCache);
-            self.emit(Event::footprint(device, api, Part::PoolCache, total, quota.held()));
+            self.emit(Event::footprint(
+                device,
+                api,
+                Part::PoolCache,
+                total,
+                quota.held(),
+            ));
         }
         rc
     }
@@ -610,10 +616,20 @@ mod tests {
             p.reserved -= (p.reserved - floor) / CHUNK * CHUNK;
         }
         fn set_threshold(&self, pool: usize, threshold: u64) {
-            self.pools.lock().unwrap().entry(pool).or_default().threshold = threshold;
+            self.pools
+                .lock()
+                .unwrap()
+                .entry(pool)
+                .or_default()
+                .threshold = threshold;
         }
         fn reserved(&self) -> u64 {
-            self.pools.lock().unwrap().values().map(|p| p.reserved).sum()
+            self.pools
+                .lock()
+                .unwrap()
+                .values()
+                .map(|p| p.reserved)
+                .sum()
         }
         fn unused(&self) -> u64 {
             let pools = self.pools.lock().unwrap();
@@ -753,7 +769,10 @@ mod tests {
         let (_, q) = alloc_async(&e, &d, MIB);
         assert_eq!(pool_cache(&e), 0, "the second fits in what the pool kept");
         // freed: the pool keeps it
-        assert_eq!(free_async(&e, &d, DEFAULT_POOL, p, 3 * MIB), CuResult::SUCCESS);
+        assert_eq!(
+            free_async(&e, &d, DEFAULT_POOL, p, 3 * MIB),
+            CuResult::SUCCESS
+        );
         assert_eq!((pool_cache(&e), usage(&e).in_use), (3 * MIB, 4 * MIB));
         assert_eq!(e.memory_info("m", 8 << 30, 8 << 30).0, GIB - 4 * MIB);
         // after a synchronisation the pool gave back what no allocation uses
@@ -778,9 +797,13 @@ mod tests {
         free_async(&e, &d, DEFAULT_POOL, p, 64 * MIB);
         d.sync();
         assert_eq!(usage(&e).in_use, 64 * MIB, "the pool keeps it");
-        let plain = e.alloc("cuMemAlloc_v2", Kind::Pointer, Place::Current, 64 * MIB, || {
-            (CuResult::SUCCESS, 0x7000_0000)
-        });
+        let plain = e.alloc(
+            "cuMemAlloc_v2",
+            Kind::Pointer,
+            Place::Current,
+            64 * MIB,
+            || (CuResult::SUCCESS, 0x7000_0000),
+        );
         assert_eq!(plain, CuResult::SUCCESS);
         assert_eq!(d.reserved(), 0, "trimmed");
         let u = usage(&e);
@@ -793,9 +816,13 @@ mod tests {
     fn live_pool_memory_is_not_trimmed_and_the_request_is_refused() {
         let (e, d) = engine("64MiB");
         let (_, _p) = alloc_async(&e, &d, 64 * MIB);
-        let plain = e.alloc("cuMemAlloc_v2", Kind::Pointer, Place::Current, 64 * MIB, || {
-            panic!("not called")
-        });
+        let plain = e.alloc(
+            "cuMemAlloc_v2",
+            Kind::Pointer,
+            Place::Current,
+            64 * MIB,
+            || panic!("not called"),
+        );
         assert_eq!(plain, CuResult::OUT_OF_MEMORY);
         let u = usage(&e);
         assert_eq!((u.in_use, u.refusals, u.trims), (64 * MIB, 1, 0));
@@ -818,7 +845,10 @@ mod tests {
         let (rc, _) = alloc_from(&e, &d, PoolOf::Given(other), 2 * MIB);
         assert_eq!(rc, CuResult::SUCCESS);
         let u = usage(&e);
-        assert_eq!((u.in_use, u.trims, u.trimmed, u.refusals), (6 * MIB, 1, 2 * MIB, 0));
+        assert_eq!(
+            (u.in_use, u.trims, u.trimmed, u.refusals),
+            (6 * MIB, 1, 2 * MIB, 0)
+        );
         assert_eq!(d.reserved(), 6 * MIB);
         // now nothing is left to trim: the allocation is undone and refused
         let (rc, _) = alloc_from(&e, &d, PoolOf::Given(other), 3 * MIB / 2);
@@ -834,7 +864,9 @@ mod tests {
     fn a_plain_free_of_pool_memory_moves_it_to_the_cache() {
         let (e, d) = engine("1GiB");
         let (_, p) = alloc_async(&e, &d, 2 * MIB);
-        let rc = e.free("cuMemFree_v2", Kind::Pointer, p, || d.free(DEFAULT_POOL, 2 * MIB));
+        let rc = e.free("cuMemFree_v2", Kind::Pointer, p, || {
+            d.free(DEFAULT_POOL, 2 * MIB)
+        });
         assert_eq!(rc, CuResult::SUCCESS);
         assert_eq!((usage(&e).in_use, pool_cache(&e)), (2 * MIB, 2 * MIB));
         // unknown pointers still reach the driver, unchanged
@@ -943,7 +975,10 @@ mod tests {
         }
         assert!(usage(&e).peak <= 64 * MIB);
         assert_eq!(usage(&e).in_use, pool_cache(&e), "no allocation live");
-        assert!(pool_cache(&e) >= d.unused(), "never below what the pools keep");
+        assert!(
+            pool_cache(&e) >= d.unused(),
+            "never below what the pools keep"
+        );
         e.memory_info("m", 8 << 30, 8 << 30);
         assert_eq!(pool_cache(&e), d.unused(), "read again: exact");
     }
