@@ -247,7 +247,7 @@ unsafe fn alloc_async(
                 return call(f).0;
             }
             let pool = PoolOf::Current;
-            let undo = |ptr| free_pool_memory(ptr, meant);
+            let undo = |ptr| free_pool_memory(real.name(), ptr, stream);
             e.alloc_pooled(real.name(), pool, meant, bytes as u64, || call(f), undo)
         },
         |f| call(f).0,
@@ -296,20 +296,26 @@ unsafe fn alloc_from_pool(
                 return call(f).0;
             }
             let from = PoolOf::Given(pool as usize);
-            let undo = |ptr| free_pool_memory(ptr, meant);
+            let undo = |ptr| free_pool_memory(real.name(), ptr, stream);
             e.alloc_pooled(real.name(), from, meant, bytes as u64, || call(f), undo)
         },
         |f| call(f).0,
     )
 }
 
-/// Frees a pool allocation the caller never got (its pool's growth was over the quota), on
-/// the stream it was made on (`meant`: `CU_STREAM_PER_THREAD` for a `_ptsz` default stream).
-fn free_pool_memory(ptr: u64, meant: usize) {
-    if let Some(real) = real::cuMemFreeAsync.get() {
+/// Frees a pool allocation the caller never got (its pool's growth was over the quota) on
+/// the caller's `stream`, with the variant its allocation used (`_ptsz` for `_ptsz`, whose
+/// 0 is the per-thread default stream).
+fn free_pool_memory(allocated_by: &str, ptr: u64, stream: CuStream) {
+    let free = if allocated_by.ends_with("_ptsz") {
+        &real::cuMemFreeAsync_ptsz
+    } else {
+        &real::cuMemFreeAsync
+    };
+    if let Some(real) = free.get() {
         // SAFETY: ptr was just returned by the driver and is known to nobody else; the
         // stream is the caller's.
-        unsafe { real(ptr, meant as CuStream) };
+        unsafe { real(ptr, stream) };
     }
 }
 

@@ -24,8 +24,9 @@
 //!
 //! Every reading of the driver and the change it makes to the part happen under one lock,
 //! in order, so an older figure never overwrites a newer one. A pool's figure is raised only
-//! by a settlement, checked against the quota, or where the driver holds the memory whatever
-//! cuquota says (after a context went, after undoing a refused allocation).
+//! by a settlement, checked against the quota (a figure forced up could be another thread's
+//! growth, in flight, which would then pass unchecked), or after a context went, when the
+//! driver holds what its pools keep whatever cuquota says.
 
 use super::{Engine, Kind, Place, PoolPlace, Reserved};
 use crate::config::Mode;
@@ -156,18 +157,29 @@ impl PoolBooks {
         0
     }
 
-    /// `ptr` (of `bytes`) was freed.
-    fn freed(&mut self, ptr: u64, bytes: u64) -> Freed {
-        let Some(id) = self.pointers.remove(&ptr) else {
-            return Freed::Untracked;
-        };
-        let Some(p) = self.pools.get_mut(&id) else {
+    /// A free of `ptr` is about to be called: its pool's number, out of the books (so that
+    /// another thread that gets the same address from the driver right after cannot have
+    /// its entry taken by this free).
+    fn take_pointer(&mut self, ptr: u64) -> Option<u64> {
+        self.pointers.remove(&ptr)
+    }
+
+    /// The free failed: `ptr` is live again.
+    fn restore_pointer(&mut self, ptr: u64, id: u64) {
+        self.pointers.insert(ptr, id);
+    }
+
+    /// An allocation of `bytes` from pool `id` (`take_pointer`'s) was freed.
+    fn freed(&mut self, id: Option<u64>, bytes: u64) -> Freed {
+        let Some(p) = id.and_then(|id| self.pools.get_mut(&id)) else {
             return Freed::Untracked;
         };
         p.live = p.live.saturating_sub(1);
         if p.destroyed && p.live == 0 {
             let cached = p.cached;
-            self.pools.remove(&id);
+            if let Some(id) = id {
+                self.pools.remove(&id);
+            }
             return Freed::PoolGone { cached };
         }
         p.cached = p.cached.saturating_add(bytes);
@@ -289,7 +301,11 @@ impl Engine {
             // pool kept for it with it.
             undo(ptr);
             let _ = self.queries.trim_pool(handle);
-            self.reread(&mut books, api, device, quota, id, true);
+            // Lowered only: what is above our figure now is another thread's growth, in
+            // flight, which its own settlement checks against the quota. (A real driver
+            // may hold the freed block until the stream reaches the free; the next
+            // settlement of this pool charges it then.)
+            self.reread(&mut books, api, device, quota, id, false);
             drop(books);
             let in_use = quota.rollback(bytes);
             self.refused(device, bytes, api, refusal.limit, in_use);
@@ -526,8 +542,12 @@ impl Engine {
         let Some(charge) = ledger.remove(key) else {
             return call();
         };
+        let id = self.pool_books.lock().take_pointer(key);
         let rc = call();
         if !rc.is_ok() {
+            if let Some(id) = id {
+                self.pool_books.lock().restore_pointer(key, id);
+            }
             ledger.insert(key, charge);
             return rc;
         }
@@ -535,7 +555,7 @@ impl Engine {
             return rc;
         };
         let (device, bytes) = (charge.device, charge.bytes);
-        let freed = self.pool_books.lock().freed(key, bytes);
+        let freed = self.pool_books.lock().freed(id, bytes);
         let held = match freed {
             Freed::Kept => quota.move_to_part(Part::PoolCache, bytes),
             Freed::Untracked => quota.release(bytes),
@@ -588,6 +608,8 @@ mod tests {
         pools: Mutex<HashMap<usize, DriverPool>>,
         reads: AtomicU64,
         next_ptr: AtomicU64,
+        /// Freed addresses, handed out again first (as a pool does).
+        freed: Mutex<Vec<u64>>,
     }
 
     impl Driver {
@@ -598,11 +620,13 @@ mod tests {
                 p.reserved += (p.used + size - p.reserved).next_multiple_of(CHUNK);
             }
             p.used += size;
-            let ptr = (self.next_ptr.fetch_add(1, Relaxed) + 1) << 24;
+            let reused = self.freed.lock().unwrap().pop();
+            let ptr = reused.unwrap_or_else(|| (self.next_ptr.fetch_add(1, Relaxed) + 1) << 24);
             (CuResult::SUCCESS, ptr)
         }
-        fn free(&self, pool: usize, size: u64) -> CuResult {
+        fn free(&self, pool: usize, ptr: u64, size: u64) -> CuResult {
             self.pools.lock().unwrap().get_mut(&pool).unwrap().used -= size;
+            self.freed.lock().unwrap().push(ptr);
             CuResult::SUCCESS
         }
         /// A synchronisation: every pool releases unused chunks down to its threshold.
@@ -713,15 +737,17 @@ mod tests {
                 got.set(ptr);
                 (rc, ptr)
             },
-            |_| {
-                d.free(handle, size);
+            |ptr| {
+                d.free(handle, ptr, size);
             },
         );
         (rc, if rc.is_ok() { got.get() } else { 0 })
     }
 
     fn free_async(e: &Engine, d: &Driver, pool: usize, ptr: u64, size: u64) -> CuResult {
-        e.free("cuMemFreeAsync", Kind::Pointer, ptr, || d.free(pool, size))
+        e.free("cuMemFreeAsync", Kind::Pointer, ptr, || {
+            d.free(pool, ptr, size)
+        })
     }
 
     fn usage(e: &Engine) -> crate::quota::Usage {
@@ -739,15 +765,18 @@ mod tests {
         assert_eq!(b.pool(0x10, 0), a, "one number per live handle");
         b.allocated(0x100, a);
         b.allocated(0x200, a);
-        assert_eq!(b.freed(0x100, 5), Freed::Kept);
+        let id = b.take_pointer(0x100);
+        assert_eq!(b.freed(id, 5), Freed::Kept);
         assert_eq!(b.cached(a), 5);
-        assert_eq!(b.freed(0x999, 5), Freed::Untracked);
+        let none = b.take_pointer(0x999);
+        assert_eq!(b.freed(none, 5), Freed::Untracked);
         // destroyed with an allocation live: its memory goes with that allocation
         assert_eq!(b.destroyed(0x10), None);
         let again = b.pool(0x10, 1);
         assert_ne!(again, a, "the handle came back for another pool");
         assert_eq!(b.readable(None), vec![(again, 0x10, 0)]);
-        assert_eq!(b.freed(0x200, 7), Freed::PoolGone { cached: 5 });
+        let id = b.take_pointer(0x200);
+        assert_eq!(b.freed(id, 7), Freed::PoolGone { cached: 5 });
         assert!(b.get(a).is_none());
         // a pool with nothing live goes at once; pruning drops pointers the ledger lost
         b.allocated(0x300, again);
@@ -865,7 +894,7 @@ mod tests {
         let (e, d) = engine("1GiB");
         let (_, p) = alloc_async(&e, &d, 2 * MIB);
         let rc = e.free("cuMemFree_v2", Kind::Pointer, p, || {
-            d.free(DEFAULT_POOL, 2 * MIB)
+            d.free(DEFAULT_POOL, p, 2 * MIB)
         });
         assert_eq!(rc, CuResult::SUCCESS);
         assert_eq!((usage(&e).in_use, pool_cache(&e)), (2 * MIB, 2 * MIB));
@@ -905,7 +934,7 @@ mod tests {
         d.set_threshold(DEFAULT_POOL, u64::MAX);
         let (_, _p) = alloc_async(&e, &d, 3 * MIB);
         // the driver frees the context's allocations; the pool keeps the memory
-        d.free(DEFAULT_POOL, 3 * MIB);
+        d.free(DEFAULT_POOL, 0, 3 * MIB);
         e.context_destroyed("cuCtxDestroy_v2", CONTEXT);
         assert_eq!(e.ledger(Kind::PoolPointer).live_on(0), (0, 0));
         assert_eq!((usage(&e).in_use, pool_cache(&e)), (4 * MIB, 4 * MIB));

@@ -253,3 +253,26 @@ fn threads_mixing_pool_and_plain_allocations_keep_the_footprint_under_the_quota(
         out.check(2, "footprint", &[("allocations", 0)]);
     }
 }
+
+/// A reset primary context frees its allocations, and its device's pools keep what they
+/// keep up to their thresholds: cuquota gives the allocations back and reads the pools
+/// again.
+#[test]
+fn a_context_reset_leaves_what_the_pools_keep_charged() {
+    for client in Client::ALL {
+        for (threshold, kept) in [(0, 0), (GIB, 4 * MIB)] {
+            let out = run(
+                client,
+                &format!(
+                    "init poolthreshold:defpool:{threshold} async:3M ctxreset:0 dev:0 \
+                     footprint:0 info"
+                ),
+                &[LIMIT],
+            );
+            out.check_exit(0);
+            out.check_rcs(&[0; 7]);
+            out.check(5, "footprint", &[("allocations", 0), ("pool_cache", kept)]);
+            check_free(&out, 6, 5, 64 * MIB);
+        }
+    }
+}
