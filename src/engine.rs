@@ -339,7 +339,6 @@ impl Engine {
         if let Some((slot, device)) = self.contexts.find(context) {
             self.credit_context(api, device, slot);
         }
-        self.pools_after_context(api);
     }
 
     /// `cuCtxDestroy` / `cuCtxDetach` of `context` succeeded: credit what it held and
@@ -349,7 +348,6 @@ impl Engine {
             self.credit_context(api, device, slot);
             self.contexts.remove(slot);
         }
-        self.pools_after_context(api);
     }
 
     /// `cuCtxAttach` added a reference to `context`: one more `cuCtxDetach` before it goes.
@@ -376,7 +374,8 @@ impl Engine {
     /// Credits every charge, of every kind, that context `slot` (on `device`) owns, and
     /// records one event for it.
     fn credit_context(&self, api: &'static str, device: u32, slot: Slot) {
-        let (mut keys, mut bytes) = (Vec::new(), 0u64);
+        // Its pool allocations first: what their pools keep stays charged (`pool_cache`).
+        let (mut keys, mut bytes) = self.context_pool_allocations(api, slot);
         for ledger in &self.ledgers {
             for (key, charge) in ledger.remove_context(slot) {
                 if let Some(q) = self.quota(charge.device) {

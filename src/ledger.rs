@@ -100,11 +100,6 @@ impl Ledger {
         self.shard(key).lock().remove(&key).map(Charge::from)
     }
 
-    /// Whether `key` is live.
-    pub fn contains(&self, key: u64) -> bool {
-        self.shard(key).lock().contains_key(&key)
-    }
-
     /// In a forked child: no lock held, no entry (the parent's memory is not the child's).
     ///
     /// # Safety

@@ -210,27 +210,6 @@ impl PoolBooks {
         self.pointers.retain(|_, pool| *pool != id);
         p.cached
     }
-
-    /// Forgets the pointers that are no longer live (`live` says which are). Returns what
-    /// destroyed pools left with them: (device, cached).
-    fn prune(&mut self, live: impl Fn(u64) -> bool) -> Vec<(u32, u64)> {
-        let gone: Vec<(u64, u64)> = self
-            .pointers
-            .iter()
-            .filter(|(&ptr, _)| !live(ptr))
-            .map(|(&ptr, &id)| (ptr, id))
-            .collect();
-        let mut released = Vec::new();
-        for (ptr, id) in gone {
-            self.pointers.remove(&ptr);
-            let device = self.pools.get(&id).map(|p| p.device);
-            let cached = self.drop_pointer(id);
-            if let (Some(device), true) = (device, cached > 0) {
-                released.push((device, cached));
-            }
-        }
-        released
-    }
 }
 
 impl Engine {
@@ -296,7 +275,7 @@ impl Engine {
         }
         let mut books = self.pool_books.lock();
         let id = books.pool(handle, device);
-        if let Err(refusal) = self.settle(&mut books, api, device, quota, limit, id) {
+        if let Err((refusal, grow)) = self.settle(&mut books, api, device, quota, limit, id) {
             // The pool grew beyond the quota's room: the allocation goes back, and what the
             // pool kept for it with it.
             undo(ptr);
@@ -307,8 +286,11 @@ impl Engine {
             // settlement of this pool charges it then.)
             self.reread(&mut books, api, device, quota, id, false);
             drop(books);
-            let in_use = quota.rollback(bytes);
-            self.refused(device, bytes, api, refusal.limit, in_use);
+            quota.rollback(bytes);
+            // Refused for what it needed: its size and the pool's growth beyond it, on top
+            // of what the quota held without it.
+            let in_use = refusal.in_use.saturating_sub(bytes);
+            self.refused(device, bytes + grow, api, refusal.limit, in_use);
             return CuResult::OUT_OF_MEMORY;
         }
         books.allocated(ptr, id);
@@ -324,7 +306,8 @@ impl Engine {
     }
 
     /// Settles pool `id`'s share of the pool cache to the driver's figure. Growth must fit
-    /// the quota, after one trim of the device's pools.
+    /// the quota, after one trim of the device's pools; refused: what the quota held and the
+    /// growth that did not fit.
     fn settle(
         &self,
         books: &mut PoolBooks,
@@ -333,7 +316,7 @@ impl Engine {
         quota: &DeviceQuota,
         limit: u64,
         id: u64,
-    ) -> Result<(), PartRefusal> {
+    ) -> Result<(), (PartRefusal, u64)> {
         let mut grow = self.reread(books, api, device, quota, id, false);
         if grow == 0 {
             return Ok(());
@@ -351,7 +334,9 @@ impl Engine {
             reservation = quota.reserve(grow, limit, enforce);
         }
         match reservation {
-            Reservation::Refused { in_use, limit } => return Err(PartRefusal { in_use, limit }),
+            Reservation::Refused { in_use, limit } => {
+                return Err((PartRefusal { in_use, limit }, grow))
+            }
             // Beyond any counter: the driver would not have it; nothing to charge.
             Reservation::Uncharged => return Ok(()),
             Reservation::Granted { .. } => {}
@@ -483,42 +468,69 @@ impl Engine {
         }
     }
 
-    /// A context was destroyed or reset: the driver freed its allocations (the ledger
-    /// already gave their charges back) and synchronised its work, so the pools keep what
-    /// they keep now. Forget the pointers that went, read every pool again (a pool the
-    /// driver no longer knows is forgotten).
-    pub(super) fn pools_after_context(&self, api: &'static str) {
-        if !self.counts_footprint() {
-            return;
-        }
+    /// Context `slot` was destroyed or reset: the driver freed its allocations, synchronised
+    /// its work, and its pools kept what they keep up to their thresholds. Its pool
+    /// allocations leave the ledger here, their charges moved into the pool cache as for a
+    /// free (in one step: nobody can take the room in between), and the pools they came
+    /// from are read again, so that what went back is given back (a pool the driver no longer
+    /// knows is forgotten). Returns their pointers and bytes, for the context's event.
+    pub(super) fn context_pool_allocations(
+        &self,
+        api: &'static str,
+        slot: crate::contexts::Slot,
+    ) -> (Vec<u64>, u64) {
+        let (mut keys, mut bytes) = (Vec::new(), 0u64);
         let mut books = self.pool_books.lock();
-        if books.pools.is_empty() {
-            return;
+        let taken = self.ledger(Kind::PoolPointer).remove_context(slot);
+        if taken.is_empty() {
+            return (keys, bytes);
         }
-        let ledger = self.ledger(Kind::PoolPointer);
-        for (device, cached) in books.prune(|ptr| ledger.contains(ptr)) {
-            self.part_shrink(api, device, Part::PoolCache, cached);
+        let mut devices = Vec::new();
+        for (key, charge) in taken {
+            let id = books.take_pointer(key);
+            if let Some(quota) = self.quota(charge.device) {
+                match books.freed(id, charge.bytes) {
+                    Freed::Kept => {
+                        quota.move_to_part(Part::PoolCache, charge.bytes);
+                    }
+                    Freed::Untracked => {
+                        quota.release(charge.bytes);
+                    }
+                    Freed::PoolGone { cached } => {
+                        quota.release_part(Part::PoolCache, cached);
+                        quota.release(charge.bytes);
+                    }
+                }
+            }
+            if !devices.contains(&charge.device) {
+                devices.push(charge.device);
+            }
+            keys.push(key);
+            bytes = bytes.saturating_add(charge.bytes);
         }
-        for (id, handle, _) in books.readable(None) {
-            let Some(device) = books.get(id).map(|p| p.device) else {
-                continue;
-            };
+        for device in devices {
             let Some(quota) = self.quota(device) else {
                 continue;
             };
-            if self.queries.pool_usage(handle).is_ok() {
-                self.reread(&mut books, api, device, quota, id, true);
-            } else {
-                let cached = books.forget(id);
-                self.part_shrink(api, device, Part::PoolCache, cached);
+            for (id, handle, _) in books.readable(Some(device)) {
+                if self.queries.pool_usage(handle).is_ok() {
+                    self.reread(&mut books, api, device, quota, id, false);
+                } else {
+                    let cached = books.forget(id);
+                    quota.release_part(Part::PoolCache, cached);
+                }
             }
+            // The part after the moves and the readings (moves write no line of their own).
+            let (total, held) = (quota.part(Part::PoolCache), quota.held());
+            self.emit(Event::footprint(device, api, Part::PoolCache, total, held));
         }
+        (keys, bytes)
     }
 
     /// `cuMemPoolDestroy(pool)` succeeded.
     pub(super) fn pool_cache_destroyed(&self, pool: usize) {
-        let gone = self.pool_books.lock().destroyed(pool);
-        if let Some((device, cached)) = gone {
+        let mut books = self.pool_books.lock();
+        if let Some((device, cached)) = books.destroyed(pool) {
             self.part_shrink("cuMemPoolDestroy", device, Part::PoolCache, cached);
         }
     }
@@ -539,14 +551,21 @@ impl Engine {
             return call();
         }
         let ledger = self.ledger(Kind::PoolPointer);
-        let Some(charge) = ledger.remove(key) else {
-            return call();
+        // Out of the ledger and the books together, under the books' lock: a context's end
+        // prunes the books by the ledger, and must not see one without the other.
+        let (charge, id) = {
+            let mut books = self.pool_books.lock();
+            let Some(charge) = ledger.remove(key) else {
+                drop(books);
+                return call();
+            };
+            (charge, books.take_pointer(key))
         };
-        let id = self.pool_books.lock().take_pointer(key);
         let rc = call();
         if !rc.is_ok() {
+            let mut books = self.pool_books.lock();
             if let Some(id) = id {
-                self.pool_books.lock().restore_pointer(key, id);
+                books.restore_pointer(key, id);
             }
             ledger.insert(key, charge);
             return rc;
@@ -555,7 +574,10 @@ impl Engine {
             return rc;
         };
         let (device, bytes) = (charge.device, charge.bytes);
-        let freed = self.pool_books.lock().freed(id, bytes);
+        // The part's change and its `footprint` line under the books' lock, so that the
+        // trace has every pool cache total in the order it was.
+        let mut books = self.pool_books.lock();
+        let freed = books.freed(id, bytes);
         let held = match freed {
             Freed::Kept => quota.move_to_part(Part::PoolCache, bytes),
             Freed::Untracked => quota.release(bytes),
@@ -575,6 +597,7 @@ impl Engine {
                 quota.held(),
             ));
         }
+        drop(books);
         rc
     }
 }
@@ -778,10 +801,7 @@ mod tests {
         let id = b.take_pointer(0x200);
         assert_eq!(b.freed(id, 7), Freed::PoolGone { cached: 5 });
         assert!(b.get(a).is_none());
-        // a pool with nothing live goes at once; pruning drops pointers the ledger lost
-        b.allocated(0x300, again);
-        assert_eq!(b.prune(|_| false), vec![]);
-        assert_eq!(b.get(again).unwrap().live, 0);
+        // a pool with nothing live goes at once
         b.set_cached(again, 9);
         assert_eq!(b.destroyed(0x10), Some((1, 9)));
         assert_eq!(b.destroyed(0x10), None);
@@ -939,6 +959,13 @@ mod tests {
         assert_eq!(e.ledger(Kind::PoolPointer).live_on(0), (0, 0));
         assert_eq!((usage(&e).in_use, pool_cache(&e)), (4 * MIB, 4 * MIB));
         assert!(e.pool_books.lock().pointers.is_empty());
+        // threshold 0: the teardown gave it back, and so does the quota
+        let (e, d) = engine("1GiB");
+        let (_, _p) = alloc_async(&e, &d, 3 * MIB);
+        d.free(DEFAULT_POOL, 0, 3 * MIB);
+        d.sync();
+        e.context_destroyed("cuCtxDestroy_v2", CONTEXT);
+        assert_eq!((usage(&e).in_use, pool_cache(&e)), (0, 0));
     }
 
     #[test]
