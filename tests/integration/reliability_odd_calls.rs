@@ -139,8 +139,10 @@ fn async_frees_on_another_stream_or_thread() {
         // A plain free from a thread with no current context is the driver's
         // INVALID_CONTEXT, and the memory stays charged until freed properly.
         out.check_rcs(&[0, 0, 0, 0, 0, 0, 0, 0, 0, INVALID_CONTEXT, 0, 0, 0, 0]);
-        out.check(10, "info", &[("free", 3 * 256 * MIB)]);
-        out.check(12, "info", &[("free", GIB)]);
+        // The pools keep what the async and pool frees gave them (nothing synchronized):
+        // still the footprint (issue 11).
+        out.check(10, "info", &[("free", 256 * MIB)]);
+        out.check(12, "info", &[("free", 2 * 256 * MIB)]);
         out.check(13, "shimstats", &[("in_use", 0), ("live", 0)]);
         let t = read_trace(&trace, false);
         let frees = t.of("free");
@@ -159,9 +161,10 @@ fn async_frees_on_another_stream_or_thread() {
             frees[1..].iter().all(|e| e.tid != out.pid),
             "on other threads"
         );
+        // (the pool allocations' frees leave their memory in the pool cache)
         assert_eq!(
             frees.iter().map(|e| e.in_use).collect::<Vec<_>>(),
-            [768 * MIB, 512 * MIB, 256 * MIB, 0]
+            [768 * MIB, 768 * MIB, 768 * MIB, 512 * MIB]
         );
     }
 }
