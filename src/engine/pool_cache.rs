@@ -35,6 +35,7 @@ use crate::engine::PartRefusal;
 use crate::ledger::Charge;
 use crate::quota::{DeviceQuota, Part, Reservation, UNLIMITED};
 use crate::trace::Event;
+use cuquota_format::hash::BuildKeyHasher;
 use std::collections::HashMap;
 
 /// Which pool a stream-ordered allocation comes from.
@@ -76,11 +77,11 @@ enum Freed {
 #[derive(Default)]
 pub struct PoolBooks {
     /// Pools by a number of our own (a destroyed pool's handle can come back for another).
-    pools: HashMap<u64, Pool>,
+    pools: HashMap<u64, Pool, BuildKeyHasher>,
     /// Pools not destroyed: handle → number.
-    handles: HashMap<usize, u64>,
+    handles: HashMap<usize, u64, BuildKeyHasher>,
     /// Live pool allocations: pointer → its pool's number.
-    pointers: HashMap<u64, u64>,
+    pointers: HashMap<u64, u64, BuildKeyHasher>,
     next: u64,
 }
 
