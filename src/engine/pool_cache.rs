@@ -295,8 +295,16 @@ impl Engine {
             return CuResult::OUT_OF_MEMORY;
         }
         books.allocated(ptr, id);
-        // Committed under the books' lock, so that a context's end (which prunes the books
-        // by the ledger) never sees this pointer in one and not the other.
+        // A plain allocation's entry at this address is stale (its free was not seen: its
+        // context's end, recorded after the driver gave the address out again); left there,
+        // the free of this pool allocation would find it first.
+        if let Some(stale) = self.ledger(Kind::Pointer).remove(ptr) {
+            if let Some(q) = self.quota(stale.device) {
+                q.release(stale.bytes);
+            }
+        }
+        // Committed under the books' lock, so that a context's end (which takes its pool
+        // allocations out of the ledger and the books together) sees both or neither.
         let charge = Charge {
             device,
             bytes,
