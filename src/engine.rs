@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 mod graph_memory;
 mod pool_cache;
 pub use graph_memory::GraphNode;
+pub use pool_cache::PoolOf;
 
 /// What the engine asks the driver besides the call being hooked.
 pub trait Queries: Sync + Send {
@@ -76,6 +77,21 @@ pub trait Queries: Sync + Send {
     fn graph_memory_trim(&self, _device: u32) -> bool {
         false
     }
+
+    // -- pool reservations (issue 11: the pool cache; see `pool_cache`) --
+    /// A pool's (reserved, used) bytes now (`CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT`,
+    /// `CU_MEMPOOL_ATTR_USED_MEM_CURRENT`).
+    fn pool_usage(&self, _pool: usize) -> Result<(u64, u64), CuResult> {
+        Err(CuResult::NOT_SUPPORTED)
+    }
+    /// Releases what a pool keeps beyond its live allocations (`cuMemPoolTrimTo(pool, 0)`).
+    fn trim_pool(&self, _pool: usize) -> Result<(), CuResult> {
+        Err(CuResult::NOT_SUPPORTED)
+    }
+    /// A device's current pool, which `cuMemAllocAsync` allocates from (`cuDeviceGetMemPool`).
+    fn current_pool(&self, _device: u32) -> Result<usize, CuResult> {
+        Err(CuResult::NOT_SUPPORTED)
+    }
 }
 
 /// What a charge is keyed by: each kind is a key space with a ledger of its own. A new kind
@@ -91,11 +107,14 @@ pub enum Kind {
     Handle,
     /// CUDA arrays and mipmapped arrays (`CUarray`, `CUmipmappedArray` handles).
     Array,
+    /// Stream-ordered allocations from a pool while the quota counts the footprint: their
+    /// free moves the charge to the pool cache (see `pool_cache`).
+    PoolPointer,
 }
 
 impl Kind {
     /// Every kind, in the order of their discriminants (which index the ledgers).
-    pub const ALL: [Kind; 3] = [Kind::Pointer, Kind::Handle, Kind::Array];
+    pub const ALL: [Kind; 4] = [Kind::Pointer, Kind::Handle, Kind::Array, Kind::PoolPointer];
 }
 
 /// Where an allocation lands, and which context owns it.
@@ -133,6 +152,42 @@ pub enum PoolPlace {
 const LEGACY_STREAM: usize = 1;
 const PER_THREAD_STREAM: usize = 2;
 
+/// What [`Engine::context_will_end`] took out of the books before the driver ran the call.
+pub struct Ended {
+    plain: Vec<(Kind, u64, Charge)>,
+    pooled: pool_cache::TakenPooled,
+    /// The `context` line was written.
+    written: bool,
+}
+
+/// Contexts being ended in the driver now, and the stale entries of theirs found meanwhile:
+/// (slot, key, bytes), already given back.
+struct Ending {
+    /// Each with the call that ends it.
+    slots: Vec<(Slot, &'static str)>,
+    stolen: Vec<(Slot, u64, u64)>,
+}
+
+impl Ending {
+    const fn new() -> Ending {
+        Ending {
+            slots: Vec::new(),
+            stolen: Vec::new(),
+        }
+    }
+
+    fn take_stolen(&mut self, slot: Slot) -> Vec<(u64, u64)> {
+        let mut taken = Vec::new();
+        self.stolen.retain(|&(s, key, bytes)| {
+            if s == slot {
+                taken.push((key, bytes));
+            }
+            s != slot
+        });
+        taken
+    }
+}
+
 /// What a reservation lets an allocation do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Reserved {
@@ -158,6 +213,9 @@ pub struct Engine {
     /// Each device's primary context, as `cuDevicePrimaryCtxRetain` returned it (0: none
     /// seen), for crediting its charges at a reset or its last release.
     primary: [AtomicUsize; MAX_DEVICES],
+    /// Contexts whose end (destroy, detach, primary reset or release) is in the driver now,
+    /// and the charges of theirs found stale meanwhile (see [`Engine::context_ending`]).
+    ending: SpinLock<Ending>,
     /// `cuCtxAttach`'s extra references per context (deprecated API, rarely used).
     attached: SpinLock<HashMap<usize, u32>>,
     /// What the driver gave each array shape on each device (see [`Engine::alloc_array`]).
@@ -165,6 +223,9 @@ pub struct Engine {
     /// References and mappings of `cuMemCreate` allocations (their charges are in the
     /// handle ledger).
     vmm: SpinLock<VmmBooks>,
+    /// This process's pools, what each keeps beyond its live allocations, and which pool
+    /// each pool allocation came from (the pool cache's books, see `pool_cache`).
+    pool_books: SpinLock<pool_cache::PoolBooks>,
     /// `CUQUOTA_TRACE` is set (read on every event, so a plain bool).
     tracing: bool,
     /// The per-GPU limits were checked against the devices the process sees (once).
@@ -184,9 +245,11 @@ impl Engine {
             pools: SpinLock::new(HashMap::new()),
             array_sizes: SpinLock::new(HashMap::new()),
             vmm: SpinLock::new(VmmBooks::new()),
+            pool_books: SpinLock::new(pool_cache::PoolBooks::default()),
             contexts: Contexts::new(),
             primary: [const { AtomicUsize::new(0) }; MAX_DEVICES],
             attached: SpinLock::new(HashMap::new()),
+            ending: SpinLock::new(Ending::new()),
             tracing: config.as_ref().is_ok_and(|c| c.trace.is_some()),
             devices_checked: std::sync::atomic::AtomicBool::new(false),
             context_memory: ContextMemory::new(context_setting(&config)),
@@ -330,6 +393,7 @@ impl Engine {
     /// `cuMemPoolDestroy` succeeded: the handle may come back for another pool.
     pub fn pool_destroyed(&self, pool: usize) {
         self.pools.lock().remove(&pool);
+        self.pool_cache_destroyed(pool);
     }
 
     /// `cuDevicePrimaryCtxRetain` returned `context` as `device`'s primary context.
@@ -385,12 +449,152 @@ impl Engine {
         self.context_destroyed(api, context);
     }
 
+    /// A call that may end `context` (destroy, detach, primary reset or release) is about to
+    /// reach the driver. The driver frees the context's memory before cuquota hears of it,
+    /// and may hand an address out again at once, to another thread: the new allocation
+    /// then finds the old entry stale. While the context is marked ending, such an entry is
+    /// kept for the context's `context` event rather than lost from it. Returns what
+    /// [`Engine::context_end_done`] takes once the call and its crediting are over.
+    pub fn context_ending(&self, api: &'static str, context: usize) -> Slot {
+        let slot = self.contexts.find(context).map_or(NO_CONTEXT, |(s, _)| s);
+        if slot != NO_CONTEXT {
+            self.ending.lock().slots.push((slot, api));
+        }
+        slot
+    }
+
+    /// A call that certainly ends `context` if it succeeds (`cuCtxDestroy`,
+    /// `cuDevicePrimaryCtxReset`) is about to reach the driver. As a free does, its charges
+    /// leave the books now, and its `context` line is written now: once the driver has
+    /// freed, another thread may be given one of its addresses, and that allocation's line
+    /// must come after this one. [`Engine::context_end_settled`] credits them, or puts them
+    /// back if the call failed.
+    pub fn context_will_end(&self, api: &'static str, context: usize) -> Option<Ended> {
+        let (slot, device) = self.contexts.find(context)?;
+        let pooled = self.take_context_pool_pointers(slot);
+        let mut plain = Vec::new();
+        for kind in Kind::ALL {
+            if kind != Kind::PoolPointer {
+                for (key, charge) in self.ledger(kind).remove_context(slot) {
+                    plain.push((kind, key, charge));
+                }
+            }
+        }
+        let keys: Vec<u64> = (pooled.iter().map(|(k, _, _)| *k))
+            .chain(plain.iter().map(|(_, k, _)| *k))
+            .collect();
+        let written = !keys.is_empty();
+        if written {
+            let charges = pooled
+                .iter()
+                .map(|(_, c, _)| c)
+                .chain(plain.iter().map(|(_, _, c)| c));
+            let (mut bytes, mut here) = (0u64, 0u64);
+            for c in charges {
+                bytes = bytes.saturating_add(c.bytes);
+                if c.device == device {
+                    here = here.saturating_add(c.bytes);
+                }
+            }
+            let held = self
+                .quota(device)
+                .map_or(0, |q| q.held().saturating_sub(here));
+            self.emit(Event::context_freed(device, api, bytes, held, keys.into()));
+        }
+        Some(Ended {
+            plain,
+            pooled,
+            written,
+        })
+    }
+
+    /// The call [`Engine::context_will_end`] prepared for is over: on success what it took
+    /// is credited (the pool allocations' charges move into the pool cache), on failure it
+    /// is put back, and its lines say it is held again (`alloc` lines through `api`).
+    pub fn context_end_settled(&self, api: &'static str, ended: Ended, ok: bool) {
+        let Ended {
+            plain,
+            pooled,
+            written,
+        } = ended;
+        if ok {
+            for (_, _, charge) in &plain {
+                if let Some(q) = self.quota(charge.device) {
+                    q.release(charge.bytes);
+                }
+            }
+            self.settle_context_pool_pointers(api, pooled);
+            return;
+        }
+        let keys: Vec<(u64, Charge)> = (pooled.iter().map(|(k, c, _)| (*k, *c)))
+            .chain(plain.iter().map(|(_, k, c)| (*k, *c)))
+            .collect();
+        self.restore_context_pool_pointers(pooled);
+        for (kind, key, charge) in plain {
+            self.ledger(kind).insert(key, charge);
+        }
+        if written {
+            for (key, charge) in keys {
+                self.traced_free_failed(api, key, charge);
+            }
+        }
+    }
+
+    /// The primary context of `device`, for [`Engine::context_ending`].
+    pub fn primary_context(&self, device: u32) -> usize {
+        self.primary
+            .get(device as usize)
+            .map_or(0, |p| p.load(Relaxed))
+    }
+
+    /// The call that might have ended the context of `slot` is over (credited or not).
+    pub fn context_end_done(&self, slot: Slot) {
+        if slot != NO_CONTEXT {
+            let mut ending = self.ending.lock();
+            if let Some(i) = ending.slots.iter().position(|(s, _)| *s == slot) {
+                ending.slots.swap_remove(i);
+            }
+            if !ending.slots.iter().any(|(s, _)| *s == slot) {
+                ending.take_stolen(slot);
+            }
+        }
+    }
+
+    /// An entry whose address the driver handed out again, its free never seen: that memory
+    /// is gone, and is given back. If its context is ending, that is how it went: traced as
+    /// a free by the context's end (before the new allocation's line, so that a reader's
+    /// live allocations stay right), and remembered for the context's own line.
+    #[cold]
+    #[inline(never)]
+    fn released_stale(&self, key: u64, stale: Charge) {
+        let Some(q) = self.quota(stale.device) else {
+            return;
+        };
+        let held = q.release(stale.bytes);
+        let ended_by = {
+            let mut ending = self.ending.lock();
+            let api = ending
+                .slots
+                .iter()
+                .find(|(s, _)| *s == stale.context)
+                .map(|(_, api)| *api);
+            if api.is_some() {
+                ending.stolen.push((stale.context, key, stale.bytes));
+            }
+            api
+        };
+        if let Some(api) = ended_by {
+            self.emit(Event::free(stale.device, api, key, stale.bytes, held));
+        }
+    }
+
     /// Credits every charge, of every kind, that context `slot` (on `device`) owns, and
     /// records one event for it.
     fn credit_context(&self, api: &'static str, device: u32, slot: Slot) {
         // What the context itself took (issue 11).
         self.context_memory.gone(slot, &self.context_part(api));
-        let (mut keys, mut bytes) = (Vec::new(), 0u64);
+        // Its pool allocations first: what their pools keep stays charged (`pool_cache`).
+        let (mut keys, mut bytes) = self.context_pool_allocations(api, slot);
         for ledger in &self.ledgers {
             for (key, charge) in ledger.remove_context(slot) {
                 if let Some(q) = self.quota(charge.device) {
@@ -400,7 +604,10 @@ impl Engine {
                 bytes = bytes.saturating_add(charge.bytes);
             }
         }
-        if !keys.is_empty() {
+        // Those whose address the driver gave out again before this were credited, and
+        // traced as frees, then (see `released_stale`); the context still ends with its line.
+        let stolen = !self.ending.lock().take_stolen(slot).is_empty();
+        if !keys.is_empty() || stolen {
             let held = self.quota(device).map_or(0, |q| q.held());
             let keys = keys.into_boxed_slice();
             self.emit(Event::context_freed(device, api, bytes, held, keys));
@@ -555,7 +762,8 @@ impl Engine {
     }
 
     /// Reserves or refuses; explains refusals (and, in observe mode, what would have been).
-    /// Inline: it is on the alloc path, and its rare branches are out of line.
+    /// Inline: it is on the alloc path (left to the compiler, a second caller made it an
+    /// out-of-line call there), and its rare branches are out of line.
     #[inline(always)]
     fn reserve(
         &self,
@@ -723,10 +931,7 @@ impl Engine {
         let (device, bytes) = (charge.device, charge.bytes);
         let held = quota.commit(bytes);
         if let Some(stale) = self.ledger(kind).insert(key, charge) {
-            // The driver reused an address whose free we never saw: that memory is gone.
-            if let Some(q) = self.quota(stale.device) {
-                q.release(stale.bytes);
-            }
+            self.released_stale(key, stale);
         }
         if self.tracing {
             self.emit(Event::alloc(device, api, key, bytes, held));
@@ -802,9 +1007,16 @@ impl Engine {
         // SAFETY: as above.
         unsafe { self.vmm.reset_in_child(VmmBooks::new()) };
         // SAFETY: as above.
+        unsafe {
+            self.pool_books
+                .reset_in_child(pool_cache::PoolBooks::default())
+        };
+        // SAFETY: as above.
         unsafe { self.contexts.reset_in_child() };
         // SAFETY: as above.
         unsafe { self.attached.reset_in_child(HashMap::new()) };
+        // SAFETY: as above.
+        unsafe { self.ending.reset_in_child(Ending::new()) };
         // SAFETY: as above.
         unsafe {
             self.graph_books
@@ -832,20 +1044,50 @@ impl Engine {
     ) -> CuResult {
         let ledger = self.ledger(kind);
         let Some(charge) = ledger.remove(key) else {
-            return call();
+            // Not a plain allocation: perhaps a pool's (out of line, off the hot path).
+            return self.free_unknown(api, kind, key, call);
         };
+        if self.tracing {
+            self.traced_free(api, key, charge);
+        }
         let rc = call();
         if !rc.is_ok() {
             ledger.insert(key, charge);
+            if self.tracing {
+                self.traced_free_failed(api, key, charge);
+            }
             return rc;
         }
         if let Some(q) = self.quota(charge.device) {
-            let held = q.release(charge.bytes);
-            if self.tracing {
-                self.emit(Event::free(charge.device, api, key, charge.bytes, held));
-            }
+            q.release(charge.bytes);
         }
         rc
+    }
+
+    /// A free's line, written before the driver frees: from then on another thread may be
+    /// given the address, and its allocation's line must come after this one (`in_use` is
+    /// what the free leaves).
+    fn traced_free(&self, api: &'static str, key: u64, charge: Charge) {
+        if let Some(q) = self.quota(charge.device) {
+            let held = q.held().saturating_sub(charge.bytes);
+            self.emit(Event::free(charge.device, api, key, charge.bytes, held));
+        }
+    }
+
+    /// The driver failed a free already traced: the allocation is held again, and its line
+    /// says so (an `alloc` line through the free's entry point).
+    #[cold]
+    #[inline(never)]
+    fn traced_free_failed(&self, api: &'static str, key: u64, charge: Charge) {
+        if let Some(q) = self.quota(charge.device) {
+            self.emit(Event::alloc(
+                charge.device,
+                api,
+                key,
+                charge.bytes,
+                q.held(),
+            ));
+        }
     }
 
     /// `cuMemGetInfo`: (free, total) as the caller should see them, from the real ones.
@@ -853,6 +1095,8 @@ impl Engine {
         let Some((device, quota)) = self.virtualized_device(Place::Current) else {
             return (real_free, real_total);
         };
+        // What the pools keep may have gone back since (a synchronisation): read it again.
+        self.refresh_pools(api, device);
         // NVML's figure for this process corrects the context part (after the other parts
         // are settled, rate-limited).
         self.correct_context_memory(api, device);
@@ -1884,6 +2128,34 @@ mod tests {
             );
         }
         assert_eq!(e.quota(0).unwrap().held(), 3);
+    }
+
+    /// The driver frees a context's memory before cuquota credits it and may give an
+    /// address out again at once: the stale entry another context's allocation finds there
+    /// is given back and kept for the ending context's event, once.
+    #[test]
+    fn an_address_given_out_again_while_its_context_ends_stays_the_contexts() {
+        let (e, fake) = engine("1GiB");
+        let ok = |p: u64| move || (CuResult::SUCCESS, p);
+        e.alloc("a", Kind::Pointer, Place::Current, MIB, ok(0x100)); // context 0x1000
+        let slot = e.context_ending("d", 0x1000);
+        assert_ne!(slot, NO_CONTEXT);
+        fake.device.store(1, Relaxed); // another thread, context 0x1001, gets 0x100
+        e.alloc("a", Kind::Pointer, Place::Current, 2 * MIB, ok(0x100));
+        assert_eq!(e.ending.lock().stolen, [(slot, 0x100, MIB)]);
+        assert_eq!(e.quota(0).unwrap().held(), 0, "given back at once");
+        e.context_destroyed("d", 0x1000);
+        e.context_end_done(slot);
+        let ending = e.ending.lock();
+        assert!(ending.stolen.is_empty() && ending.slots.is_empty());
+        drop(ending);
+        assert_eq!(e.quota(1).unwrap().held(), 2 * MIB, "the new one stays");
+        // not ending: a stale entry is only given back
+        e.alloc("a", Kind::Pointer, Place::Current, MIB, ok(0x300));
+        fake.device.store(0, Relaxed);
+        e.alloc("a", Kind::Pointer, Place::Current, MIB, ok(0x300));
+        assert!(e.ending.lock().stolen.is_empty());
+        assert_eq!(e.quota(1).unwrap().held(), 2 * MIB);
     }
 
     /// Destroying or resetting a context credits every kind it owns, nothing else.

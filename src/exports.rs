@@ -23,7 +23,7 @@ use crate::cuda_abi::{
     CuStream, CU_MEM_LOCATION_TYPE_DEVICE,
 };
 use crate::cuda_abi::{CuGraph, CuGraphExec, CuGraphInstantiateParams, CuGraphNode};
-use crate::engine::{Engine, Kind, Place, PoolPlace};
+use crate::engine::{Engine, Kind, Place, PoolOf, PoolPlace};
 use crate::ffi::{self, written, Out};
 use crate::lookup::{self, hooks, CFunction, Hooks, Real};
 use crate::process::engine;
@@ -273,8 +273,9 @@ unsafe fn alloc_async(
             if real::stream_capturing(meant) {
                 return call(f).0;
             }
-            let place = Place::Stream(meant);
-            e.alloc(real.name(), Kind::Pointer, place, bytes as u64, || call(f))
+            let pool = PoolOf::Current;
+            let undo = |ptr| free_pool_memory(real.name(), ptr, stream);
+            e.alloc_pooled(real.name(), pool, meant, bytes as u64, || call(f), undo)
         },
         |f| call(f).0,
     )
@@ -321,11 +322,28 @@ unsafe fn alloc_from_pool(
             if real::stream_capturing(meant) {
                 return call(f).0;
             }
-            let place = e.pool_place(pool as usize, meant);
-            e.alloc(real.name(), Kind::Pointer, place, bytes as u64, || call(f))
+            let from = PoolOf::Given(pool as usize);
+            let undo = |ptr| free_pool_memory(real.name(), ptr, stream);
+            e.alloc_pooled(real.name(), from, meant, bytes as u64, || call(f), undo)
         },
         |f| call(f).0,
     )
+}
+
+/// Frees a pool allocation the caller never got (its pool's growth was over the quota) on
+/// the caller's `stream`, with the variant its allocation used (`_ptsz` for `_ptsz`, whose
+/// 0 is the per-thread default stream).
+fn free_pool_memory(allocated_by: &str, ptr: u64, stream: CuStream) {
+    let free = if allocated_by.ends_with("_ptsz") {
+        &real::cuMemFreeAsync_ptsz
+    } else {
+        &real::cuMemFreeAsync
+    };
+    if let Some(real) = free.get() {
+        // SAFETY: ptr was just returned by the driver and is known to nobody else; the
+        // stream is the caller's.
+        unsafe { real(ptr, stream) };
+    }
 }
 
 #[no_mangle]
@@ -783,9 +801,59 @@ fn watched<F: CFunction>(
     })
 }
 
+/// How surely a call ends its context if it succeeds.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Ends {
+    /// `cuCtxDestroy`, `cuDevicePrimaryCtxReset`: its charges leave the books before the
+    /// driver runs it (`Engine::context_will_end`).
+    Surely,
+    /// `cuCtxDetach`, `cuDevicePrimaryCtxRelease`: only the last one does, known after.
+    Maybe,
+}
+
+/// [`watched`] for a call that may end a context (destroy, detach, primary reset or
+/// release): the context is marked ending while the driver runs it and cuquota credits it
+/// (see `Engine::context_ending`), and a sure end takes its charges out first.
+fn watched_ending<F: CFunction>(
+    real: &'static Real<F>,
+    ends: Ends,
+    context: impl FnOnce(&'static Engine) -> usize,
+    call: impl Fn(F) -> CuResult,
+    then: impl FnOnce(&'static Engine),
+) -> CuResult {
+    guard(|| {
+        let Some(f) = real.get() else {
+            return CuResult::NOT_FOUND;
+        };
+        let Some(_in_hook) = InHook::enter() else {
+            return call(f);
+        };
+        let engine = engine();
+        let context = context(engine);
+        let ending = engine.context_ending(real.name(), context);
+        let taken = match ends {
+            Ends::Surely if engine.check_config().is_ok() => {
+                engine.context_will_end(real.name(), context)
+            }
+            _ => None,
+        };
+        let rc = call(f);
+        if let Some(taken) = taken {
+            engine.context_end_settled(real.name(), taken, rc.is_ok());
+        }
+        if rc.is_ok() && engine.check_config().is_ok() {
+            then(engine);
+        }
+        engine.context_end_done(ending);
+        rc
+    })
+}
+
 fn context_destroyed(real: &'static Real<real::cuCtxDestroy>, ctx: CuContext) -> CuResult {
-    watched(
+    watched_ending(
         real,
+        Ends::Surely,
+        |_| ctx as usize,
         // SAFETY: the caller's argument, passed on.
         |f| unsafe { f(ctx) },
         |e| e.context_destroyed(real.name(), ctx as usize),
@@ -806,8 +874,10 @@ pub unsafe extern "C" fn cuCtxDestroy(ctx: CuContext) -> CuResult {
 /// 0; `cuCtxAttach`'s references are counted so that only that detach credits.
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxDetach(ctx: CuContext) -> CuResult {
-    watched(
+    watched_ending(
         &real::cuCtxDetach,
+        Ends::Maybe,
+        |_| ctx as usize,
         // SAFETY: the caller's argument, passed on.
         |f| unsafe { f(ctx) },
         |e| e.context_detached(real::cuCtxDetach.name(), ctx as usize),
@@ -847,8 +917,10 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(ctx: *mut CuContext, dev: CuDe
 }
 
 fn primary_reset(real: &'static Real<real::cuDevicePrimaryCtxReset>, dev: CuDevice) -> CuResult {
-    watched(
+    watched_ending(
         real,
+        Ends::Surely,
+        |e| e.primary_context(dev as u32),
         // SAFETY: the caller's argument, passed on.
         |f| unsafe { f(dev) },
         |e| {
@@ -875,8 +947,10 @@ fn primary_release(
     real: &'static Real<real::cuDevicePrimaryCtxRelease>,
     dev: CuDevice,
 ) -> CuResult {
-    watched(
+    watched_ending(
         real,
+        Ends::Maybe,
+        |e| e.primary_context(dev as u32),
         // SAFETY: the caller's argument, passed on.
         |f| unsafe { f(dev) },
         |e| {

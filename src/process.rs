@@ -99,6 +99,17 @@ impl Queries for RealDriver {
     fn graph_memory_trim(&self, device: u32) -> bool {
         real_driver::graph_memory_trim(device)
     }
+
+    // -- pool reservations (issue 11: the pool cache) --
+    fn pool_usage(&self, pool: usize) -> Result<(u64, u64), CuResult> {
+        real_driver::pool_usage(pool)
+    }
+    fn trim_pool(&self, pool: usize) -> Result<(), CuResult> {
+        real_driver::trim_pool(pool)
+    }
+    fn current_pool(&self, device: u32) -> Result<usize, CuResult> {
+        real_driver::current_pool(device)
+    }
 }
 
 /// The process-wide engine, made (and the process handlers registered) on first use.

@@ -329,6 +329,19 @@ impl DeviceQuota {
     }
 }
 
+// ---- The pool cache (issue 11) ----------------------------------------------------------
+
+impl DeviceQuota {
+    /// A pool allocation of `bytes` was freed and its pool keeps the memory: its charge
+    /// stays held and becomes part of `part` (in one step, so nobody can reserve the room in
+    /// between). Returns the bytes held.
+    pub fn move_to_part(&self, part: Part, bytes: u64) -> u64 {
+        let p = self.parts[part as usize].fetch_add(bytes, Relaxed) + bytes;
+        self.part_peaks[part as usize].fetch_max(p, Relaxed);
+        self.held.load(Relaxed)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

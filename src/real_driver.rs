@@ -197,6 +197,10 @@ library! {
         fn(CuGraphNode, *mut CuGraph) -> CuResult;
     cuDeviceGetGraphMemAttribute: "cuDeviceGetGraphMemAttribute" @ 11040, Plain:
         fn(CuDevice, c_int, *mut c_void) -> CuResult;
+    // -- pool reservations (issue 11: the pool cache; called, not hooked)
+    cuMemPoolGetAttribute: "cuMemPoolGetAttribute" @ 11020, Plain:
+        fn(CuMemoryPool, c_int, *mut c_void) -> CuResult;
+    cuMemPoolTrimTo: "cuMemPoolTrimTo" @ 11020, Plain: fn(CuMemoryPool, usize) -> CuResult;
 }
 
 /// The device of the calling thread's current context, from the real driver.
@@ -477,6 +481,56 @@ pub fn graph_memory_trim(device: u32) -> bool {
     };
     // SAFETY: a plain call with a device ordinal.
     unsafe { f(device as CuDevice) }.is_ok()
+}
+
+// -- pool reservations (issue 11: the pool cache) ----------------------------------------
+
+/// `CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT` and `CU_MEMPOOL_ATTR_USED_MEM_CURRENT` (both
+/// `cuuint64_t`).
+const POOL_RESERVED_MEM_CURRENT: c_int = 5;
+const POOL_USED_MEM_CURRENT: c_int = 7;
+
+/// A pool's (reserved, used) bytes. Used is read first: an allocation between the two reads
+/// then makes the figure `reserved − used` too high, never too low.
+pub fn pool_usage(pool: usize) -> Result<(u64, u64), CuResult> {
+    let f = cuMemPoolGetAttribute.get().ok_or(CuResult::NOT_FOUND)?;
+    let read = |attribute| {
+        let mut value = 0u64;
+        // SAFETY: a pool of this process; both attributes write one cuuint64_t to value.
+        let rc = unsafe { f(pool as CuMemoryPool, attribute, (&raw mut value).cast()) };
+        if rc.is_ok() {
+            Ok(value)
+        } else {
+            Err(rc)
+        }
+    };
+    let used = read(POOL_USED_MEM_CURRENT)?;
+    Ok((read(POOL_RESERVED_MEM_CURRENT)?, used))
+}
+
+/// Releases what a pool keeps beyond its live allocations (`cuMemPoolTrimTo(pool, 0)`).
+pub fn trim_pool(pool: usize) -> Result<(), CuResult> {
+    let f = cuMemPoolTrimTo.get().ok_or(CuResult::NOT_FOUND)?;
+    // SAFETY: a pool of this process, passed by value.
+    let rc = unsafe { f(pool as CuMemoryPool, 0) };
+    if rc.is_ok() {
+        Ok(())
+    } else {
+        Err(rc)
+    }
+}
+
+/// A device's current pool (`cuDeviceGetMemPool`, the real one: not our hook).
+pub fn current_pool(device: u32) -> Result<usize, CuResult> {
+    let f = cuDeviceGetMemPool.get().ok_or(CuResult::NOT_FOUND)?;
+    let mut pool: CuMemoryPool = std::ptr::null_mut();
+    // SAFETY: pool is a valid out-pointer.
+    let rc = unsafe { f(&mut pool, device as CuDevice) };
+    if rc.is_ok() {
+        Ok(pool as usize)
+    } else {
+        Err(rc)
+    }
 }
 
 #[cfg(test)]

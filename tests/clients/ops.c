@@ -1086,6 +1086,130 @@ static void graph_threads(const struct drv *d, unsigned long n, unsigned long lo
 }
 /* ---- end of graph launches under threads ---- */
 
+
+/* ---- poolthreads:N:ROUNDS:SIZE (issue 11: the pool cache under threads) ----
+ * N threads, in ROUNDS lock-step rounds: each frees its oldest allocation when it holds 3
+ * (cuMemFreeAsync or cuMemFree_v2, as it was made), then allocates SIZE, alternately with
+ * cuMemAllocAsync on the NULL stream and cuMemAlloc_v2. Between rounds (no call in flight)
+ * thread 0 reads the shim's whole footprint of the current device (cuShimFootprint) and
+ * keeps the highest, and every 4th round synchronizes the context (the pools then give back
+ * what they keep above their thresholds). Prints "poolthreads N ok= oom= other= max=". */
+
+struct pool_thread {
+    const struct drv *d;
+    pthread_barrier_t *round;
+    CUcontext ctx;
+    unsigned long t, rounds;
+    size_t size;
+    unsigned long ok, oom, other;
+    unsigned long long max;
+};
+
+static void *pool_thread_main(void *p) {
+    struct pool_thread *a = p;
+    const struct drv *d = a->d;
+    CUdeviceptr live[3];
+    int was_async[3];
+    unsigned int head = 0, n = 0;
+    unsigned long r;
+    fn_cuShimFootprint fp = NULL;
+    fn_cuCtxSynchronize sync = NULL;
+
+    if (a->t == 0) {
+        *(void **)&fp = raw_sym(d, "cuShimFootprint");
+        *(void **)&sync = raw_sym(d, "cuCtxSynchronize");
+    }
+    if (CALL(d, cuCtxSetCurrent, a->ctx))
+        a->other++;
+    for (r = 0; r < a->rounds; r++) {
+        CUdeviceptr dp = 0;
+        CUresult rc;
+        int async = (int)((a->t + r) % 2);
+        pthread_barrier_wait(a->round);
+        if (n == 3) {
+            rc = was_async[head] ? CALL(d, cuMemFreeAsync, live[head], NULL)
+                                 : CALL(d, cuMemFree_v2, live[head]);
+            if (rc)
+                a->other++;
+            head = (head + 1) % 3;
+            n--;
+        }
+        rc = async ? CALL(d, cuMemAllocAsync, &dp, a->size, NULL)
+                   : CALL(d, cuMemAlloc_v2, &dp, a->size);
+        if (rc == CUDA_SUCCESS) {
+            live[(head + n) % 3] = dp;
+            was_async[(head + n) % 3] = async;
+            n++;
+            a->ok++;
+        } else if (rc == CUDA_ERROR_OUT_OF_MEMORY) {
+            a->oom++;
+        } else {
+            a->other++;
+        }
+        pthread_barrier_wait(a->round);
+        if (a->t == 0) {
+            size_t v[4] = {0, 0, 0, 0};
+            unsigned long long sum;
+            if (!fp || fp(cur_dev, &v[0], &v[1], &v[2], &v[3]))
+                a->other++;
+            sum = (unsigned long long)v[0] + v[1] + v[2] + v[3];
+            if (sum > a->max)
+                a->max = sum;
+            if (r % 4 == 3 && (!sync || sync()))
+                a->other++;
+        }
+    }
+    pthread_barrier_wait(a->round);
+    while (n > 0) {
+        if ((was_async[head] ? CALL(d, cuMemFreeAsync, live[head], NULL)
+                             : CALL(d, cuMemFree_v2, live[head])))
+            a->other++;
+        head = (head + 1) % 3;
+        n--;
+    }
+    return NULL;
+}
+
+static void op_pool_threads(const struct drv *d, unsigned long nthreads, unsigned long rounds,
+                            size_t size) {
+    struct pool_thread *args = calloc(nthreads, sizeof *args);
+    pthread_t *tids = calloc(nthreads, sizeof *tids);
+    unsigned long i, ok = 0, oom = 0, other = 0;
+    CUcontext ctx = NULL;
+    pthread_barrier_t round;
+
+    if (!args || !tids) {
+        fprintf(stderr, "ops: out of host memory\n");
+        exit(3);
+    }
+    if (CALL(d, cuCtxGetCurrent, &ctx))
+        other++;
+    pthread_barrier_init(&round, NULL, (unsigned int)nthreads);
+    for (i = 0; i < nthreads; i++) {
+        args[i].d = d;
+        args[i].round = &round;
+        args[i].ctx = ctx;
+        args[i].t = i;
+        args[i].rounds = rounds;
+        args[i].size = size;
+        if (pthread_create(&tids[i], NULL, pool_thread_main, &args[i])) {
+            fprintf(stderr, "ops: pthread_create failed\n");
+            exit(3);
+        }
+    }
+    for (i = 0; i < nthreads; i++) {
+        pthread_join(tids[i], NULL);
+        ok += args[i].ok;
+        oom += args[i].oom;
+        other += args[i].other;
+    }
+    pthread_barrier_destroy(&round);
+    out("poolthreads %lu ok=%lu oom=%lu other=%lu max=%llu", nthreads, ok, oom, other,
+        args[0].max);
+    free(args);
+    free(tids);
+}
+
 static int run_op(const struct drv *d, const char *word) {
     char buf[512];
     char *f[MAX_FIELDS];
@@ -1371,6 +1495,12 @@ static int run_op(const struct drv *d, const char *word) {
             return -1;
         rc = CALL(d, cuGetErrorName, (CUresult)code, &name);
         out("errname %lld rc=%d name=%s", code, rc, name ? name : "-");
+    } else if (!strcmp(op, "poolthreads")) {
+        NARGS(3);
+        if (parse_num(f[1], &a) || a == 0 || a > 256 || parse_num(f[2], &b) ||
+            parse_size(f[3], &c))
+            return -1;
+        op_pool_threads(d, (unsigned long)a, (unsigned long)b, c);
     } else if (!strcmp(op, "threads")) {
         NARGS(3);
         if (parse_num(f[1], &a) || a == 0 || a > 1024 || parse_num(f[2], &b) ||

@@ -25,6 +25,8 @@ mod loaders;
 mod log_lines;
 mod paths;
 mod placement;
+// issue 11: what pools keep beyond their allocations
+mod pool_cache;
 mod real_clients;
 mod reliability_faults;
 mod reliability_files;

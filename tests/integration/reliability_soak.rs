@@ -121,14 +121,20 @@ fn check_end(out: &Output, first: usize, n: &BTreeMap<String, u64>) {
     );
     let peak = stats.num("peak").unwrap();
     assert!(peak <= QUOTA, "the driver's peak {peak} > {QUOTA}:\n{out}");
+    // The quota bounds the footprint (issue 11): the live allocations and what the pools
+    // keep beyond them, by the shim's own figures.
+    let footprint: u64 = ["allocations", "pool_cache", "graph", "context"]
+        .iter()
+        .map(|k| out.value(first + 2, "footprint", k))
+        .sum();
+    assert_eq!(
+        out.value(first + 2, "footprint", "allocations"),
+        n["live_bytes"]
+    );
     out.check(
         first + 1,
         "info",
-        &[
-            ("rc", 0),
-            ("free", QUOTA - n["live_bytes"]),
-            ("total", QUOTA),
-        ],
+        &[("rc", 0), ("free", QUOTA - footprint), ("total", QUOTA)],
     );
 }
 
@@ -166,12 +172,10 @@ fn check_log(out: &Output, log: &str, n: &BTreeMap<String, u64>) {
         "{s}"
     );
     assert_eq!(number_before(s, " refusals"), Some(n["oom"]), "{s}");
+    // (then, after a ';', what the pools keep and the trims that made room: issue 11)
+    let live = format!(" {} live at exit ({})", n["live"], h(n["live_bytes"]));
     assert!(
-        s.ends_with(&format!(
-            " {} live at exit ({})",
-            n["live"],
-            h(n["live_bytes"])
-        )),
+        s.ends_with(&live) || s.contains(&format!("{live}; ")),
         "{s}"
     );
 }
@@ -187,7 +191,8 @@ fn check_trace(client: Client, pid: u32, trace: &Trace, n: &BTreeMap<String, u64
     let a = apis(client);
     let mut counts: BTreeMap<(String, String), u64> = BTreeMap::new();
     for e in &trace.events {
-        if e.kind != "backoff" {
+        // (footprint and trim lines are not calls: what the pools keep, issue 11)
+        if !["backoff", "footprint", "trim"].contains(&e.kind.as_str()) {
             let key = match e.kind.as_str() {
                 "refused" => format!("refused/{}", e.reason.as_deref().unwrap_or("-")),
                 k => k.to_string(),
@@ -227,6 +232,10 @@ fn check_trace(client: Client, pid: u32, trace: &Trace, n: &BTreeMap<String, u64
         .sum();
     assert_eq!(refused, n["oom"], "{at}: refusals");
     counts.retain(|(k, _), _| k != "refused/quota");
+    // An allocation freed by its context's end whose address the driver gave out again
+    // before cuquota credited the context is traced as a free by that end (a race the soak
+    // may hit or not; the frees and the replay below count it like the context's others).
+    counts.remove(&("free".to_string(), "cuCtxDestroy_v2".to_string()));
     assert_eq!(counts, want, "{at}: events per entry point");
 
     // Every line within the quota; every refusal over it at its moment.
@@ -244,7 +253,7 @@ fn check_trace(client: Client, pid: u32, trace: &Trace, n: &BTreeMap<String, u64
                     "{at}: not over the quota: {e:?}"
                 );
             }
-            "alloc" | "free" | "meminfo" | "context" => {
+            "alloc" | "free" | "meminfo" | "context" | "footprint" | "trim" => {
                 assert_eq!(e.result, "CUDA_SUCCESS", "{at}: {e:?}")
             }
             // An episode's outcome: it got memory, or (gave up) what the caller got.
@@ -260,6 +269,9 @@ fn check_trace(client: Client, pid: u32, trace: &Trace, n: &BTreeMap<String, u64
     // (the threads' atomic updates and their trace lines interleave differently), but at a
     // quiet point (a query from the main thread, whose tid is the pid) it must be exact.
     let mut sum: i128 = 0;
+    // Each footprint part's total by its last `footprint` line: in use at a quiet point is
+    // the allocations and these (issue 11).
+    let mut parts: HashMap<String, u64> = HashMap::new();
     let mut quiet = 0;
     let mut live: HashMap<(bool, u64), i64> = HashMap::new();
     let mut live_bytes: HashMap<(bool, u64), u64> = HashMap::new();
@@ -282,9 +294,17 @@ fn check_trace(client: Client, pid: u32, trace: &Trace, n: &BTreeMap<String, u64
                     *live.entry((false, hex(ptr))).or_default() -= 1;
                 }
             }
+            "footprint" => {
+                parts.insert(e.part.clone().unwrap_or_default(), e.bytes);
+            }
             "meminfo" if e.tid == pid => {
                 quiet += 1;
-                assert_eq!(i128::from(e.in_use), sum, "{at}: quiet point #{quiet}");
+                let parts: u64 = parts.values().sum();
+                assert_eq!(
+                    i128::from(e.in_use),
+                    sum + i128::from(parts),
+                    "{at}: quiet point #{quiet}"
+                );
                 assert_eq!(e.told_total, QUOTA, "{at}: {e:?}");
                 assert_eq!(e.told_free, QUOTA - e.in_use, "{at}: {e:?}");
             }
@@ -313,7 +333,9 @@ fn check_trace(client: Client, pid: u32, trace: &Trace, n: &BTreeMap<String, u64
     assert_eq!(d["dev"], 0);
     assert_eq!(d["quota"], QUOTA);
     assert!(d["peak"].as_u64().unwrap() <= QUOTA, "{at}");
-    assert_eq!(d["in_use"], n["live_bytes"], "{at}");
+    // In use at the end: the live allocations and what the pools keep (issue 11).
+    let pool_cache = d["pool_cache"].as_u64().unwrap_or(0);
+    assert_eq!(d["in_use"], n["live_bytes"] + pool_cache, "{at}");
     assert_eq!(d["allocs"], allocations(n), "{at}");
     assert_eq!(
         d["frees"],
@@ -337,7 +359,7 @@ fn soak(client: Client) {
 
     // Untraced, bounded by time.
     let log = dir.join("timed.log");
-    let ops = format!("init soak:{THREADS}:{ms}:{QUOTA}:1 shimstats:0 info");
+    let ops = format!("init soak:{THREADS}:{ms}:{QUOTA}:1 shimstats:0 info footprint:0");
     let out = Run::client(client)
         .ops(&ops)
         .env("CUQUOTA_LIMIT", "64MiB")
@@ -356,7 +378,9 @@ fn soak(client: Client) {
     let trace = dir.join("traced.jsonl");
     // The `info` before the soak starts the trace while nothing else runs (the start itself
     // is the subject of `no_event_is_lost_while_the_trace_starts`).
-    let ops = format!("init info soak:{THREADS}:600000:{QUOTA}:2:{TRACED_ROUNDS} shimstats:0 info");
+    let ops = format!(
+        "init info soak:{THREADS}:600000:{QUOTA}:2:{TRACED_ROUNDS} shimstats:0 info footprint:0"
+    );
     let out = Run::client(client)
         .ops(&ops)
         .env("CUQUOTA_LIMIT", "64MiB")

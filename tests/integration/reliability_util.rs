@@ -27,6 +27,8 @@ pub struct Ev {
     pub count: u64,
     /// context: the allocations freed with it (hex strings, as `ptr`).
     pub ptrs: Vec<String>,
+    /// footprint, trim: the part (issue 11).
+    pub part: Option<String>,
 }
 
 /// A trace read back: header, events in file order, and the summary if there is one.
