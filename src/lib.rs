@@ -13,7 +13,9 @@
 //!   own usage), `lookup` (finding a function in a real library; routing `dlsym` and
 //!   `cuGetProcAddress` to the hooks it is handed);
 //! - engine, beside lookup (neither imports the other): `engine` (reserve, call, commit or
-//!   roll back; the virtualised figures), `episodes` (each thread's run of refusals),
+//!   roll back; the virtualised figures; the footprint's parts besides allocations, with
+//!   `engine/pool_cache.rs` for what pools keep and `engine/graph_memory.rs` for graph
+//!   memory), `episodes` (each thread's run of refusals),
 //!   `trace` (the trace file, started at its first event), `messages` (the words of the log
 //!   lines), `log` (where they go), `config` (the environment variables);
 //! - books: `quota` (per-GPU counters), `ledger` (live allocations), `contexts` (the
