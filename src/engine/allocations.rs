@@ -1,0 +1,238 @@
+//! Allocations and frees of every plain kind: pointers, pitched memory, arrays, `cuMemCreate`
+//! handles and pool allocations counted as plain ones.
+
+use super::*;
+
+impl Engine {
+    /// An allocation of `bytes` at `place`. `call` runs the real driver function and returns
+    /// its result and the new pointer or handle.
+    pub fn alloc(
+        &self,
+        api: &'static str,
+        kind: Kind,
+        place: Place,
+        bytes: u64,
+        call: impl FnOnce() -> (CuResult, u64),
+    ) -> CuResult {
+        let call = || {
+            let (rc, key) = call();
+            (rc, key, bytes)
+        };
+        self.alloc_settled(api, kind, place, bytes, call, |_| {})
+    }
+
+    /// `cuMemAllocPitch`: the driver picks the pitch, so the size is known only after the
+    /// call. Reserve `width × height` first, then charge the rest of `pitch × height`; if
+    /// that does not fit, `undo` frees the allocation and the caller is refused.
+    pub fn alloc_pitch(
+        &self,
+        api: &'static str,
+        width: u64,
+        height: u64,
+        call: impl FnOnce() -> (CuResult, u64, u64),
+        undo: impl FnOnce(u64),
+    ) -> CuResult {
+        let call = || {
+            let (rc, ptr, pitch) = call();
+            (rc, ptr, pitch.saturating_mul(height))
+        };
+        let estimate = width.saturating_mul(height);
+        self.alloc_settled(api, Kind::Pointer, Place::Current, estimate, call, undo)
+    }
+
+    /// An array creation (`cuArrayCreate(_v2)`, `cuArray3DCreate(_v2)`,
+    /// `cuMipmappedArrayCreate`) on the current context's device. The driver lays the array out (row padding, pages),
+    /// and answers what that takes only for a deferred-mapping array; so reserve what this
+    /// shape took before on this device, else [`ArrayShape::estimate`], call `create`, then
+    /// learn the true size once per device and shape from `true_size` (which asks the driver
+    /// about a deferred-mapping array of the same shape; `None`: it cannot say, and the
+    /// estimate stands) and settle to it. If the true size does not fit, `undo` destroys the
+    /// array and the caller is refused. Sparse and deferred-mapping arrays are not charged.
+    pub fn alloc_array(
+        &self,
+        api: &'static str,
+        shape: ArrayShape,
+        create: impl FnOnce() -> (CuResult, u64),
+        true_size: impl FnOnce(u32) -> Option<u64>,
+        undo: impl FnOnce(u64),
+    ) -> CuResult {
+        if !shape.is_backed() {
+            return create().0;
+        }
+        // (Without a context the creation fails, and alloc_settled passes that on.)
+        let device = self.queries.current_device().ok();
+        let cached = device.and_then(|d| self.array_sizes.lock().get(&(d, shape)).copied());
+        let estimate = cached.unwrap_or_else(|| shape.estimate());
+        let call = || {
+            let (rc, key) = create();
+            let size = match (rc.is_ok(), cached, device) {
+                (true, None, Some(d)) => true_size(d).inspect(|&bytes| {
+                    let mut sizes = self.array_sizes.lock();
+                    // A program that makes endless shapes must not grow this without end.
+                    if sizes.len() >= ARRAY_SIZES_KEPT {
+                        sizes.clear();
+                    }
+                    sizes.insert((d, shape), bytes);
+                }),
+                _ => cached,
+            };
+            (rc, key, size.unwrap_or(estimate))
+        };
+        self.alloc_settled(api, Kind::Array, Place::Current, estimate, call, undo)
+    }
+
+    /// Reserve `estimate`, call the driver, then charge what it actually gave (the third
+    /// value `call` returns); `undo` frees an allocation whose true size does not fit.
+    pub(super) fn alloc_settled(
+        &self,
+        api: &'static str,
+        kind: Kind,
+        place: Place,
+        estimate: u64,
+        call: impl FnOnce() -> (CuResult, u64, u64),
+        undo: impl FnOnce(u64),
+    ) -> CuResult {
+        // The current context, the plain allocation's place, inline: it is the hot path.
+        let placed = match place {
+            Place::Current => self.current().map(Some),
+            other => self.resolve_place(other),
+        };
+        let (device, owner) = match placed {
+            Ok(Some(placed)) => placed,
+            // Host memory: nothing to charge.
+            Ok(None) => return call().0,
+            // No current context, or the driver cannot say where: the driver gets the call
+            // and gives its own answer (an error where it needs a context), uncharged.
+            Err(_) => return call().0,
+        };
+        let Some(quota) = self.quota(device) else {
+            return call().0; // an ordinal beyond any quota cuquota keeps
+        };
+        let limit = match self.limit(device, quota) {
+            Ok(l) => l,
+            Err(rc) => return rc,
+        };
+        match self.reserve(api, device, quota, estimate, limit) {
+            Reserved::Refused => return CuResult::OUT_OF_MEMORY,
+            Reserved::Charged => {}
+            Reserved::Uncharged => {
+                let rc = call().0;
+                if !rc.is_ok() {
+                    self.driver_failed(api, device, quota, estimate, limit, rc);
+                }
+                return rc;
+            }
+        }
+        let (rc, key, actual) = call();
+        if !rc.is_ok() {
+            quota.rollback(estimate);
+            self.driver_failed(api, device, quota, estimate, limit, rc);
+            return rc;
+        }
+        if actual > estimate {
+            let enforce = self.mode() == Mode::Enforce;
+            if let Reservation::Refused { .. } | Reservation::Uncharged =
+                quota.reserve(actual - estimate, limit, enforce)
+            {
+                undo(key);
+                let in_use = quota.rollback(estimate);
+                self.refused(device, actual, api, limit, in_use);
+                return CuResult::OUT_OF_MEMORY;
+            }
+        } else if actual < estimate {
+            quota.rollback(estimate - actual);
+        }
+        let charge = Charge {
+            device,
+            bytes: actual,
+            context: owner,
+        };
+        self.committed(api, kind, key, quota, charge);
+        rc
+    }
+}
+
+impl Engine {
+    // Inline: its frame cost more than its work on the plain allocation's path.
+    #[inline(always)]
+    pub(super) fn committed(
+        &self,
+        api: &'static str,
+        kind: Kind,
+        key: u64,
+        quota: &DeviceQuota,
+        charge: Charge,
+    ) {
+        let (device, bytes) = (charge.device, charge.bytes);
+        let held = quota.commit(bytes);
+        if let Some(stale) = self.ledger(kind).insert(key, charge) {
+            self.released_stale(key, stale);
+        }
+        if self.tracing {
+            self.emit(Event::alloc(device, api, key, bytes, held));
+        }
+        if let Some(ended) = episodes::allocated(device, bytes, key, api) {
+            self.episodes_ended(ended);
+        }
+    }
+}
+
+impl Engine {
+    /// A free of `key`. Unknown keys go to the driver unchanged and its answer comes back
+    /// unchanged. The entry leaves the ledger before the driver frees, so another thread
+    /// that gets the same address right after cannot lose its entry to us.
+    pub fn free(
+        &self,
+        api: &'static str,
+        kind: Kind,
+        key: u64,
+        call: impl FnOnce() -> CuResult,
+    ) -> CuResult {
+        let ledger = self.ledger(kind);
+        let Some(charge) = ledger.remove(key) else {
+            // Not a plain allocation: perhaps a pool's (out of line, off the hot path).
+            return self.free_unknown(api, kind, key, call);
+        };
+        if self.tracing {
+            self.traced_free(api, key, charge);
+        }
+        let rc = call();
+        if !rc.is_ok() {
+            ledger.insert(key, charge);
+            if self.tracing {
+                self.traced_free_failed(api, key, charge);
+            }
+            return rc;
+        }
+        if let Some(q) = self.quota(charge.device) {
+            q.release(charge.bytes);
+        }
+        rc
+    }
+
+    /// A free's line, written before the driver frees: from then on another thread may be
+    /// given the address, and its allocation's line must come after this one (`in_use` is
+    /// what the free leaves).
+    pub(super) fn traced_free(&self, api: &'static str, key: u64, charge: Charge) {
+        if let Some(q) = self.quota(charge.device) {
+            let held = q.held().saturating_sub(charge.bytes);
+            self.emit(Event::free(charge.device, api, key, charge.bytes, held));
+        }
+    }
+
+    /// The driver failed a free already traced: the allocation is held again, and its line
+    /// says so (an `alloc` line through the free's entry point).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn traced_free_failed(&self, api: &'static str, key: u64, charge: Charge) {
+        if let Some(q) = self.quota(charge.device) {
+            self.emit(Event::alloc(
+                charge.device,
+                api,
+                key,
+                charge.bytes,
+                q.held(),
+            ));
+        }
+    }
+}

@@ -1,0 +1,260 @@
+//! Contexts as owners of charges: primary contexts, destroy, attach and detach, and the end of a
+//! context, when the driver frees everything the context held before cuquota hears of it.
+
+use super::*;
+
+/// What [`Engine::context_will_end`] took out of the books before the driver ran the call.
+pub struct Ended {
+    plain: Vec<(Kind, u64, Charge)>,
+    pooled: pool_cache::TakenPooled,
+    /// The `context` line was written.
+    written: bool,
+}
+
+/// Contexts being ended in the driver now, and the stale entries of theirs found meanwhile:
+/// (slot, key, bytes), already given back.
+pub(super) struct Ending {
+    /// Each with the call that ends it.
+    pub(super) slots: Vec<(Slot, &'static str)>,
+    pub(super) stolen: Vec<(Slot, u64, u64)>,
+}
+
+impl Ending {
+    pub(super) const fn new() -> Ending {
+        Ending {
+            slots: Vec::new(),
+            stolen: Vec::new(),
+        }
+    }
+
+    pub(super) fn take_stolen(&mut self, slot: Slot) -> Vec<(u64, u64)> {
+        let mut taken = Vec::new();
+        self.stolen.retain(|&(s, key, bytes)| {
+            if s == slot {
+                taken.push((key, bytes));
+            }
+            s != slot
+        });
+        taken
+    }
+}
+
+impl Engine {
+    /// `cuDevicePrimaryCtxRetain` returned `context` as `device`'s primary context.
+    pub fn primary_retained(&self, device: u32, context: usize) {
+        if let Some(p) = self.primary.get(device as usize) {
+            p.store(context, Relaxed);
+        }
+        self.contexts.add(context, device);
+    }
+
+    /// `device`'s primary context was reset, or released for the last time: the driver
+    /// freed every allocation of it. The context handle stays (it is reinitialised on
+    /// its next use), so its slot stays too.
+    pub fn primary_gone(&self, api: &'static str, device: u32) {
+        let context = match self.primary.get(device as usize) {
+            Some(p) => p.load(Relaxed),
+            None => return,
+        };
+        if let Some((slot, device)) = self.contexts.find(context) {
+            self.credit_context(api, device, slot);
+        }
+        self.graph_context_gone(api, device); // graph memory (issue 11)
+    }
+
+    /// `cuCtxDestroy` / `cuCtxDetach` of `context` succeeded: credit what it held and
+    /// forget it.
+    pub fn context_destroyed(&self, api: &'static str, context: usize) {
+        if let Some((slot, device)) = self.contexts.find(context) {
+            self.credit_context(api, device, slot);
+            self.contexts.remove(slot);
+            self.graph_context_gone(api, device); // graph memory (issue 11)
+        }
+    }
+
+    /// `cuCtxAttach` added a reference to `context`: one more `cuCtxDetach` before it goes.
+    pub fn context_attached(&self, context: usize) {
+        *self.attached.lock().entry(context).or_insert(0) += 1;
+    }
+
+    /// `cuCtxDetach` succeeded: it destroyed the context unless an attach's reference was
+    /// left.
+    pub fn context_detached(&self, api: &'static str, context: usize) {
+        {
+            let mut attached = self.attached.lock();
+            if let Some(n) = attached.get_mut(&context) {
+                *n -= 1;
+                if *n == 0 {
+                    attached.remove(&context);
+                }
+                return;
+            }
+        }
+        self.context_destroyed(api, context);
+    }
+
+    /// A call that may end `context` (destroy, detach, primary reset or release) is about to
+    /// reach the driver. The driver frees the context's memory before cuquota hears of it,
+    /// and may hand an address out again at once, to another thread: the new allocation
+    /// then finds the old entry stale. While the context is marked ending, such an entry is
+    /// kept for the context's `context` event rather than lost from it. Returns what
+    /// [`Engine::context_end_done`] takes once the call and its crediting are over.
+    pub fn context_ending(&self, api: &'static str, context: usize) -> Slot {
+        let slot = self.contexts.find(context).map_or(NO_CONTEXT, |(s, _)| s);
+        if slot != NO_CONTEXT {
+            self.ending.lock().slots.push((slot, api));
+        }
+        slot
+    }
+
+    /// A call that certainly ends `context` if it succeeds (`cuCtxDestroy`,
+    /// `cuDevicePrimaryCtxReset`) is about to reach the driver. As a free does, its charges
+    /// leave the books now, and its `context` line is written now: once the driver has
+    /// freed, another thread may be given one of its addresses, and that allocation's line
+    /// must come after this one. [`Engine::context_end_settled`] credits them, or puts them
+    /// back if the call failed.
+    pub fn context_will_end(&self, api: &'static str, context: usize) -> Option<Ended> {
+        let (slot, device) = self.contexts.find(context)?;
+        let pooled = self.take_context_pool_pointers(slot);
+        let mut plain = Vec::new();
+        for kind in Kind::ALL {
+            if kind != Kind::PoolPointer {
+                for (key, charge) in self.ledger(kind).remove_context(slot) {
+                    plain.push((kind, key, charge));
+                }
+            }
+        }
+        let keys: Vec<u64> = (pooled.iter().map(|(k, _, _)| *k))
+            .chain(plain.iter().map(|(_, k, _)| *k))
+            .collect();
+        let written = !keys.is_empty();
+        if written {
+            let charges = pooled
+                .iter()
+                .map(|(_, c, _)| c)
+                .chain(plain.iter().map(|(_, _, c)| c));
+            let (mut bytes, mut here) = (0u64, 0u64);
+            for c in charges {
+                bytes = bytes.saturating_add(c.bytes);
+                if c.device == device {
+                    here = here.saturating_add(c.bytes);
+                }
+            }
+            let held = self
+                .quota(device)
+                .map_or(0, |q| q.held().saturating_sub(here));
+            self.emit(Event::context_freed(device, api, bytes, held, keys.into()));
+        }
+        Some(Ended {
+            plain,
+            pooled,
+            written,
+        })
+    }
+
+    /// The call [`Engine::context_will_end`] prepared for is over: on success what it took
+    /// is credited (the pool allocations' charges move into the pool cache), on failure it
+    /// is put back, and its lines say it is held again (`alloc` lines through `api`).
+    pub fn context_end_settled(&self, api: &'static str, ended: Ended, ok: bool) {
+        let Ended {
+            plain,
+            pooled,
+            written,
+        } = ended;
+        if ok {
+            for (_, _, charge) in &plain {
+                if let Some(q) = self.quota(charge.device) {
+                    q.release(charge.bytes);
+                }
+            }
+            self.settle_context_pool_pointers(api, pooled);
+            return;
+        }
+        let keys: Vec<(u64, Charge)> = (pooled.iter().map(|(k, c, _)| (*k, *c)))
+            .chain(plain.iter().map(|(_, k, c)| (*k, *c)))
+            .collect();
+        self.restore_context_pool_pointers(pooled);
+        for (kind, key, charge) in plain {
+            self.ledger(kind).insert(key, charge);
+        }
+        if written {
+            for (key, charge) in keys {
+                self.traced_free_failed(api, key, charge);
+            }
+        }
+    }
+
+    /// The primary context of `device`, for [`Engine::context_ending`].
+    pub fn primary_context(&self, device: u32) -> usize {
+        self.primary
+            .get(device as usize)
+            .map_or(0, |p| p.load(Relaxed))
+    }
+
+    /// The call that might have ended the context of `slot` is over (credited or not).
+    pub fn context_end_done(&self, slot: Slot) {
+        if slot != NO_CONTEXT {
+            let mut ending = self.ending.lock();
+            if let Some(i) = ending.slots.iter().position(|(s, _)| *s == slot) {
+                ending.slots.swap_remove(i);
+            }
+            if !ending.slots.iter().any(|(s, _)| *s == slot) {
+                ending.take_stolen(slot);
+            }
+        }
+    }
+
+    /// An entry whose address the driver handed out again, its free never seen: that memory
+    /// is gone, and is given back. If its context is ending, that is how it went: traced as
+    /// a free by the context's end (before the new allocation's line, so that a reader's
+    /// live allocations stay right), and remembered for the context's own line.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn released_stale(&self, key: u64, stale: Charge) {
+        let Some(q) = self.quota(stale.device) else {
+            return;
+        };
+        let held = q.release(stale.bytes);
+        let ended_by = {
+            let mut ending = self.ending.lock();
+            let api = ending
+                .slots
+                .iter()
+                .find(|(s, _)| *s == stale.context)
+                .map(|(_, api)| *api);
+            if api.is_some() {
+                ending.stolen.push((stale.context, key, stale.bytes));
+            }
+            api
+        };
+        if let Some(api) = ended_by {
+            self.emit(Event::free(stale.device, api, key, stale.bytes, held));
+        }
+    }
+
+    /// Credits every charge, of every kind, that context `slot` (on `device`) owns, and
+    /// records one event for it.
+    pub(super) fn credit_context(&self, api: &'static str, device: u32, slot: Slot) {
+        // What the context itself took (issue 11).
+        self.context_memory.gone(slot, &self.context_part(api));
+        // Its pool allocations first: what their pools keep stays charged (`pool_cache`).
+        let (mut keys, mut bytes) = self.context_pool_allocations(api, slot);
+        for ledger in &self.ledgers {
+            for (key, charge) in ledger.remove_context(slot) {
+                if let Some(q) = self.quota(charge.device) {
+                    q.release(charge.bytes);
+                }
+                keys.push(key);
+                bytes = bytes.saturating_add(charge.bytes);
+            }
+        }
+        // Those whose address the driver gave out again before this were credited, and
+        // traced as frees, then (see `released_stale`); the context still ends with its line.
+        let stolen = !self.ending.lock().take_stolen(slot).is_empty();
+        if !keys.is_empty() || stolen {
+            let held = self.quota(device).map_or(0, |q| q.held());
+            let keys = keys.into_boxed_slice();
+            self.emit(Event::context_freed(device, api, bytes, held, keys));
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! What the caller is told: the virtualised memory figures, the devices and quotas said at the
+//! first resolution, the exit summary's numbers.
+
+use super::*;
+
+impl Engine {
+    /// At the first limit resolved (the driver now knows its devices): one warning if a
+    /// per-GPU limit names an ordinal or UUID the process does not see (the classic
+    /// `CUDA_VISIBLE_DEVICES` renumbering), and at info each device's quota in bytes.
+    #[cold]
+    pub(super) fn check_named_devices(&self, limits: &Limits) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let verbose = self.config.as_ref().is_ok_and(|c| c.verbose());
+        let per_device = matches!(limits, Limits::PerDevice(_));
+        if !(verbose || per_device) || self.devices_checked.load(Relaxed) {
+            return;
+        }
+        let seen: Vec<(u32, Option<[u8; 16]>)> = self
+            .queries
+            .devices()
+            .into_iter()
+            .map(|(d, _, _)| (d, per_device.then(|| self.queries.device_uuid(d)).flatten()))
+            .collect();
+        // No devices yet (the driver cannot tell): check at the next resolution.
+        if seen.is_empty() || self.devices_checked.swap(true, Relaxed) {
+            return;
+        }
+        let unseen = limits.unseen(&seen);
+        if !unseen.is_empty() {
+            crate::log::line(&crate::messages::unseen_devices(&unseen, &seen));
+        }
+        if verbose {
+            // Resolving the others here re-enters `limit`, which returns at the flag above.
+            let quotas: Vec<(u32, Option<u64>)> = seen
+                .iter()
+                .map(|(d, _)| {
+                    let limit = self.quota(*d).and_then(|q| self.limit(*d, q).ok());
+                    (*d, limit)
+                })
+                .collect();
+            crate::log::line(&crate::messages::device_quotas(&quotas));
+        }
+    }
+}
+
+impl Engine {
+    /// `cuMemGetInfo`: (free, total) as the caller should see them, from the real ones.
+    pub fn memory_info(&self, api: &'static str, real_free: u64, real_total: u64) -> (u64, u64) {
+        let Some((device, quota)) = self.virtualized_device(Place::Current) else {
+            return (real_free, real_total);
+        };
+        // What the pools keep may have gone back since (a synchronisation): read it again.
+        self.refresh_pools(api, device);
+        // NVML's figure for this process corrects the context part (after the other parts
+        // are settled, rate-limited).
+        self.correct_context_memory(api, device);
+        let told = match self.limit(device, quota) {
+            Ok(limit) if limit != UNLIMITED => (
+                real_free.min(limit.saturating_sub(quota.in_use())),
+                real_total.min(limit),
+            ),
+            _ => (real_free, real_total),
+        };
+        let real = (real_free, real_total);
+        self.emit(Event::mem_info(device, api, told, real, quota.held()));
+        told
+    }
+
+    /// `cuDeviceTotalMem`: the total the caller should see.
+    pub fn total_memory(&self, device: u32, real_total: u64) -> u64 {
+        match self.virtualized_device(Place::Device(device)) {
+            Some((d, quota)) => match self.limit(d, quota) {
+                Ok(limit) => real_total.min(limit),
+                Err(_) => real_total,
+            },
+            None => real_total,
+        }
+    }
+
+    pub(super) fn virtualized_device(&self, place: Place) -> Option<(u32, &DeviceQuota)> {
+        if !self.config.as_ref().is_ok_and(|c| c.virtualize) {
+            return None;
+        }
+        let (device, _) = self.resolve_place(place).ok()??;
+        Some((device, self.quota(device)?))
+    }
+
+    /// The exit summary: one line per device that saw an allocation or a refusal. It never
+    /// waits for a lock.
+    pub fn summary_lines(&self) -> Vec<String> {
+        (0..MAX_DEVICES as u32)
+            .filter_map(|d| {
+                let q = self.quota(d)?;
+                if !q.was_used() {
+                    return None;
+                }
+                // The exit handler may run on a thread that holds a ledger lock (exit from a
+                // signal handler inside a hook): a few tries each, never a wait.
+                let live = self
+                    .ledgers
+                    .iter()
+                    .map(|l| l.try_live_on(d, EXIT_LOCK_ATTEMPTS))
+                    .try_fold((0, 0), |(n, b), l| l.map(|(n2, b2)| (n + n2, b + b2)));
+                Some(messages::summary(d, &q.usage(), live))
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,248 @@
+//! What every hook does, in plain Rust: reserve before the driver is called, commit or roll
+//! back after, keep the ledgers and virtualise memory figures. The driver is reached through
+//! closures and the [`Queries`] trait, so all of it is unit-tested without FFI (`tests/`,
+//! one fake driver); `exports` supplies the real calls.
+//!
+//! One `impl Engine` per room, read in this order:
+//! - `placement`: where a charge lands and which context owns it;
+//! - `admission`: reserve → call → commit or roll back, written once for every kind;
+//! - `allocations`: allocations and frees (pointers, pitch, arrays, handles);
+//! - `contexts`: contexts as owners, and the end of a context as one guard value;
+//! - `vmm`: `cuMemCreate` references and mappings, imports;
+//! - the footprint's parts besides allocations: `parts` (charging any part), `pool_cache`
+//!   (what pools keep), `graph_memory`, `context_memory` (what contexts take);
+//! - `figures`: what the caller is told (memory info, total, summary figures);
+//! - `explain`: the one place that speaks — outcomes become log lines and trace events.
+
+use crate::array_shape::ArrayShape;
+use crate::config::{Config, ConfigError, Count, Limits, Mode, MAX_DEVICES};
+use crate::context_memory::{ContextMemory, Measured, Setting};
+use crate::contexts::{Contexts, Slot, NO_CONTEXT};
+use crate::cuda_abi::CuResult;
+use crate::episodes;
+use crate::ledger::{Charge, Ledger};
+use crate::messages;
+use crate::quota::{DeviceQuota, Part, Reservation, UNLIMITED};
+use crate::spin::{SpinLock, EXIT_LOCK_ATTEMPTS};
+use crate::trace::{self, Event};
+use crate::vmm::VmmBooks;
+use cuquota_format::units::Size;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+mod admission;
+mod allocations;
+mod context_memory;
+mod contexts;
+mod explain;
+mod figures;
+mod graph_memory;
+mod parts;
+mod placement;
+mod pool_cache;
+mod queries;
+#[cfg(test)]
+mod tests;
+mod vmm;
+
+use admission::Reserved;
+use context_memory::context_setting;
+pub use contexts::Ended;
+use contexts::Ending;
+pub use graph_memory::GraphNode;
+pub use parts::PartRefusal;
+pub use pool_cache::PoolOf;
+pub use queries::Queries;
+
+/// What a charge is keyed by: each kind is a key space with a ledger of its own. A new kind
+/// (arrays, contexts) is a variant here and an entry in [`Kind::ALL`]; the engine keeps one
+/// ledger per entry, and everything that sums or resets goes over all of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+// A kind indexes the ledgers: as a usize it needs no widening on the alloc/free path.
+#[repr(usize)]
+pub enum Kind {
+    /// Device pointers (`cuMemAlloc`, pools, pitch).
+    Pointer,
+    /// `cuMemCreate` handles.
+    Handle,
+    /// CUDA arrays and mipmapped arrays (`CUarray`, `CUmipmappedArray` handles).
+    Array,
+    /// Stream-ordered allocations from a pool while the quota counts the footprint: their
+    /// free moves the charge to the pool cache (see `pool_cache`).
+    PoolPointer,
+}
+
+impl Kind {
+    /// Every kind, in the order of their discriminants (which index the ledgers).
+    pub const ALL: [Kind; 4] = [Kind::Pointer, Kind::Handle, Kind::Array, Kind::PoolPointer];
+}
+
+/// Where an allocation lands, and which context owns it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Place {
+    /// The current context's device, owned by that context.
+    Current,
+    /// The device of a stream's context, owned by it (the legacy and per-thread default
+    /// streams mean the current context).
+    Stream(usize),
+    /// A known device (`cuMemCreate` properties), owned by no context.
+    Device(u32),
+    /// A pool's device, owned by the context of the stream it was allocated on.
+    Pool { device: u32, stream: usize },
+    /// Not device memory (`cuMemCreate` on the host, a host pool): not charged.
+    Uncharged,
+}
+
+/// How many (device, array shape) sizes the engine remembers at most.
+const ARRAY_SIZES_KEPT: usize = 4096;
+
+/// Where a pool's memory lands, from its properties or the query that returned it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PoolPlace {
+    Device(u32),
+    /// Host or host-NUMA memory: not charged.
+    Host,
+    /// A CUDA 13 managed pool: charged as `cuMemAllocManaged` is, to the device of the
+    /// context it is allocated in (here: the stream's).
+    Managed,
+}
+
+/// `CU_STREAM_LEGACY` and `CU_STREAM_PER_THREAD`: with 0, the default streams, which mean
+/// the current context.
+const LEGACY_STREAM: usize = 1;
+const PER_THREAD_STREAM: usize = 2;
+
+pub struct Engine {
+    pub config: Result<Config, ConfigError>,
+    queries: Box<dyn Queries>,
+    quotas: [DeviceQuota; MAX_DEVICES],
+    /// One ledger per [`Kind`], indexed by it.
+    ledgers: [Ledger; Kind::ALL.len()],
+    /// Pools whose location is known (made by `cuMemPoolCreate`, or returned by a
+    /// default/current pool query) → where their memory lands.
+    pools: SpinLock<HashMap<usize, PoolPlace>>,
+    /// The contexts charges belong to, and their devices.
+    contexts: Contexts,
+    /// Each device's primary context, as `cuDevicePrimaryCtxRetain` returned it (0: none
+    /// seen), for crediting its charges at a reset or its last release.
+    primary: [AtomicUsize; MAX_DEVICES],
+    /// Contexts whose end (destroy, detach, primary reset or release) is in the driver now,
+    /// and the charges of theirs found stale meanwhile (see [`Engine::context_ending`]).
+    ending: SpinLock<Ending>,
+    /// `cuCtxAttach`'s extra references per context (deprecated API, rarely used).
+    attached: SpinLock<HashMap<usize, u32>>,
+    /// What the driver gave each array shape on each device (see [`Engine::alloc_array`]).
+    array_sizes: SpinLock<HashMap<(u32, ArrayShape), u64>>,
+    /// References and mappings of `cuMemCreate` allocations (their charges are in the
+    /// handle ledger).
+    vmm: SpinLock<VmmBooks>,
+    /// This process's pools, what each keeps beyond its live allocations, and which pool
+    /// each pool allocation came from (the pool cache's books, see `pool_cache`).
+    pool_books: SpinLock<pool_cache::PoolBooks>,
+    /// `CUQUOTA_TRACE` is set (read on every event, so a plain bool).
+    tracing: bool,
+    /// The per-GPU limits were checked against the devices the process sees (once).
+    devices_checked: std::sync::atomic::AtomicBool,
+    /// What contexts take (issue 11): measurements and each context's charge.
+    context_memory: ContextMemory,
+    /// Executable graphs with memory nodes, and uploads and launches in flight (issue 11).
+    graph_books: SpinLock<graph_memory::GraphBooks>,
+}
+
+impl Engine {
+    pub fn new(config: Result<Config, ConfigError>, queries: Box<dyn Queries>) -> Engine {
+        Engine {
+            queries,
+            quotas: [const { DeviceQuota::new() }; MAX_DEVICES],
+            ledgers: std::array::from_fn(|_| Ledger::new()),
+            pools: SpinLock::new(HashMap::new()),
+            array_sizes: SpinLock::new(HashMap::new()),
+            vmm: SpinLock::new(VmmBooks::new()),
+            pool_books: SpinLock::new(pool_cache::PoolBooks::default()),
+            contexts: Contexts::new(),
+            primary: [const { AtomicUsize::new(0) }; MAX_DEVICES],
+            attached: SpinLock::new(HashMap::new()),
+            ending: SpinLock::new(Ending::new()),
+            tracing: config.as_ref().is_ok_and(|c| c.trace.is_some()),
+            devices_checked: std::sync::atomic::AtomicBool::new(false),
+            context_memory: ContextMemory::new(context_setting(&config)),
+            graph_books: SpinLock::new(graph_memory::GraphBooks::new()),
+            config,
+        }
+    }
+
+    pub(super) fn mode(&self) -> Mode {
+        self.config.as_ref().map_or(Mode::Enforce, |c| c.mode)
+    }
+
+    /// `Err(CUDA_ERROR_INVALID_VALUE)` when the configuration is bad: fail closed.
+    pub fn check_config(&self) -> Result<(), CuResult> {
+        self.config
+            .as_ref()
+            .map(|_| ())
+            .map_err(|_| CuResult::INVALID_VALUE)
+    }
+
+    pub(super) fn quota(&self, device: u32) -> Option<&DeviceQuota> {
+        self.quotas.get(device as usize)
+    }
+
+    pub(super) fn ledger(&self, kind: Kind) -> &Ledger {
+        &self.ledgers[kind as usize]
+    }
+
+    /// The limit of `device` in bytes ([`UNLIMITED`] for none), resolved on first use.
+    pub(super) fn limit(&self, device: u32, quota: &DeviceQuota) -> Result<u64, CuResult> {
+        quota.limit_or_resolve(|| {
+            let limits = self.config.as_ref().map_or(&Limits::None, |c| &c.limits);
+            self.check_named_devices(limits);
+            match limits.for_device(device, || self.queries.device_uuid(device)) {
+                None => Ok(UNLIMITED),
+                Some(Size::Bytes(b)) => Ok(b),
+                Some(share) => self.queries.total_memory(device).map(|t| share.resolve(t)),
+            }
+        })
+    }
+
+    /// After `fork()`, in the child. It starts afresh: the parent's allocations are not its
+    /// own (CUDA does not carry a context across fork), no lock is held, no quota is used.
+    ///
+    /// # Safety
+    /// Only in the child right after `fork()`, while it has one thread.
+    pub unsafe fn reset_in_child(&self) {
+        for ledger in &self.ledgers {
+            // SAFETY: the caller's promise: the child of a fork, with one thread.
+            unsafe { ledger.reset_in_child() };
+        }
+        // SAFETY: as above.
+        unsafe { self.pools.reset_in_child(HashMap::new()) };
+        // SAFETY: as above.
+        unsafe { self.array_sizes.reset_in_child(HashMap::new()) };
+        // SAFETY: as above.
+        unsafe { self.vmm.reset_in_child(VmmBooks::new()) };
+        // SAFETY: as above.
+        unsafe {
+            self.pool_books
+                .reset_in_child(pool_cache::PoolBooks::default())
+        };
+        // SAFETY: as above.
+        unsafe { self.contexts.reset_in_child() };
+        // SAFETY: as above.
+        unsafe { self.attached.reset_in_child(HashMap::new()) };
+        // SAFETY: as above.
+        unsafe { self.ending.reset_in_child(Ending::new()) };
+        // SAFETY: as above.
+        unsafe {
+            self.graph_books
+                .reset_in_child(graph_memory::GraphBooks::new())
+        };
+        for p in &self.primary {
+            p.store(0, Relaxed);
+        }
+        for q in &self.quotas {
+            q.reset();
+        }
+        // SAFETY: as above.
+        unsafe { self.context_memory.reset_in_child() };
+    }
+}

@@ -1,0 +1,157 @@
+use super::*;
+
+// ---- The footprint's other parts -------------------------------------------------------
+//
+// With `CUQUOTA_COUNT=footprint` (the default) the quota bounds allocations plus each
+// [`Part`]: what pools keep, graph memory, what contexts take. A part is charged into the
+// same counter as allocations (so one compare-and-swap checks the whole footprint), kept
+// apart to say where the room went, and traced as a `footprint` event at every change. With
+// `CUQUOTA_COUNT=allocations` every call below does nothing.
+
+/// A part's growth did not fit the quota (nothing was charged).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PartRefusal {
+    /// What the quota held, the refused bytes not included.
+    pub in_use: u64,
+    pub limit: u64,
+}
+
+impl Engine {
+    /// Whether the quota bounds the whole footprint (`CUQUOTA_COUNT=footprint`).
+    pub fn counts_footprint(&self) -> bool {
+        self.config
+            .as_ref()
+            .is_ok_and(|c| c.count == Count::Footprint)
+    }
+
+    /// Each part's bytes on `device` now.
+    pub(super) fn parts_of(&self, device: u32) -> messages::Parts {
+        self.quota(device)
+            .map_or([0; Part::ALL.len()], |q| q.parts())
+    }
+
+    /// Bytes of `part` charged on `device` now.
+    pub fn part_total(&self, device: u32, part: Part) -> u64 {
+        self.quota(device).map_or(0, |q| q.part(part))
+    }
+
+    /// `part` grows by `bytes` on `device`, if the quota has room (after trimming this
+    /// process's unused pool and graph memory once). Refused: nothing is charged, the
+    /// refusal is counted, and the caller undoes what the driver did and says so with
+    /// [`Engine::part_refused`]. Observe mode charges it and says what would have been.
+    pub fn part_grow(
+        &self,
+        api: &'static str,
+        device: u32,
+        part: Part,
+        bytes: u64,
+    ) -> Result<(), PartRefusal> {
+        if !self.counts_footprint() || bytes == 0 {
+            return Ok(());
+        }
+        let Some(quota) = self.quota(device) else {
+            return Ok(());
+        };
+        let limit = self.limit(device, quota).unwrap_or(UNLIMITED);
+        let enforce = self.mode() == Mode::Enforce;
+        let mut reservation = quota.reserve(bytes, limit, enforce);
+        if matches!(reservation, Reservation::Refused { .. }) && self.made_room(api, device, bytes)
+        {
+            quota.forgive_refusal();
+            reservation = quota.reserve(bytes, limit, enforce);
+        }
+        match reservation {
+            Reservation::Refused { in_use, limit } => return Err(PartRefusal { in_use, limit }),
+            Reservation::Uncharged => return Ok(()),
+            Reservation::Granted { .. } => {}
+            Reservation::Allowed {
+                in_use_before,
+                limit,
+            } => self.would_refuse(device, bytes, api, limit, in_use_before),
+        }
+        let held = quota.commit_part(part, bytes);
+        self.emit(Event::footprint(device, api, part, quota.part(part), held));
+        Ok(())
+    }
+
+    /// Explains a refused [`Engine::part_grow`] of `bytes`: one line, and a `refused` event.
+    #[cold]
+    pub fn part_refused(
+        &self,
+        api: &'static str,
+        device: u32,
+        part: Part,
+        bytes: u64,
+        refusal: PartRefusal,
+    ) {
+        let PartRefusal { in_use, limit } = refusal;
+        let parts = self.parts_of(device);
+        let line = match part {
+            Part::Context => messages::context_refusal(device, bytes, api, limit, in_use, &parts),
+            Part::Graph => messages::graph_refusal(device, bytes, api, limit, in_use, &parts),
+            Part::PoolCache => messages::quota_refusal(device, bytes, api, limit, in_use, &parts),
+        };
+        crate::log::line(&line);
+        self.emit(Event::refused_by_quota(device, api, bytes, in_use));
+    }
+
+    /// `part` grew by `bytes` that the driver already holds and cannot give back: charged
+    /// whatever the quota.
+    pub fn part_force(&self, api: &'static str, device: u32, part: Part, bytes: u64) {
+        if !self.counts_footprint() || bytes == 0 {
+            return;
+        }
+        if let Some(quota) = self.quota(device) {
+            let held = quota.force_part(part, bytes);
+            self.emit(Event::footprint(device, api, part, quota.part(part), held));
+        }
+    }
+
+    /// `part` shrank by `bytes` (never below zero).
+    pub fn part_shrink(&self, api: &'static str, device: u32, part: Part, bytes: u64) {
+        let Some(quota) = self.quota(device) else {
+            return;
+        };
+        if quota.release_part(part, bytes) > 0 {
+            let held = quota.held();
+            self.emit(Event::footprint(device, api, part, quota.part(part), held));
+        }
+    }
+
+    /// `part` is `total` on `device` by the driver's own figure: charged (whatever the
+    /// quota: the driver holds it) or given back to match.
+    pub fn part_set(&self, api: &'static str, device: u32, part: Part, total: u64) {
+        let now = self.part_total(device, part);
+        if total > now {
+            self.part_force(api, device, part, total - now);
+        } else if total < now {
+            self.part_shrink(api, device, part, now - total);
+        }
+    }
+
+    /// A request of `wanted` bytes did not fit: trim this process's unused pool and graph
+    /// memory on `device` once. True if that gave anything back.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn made_room(&self, api: &'static str, device: u32, wanted: u64) -> bool {
+        if !self.counts_footprint() {
+            return false;
+        }
+        let released =
+            self.trim_pools(api, device, wanted) + self.trim_graph_memory(api, device, wanted);
+        released > 0
+    }
+
+    /// cuquota's own trim of `part` on `device` gave `released` bytes back (already
+    /// shrunk from the part): counted for the summary, traced, said at info.
+    pub fn trimmed(&self, api: &'static str, device: u32, part: Part, released: u64, wanted: u64) {
+        let Some(quota) = self.quota(device) else {
+            return;
+        };
+        quota.count_trim(released);
+        self.emit(Event::trim(device, api, part, released, quota.held()));
+        if self.config.as_ref().is_ok_and(|c| c.verbose()) {
+            crate::log::line(&messages::trimmed(device, part, released, wanted, api));
+        }
+    }
+}

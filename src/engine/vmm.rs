@@ -1,0 +1,181 @@
+use super::*;
+
+// ---- VMM lifetimes and imports ---------------------------------------------------------
+//
+// A `cuMemCreate` allocation is charged (in the handle ledger) until its last reference is
+// released and its last mapping unmapped; `VmmBooks` says when that is. As in `free`, what a
+// call would end leaves the ledger before the driver is called and comes back if it fails.
+// Imports are never charged: the exporting process pays.
+
+impl Engine {
+    /// `cuMemCreate` succeeded (charged or not): its handle has one reference.
+    pub fn vmm_created(&self, handle: u64) {
+        self.vmm.lock().created(handle);
+    }
+
+    /// `cuMemRelease`.
+    pub fn vmm_release(
+        &self,
+        api: &'static str,
+        handle: u64,
+        call: impl FnOnce() -> CuResult,
+    ) -> CuResult {
+        let taken = {
+            let mut books = self.vmm.lock();
+            match books.release(handle) {
+                Some(true) => self.take_handles(&[handle]),
+                Some(false) => Vec::new(),
+                // Ours, with no reference left (released, still mapped): the driver's to
+                // refuse, and it ends nothing.
+                None if books.knows(handle) => {
+                    drop(books);
+                    return call();
+                }
+                None => {
+                    drop(books);
+                    // Not in the books: whatever the ledger has under it goes as before.
+                    return self.free(api, Kind::Handle, handle, call);
+                }
+            }
+        };
+        let rc = call();
+        if rc.is_ok() {
+            self.credit_all(api, taken);
+        } else {
+            self.vmm.lock().add_ref(handle);
+            self.restore(taken);
+        }
+        rc
+    }
+
+    /// `cuMemMap(base, size, .., handle, ..)`.
+    pub fn vmm_map(
+        &self,
+        api: &'static str,
+        base: u64,
+        size: u64,
+        handle: u64,
+        call: impl FnOnce() -> CuResult,
+    ) -> CuResult {
+        let ours = self.vmm.lock().map_begin(handle);
+        let rc = call();
+        let taken = {
+            let mut books = self.vmm.lock();
+            if rc.is_ok() {
+                let stale = books.map_done(base, size, handle, ours);
+                self.take_handles(&stale)
+            } else if ours && books.map_failed(handle) {
+                self.take_handles(&[handle])
+            } else {
+                Vec::new()
+            }
+        };
+        self.credit_all(api, taken);
+        rc
+    }
+
+    /// `cuMemUnmap(base, size)`, and `cuMemAddressFree` of a reservation: every mapping
+    /// inside the range ends.
+    pub fn vmm_unmap(
+        &self,
+        api: &'static str,
+        base: u64,
+        size: u64,
+        call: impl FnOnce() -> CuResult,
+    ) -> CuResult {
+        let (unmapped, taken) = {
+            let mut books = self.vmm.lock();
+            let unmapped = books.unmap_begin(base, size);
+            let taken = self.take_handles(&unmapped.ended);
+            (unmapped, taken)
+        };
+        let rc = call();
+        if rc.is_ok() {
+            self.credit_all(api, taken);
+        } else {
+            self.restore(taken);
+            self.vmm.lock().unmap_undo(unmapped);
+        }
+        rc
+    }
+
+    /// `cuMemRetainAllocationHandle(.., address)`; `call` returns the handle it gave.
+    pub fn vmm_retain(
+        &self,
+        api: &'static str,
+        address: u64,
+        call: impl FnOnce() -> (CuResult, u64),
+    ) -> CuResult {
+        let counted = self.vmm.lock().retain_begin(address);
+        let (rc, got) = call();
+        let taken = {
+            let mut books = self.vmm.lock();
+            let mut ended = Vec::new();
+            match counted {
+                Some(h) if rc.is_ok() && h == got => {}
+                Some(h) => {
+                    if books.retain_failed(h) {
+                        ended.push(h);
+                    }
+                    if rc.is_ok() {
+                        books.retained(got);
+                    }
+                }
+                None if rc.is_ok() => books.retained(got),
+                None => {}
+            }
+            self.take_handles(&ended)
+        };
+        self.credit_all(api, taken);
+        rc
+    }
+
+    /// `cuMemImportFromShareableHandle` gave `handle`: another process's memory, never
+    /// charged here. An entry of ours under that value is stale (the driver reused it).
+    pub fn imported_handle(&self, api: &'static str, handle: u64) {
+        self.vmm.lock().forget(handle);
+        let stale = self.take_handles(&[handle]);
+        self.credit_all(api, stale);
+    }
+
+    /// An import gave device pointer `ptr` (IPC, a pool's exported pointer, external
+    /// memory): never charged, so its free credits nothing. An entry under that address is
+    /// stale (the driver reused it) and is given back now, so no later free of the import
+    /// can credit it.
+    pub fn imported_pointer(&self, api: &'static str, ptr: u64) {
+        if let Some(stale) = self.ledger(Kind::Pointer).remove(ptr) {
+            self.credit(api, ptr, stale);
+        }
+    }
+
+    /// Takes the charges of ended handles out of the handle ledger (host memory has none).
+    pub(super) fn take_handles(&self, ended: &[u64]) -> Vec<(u64, Charge)> {
+        let ledger = self.ledger(Kind::Handle);
+        ended
+            .iter()
+            .filter_map(|&h| ledger.remove(h).map(|c| (h, c)))
+            .collect()
+    }
+
+    pub(super) fn restore(&self, taken: Vec<(u64, Charge)>) {
+        for (h, c) in taken {
+            self.ledger(Kind::Handle).insert(h, c);
+        }
+    }
+
+    pub(super) fn credit_all(&self, api: &'static str, taken: Vec<(u64, Charge)>) {
+        for (key, charge) in taken {
+            self.credit(api, key, charge);
+        }
+    }
+
+    /// Gives a charge back that the driver no longer holds.
+    pub(super) fn credit(&self, api: &'static str, key: u64, charge: Charge) {
+        if let Some(q) = self.quota(charge.device) {
+            let in_use = q.release(charge.bytes);
+            if self.tracing {
+                self.emit(Event::free(charge.device, api, key, charge.bytes, in_use));
+            }
+        }
+    }
+}
