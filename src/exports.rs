@@ -805,7 +805,7 @@ fn watched<F: CFunction>(
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Ends {
     /// `cuCtxDestroy`, `cuDevicePrimaryCtxReset`: its charges leave the books before the
-    /// driver runs it (`Engine::context_will_end`).
+    /// driver runs it (`Engine::context_end`).
     Surely,
     /// `cuCtxDetach`, `cuDevicePrimaryCtxRelease`: only the last one does, known after.
     Maybe,
@@ -813,7 +813,7 @@ enum Ends {
 
 /// [`watched`] for a call that may end a context (destroy, detach, primary reset or
 /// release): the context is marked ending while the driver runs it and cuquota credits it
-/// (see `Engine::context_ending`), and a sure end takes its charges out first.
+/// (see `ContextEnd`), and a sure end takes its charges out first.
 fn watched_ending<F: CFunction>(
     real: &'static Real<F>,
     ends: Ends,
@@ -830,21 +830,14 @@ fn watched_ending<F: CFunction>(
         };
         let engine = engine();
         let context = context(engine);
-        let ending = engine.context_ending(real.name(), context);
-        let taken = match ends {
-            Ends::Surely if engine.check_config().is_ok() => {
-                engine.context_will_end(real.name(), context)
-            }
-            _ => None,
-        };
+        let surely = ends == Ends::Surely && engine.check_config().is_ok();
+        let mut end = engine.context_end(real.name(), context, surely);
         let rc = call(f);
-        if let Some(taken) = taken {
-            engine.context_end_settled(real.name(), taken, rc.is_ok());
-        }
+        end.settle(rc.is_ok());
         if rc.is_ok() && engine.check_config().is_ok() {
             then(engine);
         }
-        engine.context_end_done(ending);
+        // `end` goes here: the context is no longer marked ending.
         rc
     })
 }

@@ -1,11 +1,23 @@
-//! Reserve → call → commit or roll back: the one way a request meets the quota, shared by
-//! every allocation kind and the footprint's parts.
+//! Reserve → call → commit or roll back: the one way a request meets the quota. Every kind
+//! goes through [`Engine::reserve_and_call`] (an allocation of any kind, a pool allocation)
+//! or, for growth with no call of its own, [`Engine::reserve_or_trim`] (the footprint's
+//! parts); what the driver gave is then committed by the caller, which knows its ledger.
 
+use super::explain::{Outcome, Refusal, Request};
 use super::*;
+
+/// A request that reached the driver with its bytes reserved, and that the driver granted:
+/// the caller settles what it got and commits it, or undoes it and rolls back.
+pub(super) struct Granted<'q, R> {
+    pub quota: &'q DeviceQuota,
+    pub limit: u64,
+    pub rc: CuResult,
+    pub got: R,
+}
 
 /// What a reservation lets an allocation do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Reserved {
+enum Reserved {
     /// Too large to count: call the driver (which will refuse it), charge nothing.
     Uncharged,
     /// Charged: call the driver, then commit or roll back.
@@ -15,11 +27,53 @@ pub(super) enum Reserved {
 }
 
 impl Engine {
-    /// Reserves or refuses; explains refusals (and, in observe mode, what would have been).
+    /// Reserves `bytes` on `device` and runs the driver's `call`. `Ok`: both went through,
+    /// and the caller commits. `Err(rc)`: it is over and `rc` is the caller's answer —
+    /// refused over the quota (said, the driver never called), too large to count (the
+    /// driver called uncharged), failed by the driver (rolled back, said), or on a device
+    /// beyond the books (the driver's answer, uncharged).
+    #[inline(always)]
+    pub(super) fn reserve_and_call<R>(
+        &self,
+        api: &'static str,
+        device: u32,
+        bytes: u64,
+        call: impl FnOnce() -> (CuResult, R),
+    ) -> Result<Granted<'_, R>, CuResult> {
+        let Some(quota) = self.quota(device) else {
+            return Err(call().0); // an ordinal beyond any quota cuquota keeps
+        };
+        let limit = self.limit(device, quota)?;
+        let charged = match self.reserve(api, device, quota, bytes, limit) {
+            Reserved::Refused => return Err(CuResult::OUT_OF_MEMORY),
+            Reserved::Charged => true,
+            Reserved::Uncharged => false,
+        };
+        let (rc, got) = call();
+        if !rc.is_ok() {
+            let in_use = match charged {
+                true => quota.rollback(bytes),
+                false => quota.in_use(),
+            };
+            self.driver_failed(api, device, quota, bytes, limit, in_use, rc);
+            return Err(rc);
+        }
+        match charged {
+            true => Ok(Granted {
+                quota,
+                limit,
+                rc,
+                got,
+            }),
+            false => Err(rc),
+        }
+    }
+
+    /// Reserves or refuses; refusals are said (and, in observe mode, what would have been).
     /// Inline: it is on the alloc path (left to the compiler, a second caller made it an
     /// out-of-line call there), and its rare branches are out of line.
     #[inline(always)]
-    pub(super) fn reserve(
+    fn reserve(
         &self,
         api: &'static str,
         device: u32,
@@ -36,16 +90,42 @@ impl Engine {
             Reservation::Granted { .. } => Reserved::Charged,
             Reservation::Uncharged => Reserved::Uncharged,
             Reservation::Refused { in_use, limit } => {
-                self.refused(device, bytes, api, limit, in_use);
+                self.explain(Outcome::Refused(Refusal {
+                    device,
+                    api,
+                    bytes,
+                    limit,
+                    in_use,
+                    what: Request::Memory,
+                }));
                 Reserved::Refused
             }
             Reservation::Allowed {
                 in_use_before,
                 limit,
             } => {
-                self.would_refuse(device, bytes, api, limit, in_use_before);
+                self.would_refuse(device, api, bytes, limit, in_use_before);
                 Reserved::Charged
             }
+        }
+    }
+
+    /// Reserves `bytes` against `limit`; refused, trims this process's unused pool and
+    /// graph memory on `device` once and, if that gave anything back, tries again.
+    pub(super) fn reserve_or_trim(
+        &self,
+        api: &'static str,
+        device: u32,
+        quota: &DeviceQuota,
+        bytes: u64,
+        limit: u64,
+    ) -> Reservation {
+        let reservation = quota.reserve(bytes, limit, self.mode() == Mode::Enforce);
+        match reservation {
+            Reservation::Refused { .. } => {
+                self.reserve_after_room(api, device, quota, bytes, limit, reservation)
+            }
+            _ => reservation,
         }
     }
 
@@ -54,7 +134,7 @@ impl Engine {
     /// inlined on the alloc path.
     #[cold]
     #[inline(never)]
-    pub(super) fn reserve_after_room(
+    fn reserve_after_room(
         &self,
         api: &'static str,
         device: u32,
@@ -69,5 +149,54 @@ impl Engine {
         // Not a refusal after all, if it fits now.
         quota.forgive_refusal();
         quota.reserve(bytes, limit, self.mode() == Mode::Enforce)
+    }
+
+    /// Observe mode charged what the quota would have refused: said.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn would_refuse(
+        &self,
+        device: u32,
+        api: &'static str,
+        bytes: u64,
+        limit: u64,
+        in_use: u64,
+    ) {
+        self.explain(Outcome::WouldRefuse(Refusal {
+            device,
+            api,
+            bytes,
+            limit,
+            in_use,
+            what: Request::Memory,
+        }));
+    }
+
+    /// The driver failed a call the quota had room for: an out-of-memory counts as a
+    /// refusal, and each is said.
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn driver_failed(
+        &self,
+        api: &'static str,
+        device: u32,
+        quota: &DeviceQuota,
+        bytes: u64,
+        limit: u64,
+        in_use: u64,
+        rc: CuResult,
+    ) {
+        if rc == CuResult::OUT_OF_MEMORY {
+            quota.count_driver_refusal();
+        }
+        self.explain(Outcome::DriverFailed {
+            device,
+            api,
+            bytes,
+            limit,
+            in_use,
+            rc,
+        });
     }
 }

@@ -1,6 +1,8 @@
 //! Allocations and frees of every plain kind: pointers, pitched memory, arrays, `cuMemCreate`
 //! handles and pool allocations counted as plain ones.
 
+use super::admission::Granted;
+use super::explain::{Outcome, Refusal, Request};
 use super::*;
 
 impl Engine {
@@ -105,30 +107,19 @@ impl Engine {
             // and gives its own answer (an error where it needs a context), uncharged.
             Err(_) => return call().0,
         };
-        let Some(quota) = self.quota(device) else {
-            return call().0; // an ordinal beyond any quota cuquota keeps
+        let call = || {
+            let (rc, key, actual) = call();
+            (rc, (key, actual))
         };
-        let limit = match self.limit(device, quota) {
-            Ok(l) => l,
+        let Granted {
+            quota,
+            limit,
+            rc,
+            got: (key, actual),
+        } = match self.reserve_and_call(api, device, estimate, call) {
+            Ok(granted) => granted,
             Err(rc) => return rc,
         };
-        match self.reserve(api, device, quota, estimate, limit) {
-            Reserved::Refused => return CuResult::OUT_OF_MEMORY,
-            Reserved::Charged => {}
-            Reserved::Uncharged => {
-                let rc = call().0;
-                if !rc.is_ok() {
-                    self.driver_failed(api, device, quota, estimate, limit, rc);
-                }
-                return rc;
-            }
-        }
-        let (rc, key, actual) = call();
-        if !rc.is_ok() {
-            quota.rollback(estimate);
-            self.driver_failed(api, device, quota, estimate, limit, rc);
-            return rc;
-        }
         if actual > estimate {
             let enforce = self.mode() == Mode::Enforce;
             if let Reservation::Refused { .. } | Reservation::Uncharged =
@@ -136,7 +127,14 @@ impl Engine {
             {
                 undo(key);
                 let in_use = quota.rollback(estimate);
-                self.refused(device, actual, api, limit, in_use);
+                self.explain(Outcome::Refused(Refusal {
+                    device,
+                    api,
+                    bytes: actual,
+                    limit,
+                    in_use,
+                    what: Request::Memory,
+                }));
                 return CuResult::OUT_OF_MEMORY;
             }
         } else if actual < estimate {
@@ -168,12 +166,13 @@ impl Engine {
         if let Some(stale) = self.ledger(kind).insert(key, charge) {
             self.released_stale(key, stale);
         }
-        if self.tracing {
-            self.emit(Event::alloc(device, api, key, bytes, held));
-        }
-        if let Some(ended) = episodes::allocated(device, bytes, key, api) {
-            self.episodes_ended(ended);
-        }
+        self.explain(Outcome::Admitted {
+            device,
+            api,
+            key,
+            bytes,
+            held,
+        });
     }
 }
 
@@ -214,10 +213,14 @@ impl Engine {
     /// given the address, and its allocation's line must come after this one (`in_use` is
     /// what the free leaves).
     pub(super) fn traced_free(&self, api: &'static str, key: u64, charge: Charge) {
-        if let Some(q) = self.quota(charge.device) {
-            let held = q.held().saturating_sub(charge.bytes);
-            self.emit(Event::free(charge.device, api, key, charge.bytes, held));
-        }
+        let held = self.held(charge.device).saturating_sub(charge.bytes);
+        self.explain(Outcome::Freed {
+            device: charge.device,
+            api,
+            key,
+            bytes: charge.bytes,
+            held,
+        });
     }
 
     /// The driver failed a free already traced: the allocation is held again, and its line
@@ -225,14 +228,12 @@ impl Engine {
     #[cold]
     #[inline(never)]
     pub(super) fn traced_free_failed(&self, api: &'static str, key: u64, charge: Charge) {
-        if let Some(q) = self.quota(charge.device) {
-            self.emit(Event::alloc(
-                charge.device,
-                api,
-                key,
-                charge.bytes,
-                q.held(),
-            ));
-        }
+        self.explain(Outcome::HeldAgain {
+            device: charge.device,
+            api,
+            key,
+            bytes: charge.bytes,
+            held: self.held(charge.device),
+        });
     }
 }

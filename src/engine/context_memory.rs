@@ -1,3 +1,4 @@
+use super::explain::{Outcome, Refusal, Request};
 use super::*;
 use crate::context_memory as books;
 
@@ -81,12 +82,10 @@ impl Engine {
         }
     }
 
-    /// At `info`, once: NVML is not there, so contexts are not measured.
+    /// NVML is not there, so contexts are not measured: said once, at `info`.
     pub(super) fn say_nvml_absence(&self) {
         if let Some(why) = self.queries.nvml_absence() {
-            if self.config.as_ref().is_ok_and(|c| c.verbose()) {
-                crate::log::line(&messages::nvml_absent(&why));
-            }
+            self.explain(Outcome::NvmlAbsent(why));
         }
     }
 
@@ -192,11 +191,14 @@ impl Engine {
         let Some(PartRefusal { in_use, limit }) = part.refusal.get() else {
             return;
         };
-        let parts = self.parts_of(device);
-        let api = part.api;
-        let line = messages::quota_refusal(device, bytes, api, limit, in_use, &parts);
-        crate::log::line(&line);
-        self.emit(Event::refused_by_quota(device, api, bytes, in_use));
+        self.explain(Outcome::Refused(Refusal {
+            device,
+            api: part.api,
+            bytes,
+            limit,
+            in_use,
+            what: Request::Growth,
+        }));
     }
 
     /// A call that can grow the current context's memory (`cuCtxSetLimit`, a module or

@@ -1,14 +1,50 @@
 //! Contexts as owners of charges: primary contexts, destroy, attach and detach, and the end of a
 //! context, when the driver frees everything the context held before cuquota hears of it.
 
+use super::explain::Outcome;
 use super::*;
 
-/// What [`Engine::context_will_end`] took out of the books before the driver ran the call.
-pub struct Ended {
+/// The end of a context, from just before the driver runs a call that may end it (destroy,
+/// detach, primary reset or release) until cuquota has credited it. The driver frees the
+/// context's memory before cuquota hears of it, and may hand an address out again at once,
+/// to another thread: the new allocation then finds the old entry stale. While the context
+/// is marked ending, such an entry is kept for the context's `context` event rather than
+/// lost from it. Made by [`Engine::context_end`]; [`ContextEnd::settle`] says how the call
+/// went; dropping it ends the mark (after the caller's crediting).
+pub struct ContextEnd<'e> {
+    engine: &'e Engine,
+    api: &'static str,
+    /// The context's slot ([`NO_CONTEXT`]: not one cuquota knows).
+    pub(super) slot: Slot,
+    /// A sure end's charges, taken out of the books before the call.
+    taken: Option<Taken>,
+}
+
+/// What a sure end took out of the books before the driver ran the call.
+struct Taken {
     plain: Vec<(Kind, u64, Charge)>,
     pooled: pool_cache::TakenPooled,
     /// The `context` line was written.
     written: bool,
+}
+
+impl ContextEnd<'_> {
+    /// The driver answered the call: on success what a sure end took is credited (the pool
+    /// allocations' charges move into the pool cache), on failure it is put back.
+    pub fn settle(&mut self, ok: bool) {
+        if let Some(taken) = self.taken.take() {
+            self.engine.settle_taken(self.api, taken, ok);
+        }
+    }
+}
+
+impl Drop for ContextEnd<'_> {
+    /// The call and its crediting are over. Charges never settled (no answer came) are put
+    /// back: held rather than lost.
+    fn drop(&mut self) {
+        self.settle(false);
+        self.engine.context_end_done(self.slot);
+    }
 }
 
 /// Contexts being ended in the driver now, and the stale entries of theirs found meanwhile:
@@ -93,27 +129,30 @@ impl Engine {
         self.context_destroyed(api, context);
     }
 
-    /// A call that may end `context` (destroy, detach, primary reset or release) is about to
-    /// reach the driver. The driver frees the context's memory before cuquota hears of it,
-    /// and may hand an address out again at once, to another thread: the new allocation
-    /// then finds the old entry stale. While the context is marked ending, such an entry is
-    /// kept for the context's `context` event rather than lost from it. Returns what
-    /// [`Engine::context_end_done`] takes once the call and its crediting are over.
-    pub fn context_ending(&self, api: &'static str, context: usize) -> Slot {
+    /// A call that may end `context` is about to reach the driver: the context is marked
+    /// ending. With `surely` (`cuCtxDestroy`, `cuDevicePrimaryCtxReset`: it ends if the call
+    /// succeeds), its charges leave the books now and its `context` line is said now, as a
+    /// free's is: once the driver has freed, another thread may be given one of its
+    /// addresses, and that allocation's line must come after this one.
+    pub fn context_end(&self, api: &'static str, context: usize, surely: bool) -> ContextEnd<'_> {
         let slot = self.contexts.find(context).map_or(NO_CONTEXT, |(s, _)| s);
         if slot != NO_CONTEXT {
             self.ending.lock().slots.push((slot, api));
         }
-        slot
+        let taken = if surely {
+            self.take_context_charges(api, context)
+        } else {
+            None
+        };
+        ContextEnd {
+            engine: self,
+            api,
+            slot,
+            taken,
+        }
     }
 
-    /// A call that certainly ends `context` if it succeeds (`cuCtxDestroy`,
-    /// `cuDevicePrimaryCtxReset`) is about to reach the driver. As a free does, its charges
-    /// leave the books now, and its `context` line is written now: once the driver has
-    /// freed, another thread may be given one of its addresses, and that allocation's line
-    /// must come after this one. [`Engine::context_end_settled`] credits them, or puts them
-    /// back if the call failed.
-    pub fn context_will_end(&self, api: &'static str, context: usize) -> Option<Ended> {
+    fn take_context_charges(&self, api: &'static str, context: usize) -> Option<Taken> {
         let (slot, device) = self.contexts.find(context)?;
         let pooled = self.take_context_pool_pointers(slot);
         let mut plain = Vec::new();
@@ -140,27 +179,29 @@ impl Engine {
                     here = here.saturating_add(c.bytes);
                 }
             }
-            let held = self
-                .quota(device)
-                .map_or(0, |q| q.held().saturating_sub(here));
-            self.emit(Event::context_freed(device, api, bytes, held, keys.into()));
+            self.explain(Outcome::ContextEnded {
+                device,
+                api,
+                bytes,
+                held: self.held(device).saturating_sub(here),
+                keys: keys.into(),
+            });
         }
-        Some(Ended {
+        Some(Taken {
             plain,
             pooled,
             written,
         })
     }
 
-    /// The call [`Engine::context_will_end`] prepared for is over: on success what it took
-    /// is credited (the pool allocations' charges move into the pool cache), on failure it
-    /// is put back, and its lines say it is held again (`alloc` lines through `api`).
-    pub fn context_end_settled(&self, api: &'static str, ended: Ended, ok: bool) {
-        let Ended {
+    /// See [`ContextEnd::settle`]: what a sure end took is credited, or put back and
+    /// said to be held again (`alloc` lines through `api`).
+    fn settle_taken(&self, api: &'static str, taken: Taken, ok: bool) {
+        let Taken {
             plain,
             pooled,
             written,
-        } = ended;
+        } = taken;
         if ok {
             for (_, _, charge) in &plain {
                 if let Some(q) = self.quota(charge.device) {
@@ -184,7 +225,7 @@ impl Engine {
         }
     }
 
-    /// The primary context of `device`, for [`Engine::context_ending`].
+    /// The primary context of `device`, for [`Engine::context_end`].
     pub fn primary_context(&self, device: u32) -> usize {
         self.primary
             .get(device as usize)
@@ -192,7 +233,7 @@ impl Engine {
     }
 
     /// The call that might have ended the context of `slot` is over (credited or not).
-    pub fn context_end_done(&self, slot: Slot) {
+    fn context_end_done(&self, slot: Slot) {
         if slot != NO_CONTEXT {
             let mut ending = self.ending.lock();
             if let Some(i) = ending.slots.iter().position(|(s, _)| *s == slot) {
@@ -228,7 +269,13 @@ impl Engine {
             api
         };
         if let Some(api) = ended_by {
-            self.emit(Event::free(stale.device, api, key, stale.bytes, held));
+            self.explain(Outcome::Freed {
+                device: stale.device,
+                api,
+                key,
+                bytes: stale.bytes,
+                held,
+            });
         }
     }
 
@@ -252,9 +299,13 @@ impl Engine {
         // traced as frees, then (see `released_stale`); the context still ends with its line.
         let stolen = !self.ending.lock().take_stolen(slot).is_empty();
         if !keys.is_empty() || stolen {
-            let held = self.quota(device).map_or(0, |q| q.held());
-            let keys = keys.into_boxed_slice();
-            self.emit(Event::context_freed(device, api, bytes, held, keys));
+            self.explain(Outcome::ContextEnded {
+                device,
+                api,
+                bytes,
+                held: self.held(device),
+                keys: keys.into_boxed_slice(),
+            });
         }
     }
 }

@@ -1,24 +1,264 @@
-//! The one place that speaks: outcomes of the counting code become log lines (their words
-//! from `messages`) and trace events (`trace`), and refusals join back-off episodes
-//! (`episodes`). Nothing here counts.
+//! The one place that speaks. The counting code hands over what happened as an [`Outcome`]
+//! of plain figures; this turns it into log lines (their words from `messages`) and trace
+//! events (`trace`, started at the first one), and joins refusals to each thread's back-off
+//! episode (`episodes`). Nothing here counts: the figures arrive made.
 
 use super::*;
+use crate::config::DeviceId;
+use crate::trace::{self, Event};
+use crate::{episodes, messages};
 
-impl Engine {
-    /// Observe mode allowed what the quota would have refused: said, and traced as a refusal
-    /// marked observed, so that the trace and the report count what the log summary counts.
-    /// Not an episode: the caller got its memory. Out of line, so that `reserve` (on the
-    /// alloc path) stays small.
-    #[cold]
-    #[inline(never)]
-    pub(super) fn would_refuse(
-        &self,
+/// What happened, in figures.
+pub(super) enum Outcome {
+    /// The driver gave `key`, and its `bytes` are held: `held` on `device` after.
+    Admitted {
         device: u32,
-        bytes: u64,
         api: &'static str,
+        key: u64,
+        bytes: u64,
+        held: u64,
+    },
+    /// Over the quota: refused, nothing kept.
+    Refused(Refusal),
+    /// Observe mode let through what the quota would have refused.
+    WouldRefuse(Refusal),
+    /// The driver failed a call the quota had room for; `in_use` is after the roll back.
+    DriverFailed {
+        device: u32,
+        api: &'static str,
+        bytes: u64,
+        /// [`UNLIMITED`] for none.
         limit: u64,
         in_use: u64,
-    ) {
+        rc: CuResult,
+    },
+    /// An allocation left the books; `held` is what it leaves. A free's is said before the
+    /// driver frees: another thread may be given the address at once, and that
+    /// allocation's line must come after.
+    Freed {
+        device: u32,
+        api: &'static str,
+        key: u64,
+        bytes: u64,
+        held: u64,
+    },
+    /// The driver failed a free already said: the allocation is held again.
+    HeldAgain {
+        device: u32,
+        api: &'static str,
+        key: u64,
+        bytes: u64,
+        held: u64,
+    },
+    /// A context ended and the driver freed what it held: `keys`, `bytes` in all.
+    ContextEnded {
+        device: u32,
+        api: &'static str,
+        bytes: u64,
+        held: u64,
+        keys: Box<[u64]>,
+    },
+    /// A part of the footprint is `total` now.
+    PartChanged {
+        device: u32,
+        api: &'static str,
+        part: Part,
+        total: u64,
+        held: u64,
+    },
+    /// cuquota trimmed `part` for a request of `wanted` bytes: `released` came back.
+    Trimmed {
+        device: u32,
+        api: &'static str,
+        part: Part,
+        released: u64,
+        wanted: u64,
+        held: u64,
+    },
+    /// `cuMemGetInfo` told the caller `told` (free, total) of the driver's `real`.
+    MemoryInfo {
+        device: u32,
+        api: &'static str,
+        told: (u64, u64),
+        real: (u64, u64),
+        held: u64,
+    },
+    /// A per-GPU limit names GPUs the process does not see (`seen`: ordinal, UUID).
+    UnseenDevices {
+        unseen: Vec<DeviceId>,
+        seen: Vec<(u32, Option<[u8; 16]>)>,
+    },
+    /// Each GPU's quota, resolved (None: unlimited).
+    DeviceQuotas(Vec<(u32, Option<u64>)>),
+    /// NVML cannot be used, so contexts are not measured: why.
+    NvmlAbsent(String),
+}
+
+/// A request the quota refused (or, in observe mode, would have).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Refusal {
+    pub device: u32,
+    pub api: &'static str,
+    pub bytes: u64,
+    pub limit: u64,
+    /// What the quota held, the refused bytes not included.
+    pub in_use: u64,
+    pub what: Request,
+}
+
+/// What was asked for, for the words of a refusal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Request {
+    /// An allocation: said once per back-off episode.
+    Memory,
+    /// Growth a call brings with it (a limit, a module, a pool's reservation): said each
+    /// time, not an episode.
+    Growth,
+    /// A new context.
+    Context,
+    /// What a graph's allocations need at an upload or launch.
+    Graph,
+}
+
+impl Engine {
+    /// Says what happened. Inline: each caller names one variant, so the rest folds away
+    /// (the plain allocation's path keeps only the trace line and the episode check).
+    #[inline(always)]
+    pub(super) fn explain(&self, outcome: Outcome) {
+        match outcome {
+            Outcome::Admitted {
+                device,
+                api,
+                key,
+                bytes,
+                held,
+            } => {
+                if self.tracing {
+                    self.emit(Event::alloc(device, api, key, bytes, held));
+                }
+                if let Some(ended) = episodes::allocated(device, bytes, key, api) {
+                    self.episodes_ended(ended);
+                }
+            }
+            Outcome::Refused(r) => self.say_refused(r),
+            Outcome::WouldRefuse(r) => self.say_would_refuse(r),
+            Outcome::DriverFailed {
+                device,
+                api,
+                bytes,
+                limit,
+                in_use,
+                rc,
+            } => self.say_driver_failed(device, api, bytes, limit, in_use, rc),
+            Outcome::Freed {
+                device,
+                api,
+                key,
+                bytes,
+                held,
+            } => self.emit(Event::free(device, api, key, bytes, held)),
+            Outcome::HeldAgain {
+                device,
+                api,
+                key,
+                bytes,
+                held,
+            } => self.emit(Event::alloc(device, api, key, bytes, held)),
+            Outcome::ContextEnded {
+                device,
+                api,
+                bytes,
+                held,
+                keys,
+            } => self.emit(Event::context_freed(device, api, bytes, held, keys)),
+            Outcome::PartChanged {
+                device,
+                api,
+                part,
+                total,
+                held,
+            } => self.emit(Event::footprint(device, api, part, total, held)),
+            Outcome::Trimmed {
+                device,
+                api,
+                part,
+                released,
+                wanted,
+                held,
+            } => {
+                self.emit(Event::trim(device, api, part, released, held));
+                if self.config.as_ref().is_ok_and(|c| c.verbose()) {
+                    crate::log::line(&messages::trimmed(device, part, released, wanted, api));
+                }
+            }
+            Outcome::MemoryInfo {
+                device,
+                api,
+                told,
+                real,
+                held,
+            } => self.emit(Event::mem_info(device, api, told, real, held)),
+            Outcome::UnseenDevices { unseen, seen } => {
+                crate::log::line(&messages::unseen_devices(&unseen, &seen))
+            }
+            Outcome::DeviceQuotas(quotas) => crate::log::line(&messages::device_quotas(&quotas)),
+            Outcome::NvmlAbsent(why) => {
+                if self.config.as_ref().is_ok_and(|c| c.verbose()) {
+                    crate::log::line(&messages::nvml_absent(&why));
+                }
+            }
+        }
+    }
+
+    /// Refused over quota: one line (an allocation's when it opens a back-off episode, any
+    /// other always), and a `refused` event at the figure it was refused at (requests in
+    /// flight included: no peak counts it).
+    #[cold]
+    #[inline(never)]
+    fn say_refused(&self, r: Refusal) {
+        let Refusal {
+            device,
+            api,
+            bytes,
+            limit,
+            in_use,
+            what,
+        } = r;
+        let parts = self.parts_of(device);
+        let line = match what {
+            Request::Memory => self
+                .episode_refusal(device, bytes, api)
+                .then(|| messages::quota_refusal(device, bytes, api, limit, in_use, &parts)),
+            Request::Growth => Some(messages::quota_refusal(
+                device, bytes, api, limit, in_use, &parts,
+            )),
+            Request::Context => Some(messages::context_refusal(
+                device, bytes, api, limit, in_use, &parts,
+            )),
+            Request::Graph => Some(messages::graph_refusal(
+                device, bytes, api, limit, in_use, &parts,
+            )),
+        };
+        if let Some(line) = line {
+            crate::log::line(&line);
+        }
+        self.emit(Event::refused_by_quota(device, api, bytes, in_use));
+    }
+
+    /// Observe mode allowed what the quota would have refused: said, and traced as a refusal
+    /// marked observed, so that the trace and the report count what the log summary counts.
+    /// Not an episode: the caller got its memory.
+    #[cold]
+    #[inline(never)]
+    fn say_would_refuse(&self, r: Refusal) {
+        let Refusal {
+            device,
+            api,
+            bytes,
+            limit,
+            in_use,
+            ..
+        } = r;
         let parts = self.parts_of(device);
         crate::log::line(&messages::would_refuse(
             device, bytes, api, limit, in_use, &parts,
@@ -26,42 +266,58 @@ impl Engine {
         self.emit(Event::observed_refusal(device, api, bytes, in_use));
     }
 
-    /// Refused over quota: explain, and remember it for the back-off line.
-    pub(super) fn refused(
+    /// The driver failed a call we had reserved for: traced; an out-of-memory is explained
+    /// with the driver's own free figure.
+    #[cold]
+    #[inline(never)]
+    fn say_driver_failed(
         &self,
         device: u32,
-        bytes: u64,
         api: &'static str,
+        bytes: u64,
         limit: u64,
         in_use: u64,
+        rc: CuResult,
     ) {
+        self.emit(Event::refused_by_driver(device, api, bytes, rc.0, in_use));
+        if rc != CuResult::OUT_OF_MEMORY {
+            return;
+        }
+        let driver_free = match self.queries.current_device() {
+            Ok(d) if d == device => self.queries.memory_info().ok().map(|(free, _)| free),
+            _ => None,
+        };
+        let limit = (limit != UNLIMITED).then_some(limit);
         if self.episode_refusal(device, bytes, api) {
-            let parts = self.parts_of(device);
-            crate::log::line(&messages::quota_refusal(
-                device, bytes, api, limit, in_use, &parts,
+            crate::log::line(&messages::driver_refusal(
+                device,
+                bytes,
+                api,
+                &rc.describe(),
+                driver_free,
+                limit,
+                in_use,
             ));
         }
-        // The figure it was refused at (requests in flight included): no peak counts it.
-        self.emit(Event::refused_by_quota(device, api, bytes, in_use));
     }
 
     /// A refusal joins or opens this thread's episode; the episodes it ends get their
     /// outcome line first. True when its own line is to be printed: the first of an
     /// episode, or every one at `CUQUOTA_LOG_LEVEL=debug`.
-    pub(super) fn episode_refusal(&self, device: u32, bytes: u64, api: &'static str) -> bool {
+    fn episode_refusal(&self, device: u32, bytes: u64, api: &'static str) -> bool {
         let refusal = episodes::refused(device, bytes, api);
         self.episodes_ended(refusal.ended);
         refusal.opened || self.config.as_ref().is_ok_and(|c| c.debug())
     }
 
     /// Episodes that ended: their outcome lines, and the trace's `backoff` events. Cold and
-    /// out of line: `committed` (the alloc path) only calls it when an episode was open.
+    /// out of line: the alloc path only calls it when an episode was open.
     #[cold]
     #[inline(never)]
-    pub(super) fn episodes_ended(&self, ended: Vec<episodes::Ended>) {
+    fn episodes_ended(&self, ended: Vec<episodes::Ended>) {
         for e in ended {
             crate::log::line(&e.line());
-            let in_use = self.quota(e.device).map_or(0, |q| q.held());
+            let in_use = self.held(e.device);
             let event = match e.outcome {
                 messages::Outcome::BackedOff { got, .. }
                 | messages::Outcome::Retried { got, .. } => {
@@ -81,49 +337,18 @@ impl Engine {
         self.episodes_ended(episodes::at_exit());
     }
 
-    /// The driver failed a call we had reserved for: explain an out-of-memory.
-    pub(super) fn driver_failed(
-        &self,
-        api: &'static str,
-        device: u32,
-        quota: &DeviceQuota,
-        bytes: u64,
-        limit: u64,
-        rc: CuResult,
-    ) {
-        self.emit(Event::refused_by_driver(
-            device,
-            api,
-            bytes,
-            rc.0,
-            quota.in_use(),
-        ));
-        if rc != CuResult::OUT_OF_MEMORY {
-            return;
-        }
-        quota.count_driver_refusal();
-        let driver_free = match self.queries.current_device() {
-            Ok(d) if d == device => self.queries.memory_info().ok().map(|(free, _)| free),
-            _ => None,
-        };
-        let limit = (limit != UNLIMITED).then_some(limit);
-        if self.episode_refusal(device, bytes, api) {
-            crate::log::line(&messages::driver_refusal(
-                device,
-                bytes,
-                api,
-                &rc.describe(),
-                driver_free,
-                limit,
-                quota.in_use(),
-            ));
-        }
+    /// The exit summary: one line per device that saw an allocation or a refusal. It never
+    /// waits for a lock.
+    pub fn summary_lines(&self) -> Vec<String> {
+        let figures = self.figures_at_exit();
+        let lines = figures
+            .iter()
+            .map(|(d, usage, live)| messages::summary(*d, usage, *live));
+        lines.collect()
     }
-}
 
-impl Engine {
     /// Appends a trace event; the trace module starts the trace at the first one.
-    pub(super) fn emit(&self, event: Event) {
+    fn emit(&self, event: Event) {
         if self.tracing {
             trace::emit(event, || self.trace_header());
         }
@@ -131,7 +356,7 @@ impl Engine {
 
     /// What the trace header needs: the template, the mode, and every device the driver
     /// names with its quota (none before `cuInit`: the trace then holds its events back).
-    pub(super) fn trace_header(&self) -> (&std::ffi::OsStr, trace::StartInfo) {
+    fn trace_header(&self) -> (&std::ffi::OsStr, trace::StartInfo) {
         let template = self.config.as_ref().ok().and_then(|c| c.trace.as_deref());
         let devices = self
             .queries
@@ -141,10 +366,7 @@ impl Engine {
                 ordinal,
                 name,
                 total: total.unwrap_or(0),
-                quota: self
-                    .quota(ordinal)
-                    .and_then(|q| self.limit(ordinal, q).ok())
-                    .filter(|l| *l != UNLIMITED),
+                quota: self.known_limit(ordinal),
             })
             .collect();
         let mode = self.mode().name();

@@ -1,7 +1,13 @@
 //! What the caller is told: the virtualised memory figures, the devices and quotas said at the
 //! first resolution, the exit summary's numbers.
 
+use super::explain::Outcome;
 use super::*;
+use crate::quota::Usage;
+
+/// A device at exit: its ordinal, usage, and live allocations (count, bytes; `None` if a
+/// ledger stayed locked).
+pub(super) type DeviceAtExit = (u32, Usage, Option<(u64, u64)>);
 
 impl Engine {
     /// At the first limit resolved (the driver now knows its devices): one warning if a
@@ -27,7 +33,8 @@ impl Engine {
         }
         let unseen = limits.unseen(&seen);
         if !unseen.is_empty() {
-            crate::log::line(&crate::messages::unseen_devices(&unseen, &seen));
+            let seen = seen.clone();
+            self.explain(Outcome::UnseenDevices { unseen, seen });
         }
         if verbose {
             // Resolving the others here re-enters `limit`, which returns at the flag above.
@@ -38,7 +45,7 @@ impl Engine {
                     (*d, limit)
                 })
                 .collect();
-            crate::log::line(&crate::messages::device_quotas(&quotas));
+            self.explain(Outcome::DeviceQuotas(quotas));
         }
     }
 }
@@ -62,7 +69,13 @@ impl Engine {
             _ => (real_free, real_total),
         };
         let real = (real_free, real_total);
-        self.emit(Event::mem_info(device, api, told, real, quota.held()));
+        self.explain(Outcome::MemoryInfo {
+            device,
+            api,
+            told,
+            real,
+            held: quota.held(),
+        });
         told
     }
 
@@ -85,9 +98,10 @@ impl Engine {
         Some((device, self.quota(device)?))
     }
 
-    /// The exit summary: one line per device that saw an allocation or a refusal. It never
-    /// waits for a lock.
-    pub fn summary_lines(&self) -> Vec<String> {
+    /// The figures of the exit summary: per device that saw an allocation or a refusal,
+    /// its usage and its live allocations (count, bytes; `None` if a ledger stayed locked).
+    /// It never waits for a lock.
+    pub(super) fn figures_at_exit(&self) -> Vec<DeviceAtExit> {
         (0..MAX_DEVICES as u32)
             .filter_map(|d| {
                 let q = self.quota(d)?;
@@ -101,7 +115,7 @@ impl Engine {
                     .iter()
                     .map(|l| l.try_live_on(d, EXIT_LOCK_ATTEMPTS))
                     .try_fold((0, 0), |(n, b), l| l.map(|(n2, b2)| (n + n2, b + b2)));
-                Some(messages::summary(d, &q.usage(), live))
+                Some((d, q.usage(), live))
             })
             .collect()
     }

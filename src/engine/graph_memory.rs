@@ -20,13 +20,13 @@
 //! graph pool the driver cannot report (`cuDeviceGetGraphMemAttribute` fails) is not
 //! charged for it; with `CUQUOTA_COUNT=allocations` every hook passes straight through.
 
+use super::explain::Outcome;
 use super::{Engine, PartRefusal, Queries};
 use crate::config::MAX_DEVICES;
 use crate::cuda_abi::{
     CuResult, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH, CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD,
 };
 use crate::quota::Part;
-use crate::trace::Event;
 use std::collections::{HashMap, HashSet};
 
 /// A graph node as far as memory goes (what [`Queries::graph_nodes`] answers).
@@ -431,8 +431,14 @@ impl Engine {
             return 0;
         }
         self.trimmed(api, device, Part::Graph, released, wanted);
-        if let Some(q) = self.quota(device) {
-            self.emit(Event::footprint(device, api, Part::Graph, after, q.held()));
+        if self.quota(device).is_some() {
+            self.explain(Outcome::PartChanged {
+                device,
+                api,
+                part: Part::Graph,
+                total: after,
+                held: self.held(device),
+            });
         }
         released
     }

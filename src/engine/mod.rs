@@ -19,12 +19,9 @@ use crate::config::{Config, ConfigError, Count, Limits, Mode, MAX_DEVICES};
 use crate::context_memory::{ContextMemory, Measured, Setting};
 use crate::contexts::{Contexts, Slot, NO_CONTEXT};
 use crate::cuda_abi::CuResult;
-use crate::episodes;
 use crate::ledger::{Charge, Ledger};
-use crate::messages;
 use crate::quota::{DeviceQuota, Part, Reservation, UNLIMITED};
 use crate::spin::{SpinLock, EXIT_LOCK_ATTEMPTS};
-use crate::trace::{self, Event};
 use crate::vmm::VmmBooks;
 use cuquota_format::units::Size;
 use std::collections::HashMap;
@@ -45,9 +42,8 @@ mod queries;
 mod tests;
 mod vmm;
 
-use admission::Reserved;
 use context_memory::context_setting;
-pub use contexts::Ended;
+pub use contexts::ContextEnd;
 use contexts::Ending;
 pub use graph_memory::GraphNode;
 pub use parts::PartRefusal;
@@ -127,7 +123,7 @@ pub struct Engine {
     /// seen), for crediting its charges at a reset or its last release.
     primary: [AtomicUsize; MAX_DEVICES],
     /// Contexts whose end (destroy, detach, primary reset or release) is in the driver now,
-    /// and the charges of theirs found stale meanwhile (see [`Engine::context_ending`]).
+    /// and the charges of theirs found stale meanwhile (see [`ContextEnd`]).
     ending: SpinLock<Ending>,
     /// `cuCtxAttach`'s extra references per context (deprecated API, rarely used).
     attached: SpinLock<HashMap<usize, u32>>,
@@ -181,6 +177,17 @@ impl Engine {
             .as_ref()
             .map(|_| ())
             .map_err(|_| CuResult::INVALID_VALUE)
+    }
+
+    /// Bytes held on `device` now (0 for a device beyond the books).
+    pub(super) fn held(&self, device: u32) -> u64 {
+        self.quota(device).map_or(0, |q| q.held())
+    }
+
+    /// `device`'s limit, resolved; `None` when it is unlimited or cannot be resolved.
+    pub(super) fn known_limit(&self, device: u32) -> Option<u64> {
+        let quota = self.quota(device)?;
+        self.limit(device, quota).ok().filter(|l| *l != UNLIMITED)
     }
 
     pub(super) fn quota(&self, device: u32) -> Option<&DeviceQuota> {

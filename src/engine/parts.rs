@@ -1,3 +1,4 @@
+use super::explain::{Outcome, Refusal, Request};
 use super::*;
 
 // ---- The footprint's other parts -------------------------------------------------------
@@ -25,7 +26,7 @@ impl Engine {
     }
 
     /// Each part's bytes on `device` now.
-    pub(super) fn parts_of(&self, device: u32) -> messages::Parts {
+    pub(super) fn parts_of(&self, device: u32) -> [u64; Part::ALL.len()] {
         self.quota(device)
             .map_or([0; Part::ALL.len()], |q| q.parts())
     }
@@ -53,13 +54,7 @@ impl Engine {
             return Ok(());
         };
         let limit = self.limit(device, quota).unwrap_or(UNLIMITED);
-        let enforce = self.mode() == Mode::Enforce;
-        let mut reservation = quota.reserve(bytes, limit, enforce);
-        if matches!(reservation, Reservation::Refused { .. }) && self.made_room(api, device, bytes)
-        {
-            quota.forgive_refusal();
-            reservation = quota.reserve(bytes, limit, enforce);
-        }
+        let reservation = self.reserve_or_trim(api, device, quota, bytes, limit);
         match reservation {
             Reservation::Refused { in_use, limit } => return Err(PartRefusal { in_use, limit }),
             Reservation::Uncharged => return Ok(()),
@@ -67,10 +62,10 @@ impl Engine {
             Reservation::Allowed {
                 in_use_before,
                 limit,
-            } => self.would_refuse(device, bytes, api, limit, in_use_before),
+            } => self.would_refuse(device, api, bytes, limit, in_use_before),
         }
         let held = quota.commit_part(part, bytes);
-        self.emit(Event::footprint(device, api, part, quota.part(part), held));
+        self.part_changed(api, device, quota, part, held);
         Ok(())
     }
 
@@ -85,14 +80,19 @@ impl Engine {
         refusal: PartRefusal,
     ) {
         let PartRefusal { in_use, limit } = refusal;
-        let parts = self.parts_of(device);
-        let line = match part {
-            Part::Context => messages::context_refusal(device, bytes, api, limit, in_use, &parts),
-            Part::Graph => messages::graph_refusal(device, bytes, api, limit, in_use, &parts),
-            Part::PoolCache => messages::quota_refusal(device, bytes, api, limit, in_use, &parts),
+        let what = match part {
+            Part::Context => Request::Context,
+            Part::Graph => Request::Graph,
+            Part::PoolCache => Request::Growth,
         };
-        crate::log::line(&line);
-        self.emit(Event::refused_by_quota(device, api, bytes, in_use));
+        self.explain(Outcome::Refused(Refusal {
+            device,
+            api,
+            bytes,
+            limit,
+            in_use,
+            what,
+        }));
     }
 
     /// `part` grew by `bytes` that the driver already holds and cannot give back: charged
@@ -103,7 +103,7 @@ impl Engine {
         }
         if let Some(quota) = self.quota(device) {
             let held = quota.force_part(part, bytes);
-            self.emit(Event::footprint(device, api, part, quota.part(part), held));
+            self.part_changed(api, device, quota, part, held);
         }
     }
 
@@ -113,8 +113,7 @@ impl Engine {
             return;
         };
         if quota.release_part(part, bytes) > 0 {
-            let held = quota.held();
-            self.emit(Event::footprint(device, api, part, quota.part(part), held));
+            self.part_changed(api, device, quota, part, quota.held());
         }
     }
 
@@ -149,9 +148,32 @@ impl Engine {
             return;
         };
         quota.count_trim(released);
-        self.emit(Event::trim(device, api, part, released, quota.held()));
-        if self.config.as_ref().is_ok_and(|c| c.verbose()) {
-            crate::log::line(&messages::trimmed(device, part, released, wanted, api));
-        }
+        self.explain(Outcome::Trimmed {
+            device,
+            api,
+            part,
+            released,
+            wanted,
+            held: quota.held(),
+        });
+    }
+
+    /// `part` changed on `device` (`held` after): said, with the part's new total.
+    pub(super) fn part_changed(
+        &self,
+        api: &'static str,
+        device: u32,
+        quota: &DeviceQuota,
+        part: Part,
+        held: u64,
+    ) {
+        let total = quota.part(part);
+        self.explain(Outcome::PartChanged {
+            device,
+            api,
+            part,
+            total,
+            held,
+        });
     }
 }

@@ -28,13 +28,14 @@
 //! growth, in flight, which would then pass unchecked), or after a context went, when the
 //! driver holds what its pools keep whatever cuquota says.
 
-use super::{Engine, Kind, Place, PoolPlace, Reserved};
+use super::admission::Granted;
+use super::explain::{Outcome, Refusal, Request};
+use super::{Engine, Kind, Place, PoolPlace};
 use crate::config::Mode;
 use crate::cuda_abi::CuResult;
 use crate::engine::PartRefusal;
 use crate::ledger::Charge;
 use crate::quota::{DeviceQuota, Part, Reservation, UNLIMITED};
-use crate::trace::Event;
 use cuquota_format::hash::BuildKeyHasher;
 use std::collections::HashMap;
 
@@ -253,30 +254,15 @@ impl Engine {
                 Err(_) => return self.alloc(api, Kind::Pointer, place, bytes, call),
             },
         };
-        let Some(quota) = self.quota(device) else {
-            return call().0;
-        };
-        let limit = match self.limit(device, quota) {
-            Ok(l) => l,
+        let Granted {
+            quota,
+            limit,
+            rc,
+            got: ptr,
+        } = match self.reserve_and_call(api, device, bytes, call) {
+            Ok(granted) => granted,
             Err(rc) => return rc,
         };
-        match self.reserve(api, device, quota, bytes, limit) {
-            Reserved::Refused => return CuResult::OUT_OF_MEMORY,
-            Reserved::Charged => {}
-            Reserved::Uncharged => {
-                let rc = call().0;
-                if !rc.is_ok() {
-                    self.driver_failed(api, device, quota, bytes, limit, rc);
-                }
-                return rc;
-            }
-        }
-        let (rc, ptr) = call();
-        if !rc.is_ok() {
-            quota.rollback(bytes);
-            self.driver_failed(api, device, quota, bytes, limit, rc);
-            return rc;
-        }
         let mut books = self.pool_books.lock();
         let id = books.pool(handle, device);
         if let Err((refusal, grow)) = self.settle(&mut books, api, device, quota, limit, id) {
@@ -293,8 +279,14 @@ impl Engine {
             quota.rollback(bytes);
             // Refused for what it needed: its size and the pool's growth beyond it, on top
             // of what the quota held without it.
-            let in_use = refusal.in_use.saturating_sub(bytes);
-            self.refused(device, bytes + grow, api, refusal.limit, in_use);
+            self.explain(Outcome::Refused(Refusal {
+                device,
+                api,
+                bytes: bytes + grow,
+                limit: refusal.limit,
+                in_use: refusal.in_use.saturating_sub(bytes),
+                what: Request::Memory,
+            }));
             return CuResult::OUT_OF_MEMORY;
         }
         books.allocated(ptr, id);
@@ -331,6 +323,8 @@ impl Engine {
         if grow == 0 {
             return Ok(());
         }
+        // Not `reserve_or_trim`: the pools' books are held here, and after a trim what is
+        // left to charge is read again.
         let enforce = self.mode() == Mode::Enforce;
         let mut reservation = quota.reserve(grow, limit, enforce);
         if matches!(reservation, Reservation::Refused { .. })
@@ -353,12 +347,11 @@ impl Engine {
             Reservation::Allowed {
                 in_use_before,
                 limit,
-            } => self.would_refuse(device, grow, api, limit, in_use_before),
+            } => self.would_refuse(device, api, grow, limit, in_use_before),
         }
         books.set_cached(id, books.cached(id) + grow);
         let held = quota.commit_part(Part::PoolCache, grow);
-        let total = quota.part(Part::PoolCache);
-        self.emit(Event::footprint(device, api, Part::PoolCache, total, held));
+        self.part_changed(api, device, quota, Part::PoolCache, held);
         Ok(())
     }
 
@@ -390,8 +383,7 @@ impl Engine {
             }
             books.set_cached(id, figure);
             let held = quota.force_part(Part::PoolCache, figure - cached);
-            let total = quota.part(Part::PoolCache);
-            self.emit(Event::footprint(device, api, Part::PoolCache, total, held));
+            self.part_changed(api, device, quota, Part::PoolCache, held);
         }
         0
     }
@@ -430,8 +422,7 @@ impl Engine {
             self.trimmed(api, device, Part::PoolCache, released, wanted);
         }
         if lowered > 0 {
-            let (total, held) = (quota.part(Part::PoolCache), quota.held());
-            self.emit(Event::footprint(device, api, Part::PoolCache, total, held));
+            self.part_changed(api, device, quota, Part::PoolCache, quota.held());
         }
         released
     }
@@ -495,7 +486,7 @@ impl Engine {
 
     /// Context `slot`'s pool allocations out of the ledger and the books (together, under
     /// the books' lock), each with its pool: before the driver ends the context, when the
-    /// end is certain (see `Engine::context_will_end`).
+    /// end is certain (see `Engine::context_end`).
     pub(super) fn take_context_pool_pointers(&self, slot: crate::contexts::Slot) -> TakenPooled {
         let mut books = self.pool_books.lock();
         let taken = self.ledger(Kind::PoolPointer).remove_context(slot);
@@ -563,8 +554,7 @@ impl Engine {
                 }
             }
             // The part after the moves and the readings (moves write no line of their own).
-            let (total, held) = (quota.part(Part::PoolCache), quota.held());
-            self.emit(Event::footprint(device, api, Part::PoolCache, total, held));
+            self.part_changed(api, device, quota, Part::PoolCache, quota.held());
         }
         (keys, bytes)
     }
@@ -641,14 +631,7 @@ impl Engine {
             }
         }
         if freed != Freed::Untracked {
-            let total = quota.part(Part::PoolCache);
-            self.emit(Event::footprint(
-                device,
-                api,
-                Part::PoolCache,
-                total,
-                quota.held(),
-            ));
+            self.part_changed(api, device, quota, Part::PoolCache, quota.held());
         }
         drop(books);
         rc

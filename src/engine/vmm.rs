@@ -1,3 +1,4 @@
+use super::explain::Outcome;
 use super::*;
 
 // ---- VMM lifetimes and imports ---------------------------------------------------------
@@ -172,10 +173,14 @@ impl Engine {
     /// Gives a charge back that the driver no longer holds.
     pub(super) fn credit(&self, api: &'static str, key: u64, charge: Charge) {
         if let Some(q) = self.quota(charge.device) {
-            let in_use = q.release(charge.bytes);
-            if self.tracing {
-                self.emit(Event::free(charge.device, api, key, charge.bytes, in_use));
-            }
+            let held = q.release(charge.bytes);
+            self.explain(Outcome::Freed {
+                device: charge.device,
+                api,
+                key,
+                bytes: charge.bytes,
+                held,
+            });
         }
     }
 }

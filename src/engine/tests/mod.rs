@@ -381,14 +381,15 @@ fn an_address_given_out_again_while_its_context_ends_stays_the_contexts() {
     let (e, fake) = engine("1GiB");
     let ok = |p: u64| move || (CuResult::SUCCESS, p);
     e.alloc("a", Kind::Pointer, Place::Current, MIB, ok(0x100)); // context 0x1000
-    let slot = e.context_ending("d", 0x1000);
+    let end = e.context_end("d", 0x1000, false);
+    let slot = end.slot;
     assert_ne!(slot, NO_CONTEXT);
     fake.device.store(1, Relaxed); // another thread, context 0x1001, gets 0x100
     e.alloc("a", Kind::Pointer, Place::Current, 2 * MIB, ok(0x100));
     assert_eq!(e.ending.lock().stolen, [(slot, 0x100, MIB)]);
     assert_eq!(e.quota(0).unwrap().held(), 0, "given back at once");
     e.context_destroyed("d", 0x1000);
-    e.context_end_done(slot);
+    drop(end);
     let ending = e.ending.lock();
     assert!(ending.stolen.is_empty() && ending.slots.is_empty());
     drop(ending);
