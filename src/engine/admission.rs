@@ -44,29 +44,29 @@ impl Engine {
             return Err(call().0); // an ordinal beyond any quota cuquota keeps
         };
         let limit = self.limit(device, quota)?;
-        let charged = match self.reserve(api, device, quota, bytes, limit) {
+        match self.reserve(api, device, quota, bytes, limit) {
             Reserved::Refused => return Err(CuResult::OUT_OF_MEMORY),
-            Reserved::Charged => true,
-            Reserved::Uncharged => false,
-        };
+            Reserved::Charged => {}
+            Reserved::Uncharged => {
+                let rc = call().0;
+                if !rc.is_ok() {
+                    self.driver_failed(api, device, quota, bytes, limit, quota.in_use(), rc);
+                }
+                return Err(rc);
+            }
+        }
         let (rc, got) = call();
         if !rc.is_ok() {
-            let in_use = match charged {
-                true => quota.rollback(bytes),
-                false => quota.in_use(),
-            };
+            let in_use = quota.rollback(bytes);
             self.driver_failed(api, device, quota, bytes, limit, in_use, rc);
             return Err(rc);
         }
-        match charged {
-            true => Ok(Granted {
-                quota,
-                limit,
-                rc,
-                got,
-            }),
-            false => Err(rc),
-        }
+        Ok(Granted {
+            quota,
+            limit,
+            rc,
+            got,
+        })
     }
 
     /// Reserves or refuses; refusals are said (and, in observe mode, what would have been).
