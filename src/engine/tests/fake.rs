@@ -1,0 +1,164 @@
+//! The one fake driver of the engine's unit tests: the driver (and NVML) as the engine sees
+//! it through [`Queries`], small enough to read at once.
+//!
+//! - Two devices of 8 GiB. Context handles are `0x1000 + device` (one per device, as the
+//!   primary context), stream handles `0x10_000 + context`; 0 is no context. The current
+//!   context is one per test (every thread of a test sees it), device 0's at the start.
+//! - Free memory per device moves only when a test says so ([`FakeDriver::take`],
+//!   [`FakeDriver::give`]): a context, a module. The driver and NVML agree on it.
+//! - NVML is off until [`FakeDriver::enable_nvml`]; then it answers the free memory and this
+//!   process's used memory per device (not listed until [`FakeDriver::set_used`]). Every
+//!   NVML question is counted in `nvml_calls`.
+
+use crate::config::Config;
+use crate::cuda_abi::CuResult;
+use crate::engine::{Engine, Queries};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+pub const MIB: u64 = 1 << 20;
+pub const GIB: u64 = 1 << 30;
+
+/// How many devices the fake has, and each one's memory.
+pub const DEVICES: u32 = 2;
+pub const TOTAL: u64 = 8 * GIB;
+
+/// `CUDA_ERROR_INVALID_DEVICE` and `CUDA_ERROR_INVALID_HANDLE`.
+const INVALID_DEVICE: CuResult = CuResult(101);
+const INVALID_HANDLE: CuResult = CuResult(400);
+
+/// No current context (the `current` device).
+const NONE: u32 = u32::MAX;
+/// This process's NVML figure when it is not in NVML's process list.
+const NOT_LISTED: u64 = u64::MAX;
+
+/// A device's context.
+pub const fn context(device: u32) -> usize {
+    0x1000 + device as usize
+}
+
+/// A stream of a context.
+pub const fn stream(context: usize) -> usize {
+    0x10_000 + context
+}
+
+/// An engine on a fresh fake driver, configured by `vars` (`CUQUOTA_…`), its log off.
+pub fn engine(vars: &[(&str, &str)]) -> (Engine, Arc<FakeDriver>) {
+    // Refusal lines from the tests are not wanted on the test output.
+    crate::log::configure(&crate::config::LogTarget::Off);
+    let fake = Arc::new(FakeDriver::default());
+    let vars: Vec<(String, String)> = vars
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .chain([("CUQUOTA_LOG".into(), "off".into())])
+        .collect();
+    let config = Config::from_vars(|k| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()));
+    (Engine::new(config, Box::new(fake.clone())), fake)
+}
+
+/// An engine with `CUQUOTA_LIMIT=limit` and nothing else set.
+pub fn with_limit(limit: &str) -> (Engine, Arc<FakeDriver>) {
+    engine(&[("CUQUOTA_LIMIT", limit)])
+}
+
+pub struct FakeDriver {
+    /// The current context's device (`NONE`: no context).
+    current: AtomicU32,
+    free: [AtomicU64; DEVICES as usize],
+    nvml: AtomicBool,
+    used: [AtomicU64; DEVICES as usize],
+    /// NVML questions asked (free memory, the process's used memory).
+    pub nvml_calls: AtomicU32,
+}
+
+impl Default for FakeDriver {
+    fn default() -> FakeDriver {
+        FakeDriver {
+            current: AtomicU32::new(0),
+            free: [const { AtomicU64::new(TOTAL) }; DEVICES as usize],
+            nvml: AtomicBool::new(false),
+            used: [const { AtomicU64::new(NOT_LISTED) }; DEVICES as usize],
+            nvml_calls: AtomicU32::new(0),
+        }
+    }
+}
+
+impl FakeDriver {
+    // -- contexts and memory --
+
+    /// Makes `device`'s context current (`None`: no context).
+    pub fn set_current(&self, device: Option<u32>) {
+        self.current.store(device.unwrap_or(NONE), Relaxed);
+    }
+    fn device(&self) -> Option<u32> {
+        Some(self.current.load(Relaxed)).filter(|d| *d != NONE)
+    }
+    /// The driver takes `bytes` of `device` (a context, a module, a limit).
+    pub fn take(&self, device: u32, bytes: u64) {
+        self.free[device as usize].fetch_sub(bytes, Relaxed);
+    }
+    /// The driver gives `bytes` of `device` back.
+    pub fn give(&self, device: u32, bytes: u64) {
+        self.free[device as usize].fetch_add(bytes, Relaxed);
+    }
+
+    // -- NVML --
+
+    /// NVML is there from now on.
+    pub fn enable_nvml(&self) {
+        self.nvml.store(true, Relaxed);
+    }
+    /// NVML lists this process with `bytes` used on `device`.
+    pub fn set_used(&self, device: u32, bytes: u64) {
+        self.used[device as usize].store(bytes, Relaxed);
+    }
+}
+
+impl Queries for Arc<FakeDriver> {
+    fn current_device(&self) -> Result<u32, CuResult> {
+        self.device().ok_or(CuResult::INVALID_CONTEXT)
+    }
+    fn current_context(&self) -> usize {
+        self.device().map_or(0, context)
+    }
+    fn context_device(&self, c: usize) -> Result<u32, CuResult> {
+        (0..DEVICES)
+            .find(|d| context(*d) == c)
+            .ok_or(CuResult::INVALID_CONTEXT)
+    }
+    fn stream_context(&self, s: usize) -> Result<usize, CuResult> {
+        (0..DEVICES)
+            .map(context)
+            .find(|c| stream(*c) == s)
+            .ok_or(INVALID_HANDLE)
+    }
+    fn total_memory(&self, device: u32) -> Result<u64, CuResult> {
+        (device < DEVICES).then_some(TOTAL).ok_or(INVALID_DEVICE)
+    }
+    fn memory_info(&self) -> Result<(u64, u64), CuResult> {
+        let device = self.current_device()?;
+        Ok((self.free[device as usize].load(Relaxed), TOTAL))
+    }
+    fn devices(&self) -> Vec<(u32, String, Option<u64>)> {
+        (0..DEVICES)
+            .map(|d| (d, format!("Fake GPU {d}"), Some(TOTAL)))
+            .collect()
+    }
+
+    fn nvml_free(&self, device: u32) -> Option<u64> {
+        self.nvml_calls.fetch_add(1, Relaxed);
+        let free = self.free.get(device as usize)?;
+        self.nvml.load(Relaxed).then(|| free.load(Relaxed))
+    }
+    fn used_by_process(&self, device: u32) -> Option<u64> {
+        self.nvml_calls.fetch_add(1, Relaxed);
+        let used = self.used.get(device as usize)?.load(Relaxed);
+        self.nvml
+            .load(Relaxed)
+            .then_some(used)
+            .filter(|u| *u != NOT_LISTED)
+    }
+    fn nvml_absence(&self) -> Option<String> {
+        (!self.nvml.load(Relaxed)).then(|| "the fake driver has no NVML".into())
+    }
+}
