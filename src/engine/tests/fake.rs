@@ -9,12 +9,18 @@
 //! - NVML is off until [`FakeDriver::enable_nvml`]; then it answers the free memory and this
 //!   process's used memory per device (not listed until [`FakeDriver::set_used`]). Every
 //!   NVML question is counted in `nvml_calls`.
+//! - Memory pools, named by handle, come into being at their first use; each device's
+//!   current pool is its default one ([`default_pool`]). A pool reserves in 2 MiB chunks,
+//!   keeps freed memory up to its release threshold until a synchronisation
+//!   ([`FakeDriver::sync`]), and a trim (`cuMemPoolTrimTo(pool, 0)`) releases every chunk no
+//!   live allocation uses. Attribute reads are counted in `pool_reads`.
 
 use crate::config::Config;
 use crate::cuda_abi::CuResult;
 use crate::engine::{Engine, Queries};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 pub const MIB: u64 = 1 << 20;
 pub const GIB: u64 = 1 << 30;
@@ -22,6 +28,9 @@ pub const GIB: u64 = 1 << 30;
 /// How many devices the fake has, and each one's memory.
 pub const DEVICES: u32 = 2;
 pub const TOTAL: u64 = 8 * GIB;
+
+/// What pools reserve at a time.
+pub const CHUNK: u64 = 2 * MIB;
 
 /// `CUDA_ERROR_INVALID_DEVICE` and `CUDA_ERROR_INVALID_HANDLE`.
 const INVALID_DEVICE: CuResult = CuResult(101);
@@ -40,6 +49,11 @@ pub const fn context(device: u32) -> usize {
 /// A stream of a context.
 pub const fn stream(context: usize) -> usize {
     0x10_000 + context
+}
+
+/// A device's default pool, its current pool.
+pub const fn default_pool(device: u32) -> usize {
+    0x900 + 0x1000 * device as usize
 }
 
 /// An engine on a fresh fake driver, configured by `vars` (`CUQUOTA_…`), its log off.
@@ -61,6 +75,34 @@ pub fn with_limit(limit: &str) -> (Engine, Arc<FakeDriver>) {
     engine(&[("CUQUOTA_LIMIT", limit)])
 }
 
+/// A memory pool as the driver keeps it.
+#[derive(Clone, Copy, Default)]
+struct Pool {
+    threshold: u64,
+    reserved: u64,
+    used: u64,
+}
+
+impl Pool {
+    /// Releases unused chunks, keeping at least `keep` reserved (and what is used).
+    fn trim_to(&mut self, keep: u64) {
+        let floor = keep
+            .max(self.used.next_multiple_of(CHUNK))
+            .min(self.reserved);
+        self.reserved -= (self.reserved - floor) / CHUNK * CHUNK;
+    }
+}
+
+#[derive(Default)]
+struct Pools {
+    pools: HashMap<usize, Pool>,
+    /// Live pool allocations: address → (pool, size).
+    live: HashMap<u64, (usize, u64)>,
+    /// Freed addresses, handed out again first (as a pool does).
+    freed: Vec<u64>,
+    next: u64,
+}
+
 pub struct FakeDriver {
     /// The current context's device (`NONE`: no context).
     current: AtomicU32,
@@ -69,6 +111,9 @@ pub struct FakeDriver {
     used: [AtomicU64; DEVICES as usize],
     /// NVML questions asked (free memory, the process's used memory).
     pub nvml_calls: AtomicU32,
+    pools: Mutex<Pools>,
+    /// Pool attribute reads.
+    pub pool_reads: AtomicU64,
 }
 
 impl Default for FakeDriver {
@@ -79,6 +124,8 @@ impl Default for FakeDriver {
             nvml: AtomicBool::new(false),
             used: [const { AtomicU64::new(NOT_LISTED) }; DEVICES as usize],
             nvml_calls: AtomicU32::new(0),
+            pools: Mutex::default(),
+            pool_reads: AtomicU64::new(0),
         }
     }
 }
@@ -111,6 +158,64 @@ impl FakeDriver {
     /// NVML lists this process with `bytes` used on `device`.
     pub fn set_used(&self, device: u32, bytes: u64) {
         self.used[device as usize].store(bytes, Relaxed);
+    }
+
+    // -- memory pools --
+
+    /// `cuMemAllocFromPoolAsync` of `size` (the stream is synchronised at once).
+    pub fn pool_alloc(&self, pool: usize, size: u64) -> (CuResult, u64) {
+        let mut books = self.pools.lock().unwrap();
+        let p = books.pools.entry(pool).or_default();
+        if p.used + size > p.reserved {
+            p.reserved += (p.used + size - p.reserved).next_multiple_of(CHUNK);
+        }
+        p.used += size;
+        let ptr = match books.freed.pop() {
+            Some(ptr) => ptr,
+            None => {
+                books.next += 1;
+                books.next << 24
+            }
+        };
+        books.live.insert(ptr, (pool, size));
+        (CuResult::SUCCESS, ptr)
+    }
+    /// `cuMemFreeAsync(ptr)`: the memory goes back to its pool, which keeps it.
+    pub fn pool_free(&self, ptr: u64) -> CuResult {
+        let mut books = self.pools.lock().unwrap();
+        let Some((pool, size)) = books.live.remove(&ptr) else {
+            return CuResult::INVALID_VALUE;
+        };
+        if let Some(p) = books.pools.get_mut(&pool) {
+            p.used -= size;
+        }
+        books.freed.push(ptr);
+        CuResult::SUCCESS
+    }
+    /// `CU_MEMPOOL_ATTR_RELEASE_THRESHOLD`.
+    pub fn set_threshold(&self, pool: usize, threshold: u64) {
+        let mut books = self.pools.lock().unwrap();
+        books.pools.entry(pool).or_default().threshold = threshold;
+    }
+    /// `cuMemPoolDestroy`: the handle is unknown to the driver from now on.
+    pub fn pool_destroy(&self, pool: usize) {
+        self.pools.lock().unwrap().pools.remove(&pool);
+    }
+    /// A synchronisation: every pool releases unused chunks down to its threshold.
+    pub fn sync(&self) {
+        for p in self.pools.lock().unwrap().pools.values_mut() {
+            p.trim_to(p.threshold);
+        }
+    }
+    /// What every pool reserves.
+    pub fn reserved(&self) -> u64 {
+        let books = self.pools.lock().unwrap();
+        books.pools.values().map(|p| p.reserved).sum()
+    }
+    /// What every pool reserves beyond its live allocations.
+    pub fn unused(&self) -> u64 {
+        let books = self.pools.lock().unwrap();
+        books.pools.values().map(|p| p.reserved - p.used).sum()
     }
 }
 
@@ -160,5 +265,26 @@ impl Queries for Arc<FakeDriver> {
     }
     fn nvml_absence(&self) -> Option<String> {
         (!self.nvml.load(Relaxed)).then(|| "the fake driver has no NVML".into())
+    }
+
+    fn pool_usage(&self, pool: usize) -> Result<(u64, u64), CuResult> {
+        self.pool_reads.fetch_add(1, Relaxed);
+        let books = self.pools.lock().unwrap();
+        let p = books.pools.get(&pool).ok_or(CuResult::INVALID_VALUE)?;
+        Ok((p.reserved, p.used))
+    }
+    fn trim_pool(&self, pool: usize) -> Result<(), CuResult> {
+        let mut books = self.pools.lock().unwrap();
+        books
+            .pools
+            .get_mut(&pool)
+            .ok_or(CuResult::INVALID_VALUE)?
+            .trim_to(0);
+        Ok(())
+    }
+    fn current_pool(&self, device: u32) -> Result<usize, CuResult> {
+        (device < DEVICES)
+            .then_some(default_pool(device))
+            .ok_or(INVALID_DEVICE)
     }
 }
