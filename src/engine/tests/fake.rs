@@ -14,10 +14,13 @@
 //!   keeps freed memory up to its release threshold until a synchronisation
 //!   ([`FakeDriver::sync`]), and a trim (`cuMemPoolTrimTo(pool, 0)`) releases every chunk no
 //!   live allocation uses. Attribute reads are counted in `pool_reads`.
+//! - Graphs are lists of [`GraphNode`]s; each device has a graph memory pool that a launch
+//!   grows by what its unused reservation lacks, in 2 MiB granules, and that a trim shrinks
+//!   to what live allocations use. Graph questions are counted in `graph_calls`.
 
 use crate::config::Config;
 use crate::cuda_abi::CuResult;
-use crate::engine::{Engine, Queries};
+use crate::engine::{Engine, GraphNode, Queries};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -29,8 +32,9 @@ pub const GIB: u64 = 1 << 30;
 pub const DEVICES: u32 = 2;
 pub const TOTAL: u64 = 8 * GIB;
 
-/// What pools reserve at a time.
+/// What pools reserve at a time, and what the graph memory pool maps at a time.
 pub const CHUNK: u64 = 2 * MIB;
+pub const GRAPH_GRANULE: u64 = 2 * MIB;
 
 /// `CUDA_ERROR_INVALID_DEVICE` and `CUDA_ERROR_INVALID_HANDLE`.
 const INVALID_DEVICE: CuResult = CuResult(101);
@@ -114,6 +118,12 @@ pub struct FakeDriver {
     pools: Mutex<Pools>,
     /// Pool attribute reads.
     pub pool_reads: AtomicU64,
+    graphs: Mutex<HashMap<usize, Vec<GraphNode>>>,
+    /// Each device's graph memory pool: (reserved, used).
+    graph_pools: Mutex<[(u64, u64); DEVICES as usize]>,
+    graph_pool_reported: AtomicBool,
+    /// Graph questions asked (nodes, graph pool attributes, trims).
+    pub graph_calls: AtomicU64,
 }
 
 impl Default for FakeDriver {
@@ -126,6 +136,10 @@ impl Default for FakeDriver {
             nvml_calls: AtomicU32::new(0),
             pools: Mutex::default(),
             pool_reads: AtomicU64::new(0),
+            graphs: Mutex::default(),
+            graph_pools: Mutex::default(),
+            graph_pool_reported: AtomicBool::new(true),
+            graph_calls: AtomicU64::new(0),
         }
     }
 }
@@ -217,6 +231,38 @@ impl FakeDriver {
         let books = self.pools.lock().unwrap();
         books.pools.values().map(|p| p.reserved - p.used).sum()
     }
+
+    // -- graphs and the graph memory pool --
+
+    /// `graph`'s nodes.
+    pub fn set_graph(&self, graph: usize, nodes: Vec<GraphNode>) {
+        self.graphs.lock().unwrap().insert(graph, nodes);
+    }
+    /// An upload or launch on `device` whose allocations take `need`, of which `kept` stays
+    /// allocated after it (not freed in the graph).
+    pub fn graph_launch(&self, device: u32, need: u64, kept: u64) -> CuResult {
+        let mut pools = self.graph_pools.lock().unwrap();
+        let (reserved, used) = &mut pools[device as usize];
+        let short = need.saturating_sub(*reserved - *used);
+        *reserved += short.next_multiple_of(GRAPH_GRANULE);
+        *used += kept;
+        CuResult::SUCCESS
+    }
+    /// Graph allocations of `bytes` on `device` freed (outside the graph, or by an
+    /// auto-free relaunch).
+    pub fn graph_free(&self, device: u32, bytes: u64) {
+        let mut pools = self.graph_pools.lock().unwrap();
+        let (_, used) = &mut pools[device as usize];
+        *used = used.saturating_sub(bytes);
+    }
+    /// The driver released `device`'s graph memory pool (a context reset).
+    pub fn graph_pool_released(&self, device: u32) {
+        self.graph_pools.lock().unwrap()[device as usize] = (0, 0);
+    }
+    /// `cuDeviceGetGraphMemAttribute` fails on every device from now on.
+    pub fn hide_graph_pool(&self) {
+        self.graph_pool_reported.store(false, Relaxed);
+    }
 }
 
 impl Queries for Arc<FakeDriver> {
@@ -265,6 +311,31 @@ impl Queries for Arc<FakeDriver> {
     }
     fn nvml_absence(&self) -> Option<String> {
         (!self.nvml.load(Relaxed)).then(|| "the fake driver has no NVML".into())
+    }
+
+    fn graph_nodes(&self, graph: usize) -> Option<Vec<GraphNode>> {
+        self.graph_calls.fetch_add(1, Relaxed);
+        self.graphs.lock().unwrap().get(&graph).cloned()
+    }
+    fn graph_memory(&self, device: u32) -> Option<(u64, u64)> {
+        self.graph_calls.fetch_add(1, Relaxed);
+        if !self.graph_pool_reported.load(Relaxed) {
+            return None;
+        }
+        self.graph_pools
+            .lock()
+            .unwrap()
+            .get(device as usize)
+            .copied()
+    }
+    fn graph_memory_trim(&self, device: u32) -> bool {
+        self.graph_calls.fetch_add(1, Relaxed);
+        let mut pools = self.graph_pools.lock().unwrap();
+        let Some((reserved, used)) = pools.get_mut(device as usize) else {
+            return false;
+        };
+        *reserved = used.next_multiple_of(GRAPH_GRANULE);
+        true
     }
 
     fn pool_usage(&self, pool: usize) -> Result<(u64, u64), CuResult> {
