@@ -1,11 +1,7 @@
 use super::*;
-use crate::config::Config;
+use crate::engine::tests::fake::{engine, FakeDriver, GIB, MIB};
 use crate::engine::{Kind, Place};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
-
-const MIB: u64 = 1 << 20;
-const GIB: u64 = 1 << 30;
+use std::sync::atomic::Ordering::Relaxed;
 
 #[test]
 fn growth_is_the_shortfall_in_granules() {
@@ -32,80 +28,6 @@ fn per_device_sums() {
     assert_eq!((on(&v, 0), on(&v, 3)), (2, 0));
 }
 
-/// A pretend driver with graphs and a graph memory pool per device (the documented
-/// rules: a launch maps what its unused reservation lacks, in granules; in-graph frees
-/// go back to the pool; a trim releases what no live allocation uses).
-#[derive(Default)]
-struct Driver {
-    graphs: Mutex<HashMap<usize, Vec<GraphNode>>>,
-    /// (reserved, used) per device.
-    pools: Mutex<[(u64, u64); 2]>,
-    /// Driver calls the engine made besides the hooked ones.
-    queries: AtomicU64,
-}
-
-impl Queries for Arc<Driver> {
-    fn current_device(&self) -> Result<u32, CuResult> {
-        Ok(0)
-    }
-    fn current_context(&self) -> usize {
-        0x1000
-    }
-    fn context_device(&self, _context: usize) -> Result<u32, CuResult> {
-        Ok(0)
-    }
-    fn stream_context(&self, _stream: usize) -> Result<usize, CuResult> {
-        Ok(0x1000)
-    }
-    fn total_memory(&self, _device: u32) -> Result<u64, CuResult> {
-        Ok(8 * GIB)
-    }
-    fn memory_info(&self) -> Result<(u64, u64), CuResult> {
-        Ok((8 * GIB, 8 * GIB))
-    }
-    fn graph_nodes(&self, graph: usize) -> Option<Vec<GraphNode>> {
-        self.queries.fetch_add(1, Relaxed);
-        self.graphs.lock().unwrap().get(&graph).cloned()
-    }
-    fn graph_memory(&self, device: u32) -> Option<(u64, u64)> {
-        self.queries.fetch_add(1, Relaxed);
-        self.pools.lock().unwrap().get(device as usize).copied()
-    }
-    fn graph_memory_trim(&self, device: u32) -> bool {
-        self.queries.fetch_add(1, Relaxed);
-        let mut pools = self.pools.lock().unwrap();
-        let (reserved, used) = &mut pools[device as usize];
-        *reserved = used.div_ceil(GRAPH_GRANULE) * GRAPH_GRANULE;
-        true
-    }
-}
-
-impl Driver {
-    /// A launch that maps `need` on `device`, of which `kept` stays live after.
-    fn launch(&self, device: usize, need: u64, kept: u64) -> CuResult {
-        let mut pools = self.pools.lock().unwrap();
-        let (reserved, used) = &mut pools[device];
-        *reserved += growth(need, *reserved, *used, 0, 0);
-        *used += kept;
-        CuResult::SUCCESS
-    }
-}
-
-fn engine(vars: &[(&str, &str)]) -> (Engine, Arc<Driver>) {
-    crate::log::configure(&crate::config::LogTarget::Off);
-    let driver = Arc::new(Driver::default());
-    let vars: Vec<(String, String)> = vars
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    let config = Config::from_vars(|k| {
-        vars.iter()
-            .find(|(name, _)| name == k)
-            .map(|(_, v)| v.clone())
-    });
-    (Engine::new(config, Box::new(driver.clone())), driver)
-}
-
 fn alloc(device: u32, bytes: u64, address: u64) -> GraphNode {
     GraphNode::Alloc {
         device: Some(device),
@@ -115,12 +37,12 @@ fn alloc(device: u32, bytes: u64, address: u64) -> GraphNode {
 }
 
 /// Graph 1: 256 MiB on device 0, not freed in the graph.
-fn one_graph(driver: &Driver, bytes: u64, freed: bool) {
+fn one_graph(driver: &FakeDriver, bytes: u64, freed: bool) {
     let mut nodes = vec![alloc(0, bytes, 0xa000)];
     if freed {
         nodes.push(GraphNode::Free(0xa000));
     }
-    driver.graphs.lock().unwrap().insert(1, nodes);
+    driver.set_graph(1, nodes);
 }
 
 const EXEC: usize = 0x77;
@@ -134,7 +56,7 @@ fn instantiate(e: &Engine, flags: u64) -> CuResult {
 #[test]
 fn needs_follow_child_graphs_and_frees() {
     let (_, driver) = engine(&[]);
-    driver.graphs.lock().unwrap().insert(
+    driver.set_graph(
         1,
         vec![
             alloc(0, 10, 0x1),
@@ -147,7 +69,7 @@ fn needs_follow_child_graphs_and_frees() {
             },
         ],
     );
-    driver.graphs.lock().unwrap().insert(
+    driver.set_graph(
         2,
         vec![alloc(1, 20, 0x2), alloc(0, 5, 0x3), GraphNode::Free(0x1)],
     );
@@ -156,11 +78,7 @@ fn needs_follow_child_graphs_and_frees() {
     assert_eq!(needs.unfreed, vec![(1, 20), (0, 5)]);
     assert_eq!(needs_of(&driver, 5), None, "the driver cannot list it");
     // A graph that contains itself ends at the depth limit.
-    driver
-        .graphs
-        .lock()
-        .unwrap()
-        .insert(3, vec![alloc(0, 1, 0x4), GraphNode::Child(3)]);
+    driver.set_graph(3, vec![alloc(0, 1, 0x4), GraphNode::Child(3)]);
     assert_eq!(
         needs_of(&driver, 3).unwrap().need,
         vec![(0, MAX_DEPTH as u64)]
@@ -178,7 +96,7 @@ fn a_launch_under_the_quota_is_charged_the_drivers_reservation() {
         "instantiation maps nothing"
     );
     let rc = e.graph_run("cuGraphLaunch", EXEC, true, || {
-        driver.launch(0, 255 * MIB, 255 * MIB)
+        driver.graph_launch(0, 255 * MIB, 255 * MIB)
     });
     assert_eq!(rc, CuResult::SUCCESS);
     assert_eq!(e.part_total(0, Part::Graph), 256 * MIB, "granules");
@@ -220,12 +138,12 @@ fn unused_graph_memory_is_trimmed_to_make_room() {
     one_graph(&driver, 512 * MIB, true);
     instantiate(&e, 0);
     e.graph_run("cuGraphLaunch", EXEC, true, || {
-        driver.launch(0, 512 * MIB, 0)
+        driver.graph_launch(0, 512 * MIB, 0)
     });
     assert_eq!(e.part_total(0, Part::Graph), 512 * MIB, "kept by the pool");
     // A second launch reuses the pool's unused memory: nothing more to reserve.
     e.graph_run("cuGraphLaunch", EXEC, true, || {
-        driver.launch(0, 512 * MIB, 0)
+        driver.graph_launch(0, 512 * MIB, 0)
     });
     assert_eq!(e.part_total(0, Part::Graph), 512 * MIB);
     let ok = || (CuResult::SUCCESS, 0x5000);
@@ -254,10 +172,10 @@ fn a_part_behind_the_driver_gives_its_room_back_when_room_is_wanted() {
     one_graph(&driver, 512 * MIB, true);
     instantiate(&e, 0);
     e.graph_run("cuGraphLaunch", EXEC, true, || {
-        driver.launch(0, 512 * MIB, 0)
+        driver.graph_launch(0, 512 * MIB, 0)
     });
     // The driver released the pool behind cuquota's back (a context reset).
-    driver.pools.lock().unwrap()[0] = (0, 0);
+    driver.graph_pool_released(0);
     let ok = || (CuResult::SUCCESS, 0x5000);
     assert_eq!(
         e.alloc(
@@ -280,12 +198,8 @@ fn an_auto_free_relaunch_counts_on_its_own_allocations() {
     one_graph(&driver, 600 * MIB, false);
     instantiate(&e, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH);
     let relaunch = || {
-        let mut pools = driver.pools.lock().unwrap();
-        let (reserved, used) = &mut pools[0];
-        *used = used.saturating_sub(600 * MIB); // the auto-free
-        *reserved += growth(600 * MIB, *reserved, *used, 0, 0);
-        *used += 600 * MIB;
-        CuResult::SUCCESS
+        driver.graph_free(0, 600 * MIB); // the auto-free
+        driver.graph_launch(0, 600 * MIB, 600 * MIB)
     };
     assert_eq!(
         e.graph_run("cuGraphLaunch", EXEC, true, relaunch),
@@ -306,7 +220,7 @@ fn an_upload_at_instantiation_is_reserved_for() {
     assert_eq!(rc, CuResult::OUT_OF_MEMORY);
     one_graph(&driver, 100 * MIB, true);
     let rc = e.graph_instantiate("cuGraphInstantiateWithParams", 1, 2, || {
-        driver.launch(0, 100 * MIB, 0);
+        driver.graph_launch(0, 100 * MIB, 0);
         (CuResult::SUCCESS, EXEC)
     });
     assert_eq!(rc, CuResult::SUCCESS);
@@ -318,61 +232,35 @@ fn counting_allocations_asks_the_driver_nothing() {
     let (e, driver) = engine(&[("CUQUOTA_LIMIT", "1GiB"), ("CUQUOTA_COUNT", "allocations")]);
     one_graph(&driver, 2 * GIB, false);
     instantiate(&e, 0);
-    let rc = e.graph_run("cuGraphLaunch", EXEC, true, || driver.launch(0, 2 * GIB, 0));
+    let rc = e.graph_run("cuGraphLaunch", EXEC, true, || {
+        driver.graph_launch(0, 2 * GIB, 0)
+    });
     assert_eq!(rc, CuResult::SUCCESS);
     e.graph_memory_trimmed("cuDeviceGraphMemTrim", 0);
-    assert_eq!(driver.queries.load(Relaxed), 0);
+    assert_eq!(driver.graph_calls.load(Relaxed), 0);
     assert_eq!(e.part_total(0, Part::Graph), 0);
 }
 
 #[test]
 fn graphs_without_memory_nodes_and_destroyed_execs_cost_one_walk() {
     let (e, driver) = engine(&[("CUQUOTA_LIMIT", "1GiB")]);
-    driver
-        .graphs
-        .lock()
-        .unwrap()
-        .insert(1, vec![GraphNode::Other]);
+    driver.set_graph(1, vec![GraphNode::Other]);
     instantiate(&e, 0);
     e.graph_run("cuGraphLaunch", EXEC, true, || CuResult::SUCCESS);
-    assert_eq!(driver.queries.load(Relaxed), 1, "the walk only");
+    assert_eq!(driver.graph_calls.load(Relaxed), 1, "the walk only");
     one_graph(&driver, 10 * MIB, false);
     instantiate(&e, 0);
     e.graph_exec_destroyed(EXEC);
-    let before = driver.queries.load(Relaxed);
+    let before = driver.graph_calls.load(Relaxed);
     e.graph_run("cuGraphLaunch", EXEC, true, || CuResult::SUCCESS);
-    assert_eq!(driver.queries.load(Relaxed), before);
+    assert_eq!(driver.graph_calls.load(Relaxed), before);
 }
 
 #[test]
 fn a_driver_that_cannot_report_its_graph_pool_is_not_charged() {
-    struct Mute;
-    impl Queries for Mute {
-        fn current_device(&self) -> Result<u32, CuResult> {
-            Ok(0)
-        }
-        fn current_context(&self) -> usize {
-            0x1000
-        }
-        fn context_device(&self, _context: usize) -> Result<u32, CuResult> {
-            Ok(0)
-        }
-        fn stream_context(&self, _stream: usize) -> Result<usize, CuResult> {
-            Ok(0x1000)
-        }
-        fn total_memory(&self, _device: u32) -> Result<u64, CuResult> {
-            Ok(8 * GIB)
-        }
-        fn memory_info(&self) -> Result<(u64, u64), CuResult> {
-            Ok((8 * GIB, 8 * GIB))
-        }
-        fn graph_nodes(&self, _graph: usize) -> Option<Vec<GraphNode>> {
-            Some(vec![alloc(0, 2 * GIB, 0x1)])
-        }
-    }
-    crate::log::configure(&crate::config::LogTarget::Off);
-    let config = Config::from_vars(|k| (k == "CUQUOTA_LIMIT").then(|| "1GiB".into()));
-    let e = Engine::new(config, Box::new(Mute));
+    let (e, driver) = engine(&[("CUQUOTA_LIMIT", "1GiB")]);
+    driver.hide_graph_pool();
+    driver.set_graph(1, vec![alloc(0, 2 * GIB, 0x1)]);
     instantiate(&e, 0);
     for _ in 0..3 {
         let rc = e.graph_run("cuGraphLaunch", EXEC, true, || CuResult::SUCCESS);
@@ -384,11 +272,7 @@ fn a_driver_that_cannot_report_its_graph_pool_is_not_charged() {
 #[test]
 fn a_refusal_on_one_device_gives_back_what_the_other_staged() {
     let (e, driver) = engine(&[("CUQUOTA_LIMIT", "0:1GiB,1:100MiB")]);
-    driver
-        .graphs
-        .lock()
-        .unwrap()
-        .insert(1, vec![alloc(0, 200 * MIB, 0x1), alloc(1, 200 * MIB, 0x2)]);
+    driver.set_graph(1, vec![alloc(0, 200 * MIB, 0x1), alloc(1, 200 * MIB, 0x2)]);
     instantiate(&e, 0);
     let rc = e.graph_run("cuGraphLaunch", EXEC, true, || unreachable!());
     assert_eq!(rc, CuResult::OUT_OF_MEMORY);

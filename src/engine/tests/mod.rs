@@ -1,61 +1,10 @@
 use super::*;
 use crate::cuda_abi::{CUDA_ARRAY3D_DEFERRED_MAPPING, CUDA_ARRAY3D_SPARSE};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use fake::{engine, with_limit, GIB, MIB};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
-/// A pretend driver: one current device per test, 8 GiB cards.
-struct Fake {
-    device: AtomicU32,
-    free: AtomicU64,
-}
-
-impl Queries for Arc<Fake> {
-    fn current_device(&self) -> Result<u32, CuResult> {
-        match self.device.load(Relaxed) {
-            u32::MAX => Err(CuResult::INVALID_CONTEXT),
-            d => Ok(d),
-        }
-    }
-    /// Context handles are `0x1000 + device` (one per device); none is 0.
-    fn current_context(&self) -> usize {
-        match self.device.load(Relaxed) {
-            u32::MAX => 0,
-            d => 0x1000 + d as usize,
-        }
-    }
-    fn context_device(&self, context: usize) -> Result<u32, CuResult> {
-        Ok((context - 0x1000) as u32)
-    }
-    /// Stream handles are `0x10_000 + context`.
-    fn stream_context(&self, stream: usize) -> Result<usize, CuResult> {
-        Ok(stream - 0x10_000)
-    }
-    fn total_memory(&self, _device: u32) -> Result<u64, CuResult> {
-        Ok(8 << 30)
-    }
-    fn memory_info(&self) -> Result<(u64, u64), CuResult> {
-        Ok((self.free.load(Relaxed), 8 << 30))
-    }
-}
-
-fn engine(limit: &str) -> (Engine, Arc<Fake>) {
-    // Refusal lines from these tests are not wanted on the test output.
-    crate::log::configure(&crate::config::LogTarget::Off);
-    let fake = Arc::new(Fake {
-        device: AtomicU32::new(0),
-        free: AtomicU64::new(8 << 30),
-    });
-    let limit = limit.to_string();
-    let config = Config::from_vars(|k| match k {
-        "CUQUOTA_LIMIT" => Some(limit.clone()),
-        "CUQUOTA_LOG" => Some("off".into()),
-        _ => None,
-    });
-    (Engine::new(config, Box::new(fake.clone())), fake)
-}
-
-const MIB: u64 = 1 << 20;
-const GIB: u64 = 1 << 30;
+pub(super) mod fake;
 
 #[test]
 fn every_kind_has_its_ledger() {
@@ -66,7 +15,7 @@ fn every_kind_has_its_ledger() {
 
 #[test]
 fn parts_share_the_quota_with_allocations() {
-    let (e, _) = engine("1GiB");
+    let (e, _) = with_limit("1GiB");
     assert!(e.counts_footprint());
     assert_eq!(e.part_grow("ctx", 0, Part::Context, 256 * MIB), Ok(()));
     let ok = || (CuResult::SUCCESS, 0x1000);
@@ -98,17 +47,7 @@ fn parts_share_the_quota_with_allocations() {
 
 #[test]
 fn counting_allocations_leaves_the_parts_out() {
-    crate::log::configure(&crate::config::LogTarget::Off);
-    let fake = Arc::new(Fake {
-        device: AtomicU32::new(0),
-        free: AtomicU64::new(8 << 30),
-    });
-    let config = Config::from_vars(|k| match k {
-        "CUQUOTA_LIMIT" => Some("1GiB".into()),
-        "CUQUOTA_COUNT" => Some("allocations".into()),
-        _ => None,
-    });
-    let e = Engine::new(config, Box::new(fake));
+    let (e, _) = engine(&[("CUQUOTA_LIMIT", "1GiB"), ("CUQUOTA_COUNT", "allocations")]);
     assert!(!e.counts_footprint());
     assert_eq!(e.part_grow("ctx", 0, Part::Context, 2 * GIB), Ok(()));
     e.part_force("ctx", 0, Part::Context, 2 * GIB);
@@ -118,7 +57,7 @@ fn counting_allocations_leaves_the_parts_out() {
 
 #[test]
 fn quota_refuses_and_free_gives_room_back() {
-    let (e, _) = engine("1GiB");
+    let (e, _) = with_limit("1GiB");
     let ok = |p: u64| move || (CuResult::SUCCESS, p);
     for i in 0..4 {
         assert_eq!(
@@ -150,7 +89,7 @@ fn quota_refuses_and_free_gives_room_back() {
 
 #[test]
 fn driver_failure_rolls_back_and_passes_the_code_through() {
-    let (e, _) = engine("1GiB");
+    let (e, _) = with_limit("1GiB");
     for code in [2, 1, 3, 12345] {
         let rc = e.alloc("a", Kind::Pointer, Place::Current, 1 << 30, || {
             (CuResult(code), 0)
@@ -184,7 +123,7 @@ fn driver_failure_rolls_back_and_passes_the_code_through() {
 
 #[test]
 fn pitch_charges_what_the_driver_gave() {
-    let (e, _) = engine("1MiB");
+    let (e, _) = with_limit("1MiB");
     // 1000 × 1000 fits as an estimate; the driver's pitch of 1024 makes it 1024000 ≤ 1 MiB
     let rc = e.alloc_pitch(
         "p",
@@ -214,7 +153,7 @@ fn pitch_charges_what_the_driver_gave() {
 
 #[test]
 fn arrays_settle_to_the_drivers_size_which_is_remembered_per_shape() {
-    let (e, _) = engine("2MiB");
+    let (e, _) = with_limit("2MiB");
     let shape = |w: u64, flags: u32| ArrayShape {
         width: w,
         height: 1000,
@@ -269,7 +208,7 @@ fn arrays_settle_to_the_drivers_size_which_is_remembered_per_shape() {
 
 #[test]
 fn devices_places_and_percentages() {
-    let (e, fake) = engine("0:1GiB,1:25%");
+    let (e, fake) = with_limit("0:1GiB,1:25%");
     assert_eq!(e.total_memory(1, 8 << 30), 2 << 30);
     assert_eq!(
         e.total_memory(2, 8 << 30),
@@ -277,7 +216,7 @@ fn devices_places_and_percentages() {
         "unnamed devices are unlimited"
     );
     // cuMemCreate on device 1 from a thread without a context
-    fake.device.store(u32::MAX, Relaxed);
+    fake.set_current(None);
     assert_eq!(
         e.alloc("c", Kind::Handle, Place::Device(1), 2 << 30, || (
             CuResult::SUCCESS,
@@ -311,7 +250,7 @@ fn devices_places_and_percentages() {
         e.free("f", Kind::Handle, 7, || CuResult::SUCCESS),
         CuResult::SUCCESS
     );
-    fake.device.store(1, Relaxed);
+    fake.set_current(Some(1));
     assert_eq!(e.memory_info("m", 8 << 30, 8 << 30), (2 << 30, 2 << 30));
     // pools remember their location; an unknown pool lands on the stream's device
     e.pool_located(0xabc, PoolPlace::Device(0));
@@ -332,8 +271,8 @@ fn devices_places_and_percentages() {
 /// A stream's context's device, whatever is current; no context: the driver answers.
 #[test]
 fn streams_and_pools_place_on_their_device() {
-    let (e, fake) = engine("0:1GiB,1:1GiB");
-    let gpu1_stream = 0x10_000 + 0x1001;
+    let (e, fake) = with_limit("0:1GiB,1:1GiB");
+    let gpu1_stream = fake::stream(fake::context(1));
     let ok = |p: u64| move || (CuResult::SUCCESS, p);
     // GPU 0 current, GPU 1's stream: charged on GPU 1
     let rc = e.alloc(
@@ -356,7 +295,7 @@ fn streams_and_pools_place_on_their_device() {
     assert_eq!(e.quota(0).unwrap().held(), 3);
     // no current context: a pool of GPU 1 on GPU 1's stream is charged there; the
     // default stream cannot be placed and the driver's answer comes back, uncharged
-    fake.device.store(u32::MAX, Relaxed);
+    fake.set_current(None);
     e.pool_located(0x9002, PoolPlace::Device(1));
     let place = e.pool_place(0x9002, gpu1_stream);
     assert_eq!(
@@ -378,13 +317,13 @@ fn streams_and_pools_place_on_their_device() {
 /// is given back and kept for the ending context's event, once.
 #[test]
 fn an_address_given_out_again_while_its_context_ends_stays_the_contexts() {
-    let (e, fake) = engine("1GiB");
+    let (e, fake) = with_limit("1GiB");
     let ok = |p: u64| move || (CuResult::SUCCESS, p);
     e.alloc("a", Kind::Pointer, Place::Current, MIB, ok(0x100)); // context 0x1000
     let end = e.context_end("d", 0x1000, false);
     let slot = end.slot;
     assert_ne!(slot, NO_CONTEXT);
-    fake.device.store(1, Relaxed); // another thread, context 0x1001, gets 0x100
+    fake.set_current(Some(1)); // another thread, context 0x1001, gets 0x100
     e.alloc("a", Kind::Pointer, Place::Current, 2 * MIB, ok(0x100));
     assert_eq!(e.ending.lock().stolen, [(slot, 0x100, MIB)]);
     assert_eq!(e.quota(0).unwrap().held(), 0, "given back at once");
@@ -396,7 +335,7 @@ fn an_address_given_out_again_while_its_context_ends_stays_the_contexts() {
     assert_eq!(e.quota(1).unwrap().held(), 2 * MIB, "the new one stays");
     // not ending: a stale entry is only given back
     e.alloc("a", Kind::Pointer, Place::Current, MIB, ok(0x300));
-    fake.device.store(0, Relaxed);
+    fake.set_current(Some(0));
     e.alloc("a", Kind::Pointer, Place::Current, MIB, ok(0x300));
     assert!(e.ending.lock().stolen.is_empty());
     assert_eq!(e.quota(1).unwrap().held(), 2 * MIB);
@@ -405,7 +344,7 @@ fn an_address_given_out_again_while_its_context_ends_stays_the_contexts() {
 /// Destroying or resetting a context credits every kind it owns, nothing else.
 #[test]
 fn a_context_takes_its_charges_with_it() {
-    let (e, fake) = engine("0:1GiB,1:1GiB");
+    let (e, fake) = with_limit("0:1GiB,1:1GiB");
     let ok = |p: u64| move || (CuResult::SUCCESS, p);
     e.alloc("a", Kind::Pointer, Place::Current, MIB, ok(0x100));
     e.alloc("c", Kind::Handle, Place::Device(0), MIB, ok(0x200));
@@ -413,7 +352,7 @@ fn a_context_takes_its_charges_with_it() {
     // GPU 0's context allocates from GPU 1's pool: GPU 1 pays, GPU 0's context owns it
     let place = e.pool_place(0x9001, 0);
     e.alloc("p", Kind::Pointer, place, MIB, ok(0x300));
-    fake.device.store(1, Relaxed);
+    fake.set_current(Some(1));
     e.alloc("a", Kind::Pointer, Place::Current, MIB, ok(0x400));
     assert_eq!(e.quota(1).unwrap().held(), 2 * MIB);
     e.context_destroyed("d", 0x1000);
@@ -441,7 +380,7 @@ fn a_context_takes_its_charges_with_it() {
 
 #[test]
 fn the_summary_peak_is_what_was_held() {
-    let (e, _) = engine("1GiB");
+    let (e, _) = with_limit("1GiB");
     // a 512 MiB request in flight, refused by the driver, while 4 KiB commits
     let rc = e.alloc("a", Kind::Pointer, Place::Current, 512 * MIB, || {
         let inner = e.alloc("a", Kind::Pointer, Place::Current, 4096, || {
@@ -456,17 +395,7 @@ fn the_summary_peak_is_what_was_held() {
 
 #[test]
 fn observe_mode_allows_and_bad_config_fails_closed() {
-    let fake = Arc::new(Fake {
-        device: AtomicU32::new(0),
-        free: AtomicU64::new(8 << 30),
-    });
-    let observe = Config::from_vars(|k| match k {
-        "CUQUOTA_LIMIT" => Some("1KiB".into()),
-        "CUQUOTA_MODE" => Some("observe".into()),
-        "CUQUOTA_LOG" => Some("off".into()),
-        _ => None,
-    });
-    let e = Engine::new(observe, Box::new(fake.clone()));
+    let (e, _) = engine(&[("CUQUOTA_LIMIT", "1KiB"), ("CUQUOTA_MODE", "observe")]);
     assert_eq!(
         e.alloc("a", Kind::Pointer, Place::Current, 4096, || (
             CuResult::SUCCESS,
@@ -475,16 +404,13 @@ fn observe_mode_allows_and_bad_config_fails_closed() {
         CuResult::SUCCESS
     );
     assert_eq!(e.memory_info("m", 8 << 30, 8 << 30), (0, 1024));
-    let bad = Engine::new(
-        Config::from_vars(|k| (k == "CUQUOTA_LIMIT").then(|| "6GBB".into())),
-        Box::new(fake),
-    );
+    let (bad, _) = with_limit("6GBB");
     assert_eq!(bad.check_config(), Err(CuResult::INVALID_VALUE));
 }
 
 #[test]
 fn exact_under_threads() {
-    let (e, _) = engine("64MiB");
+    let (e, _) = with_limit("64MiB");
     let e = Arc::new(e);
     let next = Arc::new(AtomicU64::new(1));
     let handles: Vec<_> = (0..8)
@@ -539,7 +465,7 @@ fn free_bytes(e: &Engine) -> u64 {
 
 #[test]
 fn vmm_memory_stays_charged_while_mapped() {
-    let (e, _) = engine("1GiB");
+    let (e, _) = with_limit("1GiB");
     let ok = || CuResult::SUCCESS;
     // the samples' pattern: create, map, release
     for (h, base) in [(1, 0x1000_0000), (2, 0x4000_0000)] {
@@ -604,7 +530,7 @@ fn vmm_memory_stays_charged_while_mapped() {
 
 #[test]
 fn imports_are_not_charged_and_drop_stale_entries() {
-    let (e, _) = engine("1GiB");
+    let (e, _) = with_limit("1GiB");
     let ok = || CuResult::SUCCESS;
     // an imported handle: mapping, retaining, unmapping and releasing it credit nothing
     assert_eq!(create(&e, 1, 256 * MIB), CuResult::SUCCESS);
@@ -644,7 +570,7 @@ fn imports_are_not_charged_and_drop_stale_entries() {
 /// quota: it is never exceeded, and at rest nothing is charged.
 #[test]
 fn vmm_exact_under_threads() {
-    let (e, _) = engine("64MiB");
+    let (e, _) = with_limit("64MiB");
     let e = Arc::new(e);
     let next = Arc::new(AtomicU64::new(1));
     let ok = || CuResult::SUCCESS;
