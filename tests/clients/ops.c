@@ -901,7 +901,7 @@ static int vmm_op(const struct drv *d, char **f, int nf) {
         if (!strcmp(op, "ipcopen")) {
             CUipcMemHandle ipc;
             memset(&ipc, 0, sizeof ipc);
-            rc = CALL(d, cuIpcOpenMemHandle, &dp, ipc, 1);
+            rc = CALL(d, cuIpcOpenMemHandle_v2, &dp, ipc, 1);
         } else if (!strcmp(op, "poolimport")) {
             char data[64] = {0};
             rc = CALL(d, cuMemPoolImportPointer, &dp, dev_pool[cur_dev], data);
