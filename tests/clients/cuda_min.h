@@ -72,73 +72,11 @@ typedef struct {
     CUmemLocation location;
     int flags;
 } CUmemAccessDesc;
-typedef CUresult (*fn_cuMemSetAccess)(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
-                                      size_t count);
-typedef CUresult (*fn_cuMemRetainAllocationHandle)(CUmemGenericAllocationHandle *handle,
-                                                   void *addr);
-typedef CUresult (*fn_cuMemExportToShareableHandle)(void *shareable,
-                                                    CUmemGenericAllocationHandle handle,
-                                                    int type, unsigned long long flags);
-typedef CUresult (*fn_cuMemImportFromShareableHandle)(CUmemGenericAllocationHandle *handle,
-                                                      void *os_handle, int type);
 /* CUipcMemHandle */
 typedef struct {
     char reserved[64];
 } CUipcMemHandle;
-typedef CUresult (*fn_cuIpcOpenMemHandle)(CUdeviceptr *dptr, CUipcMemHandle handle,
-                                          unsigned int flags);
-typedef CUresult (*fn_cuMemPoolImportPointer)(CUdeviceptr *dptr, CUmemoryPool pool, void *data);
-typedef CUresult (*fn_cuExternalMemoryGetMappedBuffer)(CUdeviceptr *dptr, void *memory,
-                                                       const void *desc);
-#ifdef CUDA_MIN_EXTERN
-extern CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *dptr, CUipcMemHandle handle,
-                                      unsigned int flags);
-extern CUresult cuMemPoolImportPointer(CUdeviceptr *dptr, CUmemoryPool pool, void *data);
-extern CUresult cuExternalMemoryGetMappedBuffer(CUdeviceptr *dptr, void *memory,
-                                                const void *desc);
-extern CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
-                               size_t count);
-extern CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr);
-extern CUresult cuMemExportToShareableHandle(void *shareable, CUmemGenericAllocationHandle handle,
-                                             int type, unsigned long long flags);
-extern CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle,
-                                               void *os_handle, int type);
-#endif
-
-/* Function-pointer types, one per entry point used. */
-typedef CUresult (*fn_cuInit)(unsigned int flags);
-typedef CUresult (*fn_cuDeviceGet)(CUdevice *dev, int ordinal);
-typedef CUresult (*fn_cuDeviceGetCount)(int *count);
-typedef CUresult (*fn_cuDevicePrimaryCtxRetain)(CUcontext *ctx, CUdevice dev);
-typedef CUresult (*fn_cuCtxSetCurrent)(CUcontext ctx);
-typedef CUresult (*fn_cuCtxGetCurrent)(CUcontext *ctx);
-typedef CUresult (*fn_cuMemAlloc_v2)(CUdeviceptr *dptr, size_t bytes);
-typedef CUresult (*fn_cuMemFree_v2)(CUdeviceptr dptr);
-typedef CUresult (*fn_cuMemAllocPitch_v2)(CUdeviceptr *dptr, size_t *pitch, size_t width,
-                                          size_t height, unsigned int elem);
-typedef CUresult (*fn_cuMemAllocManaged)(CUdeviceptr *dptr, size_t bytes, unsigned int flags);
-typedef CUresult (*fn_cuMemAllocAsync)(CUdeviceptr *dptr, size_t bytes, CUstream stream);
-typedef CUresult (*fn_cuMemAllocFromPoolAsync)(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
-                                               CUstream stream);
-typedef CUresult (*fn_cuMemFreeAsync)(CUdeviceptr dptr, CUstream stream);
-typedef CUresult (*fn_cuMemPoolCreate)(CUmemoryPool *pool, const CUmemPoolProps *props);
-typedef CUresult (*fn_cuDeviceGetDefaultMemPool)(CUmemoryPool *pool, CUdevice dev);
-typedef CUresult (*fn_cuMemCreate)(CUmemGenericAllocationHandle *handle, size_t size,
-                                   const CUmemAllocationProp *prop, unsigned long long flags);
-typedef CUresult (*fn_cuMemRelease)(CUmemGenericAllocationHandle handle);
-typedef CUresult (*fn_cuMemAddressReserve)(CUdeviceptr *ptr, size_t size, size_t alignment,
-                                           CUdeviceptr addr, unsigned long long flags);
-typedef CUresult (*fn_cuMemMap)(CUdeviceptr ptr, size_t size, size_t offset,
-                                CUmemGenericAllocationHandle handle, unsigned long long flags);
-typedef CUresult (*fn_cuMemUnmap)(CUdeviceptr ptr, size_t size);
-typedef CUresult (*fn_cuMemAddressFree)(CUdeviceptr ptr, size_t size);
-typedef CUresult (*fn_cuMemGetInfo_v2)(size_t *free_bytes, size_t *total_bytes);
-typedef CUresult (*fn_cuDeviceTotalMem_v2)(size_t *bytes, CUdevice dev);
-/* The legacy unversioned entry points with 32-bit sizes and pointers. */
-typedef CUresult (*fn_cuMemAlloc_v1)(CUdeviceptr_v1 *dptr, unsigned int bytes);
-typedef CUresult (*fn_cuMemFree_v1)(CUdeviceptr_v1 dptr);
-typedef CUresult (*fn_cuMemGetInfo_v1)(unsigned int *free_bytes, unsigned int *total_bytes);
-typedef CUresult (*fn_cuGetErrorName)(CUresult error, const char **name);
+/* cuGetProcAddress, which the runtime client resolves with dlsym. */
 typedef CUresult (*fn_cuGetProcAddress_v2)(const char *symbol, void **pfn, int cuda_version,
                                            cuuint64_t flags, int *symbol_status);
 typedef CUresult (*fn_cuGetProcAddress_v1)(const char *symbol, void **pfn, int cuda_version,
@@ -168,8 +106,6 @@ typedef struct {
     size_t alignment;
     unsigned int reserved[4];
 } CUDA_ARRAY_MEMORY_REQUIREMENTS;
-typedef CUresult (*fn_cuArrayCreate_v2)(CUarray *array, const CUDA_ARRAY_DESCRIPTOR *desc);
-typedef CUresult (*fn_cuArray3DCreate_v2)(CUarray *array, const CUDA_ARRAY3D_DESCRIPTOR *desc);
 /* The legacy descriptors (32-bit dimensions) of cuArrayCreate / cuArray3DCreate. */
 typedef struct {
     unsigned int Width;
@@ -185,13 +121,6 @@ typedef struct {
     unsigned int NumChannels;
     unsigned int Flags;
 } CUDA_ARRAY3D_DESCRIPTOR_v1;
-typedef CUresult (*fn_cuArrayCreate_v1)(CUarray *array, const CUDA_ARRAY_DESCRIPTOR_v1 *desc);
-typedef CUresult (*fn_cuArray3DCreate_v1)(CUarray *array, const CUDA_ARRAY3D_DESCRIPTOR_v1 *desc);
-typedef CUresult (*fn_cuArrayDestroy)(CUarray array);
-typedef CUresult (*fn_cuMipmappedArrayCreate)(CUmipmappedArray *array,
-                                              const CUDA_ARRAY3D_DESCRIPTOR *desc,
-                                              unsigned int levels);
-typedef CUresult (*fn_cuMipmappedArrayDestroy)(CUmipmappedArray array);
 typedef CUresult (*fn_cuMipmappedArrayGetLevel)(CUarray *level_array, CUmipmappedArray array,
                                                 unsigned int level);
 typedef CUresult (*fn_cuArrayGetMemoryRequirements)(CUDA_ARRAY_MEMORY_REQUIREMENTS *req,
@@ -200,24 +129,17 @@ typedef CUresult (*fn_cuMipmappedArrayGetMemoryRequirements)(CUDA_ARRAY_MEMORY_R
                                                              CUmipmappedArray array,
                                                              CUdevice dev);
 
-/* Placement, contexts, capture (issue 10). */
-typedef CUresult (*fn_cuCtxDestroy_v2)(CUcontext ctx);
-typedef CUresult (*fn_cuDevicePrimaryCtxReset_v2)(CUdevice dev);
-typedef CUresult (*fn_cuDevicePrimaryCtxRelease_v2)(CUdevice dev);
-typedef CUresult (*fn_cuCtxCreate_v2)(CUcontext *ctx, unsigned int flags, CUdevice dev);
+/* Placement, contexts, capture. */
 typedef CUresult (*fn_cuStreamBeginCapture_v2)(CUstream stream, int mode);
 typedef CUresult (*fn_cuStreamEndCapture)(CUstream stream, void **graph);
-typedef CUresult (*fn_cuMemGetDefaultMemPool)(CUmemoryPool *pool, CUmemLocation *location,
-                                              int type); /* CUDA 13 */
 /* The shim's test helper (not part of CUDA). */
 typedef int (*fn_cuShimStats)(int dev, size_t *in_use, size_t *peak, unsigned long long *live);
 
-/* ---- Issue 11: context memory, cuCtxSetLimit, NVML (layouts as nvml.h has them) ---- */
+/* ---- Context memory, cuCtxSetLimit, NVML (layouts as nvml.h has them) ---- */
 typedef CUresult (*fn_cuCtxCreate_v3)(CUcontext *ctx, void *params, int num_params,
                                       unsigned int flags, CUdevice dev);
 typedef CUresult (*fn_cuCtxCreate_v4)(CUcontext *ctx, void *params, unsigned int flags,
                                       CUdevice dev);
-typedef CUresult (*fn_cuCtxSetLimit)(int limit, size_t value);
 typedef CUresult (*fn_cuCtxGetLimit)(size_t *value, int limit);
 typedef CUresult (*fn_cuDeviceGetUuid)(unsigned char uuid[16], CUdevice dev);
 typedef CUresult (*fn_cuDeviceGetPCIBusId)(char *id, int len, CUdevice dev);
@@ -253,61 +175,7 @@ typedef int (*fn_nvmlDeviceGetComputeRunningProcesses_v3)(nvmlDevice_t device,
 typedef int (*fn_nvmlDeviceGetUUID)(nvmlDevice_t device, char *uuid, unsigned int length);
 typedef int (*fn_nvmlDeviceGetPciInfo_v3)(nvmlDevice_t device, nvmlPciInfo_t *pci);
 
-/* The exported symbols, for clients linked with -lcuda. The legacy unversioned ones are
- * weak: a driver without them leaves their address NULL instead of failing the link. */
-#ifdef CUDA_MIN_EXTERN
-extern CUresult cuInit(unsigned int flags);
-extern CUresult cuDeviceGet(CUdevice *dev, int ordinal);
-extern CUresult cuDeviceGetCount(int *count);
-extern CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev);
-extern CUresult cuCtxSetCurrent(CUcontext ctx);
-extern CUresult cuCtxGetCurrent(CUcontext *ctx);
-extern CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes);
-extern CUresult cuMemFree_v2(CUdeviceptr dptr);
-extern CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
-                                   unsigned int elem);
-extern CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes, unsigned int flags);
-extern CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytes, CUstream stream);
-extern CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
-                                        CUstream stream);
-extern CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream);
-extern CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props);
-extern CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev);
-extern CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
-                            const CUmemAllocationProp *prop, unsigned long long flags);
-extern CUresult cuMemRelease(CUmemGenericAllocationHandle handle);
-extern CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment,
-                                    CUdeviceptr addr, unsigned long long flags);
-extern CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
-                         CUmemGenericAllocationHandle handle, unsigned long long flags);
-extern CUresult cuMemUnmap(CUdeviceptr ptr, size_t size);
-extern CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size);
-extern CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes);
-extern CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev);
-extern CUresult cuGetErrorName(CUresult error, const char **name);
-/* arrays */
-extern CUresult cuArrayCreate_v2(CUarray *array, const CUDA_ARRAY_DESCRIPTOR *desc);
-extern CUresult cuArray3DCreate_v2(CUarray *array, const CUDA_ARRAY3D_DESCRIPTOR *desc);
-extern CUresult cuArrayDestroy(CUarray array);
-extern CUresult cuMipmappedArrayCreate(CUmipmappedArray *array, const CUDA_ARRAY3D_DESCRIPTOR *desc,
-                                       unsigned int levels);
-extern CUresult cuMipmappedArrayDestroy(CUmipmappedArray array);
-extern CUresult cuArrayCreate(CUarray *array, const CUDA_ARRAY_DESCRIPTOR_v1 *desc)
-    __attribute__((weak));
-extern CUresult cuArray3DCreate(CUarray *array, const CUDA_ARRAY3D_DESCRIPTOR_v1 *desc)
-    __attribute__((weak));
-/* Placement, contexts, capture (issue 10). */
-extern CUresult cuCtxDestroy_v2(CUcontext ctx);
-extern CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev);
-extern CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
-extern CUresult cuMemGetDefaultMemPool(CUmemoryPool *pool, CUmemLocation *location, int type);
-extern CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytes) __attribute__((weak));
-extern CUresult cuMemFree(CUdeviceptr_v1 dptr) __attribute__((weak));
-extern CUresult cuMemGetInfo(unsigned int *free_bytes, unsigned int *total_bytes)
-    __attribute__((weak));
-#endif
-
-/* ---- issue 11: pools that keep memory, graph memory ---- */
+/* ---- Pools that keep memory, graph memory ---- */
 typedef struct cuquota_graph_opaque *CUgraph;
 typedef struct cuquota_graph_node_opaque *CUgraphNode;
 typedef struct cuquota_graph_exec_opaque *CUgraphExec;
@@ -326,26 +194,6 @@ typedef struct {
     CUgraphNode hErrNode_out;
     int result_out;
 } CUDA_GRAPH_INSTANTIATE_PARAMS;
-typedef CUresult (*fn_cuMemPoolTrimTo)(CUmemoryPool pool, size_t keep);
-typedef CUresult (*fn_cuMemPoolGetAttribute)(CUmemoryPool pool, int attr, void *value);
-typedef CUresult (*fn_cuMemPoolSetAttribute)(CUmemoryPool pool, int attr, void *value);
-typedef CUresult (*fn_cuGraphCreate)(CUgraph *graph, unsigned int flags);
-typedef CUresult (*fn_cuGraphDestroy)(CUgraph graph);
-typedef CUresult (*fn_cuGraphAddMemAllocNode)(CUgraphNode *node, CUgraph graph,
-                                              const CUgraphNode *deps, size_t ndeps,
-                                              CUDA_MEM_ALLOC_NODE_PARAMS *params);
-typedef CUresult (*fn_cuGraphAddMemFreeNode)(CUgraphNode *node, CUgraph graph,
-                                             const CUgraphNode *deps, size_t ndeps,
-                                             CUdeviceptr dptr);
-typedef CUresult (*fn_cuGraphInstantiateWithFlags)(CUgraphExec *exec, CUgraph graph,
-                                                   unsigned long long flags);
-typedef CUresult (*fn_cuGraphInstantiateWithParams)(CUgraphExec *exec, CUgraph graph,
-                                                    CUDA_GRAPH_INSTANTIATE_PARAMS *params);
-typedef CUresult (*fn_cuGraphUpload)(CUgraphExec exec, CUstream stream);
-typedef CUresult (*fn_cuGraphLaunch)(CUgraphExec exec, CUstream stream);
-typedef CUresult (*fn_cuGraphExecDestroy)(CUgraphExec exec);
-typedef CUresult (*fn_cuDeviceGraphMemTrim)(CUdevice dev);
-typedef CUresult (*fn_cuDeviceGetGraphMemAttribute)(CUdevice dev, int attr, void *value);
 typedef CUresult (*fn_cuGraphGetNodes)(CUgraph graph, CUgraphNode *nodes, size_t *count);
 typedef CUresult (*fn_cuGraphNodeGetType)(CUgraphNode node, int *type);
 typedef CUresult (*fn_cuCtxSynchronize)(void);
@@ -353,28 +201,23 @@ typedef CUresult (*fn_cuStreamSynchronize)(CUstream stream);
 /* The shim's test helper (not part of CUDA). */
 typedef int (*fn_cuShimFootprint)(int dev, size_t *allocations, size_t *pool_cache,
                                   size_t *graph, size_t *context);
+
+/* The driver functions of struct drv (ops.h), from driver_functions.h: a pointer type
+ * fn_NAME for each (fn_NAME_v1 for the legacy ones), and the exported symbols for clients
+ * linked with -lcuda. The legacy ones are weak: a driver without them leaves their address
+ * NULL instead of failing the link. */
+#include "driver_functions.h"
+#define DRV(name, base, version, params) typedef CUresult(*fn_##name) params;
+#define DRV_LEGACY(name, base, version, params) typedef CUresult(*fn_##name##_v1) params;
+DRIVER_FUNCTIONS
+#undef DRV
+#undef DRV_LEGACY
 #ifdef CUDA_MIN_EXTERN
-extern CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep);
-extern CUresult cuMemPoolGetAttribute(CUmemoryPool pool, int attr, void *value);
-extern CUresult cuMemPoolSetAttribute(CUmemoryPool pool, int attr, void *value);
-extern CUresult cuGraphCreate(CUgraph *graph, unsigned int flags);
-extern CUresult cuGraphDestroy(CUgraph graph);
-extern CUresult cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps,
-                                       size_t ndeps, CUDA_MEM_ALLOC_NODE_PARAMS *params);
-extern CUresult cuGraphAddMemFreeNode(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps,
-                                      size_t ndeps, CUdeviceptr dptr);
-extern CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph,
-                                            unsigned long long flags);
-extern CUresult cuGraphInstantiateWithParams(CUgraphExec *exec, CUgraph graph,
-                                             CUDA_GRAPH_INSTANTIATE_PARAMS *params);
-extern CUresult cuGraphUpload(CUgraphExec exec, CUstream stream);
-extern CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream);
-extern CUresult cuGraphExecDestroy(CUgraphExec exec);
-extern CUresult cuDeviceGraphMemTrim(CUdevice dev);
-extern CUresult cuDeviceGetGraphMemAttribute(CUdevice dev, int attr, void *value);
-/* Context memory on the client's own path (issue 11). */
-extern CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned int flags, CUdevice dev);
-extern CUresult cuCtxSetLimit(int limit, size_t value);
+#define DRV(name, base, version, params) extern CUresult name params;
+#define DRV_LEGACY(name, base, version, params) extern CUresult name params __attribute__((weak));
+DRIVER_FUNCTIONS
+#undef DRV
+#undef DRV_LEGACY
 #endif
 
 #endif

@@ -33,73 +33,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "dlsym_client: dlopen libcuda.so.1: %s\n", dlerror());
         return 4;
     }
-#define GET(field, name) (*(void **)&d.field = LOOKUP(h, name))
-    GET(cuInit, "cuInit");
-    GET(cuDeviceGet, "cuDeviceGet");
-    GET(cuDeviceGetCount, "cuDeviceGetCount");
-    GET(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
-    GET(cuCtxSetCurrent, "cuCtxSetCurrent");
-    GET(cuCtxGetCurrent, "cuCtxGetCurrent");
-    GET(cuMemAlloc_v2, "cuMemAlloc_v2");
-    GET(cuMemFree_v2, "cuMemFree_v2");
-    GET(cuMemAllocPitch_v2, "cuMemAllocPitch_v2");
-    GET(cuMemAllocManaged, "cuMemAllocManaged");
-    GET(cuMemAllocAsync, "cuMemAllocAsync");
-    GET(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync");
-    GET(cuMemFreeAsync, "cuMemFreeAsync");
-    GET(cuMemPoolCreate, "cuMemPoolCreate");
-    GET(cuDeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool");
-    GET(cuMemCreate, "cuMemCreate");
-    GET(cuMemRelease, "cuMemRelease");
-    GET(cuMemAddressReserve, "cuMemAddressReserve");
-    GET(cuMemMap, "cuMemMap");
-    GET(cuMemUnmap, "cuMemUnmap");
-    GET(cuMemAddressFree, "cuMemAddressFree");
-    GET(cuMemGetInfo_v2, "cuMemGetInfo_v2");
-    GET(cuDeviceTotalMem_v2, "cuDeviceTotalMem_v2");
-    GET(cuMemAlloc, "cuMemAlloc");
-    GET(cuMemFree, "cuMemFree");
-    GET(cuMemGetInfo, "cuMemGetInfo");
-    GET(cuGetErrorName, "cuGetErrorName");
-    /* arrays */
-    GET(cuArrayCreate_v2, "cuArrayCreate_v2");
-    GET(cuArray3DCreate_v2, "cuArray3DCreate_v2");
-    GET(cuArrayDestroy, "cuArrayDestroy");
-    GET(cuMipmappedArrayCreate, "cuMipmappedArrayCreate");
-    GET(cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy");
-    GET(cuArrayCreate, "cuArrayCreate");
-    GET(cuArray3DCreate, "cuArray3DCreate");
-    GET(cuMemSetAccess, "cuMemSetAccess");
-    GET(cuMemRetainAllocationHandle, "cuMemRetainAllocationHandle");
-    GET(cuMemExportToShareableHandle, "cuMemExportToShareableHandle");
-    GET(cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle");
-    GET(cuIpcOpenMemHandle, "cuIpcOpenMemHandle_v2");
-    GET(cuMemPoolImportPointer, "cuMemPoolImportPointer");
-    GET(cuExternalMemoryGetMappedBuffer, "cuExternalMemoryGetMappedBuffer");
-    /* Placement, contexts, capture (issue 10). */
-    GET(cuCtxDestroy_v2, "cuCtxDestroy_v2");
-    GET(cuDevicePrimaryCtxReset_v2, "cuDevicePrimaryCtxReset_v2");
-    GET(cuDevicePrimaryCtxRelease_v2, "cuDevicePrimaryCtxRelease_v2");
-    GET(cuMemGetDefaultMemPool, "cuMemGetDefaultMemPool");
-    /* Pools that keep memory, graph memory (issue 11). */
-    GET(cuMemPoolTrimTo, "cuMemPoolTrimTo");
-    GET(cuMemPoolGetAttribute, "cuMemPoolGetAttribute");
-    GET(cuMemPoolSetAttribute, "cuMemPoolSetAttribute");
-    GET(cuGraphCreate, "cuGraphCreate");
-    GET(cuGraphDestroy, "cuGraphDestroy");
-    GET(cuGraphAddMemAllocNode, "cuGraphAddMemAllocNode");
-    GET(cuGraphAddMemFreeNode, "cuGraphAddMemFreeNode");
-    GET(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags");
-    GET(cuGraphInstantiateWithParams, "cuGraphInstantiateWithParams");
-    GET(cuGraphUpload, "cuGraphUpload");
-    GET(cuGraphLaunch, "cuGraphLaunch");
-    GET(cuGraphExecDestroy, "cuGraphExecDestroy");
-    GET(cuDeviceGraphMemTrim, "cuDeviceGraphMemTrim");
-    GET(cuDeviceGetGraphMemAttribute, "cuDeviceGetGraphMemAttribute");
-    /* Context memory on the client's own path (issue 11). */
-    GET(cuCtxCreate_v2, "cuCtxCreate_v2");
-    GET(cuCtxSetLimit, "cuCtxSetLimit");
-#undef GET
+    /* Every function of driver_functions.h by its exported name. */
+#define DRV(name, base, version, params) *(void **)&d.name = LOOKUP(h, #name);
+#define DRV_LEGACY DRV
+    DRIVER_FUNCTIONS
+#undef DRV
+#undef DRV_LEGACY
     d.sym = sym;
     return run_ops(&d, argc - 1, argv + 1);
 }

@@ -76,9 +76,9 @@ struct slots {
 
 static struct slots ptrs, handles, reservations, streams;
 static struct slots arrays, mipmaps; /* CUarray, CUmipmappedArray */
-static struct slots contexts; /* issue 10: contexts made by ctxcreate */
-static struct slots graphs, execs; /* issue 11: CUgraph, CUgraphExec */
-static CUmemoryPool host_pool; /* hostpool's pool (issue 11: named by pool ops) */
+static struct slots contexts; /* contexts made by ctxcreate */
+static struct slots graphs, execs; /* CUgraph, CUgraphExec */
+static CUmemoryPool host_pool; /* hostpool's pool (named by pool ops) */
 static const struct drv *the_drv; /* for the atexit handler */
 static CUcontext dev_ctx[MAX_DEVICES];
 static CUmemoryPool dev_pool[MAX_DEVICES];
@@ -526,7 +526,7 @@ static int op_fork(const struct drv *d, int argc, char **argv) {
  *                           cuMemPoolImportPointer and cuExternalMemoryGetMappedBuffer with
  *                           null objects: a pointer slot if one comes back
  * Returns -1 for an op it does not know. */
-/* ---- Issue 11: context memory, cuCtxSetLimit, NVML, device identity ----
+/* ---- Context memory, cuCtxSetLimit, NVML, device identity ----
  * Driver functions through the client's dlsym on the driver's handle; NVML through
  * dlopen("libnvidia-ml.so.1") (the shim answers as it too). INDEX is an NVML index.
  *   ctxcreate3 / ctxcreate4      cuCtxCreate_v3 / _v4 on the current device (made current);
@@ -560,7 +560,7 @@ static int nvml_handle(const struct drv *d, const char *index, nvmlDevice_t *dev
     return get ? get((unsigned int)i, dev) : CUDA_ERROR_NOT_FOUND;
 }
 
-/* ---- Issue 11: context memory on the client's own lookup path (linked, dlsym,
+/* ---- Context memory on the client's own lookup path (linked, dlsym,
  * cuGetProcAddress), not the client's dlsym as above:
  *   pctxcreate                   cuCtxCreate_v2 on the current device (made current); a
  *                                context slot, as ctxcreate: "pctxcreate rc=R slot=S"
@@ -803,7 +803,7 @@ static int context_nvml_op(const struct drv *d, char **f, int nf) {
 #undef NARGS
     return 0;
 }
-/* ---- end of issue 11 ---- */
+/* ---- end of context memory and NVML ---- */
 
 static int vmm_op(const struct drv *d, char **f, int nf) {
     const char *op = f[0];
@@ -901,7 +901,7 @@ static int vmm_op(const struct drv *d, char **f, int nf) {
         if (!strcmp(op, "ipcopen")) {
             CUipcMemHandle ipc;
             memset(&ipc, 0, sizeof ipc);
-            rc = CALL(d, cuIpcOpenMemHandle, &dp, ipc, 1);
+            rc = CALL(d, cuIpcOpenMemHandle_v2, &dp, ipc, 1);
         } else if (!strcmp(op, "poolimport")) {
             char data[64] = {0};
             rc = CALL(d, cuMemPoolImportPointer, &dp, dev_pool[cur_dev], data);
@@ -919,7 +919,7 @@ static int vmm_op(const struct drv *d, char **f, int nf) {
     return 0;
 }
 
-/* ---- issue 11 helpers ---- */
+/* ---- helpers of the pool and graph memory ops ---- */
 
 /* A stream word: a stream slot, or "n" for the NULL stream. Returns 0, or -1 if malformed. */
 static int stream_arg(const char *word, CUstream *st) {
@@ -980,7 +980,7 @@ static int pool_attr_number(const char *name) {
     return -1;
 }
 
-/* ---- graph launches under threads (issue 11, graph memory in the interposer) ----
+/* ---- graph launches under threads (graph memory in the interposer) ----
  *   graphthreads:T:R:SIZE   T threads, each with the caller's context: its own graph of one
  *                           SIZE allocation freed inside it, instantiated, then R rounds of
  *                           cuGraphLaunch on the NULL stream and cuMemAlloc_v2(SIZE) +
@@ -1087,7 +1087,7 @@ static void graph_threads(const struct drv *d, unsigned long n, unsigned long lo
 /* ---- end of graph launches under threads ---- */
 
 
-/* ---- poolthreads:N:ROUNDS:SIZE (issue 11: the pool cache under threads) ----
+/* ---- poolthreads:N:ROUNDS:SIZE (the pool cache under threads) ----
  * N threads, in ROUNDS lock-step rounds: each frees its oldest allocation when it holds 3
  * (cuMemFreeAsync or cuMemFree_v2, as it was made), then allocates SIZE, alternately with
  * cuMemAllocAsync on the NULL stream and cuMemAlloc_v2. Between rounds (no call in flight)
@@ -1721,7 +1721,7 @@ static int run_op(const struct drv *d, const char *word) {
         out("miplevel %s %llu rc=%d slot=%zu", f[1], a, rc,
             push(&arrays, (unsigned long long)(size_t)level, 0, rc == 0));
     /* ---- end of CUDA arrays ---- */
-    /* ---- placement, contexts, capture (issue 10) ----
+    /* ---- placement, contexts, capture ----
      *   asyncon:SIZE:STREAM        cuMemAllocAsync on stream slot STREAM
      *   defpoolon:DEV:SIZE:STREAM  from device DEV's default pool, on stream slot STREAM
      *                              (or "n": the NULL stream)
@@ -1874,13 +1874,13 @@ static int run_op(const struct drv *d, const char *word) {
             void *graph = NULL;
             *(void **)&end = raw_sym(d, "cuStreamEndCapture");
             rc = end ? end((CUstream)(size_t)s->value, &graph) : CUDA_ERROR_NOT_FOUND;
-            /* issue 11: the captured graph is a graph slot */
+            /* the captured graph is a graph slot */
             out("%s %s rc=%d slot=%zu", op, f[1], rc,
                 push(&graphs, (unsigned long long)(size_t)graph, 0, rc == 0 && graph));
             return 0;
         }
         out("%s %s rc=%d", op, f[1], rc);
-    /* ---- pools that keep memory, graph memory (issue 11) ----
+    /* ---- pools that keep memory, graph memory ----
      *   footprint:DEV              cuShimFootprint: allocations= pool_cache= graph= context=
      *   sync / streamsync:S        cuCtxSynchronize / cuStreamSynchronize of stream slot S
      *                              (or "n": the NULL stream); not hooked (client's dlsym)
@@ -2103,7 +2103,7 @@ static int run_op(const struct drv *d, const char *word) {
             }
         }
         out("graphnodes %s rc=%d n=%zu alloc=%zu free=%zu", f[1], rc, n, allocs, frees);
-    /* ---- end of issue 11 ---- */
+    /* ---- end of pools that keep memory, graph memory ---- */
     } else if (!strcmp(op, "instantiate1") || !strcmp(op, "instantiate2")) {
         typedef CUresult (*fn_logged)(CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t);
         fn_logged inst;

@@ -55,75 +55,13 @@ int main(int argc, char **argv) {
     if (self_v2)
         getproc = self_v2;
 
-#define GET(field, name, version) (*(void **)&d.field = lookup(name, version))
-    GET(cuInit, "cuInit", 2000);
-    GET(cuDeviceGet, "cuDeviceGet", 2000);
-    GET(cuDeviceGetCount, "cuDeviceGetCount", 2000);
-    GET(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 7000);
-    GET(cuCtxSetCurrent, "cuCtxSetCurrent", 4000);
-    GET(cuCtxGetCurrent, "cuCtxGetCurrent", 4000);
-    GET(cuMemAlloc_v2, "cuMemAlloc", 3020);
-    GET(cuMemFree_v2, "cuMemFree", 3020);
-    GET(cuMemGetInfo_v2, "cuMemGetInfo", 3020);
-    GET(cuMemAllocPitch_v2, "cuMemAllocPitch", 3020);
-    GET(cuDeviceTotalMem_v2, "cuDeviceTotalMem", 3020);
-    GET(cuMemAllocManaged, "cuMemAllocManaged", 6000);
-    GET(cuMemAllocAsync, "cuMemAllocAsync", 11020);
-    GET(cuMemFreeAsync, "cuMemFreeAsync", 11020);
-    GET(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", 11020);
-    GET(cuMemPoolCreate, "cuMemPoolCreate", 11020);
-    GET(cuDeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool", 11020);
-    GET(cuMemCreate, "cuMemCreate", 10020);
-    GET(cuMemRelease, "cuMemRelease", 10020);
-    GET(cuMemAddressReserve, "cuMemAddressReserve", 10020);
-    GET(cuMemMap, "cuMemMap", 10020);
-    GET(cuMemUnmap, "cuMemUnmap", 10020);
-    GET(cuMemAddressFree, "cuMemAddressFree", 10020);
-    GET(cuGetErrorName, "cuGetErrorName", 6000);
-    /* arrays */
-    GET(cuArrayCreate_v2, "cuArrayCreate", 3020);
-    GET(cuArray3DCreate_v2, "cuArray3DCreate", 3020);
-    GET(cuArrayDestroy, "cuArrayDestroy", 2000);
-    GET(cuMipmappedArrayCreate, "cuMipmappedArrayCreate", 5000);
-    GET(cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy", 5000);
-    GET(cuArrayCreate, "cuArrayCreate", 2000);
-    GET(cuArray3DCreate, "cuArray3DCreate", 2000);
-    GET(cuMemSetAccess, "cuMemSetAccess", 10020);
-    GET(cuMemRetainAllocationHandle, "cuMemRetainAllocationHandle", 11000);
-    GET(cuMemExportToShareableHandle, "cuMemExportToShareableHandle", 10020);
-    GET(cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle", 10020);
-    GET(cuIpcOpenMemHandle, "cuIpcOpenMemHandle", 11000);
-    GET(cuMemPoolImportPointer, "cuMemPoolImportPointer", 11020);
-    GET(cuExternalMemoryGetMappedBuffer, "cuExternalMemoryGetMappedBuffer", 10000);
-    /* Placement, contexts, capture (issue 10). */
-    GET(cuCtxDestroy_v2, "cuCtxDestroy", 4000);
-    GET(cuDevicePrimaryCtxReset_v2, "cuDevicePrimaryCtxReset", 11000);
-    GET(cuDevicePrimaryCtxRelease_v2, "cuDevicePrimaryCtxRelease", 11000);
-    GET(cuMemGetDefaultMemPool, "cuMemGetDefaultMemPool", 13000);
-    /* Pools that keep memory, graph memory (issue 11): cuGraphInstantiate at 12000 is the
-     * flags form, as cudart asks for it. */
-    GET(cuMemPoolTrimTo, "cuMemPoolTrimTo", 11020);
-    GET(cuMemPoolGetAttribute, "cuMemPoolGetAttribute", 11020);
-    GET(cuMemPoolSetAttribute, "cuMemPoolSetAttribute", 11020);
-    GET(cuGraphCreate, "cuGraphCreate", 10000);
-    GET(cuGraphDestroy, "cuGraphDestroy", 10000);
-    GET(cuGraphAddMemAllocNode, "cuGraphAddMemAllocNode", 11040);
-    GET(cuGraphAddMemFreeNode, "cuGraphAddMemFreeNode", 11040);
-    GET(cuGraphInstantiateWithFlags, "cuGraphInstantiate", 12000);
-    GET(cuGraphInstantiateWithParams, "cuGraphInstantiateWithParams", 12000);
-    GET(cuGraphUpload, "cuGraphUpload", 11010);
-    GET(cuGraphLaunch, "cuGraphLaunch", 10000);
-    GET(cuGraphExecDestroy, "cuGraphExecDestroy", 10000);
-    GET(cuDeviceGraphMemTrim, "cuDeviceGraphMemTrim", 11040);
-    GET(cuDeviceGetGraphMemAttribute, "cuDeviceGetGraphMemAttribute", 11040);
-    /* Context memory on the client's own path (issue 11). */
-    GET(cuCtxCreate_v2, "cuCtxCreate", 3020);
-    GET(cuCtxSetLimit, "cuCtxSetLimit", 3010);
-    /* The legacy 32-bit forms, as a pre-3.2 caller would get them. */
-    GET(cuMemAlloc, "cuMemAlloc", 2000);
-    GET(cuMemFree, "cuMemFree", 2000);
-    GET(cuMemGetInfo, "cuMemGetInfo", 2000);
-#undef GET
+    /* Every function of driver_functions.h by its base name and version, in the list's
+     * order (the legacy 32-bit forms at 2000, as a pre-3.2 caller would get them). */
+#define DRV(name, base, version, params) *(void **)&d.name = lookup(#base, version);
+#define DRV_LEGACY DRV
+    DRIVER_FUNCTIONS
+#undef DRV
+#undef DRV_LEGACY
     d.sym = sym;
     return run_ops(&d, argc - 1, argv + 1);
 }
