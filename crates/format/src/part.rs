@@ -1,6 +1,6 @@
 //! The footprint's vocabulary: the parts a device's footprint holds besides allocations, and
 //! tables indexed by them. Adding a part is a change to [`Part`] here (its variant, `ALL`,
-//! `name` and `words`) plus the code that measures it in the interposer: the trace's names,
+//! `name`, `words` and `label`) plus the code that measures it in the interposer: the trace's names,
 //! the CLI's reports, tracks and chart layers all follow from this list.
 
 use serde::ser::{Serialize, SerializeMap, Serializer};
@@ -45,6 +45,15 @@ impl Part {
         match self {
             Part::PoolCache => "pool cache",
             Part::Graph => "graph memory",
+            Part::Context => "context",
+        }
+    }
+
+    /// Its label in the report's tables, whose columns are narrow.
+    pub const fn label(self) -> &'static str {
+        match self {
+            Part::PoolCache => "pool cache",
+            Part::Graph => "graph",
             Part::Context => "context",
         }
     }
@@ -153,6 +162,14 @@ impl Layer {
         match self {
             Layer::Allocations => "allocations",
             Layer::Part(p) => p.words(),
+        }
+    }
+
+    /// Its label in the report's tables.
+    pub const fn label(self) -> &'static str {
+        match self {
+            Layer::Allocations => "allocations",
+            Layer::Part(p) => p.label(),
         }
     }
 

@@ -347,7 +347,11 @@ mod tests {
         assert_eq!(serde_json::from_str::<SummaryDevice>(&text).unwrap(), full);
         let (at_end, peaks) = full.parts();
         assert_eq!(
-            (at_end[Part::Context], at_end[Part::PoolCache], at_end[Part::Graph]),
+            (
+                at_end[Part::Context],
+                at_end[Part::PoolCache],
+                at_end[Part::Graph]
+            ),
             (1, 2, 3)
         );
         assert_eq!(peaks, PerPart([5, 6, 4]), "in Part::ALL order");

@@ -1,62 +1,58 @@
 //! From a trace's events to the report's model, in one pass per trace.
 
 use super::model::*;
+use super::{CHART_COLUMNS, EPISODES_SHOWN, EPISODE_HEAD, EPISODE_TAIL, OBSERVED_SHOWN, TOP};
 use crate::timeline::Timeline;
-use crate::traces::{self, Seen};
+use crate::traces;
+use crate::walk::{walk, DeviceParts, Visit};
 use cuquota_format::episodes::{Episode, GaveUp, Outcome};
 use cuquota_format::hash::BuildKeyHasher;
-use cuquota_format::read::{self, Options, Record};
-use cuquota_format::schema::{kind, parse_ptr, part, EventLine, Header, Summary};
+use cuquota_format::part::PerLayer;
+use cuquota_format::read::{Options, Stats};
+use cuquota_format::schema::{kind, parse_ptr, EventLine, Header, Summary};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::path::PathBuf;
-use super::{CHART_COLUMNS, EPISODES_SHOWN, EPISODE_HEAD, EPISODE_TAIL, OBSERVED_SHOWN, TOP};
 
 pub fn build(traces: &[PathBuf], options: &Options) -> Result<Report, String> {
     for path in traces {
         traces::header(path)?;
     }
-    let mut processes = Vec::new();
-    let mut seen = Seen::default();
-    for path in traces {
-        let file = path.display().to_string();
-        let mut current: Option<Process> = None;
-        let stats = read::read(path, options, |record| {
-            match record {
-                Record::Header(h) => {
-                    if let Some(done) = current.take() {
-                        processes.push(done);
-                    }
-                    // A process already read (the same trace given twice): skip its records.
-                    if seen.first(h, &file) {
-                        current = Some(Process::new(file.clone(), h.clone()));
-                    }
-                }
-                Record::Event(e) => {
-                    if let Some(p) = current.as_mut() {
-                        p.event(e);
-                    }
-                }
-                Record::Summary(s) => {
-                    if let Some(p) = current.as_mut() {
-                        p.summary(s.clone());
-                    }
-                }
-            }
-            Ok(())
-        })?;
-        if let Some(mut p) = current {
-            p.skipped = stats.skipped;
-            p.truncated = stats.truncated;
-            processes.push(p);
-        }
-    }
-    let mut processes: Vec<ProcessReport> = processes.into_iter().map(Process::finish).collect();
+    let mut processes = Processes(Vec::new());
+    walk(traces, options, &mut processes)?;
+    let mut processes: Vec<ProcessReport> = processes.0.into_iter().map(Process::finish).collect();
     processes.sort_by(|a, b| {
         (&a.host, a.rank, a.start_unix_ns, a.pid).cmp(&(&b.host, b.rank, b.start_unix_ns, b.pid))
     });
     let job = job(&processes);
     Ok(Report { processes, job })
+}
+
+/// The processes read so far.
+struct Processes(Vec<Process>);
+
+impl Visit for Processes {
+    type Process = Process;
+
+    fn start(&mut self, file: &str, header: &Header) -> Process {
+        Process::new(file.to_string(), header.clone())
+    }
+
+    fn event(&mut self, p: &mut Process, e: &EventLine) {
+        p.event(e);
+    }
+
+    fn summary(&mut self, p: &mut Process, s: &Summary) {
+        p.summary(s.clone());
+    }
+
+    fn finish(&mut self, mut p: Process, stats: Option<Stats>) {
+        if let Some(stats) = stats {
+            p.skipped = stats.skipped;
+            p.truncated = stats.truncated;
+        }
+        self.0.push(p);
+    }
 }
 
 #[derive(Default)]
@@ -83,44 +79,20 @@ impl Device {
 /// A device's footprint parts as the trace goes.
 #[derive(Default)]
 struct Parts {
-    /// Any `footprint` or `trim` line seen.
-    seen: bool,
-    /// Now: pool cache, graph, context (as `footprint` lines last said).
-    now: [u64; 3],
-    /// Allocations, pool cache, graph, context: the highest, and at the device's peak.
-    peak: [u64; 4],
-    at_peak: [u64; 4],
+    /// Each part now, and whether any `footprint` or `trim` line was seen.
+    device: DeviceParts,
+    /// Every layer's highest, and its value at the device's peak.
+    peak: PerLayer<u64>,
+    at_peak: PerLayer<u64>,
     trims: u64,
     trimmed_bytes: u64,
 }
 
 impl Parts {
-    /// Index in `now` of a `part` value.
-    fn index(name: &str) -> Option<usize> {
-        match name {
-            part::POOL_CACHE => Some(0),
-            part::GRAPH => Some(1),
-            part::CONTEXT => Some(2),
-            _ => None,
-        }
-    }
-
-    /// All four parts, with `in_use` bytes charged: in footprint mode the allocations are
-    /// what the other parts leave of it.
-    fn with(&self, in_use: u64, footprint: bool) -> [u64; 4] {
-        let others = self.now.iter().fold(0u64, |a, &b| a.saturating_add(b));
-        let allocations = if footprint {
-            in_use.saturating_sub(others)
-        } else {
-            in_use
-        };
-        [allocations, self.now[0], self.now[1], self.now[2]]
-    }
-
     /// After an event that left `in_use` charged; `peak`: it is the device's new peak.
     fn held(&mut self, in_use: u64, footprint: bool, peak: bool) {
-        let all = self.with(in_use, footprint);
-        for (p, v) in self.peak.iter_mut().zip(all) {
+        let all = self.device.layers(in_use, footprint);
+        for (p, v) in self.peak.0.iter_mut().zip(all.0) {
             *p = (*p).max(v);
         }
         if peak {
@@ -129,18 +101,14 @@ impl Parts {
     }
 
     fn report(&self, in_use_at_end: u64, footprint: bool) -> FootprintReport {
-        let end = self.with(in_use_at_end, footprint);
-        let part = |i: usize| PartReport {
-            at_end: end[i],
-            peak: self.peak[i].max(end[i]),
-            at_peak: self.at_peak[i],
-        };
+        let end = self.device.layers(in_use_at_end, footprint);
         FootprintReport {
             counted: footprint,
-            allocations: part(0),
-            pool_cache: part(1),
-            graph: part(2),
-            context: part(3),
+            layers: PerLayer::from_fn(|l| PartReport {
+                at_end: end[l],
+                peak: self.peak[l].max(end[l]),
+                at_peak: self.at_peak[l],
+            }),
             trims: self.trims,
             trimmed_bytes: self.trimmed_bytes,
         }
@@ -443,13 +411,10 @@ impl Process {
         let first = *self.first_t_ns.get_or_insert(e.t_ns);
         let dev = device(&mut self.devices, e.dev);
         let parts = &mut dev.parts;
-        parts.seen = true;
-        let index = e.part.as_deref().and_then(Parts::index);
+        parts.device.line(e);
         if e.kind == kind::TRIM {
             parts.trims += 1;
             parts.trimmed_bytes = parts.trimmed_bytes.saturating_add(e.bytes);
-        } else if let Some(i) = index {
-            parts.now[i] = e.bytes;
         }
         let r = &mut dev.report;
         r.in_use_at_end = e.in_use;
@@ -602,7 +567,7 @@ impl Process {
             .into_values()
             .filter(|d| d.timeline.is_some())
             .map(|mut d| {
-                if footprint || d.parts.seen {
+                if footprint || d.parts.device.seen {
                     d.report.footprint = Some(d.parts.report(d.report.in_use_at_end, footprint));
                 }
                 let (live, live_bytes) =

@@ -11,8 +11,8 @@ mod text;
 
 pub use build::build;
 pub use model::*;
-pub use text::seconds;
 use text::render;
+pub use text::seconds;
 
 use cuquota_format::read::Options;
 use std::path::PathBuf;
@@ -43,6 +43,7 @@ pub fn run(traces: &[PathBuf], json: bool, options: &Options) -> Result<(), Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cuquota_format::part::{Layer, Part, PerLayer};
 
     pub const MIB: u64 = 1 << 20;
 
@@ -397,10 +398,13 @@ mod tests {
             d.footprint,
             Some(FootprintReport {
                 counted: true,
-                allocations: part(12, 52, 52),
-                pool_cache: part(0, 8, 0),
-                graph: part(10, 10, 10),
-                context: part(30, 30, 30),
+                // Allocations, pool cache, graph, context.
+                layers: PerLayer([
+                    part(12, 52, 52),
+                    part(0, 8, 0),
+                    part(10, 10, 10),
+                    part(30, 30, 30)
+                ]),
                 trims: 1,
                 trimmed_bytes: 8 * MIB,
             })
@@ -464,10 +468,19 @@ mod tests {
         let f = d.footprint.as_ref().unwrap();
         assert!(!f.counted);
         assert_eq!(
-            (f.allocations.at_end, f.allocations.peak),
+            (
+                f.layers[Layer::Allocations].at_end,
+                f.layers[Layer::Allocations].peak
+            ),
             (40 * MIB, 40 * MIB)
         );
-        assert_eq!((f.context.at_end, f.context.at_peak), (30 * MIB, 30 * MIB));
+        assert_eq!(
+            (
+                f.layers[Layer::Part(Part::Context)].at_end,
+                f.layers[Layer::Part(Part::Context)].at_peak
+            ),
+            (30 * MIB, 30 * MIB)
+        );
         let text = render(&r);
         assert!(text.contains("counting allocations, 2 events"), "{text}");
         assert!(text.contains("quota 100.00 MiB, peak 40.00 MiB"), "{text}");
@@ -481,7 +494,11 @@ mod tests {
         let r = report(&[("only-allocations", lines)]);
         let f = r.processes[0].devices[0].footprint.clone().unwrap();
         assert_eq!(
-            (f.counted, f.allocations.peak, f.context.peak),
+            (
+                f.counted,
+                f.layers[Layer::Allocations].peak,
+                f.layers[Layer::Part(Part::Context)].peak
+            ),
             (true, 40 * MIB, 0)
         );
     }
@@ -632,4 +649,3 @@ mod tests {
         assert!(render(&r).contains("… 12 more …"));
     }
 }
-

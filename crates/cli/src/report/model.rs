@@ -1,5 +1,6 @@
 //! The report's data: what `cuquota report --json` prints, and what the text renders.
 
+use cuquota_format::part::PerLayer;
 use cuquota_format::units::human;
 use serde::Serialize;
 
@@ -99,10 +100,9 @@ pub struct FootprintReport {
     /// `timeline` are of the whole footprint. Otherwise they are of allocations only, and the
     /// other parts are what the process also held, not charged.
     pub counted: bool,
-    pub allocations: PartReport,
-    pub pool_cache: PartReport,
-    pub graph: PartReport,
-    pub context: PartReport,
+    /// Allocations, then each part of the footprint (`Part::ALL`), under their names.
+    #[serde(flatten)]
+    pub layers: PerLayer<PartReport>,
     /// Times cuquota trimmed this process's pools or graph memory to make room for a
     /// request (`trim` lines), and the bytes that released.
     pub trims: u64,
@@ -113,10 +113,7 @@ impl FootprintReport {
     /// Nothing but allocations was ever held (no context measured, no pool cache, no graph
     /// memory, no trim): the text then reads as for allocations alone.
     pub fn only_allocations(&self) -> bool {
-        [&self.pool_cache, &self.graph, &self.context]
-            .iter()
-            .all(|p| p.peak == 0)
-            && self.trims == 0
+        self.layers.parts().all(|(_, p)| p.peak == 0) && self.trims == 0
     }
 }
 
@@ -260,4 +257,3 @@ pub struct JobReport {
     /// Processes whose trace has no summary line (still running, or killed).
     pub unfinished: usize,
 }
-

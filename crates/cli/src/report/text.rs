@@ -1,10 +1,10 @@
 //! The report as text, for the terminal.
 
 use super::model::*;
+use super::{CHART_ROWS, EPISODE_HEAD};
 use cuquota_format::episodes::GAP_NS;
 use cuquota_format::units::human;
 use std::fmt::Write as _;
-use super::{CHART_ROWS, EPISODE_HEAD};
 
 /// `12.345 s`, `4.567 ms` or `890 µs`: three significant decimals for short traces too.
 pub fn seconds(t_ns: u64) -> String {
@@ -269,12 +269,8 @@ fn render_footprint(out: &mut String, f: &FootprintReport) {
         "highest",
         "at the peak"
     );
-    for (name, part) in [
-        ("allocations", &f.allocations),
-        ("pool cache", &f.pool_cache),
-        ("graph", &f.graph),
-        ("context", &f.context),
-    ] {
+    for (layer, part) in f.layers.iter() {
+        let name = layer.label();
         let _ = writeln!(
             out,
             "       {name:<22}{:>12} {:>12} {:>12}",
@@ -318,16 +314,12 @@ fn render_contexts_and_graphs(out: &mut String, d: &DeviceReport) {
 fn render_observed(out: &mut String, d: &DeviceReport) {
     let its_peak = match &d.footprint {
         Some(f) if f.counted && !f.only_allocations() => {
-            let parts: Vec<String> = [
-                ("allocations", f.allocations.at_peak),
-                ("pool cache", f.pool_cache.at_peak),
-                ("graph", f.graph.at_peak),
-                ("context", f.context.at_peak),
-            ]
-            .iter()
-            .filter(|(_, v)| *v > 0)
-            .map(|(name, v)| format!("{name} {}", human(*v)))
-            .collect();
+            let parts: Vec<String> = f
+                .layers
+                .iter()
+                .filter(|(_, p)| p.at_peak > 0)
+                .map(|(layer, p)| format!("{} {}", layer.label(), human(p.at_peak)))
+                .collect();
             if parts.is_empty() {
                 "its footprint peak".to_string()
             } else {
@@ -461,4 +453,3 @@ fn render_job(out: &mut String, r: &Report) {
         );
     }
 }
-
