@@ -75,11 +75,11 @@ impl<T> PerPart<T> {
     }
 
     /// Each part with its value, in [`Part::ALL`] order.
-    pub fn iter(&self) -> impl Iterator<Item = (Part, &T)> {
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = (Part, &T)> + ExactSizeIterator {
         Part::ALL.into_iter().zip(&self.0)
     }
 
-    pub fn values(&self) -> impl Iterator<Item = &T> {
+    pub fn values(&self) -> impl DoubleEndedIterator<Item = &T> + ExactSizeIterator {
         self.0.iter()
     }
 }
@@ -196,12 +196,12 @@ impl<T> PerLayer<T> {
     }
 
     /// Each layer with its value, bottom first.
-    pub fn iter(&self) -> impl Iterator<Item = (Layer, &T)> {
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = (Layer, &T)> + ExactSizeIterator {
         Layer::ALL.into_iter().zip(&self.0)
     }
 
     /// The parts' values (every layer but allocations).
-    pub fn parts(&self) -> impl Iterator<Item = (Part, &T)> {
+    pub fn parts(&self) -> impl DoubleEndedIterator<Item = (Part, &T)> + ExactSizeIterator {
         Part::ALL.into_iter().zip(&self.0[1..])
     }
 }
