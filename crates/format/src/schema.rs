@@ -5,14 +5,19 @@
 //! ([`EventLine`]), and on a clean exit (or SIGTERM/SIGINT) a [`Summary`] last. Readers must
 //! ignore fields and line types they do not know: new ones may be added within schema 1.
 //!
+//! A new part of the footprint is a variant of [`Part`] (`crate::part`): the `part` names,
+//! the CLI's figures and tracks follow from it; only the summary names each part's fields
+//! (see [`SummaryDevice::part_mut`]).
+//!
 //! A new event type (or field) is added in all of these places:
 //! - here: its name in [`kind`], its fields in [`EventLine`];
 //! - the fast path of the reader (`fastline.rs`): every new key, or such lines take the slow
 //!   path (still correct, three times slower);
 //! - the interposer's writer: `src/trace/mod.rs` (`EventKind`) and `src/trace/encode.rs`
 //!   (the line's prefix and fields, and its round-trip tests), and the code that emits it;
-//! - the CLI (`crates/cli`): `report.rs` (`Process::event`), `export.rs` (the Chrome trace)
-//!   and `plot.rs`, each of which skips types it does not list;
+//! - the CLI (`crates/cli`), whose one walk (`walk.rs`) hands every line to `report`
+//!   (`report/build.rs`, `Process::event`), `export.rs` (the Chrome trace) and `plot.rs`,
+//!   each of which skips types it does not list;
 //! - the README's trace schema section;
 //! - the tests: the golden traces and their expected reports, and the line generator of
 //!   `tests/reliability_hostile_input.rs`.
