@@ -8,42 +8,12 @@ const UNRESOLVED: u64 = u64::MAX;
 /// A limit this large is "no limit" (no device has 16 EiB).
 pub const UNLIMITED: u64 = u64::MAX - 1;
 
-/// What a device's footprint holds besides live allocations (issue 11): each is charged
-/// into the same `in_use`/`held` as allocations, so one compare-and-swap checks the whole
-/// footprint against the limit, and kept apart here to say where the room went.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(usize)]
-pub enum Part {
-    /// Memory pools' reservation beyond their live allocations.
-    PoolCache,
-    /// The device's graph memory pool reservation.
-    Graph,
-    /// What the process's contexts on the device take (measured, or `CUQUOTA_CONTEXT`).
-    Context,
-}
-
-impl Part {
-    /// Every part, in the order of their discriminants (which index the counters).
-    pub const ALL: [Part; 3] = [Part::PoolCache, Part::Graph, Part::Context];
-
-    /// The trace's name (`"part"` of a `footprint` line, and the summary's fields).
-    pub fn name(self) -> &'static str {
-        match self {
-            Part::PoolCache => "pool_cache",
-            Part::Graph => "graph",
-            Part::Context => "context",
-        }
-    }
-
-    /// The log's words.
-    pub fn words(self) -> &'static str {
-        match self {
-            Part::PoolCache => "pool cache",
-            Part::Graph => "graph memory",
-            Part::Context => "context",
-        }
-    }
-}
+/// The footprint's parts besides allocations: the format crate owns the list (their trace
+/// names and words), so that the CLI reads what the interposer writes. Each is charged into
+/// the same `in_use`/`held` as allocations, so one compare-and-swap checks the whole
+/// footprint against the limit, and kept apart here (indexed by the part) to say where the
+/// room went.
+pub use cuquota_format::part::Part;
 
 /// The counters of one device.
 #[derive(Debug)]
@@ -329,7 +299,7 @@ impl DeviceQuota {
     }
 }
 
-// ---- The pool cache (issue 11) ----------------------------------------------------------
+// ---- The pool cache ----------------------------------------------------------------------
 
 impl DeviceQuota {
     /// A pool allocation of `bytes` was freed and its pool keeps the memory: its charge
@@ -377,7 +347,7 @@ mod tests {
         );
     }
 
-    /// Issue 10 item 7: a process that held 4 KiB once reported a 2 GiB peak, because
+    /// A process that held 4 KiB once reported a 2 GiB peak, because
     /// another thread's 2 GiB request was reserved (in flight) when the 4 KiB committed.
     #[test]
     fn the_peak_is_of_held_bytes_not_of_requests_in_flight() {

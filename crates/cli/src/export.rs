@@ -7,8 +7,10 @@
 //! instant event on the calling thread per refusal, per back-off episode and per trim.
 //! Timestamps are µs since the earliest trace start, so several files line up.
 
-use cuquota_format::read::{self, Options, Record};
-use cuquota_format::schema::{kind, part, EventLine, Header};
+use crate::walk::{walk, DeviceParts, Visit};
+use cuquota_format::part::{Part, PerLayer, LAYERS};
+use cuquota_format::read::{Options, Stats};
+use cuquota_format::schema::{kind, EventLine, Header, Summary};
 use cuquota_format::units::human;
 use std::collections::{BTreeMap, HashSet};
 use std::fs::File;
@@ -32,44 +34,49 @@ pub fn chrome(traces: &[PathBuf], output: &Path, options: &Options) -> Result<()
         error: None,
     };
     w.raw("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
-    let mut pids = HashSet::new();
-    let mut seen = crate::traces::Seen::default();
-    for path in traces {
-        let file = path.display().to_string();
-        let mut process: Option<Process> = None;
-        read::read(path, options, |record| {
-            match record {
-                Record::Header(h) => {
-                    if let Some(p) = process.take() {
-                        p.close(&mut w);
-                    }
-                    // A process already written (the same trace given twice): skip it.
-                    if seen.first(h, &file) {
-                        process = Some(Process::open(h, t0, &mut pids, &mut w));
-                    }
-                }
-                Record::Event(e) => {
-                    if let Some(p) = process.as_mut() {
-                        p.event(e, &mut w);
-                    }
-                }
-                Record::Summary(s) => {
-                    if let Some(p) = process.as_mut() {
-                        p.last_t_ns = p.last_t_ns.max(s.t_ns);
-                    }
-                }
-            }
-            w.error.take().map_or(Ok(()), Err)
-        })?;
-        if let Some(p) = process {
-            p.close(&mut w);
-        }
-    }
+    let mut export = Export {
+        w,
+        t0,
+        pids: HashSet::new(),
+    };
+    walk(traces, options, &mut export)?;
+    let mut w = export.w;
     w.raw("\n]}\n");
     w.out.flush().map_err(|e| format!("{out_name}: {e}"))?;
     match w.error {
         Some(e) => Err(format!("{out_name}: {e}")),
         None => Ok(()),
+    }
+}
+
+/// The walk's visitor: each process's tracks, written as its events go by.
+struct Export {
+    w: Writer,
+    t0: u64,
+    pids: HashSet<u64>,
+}
+
+impl Visit for Export {
+    type Process = Process;
+
+    fn start(&mut self, _file: &str, header: &Header) -> Process {
+        Process::open(header, self.t0, &mut self.pids, &mut self.w)
+    }
+
+    fn event(&mut self, p: &mut Process, e: &EventLine) {
+        p.event(e, &mut self.w);
+    }
+
+    fn summary(&mut self, p: &mut Process, s: &Summary) {
+        p.last_t_ns = p.last_t_ns.max(s.t_ns);
+    }
+
+    fn finish(&mut self, p: Process, _stats: Option<Stats>) {
+        p.close(&mut self.w);
+    }
+
+    fn error(&mut self) -> Option<String> {
+        self.w.error.take()
     }
 }
 
@@ -105,10 +112,10 @@ struct Device {
     quota: Option<u64>,
     /// Last in-use value written, to skip repeats.
     in_use: Option<u64>,
-    /// Pool cache, graph, context now.
-    parts: [u64; 3],
-    /// The last values written of the part tracks (`PARTS`); None until a part appears.
-    written: Option<[u64; 4]>,
+    /// Each part now.
+    parts: DeviceParts,
+    /// The last values written of the layers' tracks; None until a part appears.
+    written: Option<PerLayer<u64>>,
 }
 
 impl Device {
@@ -116,19 +123,11 @@ impl Device {
         Device {
             quota,
             in_use: None,
-            parts: [0; 3],
+            parts: DeviceParts::default(),
             written: None,
         }
     }
 }
-
-/// The part tracks, named after "GPU n ", and the `part` value of each but allocations.
-const PARTS: [(&str, &str); 4] = [
-    ("allocations", ""),
-    ("pool cache", part::POOL_CACHE),
-    ("graph memory", part::GRAPH),
-    ("context", part::CONTEXT),
-];
 
 struct Process {
     pid: u64,
@@ -213,31 +212,18 @@ impl Process {
             .or_insert_with(|| Device::new(None));
         let (quota, changed) = (dev.quota, dev.in_use != Some(e.in_use));
         dev.in_use = Some(e.in_use);
-        if kind == kind::FOOTPRINT {
-            if let Some(i) = PARTS[1..]
-                .iter()
-                .position(|p| Some(p.1) == e.part.as_deref())
-            {
-                dev.parts[i] = e.bytes;
-                dev.written.get_or_insert([u64::MAX; 4]);
-            }
+        if kind == kind::FOOTPRINT && dev.parts.line(e).is_some() {
+            dev.written.get_or_insert(PerLayer([u64::MAX; LAYERS]));
         }
         // The part tracks, where they changed (all of them at first). A trim's part total
         // comes on the next line: the tracks wait for it.
         let mut parts_changed = Vec::new();
         if let Some(written) = dev.written.as_mut().filter(|_| kind != kind::TRIM) {
-            let others: u64 = dev.parts.iter().sum();
-            let allocations = if self.footprint {
-                e.in_use.saturating_sub(others)
-            } else {
-                e.in_use
-            };
-            let [pool_cache, graph, context] = dev.parts;
-            let now = [allocations, pool_cache, graph, context];
-            for (i, (old, new)) in written.iter_mut().zip(now).enumerate() {
-                if *old != new {
-                    *old = new;
-                    parts_changed.push((PARTS[i].0, new));
+            let now = dev.parts.layers(e.in_use, self.footprint);
+            for (layer, new) in now.iter() {
+                if written[layer] != *new {
+                    written[layer] = *new;
+                    parts_changed.push((layer.words(), *new));
                 }
             }
         }
@@ -289,10 +275,7 @@ impl Process {
             }
             kind::TRIM => {
                 let part = e.part.as_deref().unwrap_or("");
-                let name = PARTS
-                    .iter()
-                    .find(|p| !p.1.is_empty() && p.1 == part)
-                    .map_or(part, |p| p.0);
+                let name = Part::from_name(part).map_or(part, |p| p.words());
                 w.event(format_args!(
                     r#"{{"name":{},"cat":"cuquota","ph":"i","s":"t","pid":{},"tid":{},"ts":{ts},"args":{{"dev":{},"api":{},"part":{},"bytes":{},"in_use":{}}}}}"#,
                     json(&format!("GPU {} trimmed {} of {name}", e.dev, human(e.bytes))),
@@ -317,8 +300,8 @@ impl Process {
                 if let Some(q) = d.quota {
                     self.counter(w, self.last_t_ns, dev, "quota", q);
                 }
-                for (&(name, _), &bytes) in PARTS.iter().zip(d.written.iter().flatten()) {
-                    self.counter(w, self.last_t_ns, dev, name, bytes);
+                for (layer, &bytes) in d.written.iter().flat_map(PerLayer::iter) {
+                    self.counter(w, self.last_t_ns, dev, layer.words(), bytes);
                 }
             }
         }

@@ -9,6 +9,7 @@ mod report;
 mod run;
 mod timeline;
 mod traces;
+mod walk;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use cuquota_format::read;

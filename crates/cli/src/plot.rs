@@ -9,9 +9,11 @@
 //! range, each panel's label) that tests can check without rendering it.
 
 use crate::timeline::Timeline;
-use crate::traces::{self, Seen};
-use cuquota_format::read::{self, Options, Record};
-use cuquota_format::schema::{kind, part, Header};
+use crate::traces;
+use crate::walk::{walk, DeviceParts, Visit};
+use cuquota_format::part::{Layer, PerLayer, LAYERS, PARTS};
+use cuquota_format::read::{Options, Stats};
+use cuquota_format::schema::{kind, EventLine, Header};
 use cuquota_format::units::human;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -44,13 +46,18 @@ const GRID: &str = "#e3e3e3";
 const TEXT: &str = "#222222";
 const SUBTLE: &str = "#555555";
 const FRAME: &str = "#999999";
-/// The footprint's parts, bottom to top: name, legend label, fill.
-const PARTS: [(&str, &str, &str); 4] = [
-    ("allocations", "allocations", "#8fb0e3"),
-    (part::POOL_CACHE, "pool cache", "#f0b76e"),
-    (part::GRAPH, "graph memory", "#8cc98c"),
-    (part::CONTEXT, "context", "#c2aee0"),
+/// The fills of the footprint's layers, bottom to top (`Layer::ALL` order): allocations,
+/// pool cache, graph memory, context, then spares so that a new part gets a colour too.
+const FILLS: [&str; 8] = [
+    "#8fb0e3", "#f0b76e", "#8cc98c", "#c2aee0", "#e39f9f", "#9fd6d6", "#d6c58f", "#b5b5b5",
 ];
+const _: () = assert!(LAYERS <= FILLS.len(), "a colour for every layer");
+
+/// A layer's fill.
+fn fill(layer: Layer) -> &'static str {
+    let i = Layer::ALL.iter().position(|l| *l == layer).unwrap_or(0);
+    FILLS[i]
+}
 const TRIM: &str = "#6a3d9a";
 
 struct Series {
@@ -69,13 +76,13 @@ struct Series {
     end_ns: u64,
     /// The quota counted the footprint (in use is every part).
     footprint: bool,
-    /// Pool cache, graph, context now (as the last `footprint` lines said).
-    parts: [u64; 3],
-    /// Allocations, pool cache, graph, context: the highest each reached.
-    part_peaks: [u64; 4],
-    /// Once a part besides allocations appears: the tops of allocations, + pool cache,
-    /// + graph (the top of context is in use), bucketed alike with `timeline`.
-    stack: Option<Box<[Timeline; 3]>>,
+    /// Each part now (as the last `footprint` lines said).
+    parts: DeviceParts,
+    /// The highest each layer reached.
+    part_peaks: PerLayer<u64>,
+    /// Once a part besides allocations appears: the top of each layer but the last (whose
+    /// top is in use), bucketed alike with `timeline`.
+    stack: Option<Box<[Timeline; PARTS]>>,
     trims: u64,
 }
 
@@ -83,16 +90,13 @@ impl Series {
     /// `in_use` charged at `rel` ns: the in-use line, and the parts' tops when stacked.
     fn held(&mut self, rel: u64, in_use: u64) {
         self.timeline.add(rel, in_use);
-        let [pool_cache, graph, context] = self.parts;
-        let allocations = in_use
-            .saturating_sub(pool_cache)
-            .saturating_sub(graph)
-            .saturating_sub(context);
-        let tops = [
-            allocations,
-            allocations.saturating_add(pool_cache),
-            allocations.saturating_add(pool_cache).saturating_add(graph),
-        ];
+        // Stacked only when the quota counted the footprint: the parts are inside in use.
+        let layers = self.parts.layers(in_use, true);
+        let mut top = 0u64;
+        let tops = layers.0.map(|v| {
+            top = top.saturating_add(v);
+            top
+        });
         if let Some(stack) = self.stack.as_mut() {
             for (t, top) in stack.iter_mut().zip(tops) {
                 t.add(rel, top);
@@ -100,17 +104,17 @@ impl Series {
         }
     }
 
-    /// A `footprint` line: `part` is now `bytes` in all.
-    fn part(&mut self, name: &str, bytes: u64) {
-        let Some(i) = PARTS[1..].iter().position(|p| p.0 == name) else {
+    /// A `footprint` line: its part is now `bytes` in all.
+    fn part(&mut self, e: &EventLine) {
+        let Some(part) = self.parts.line(e) else {
             return;
         };
-        self.parts[i] = bytes;
-        self.part_peaks[i + 1] = self.part_peaks[i + 1].max(bytes);
-        if self.stack.is_none() && bytes > 0 && self.footprint {
+        let peak = &mut self.part_peaks[Layer::Part(part)];
+        *peak = (*peak).max(e.bytes);
+        if self.stack.is_none() && e.bytes > 0 && self.footprint {
             // Until now every part's top was the in-use line.
             let t = &self.timeline;
-            self.stack = Some(Box::new([t.clone(), t.clone(), t.clone()]));
+            self.stack = Some(Box::new(std::array::from_fn(|_| t.clone())));
         }
     }
 }
@@ -136,91 +140,22 @@ pub fn svg(traces: &[PathBuf], output: &Path, options: &Options) -> Result<(), S
     for path in traces {
         t0 = t0.min(traces::header(path)?.start_unix_ns);
     }
-    let mut series: Vec<Series> = Vec::new();
-    let mut sources = Sources {
-        programs: Vec::new(),
-        files: Vec::new(),
+    let mut plot = Plot {
+        t0,
+        series: Vec::new(),
+        sources: Sources {
+            programs: Vec::new(),
+            files: Vec::new(),
+        },
+        processes: 0,
     };
-    let mut processes = 0usize;
-    let mut seen = Seen::default();
-    for path in traces {
-        let file = path.display().to_string();
-        // The series of the current process, by device; None while skipping a repeat.
-        let mut current: BTreeMap<u32, Series> = BTreeMap::new();
-        let mut header: Option<Header> = None;
-        let mut offset = 0u64;
-        read::read(path, options, |record| {
-            match record {
-                Record::Header(h) => {
-                    finish(std::mem::take(&mut current), &mut series);
-                    header = None;
-                    if seen.first(h, &file) {
-                        offset = h.start_unix_ns.saturating_sub(t0);
-                        processes += 1;
-                        let program = program(&h.argv);
-                        if !sources.programs.contains(&program) {
-                            sources.programs.push(program);
-                        }
-                        if !sources.files.contains(&file) {
-                            sources.files.push(file.clone());
-                        }
-                        header = Some(h.clone());
-                    }
-                }
-                Record::Event(e) => {
-                    let Some(h) = header.as_ref() else {
-                        return Ok(());
-                    };
-                    let kind = e.kind.as_ref();
-                    if !matches!(
-                        kind,
-                        kind::ALLOC
-                            | kind::FREE
-                            | kind::REFUSED
-                            | kind::MEMINFO
-                            | kind::CONTEXT
-                            | kind::FOOTPRINT
-                            | kind::TRIM
-                    ) {
-                        return Ok(());
-                    }
-                    let t = offset + e.t_ns;
-                    let s = current
-                        .entry(e.dev)
-                        .or_insert_with(|| new_series(h, e.dev, t));
-                    // The buckets start at the series' first event: all of them span events.
-                    let rel = t.saturating_sub(s.first_ns);
-                    if kind == kind::FOOTPRINT {
-                        s.part(e.part.as_deref().unwrap_or(""), e.bytes);
-                    }
-                    s.held(rel, e.in_use);
-                    if kind == kind::TRIM {
-                        s.timeline.trim(rel);
-                        s.trims += 1;
-                    }
-                    if kind == kind::REFUSED {
-                        let reached = e.in_use.saturating_add(e.bytes);
-                        s.timeline.refusal(rel, reached);
-                        s.top_refusal = s.top_refusal.max(reached);
-                        s.refusals += 1;
-                        s.observed |= e.observed;
-                    } else {
-                        s.peak = s.peak.max(e.in_use);
-                        let others: u64 = s.parts.iter().sum();
-                        let allocations = if s.footprint {
-                            e.in_use.saturating_sub(others)
-                        } else {
-                            e.in_use
-                        };
-                        s.part_peaks[0] = s.part_peaks[0].max(allocations);
-                    }
-                }
-                Record::Summary(_) => {}
-            }
-            Ok(())
-        })?;
-        finish(current, &mut series);
-    }
+    walk(traces, options, &mut plot)?;
+    let Plot {
+        mut series,
+        sources,
+        processes,
+        ..
+    } = plot;
     if series.is_empty() {
         let names: Vec<String> = traces.iter().map(|p| p.display().to_string()).collect();
         return Err(format!(
@@ -244,6 +179,92 @@ pub fn svg(traces: &[PathBuf], output: &Path, options: &Options) -> Result<(), S
         Ok(())
     } else {
         std::fs::write(output, text).map_err(|e| format!("{}: {e}", output.display()))
+    }
+}
+
+/// The walk's visitor: the series of every process, by device.
+struct Plot {
+    /// The earliest trace start: job time counts from it.
+    t0: u64,
+    series: Vec<Series>,
+    sources: Sources,
+    processes: usize,
+}
+
+/// One process as it is read.
+struct Process {
+    header: Header,
+    /// Its start in job time.
+    offset: u64,
+    /// Its series by device.
+    series: BTreeMap<u32, Series>,
+}
+
+impl Visit for Plot {
+    type Process = Process;
+
+    fn start(&mut self, file: &str, h: &Header) -> Process {
+        self.processes += 1;
+        let program = program(&h.argv);
+        if !self.sources.programs.contains(&program) {
+            self.sources.programs.push(program);
+        }
+        if !self.sources.files.iter().any(|f| f == file) {
+            self.sources.files.push(file.to_string());
+        }
+        Process {
+            header: h.clone(),
+            offset: h.start_unix_ns.saturating_sub(self.t0),
+            series: BTreeMap::new(),
+        }
+    }
+
+    fn event(&mut self, p: &mut Process, e: &EventLine) {
+        let kind = e.kind.as_ref();
+        if !matches!(
+            kind,
+            kind::ALLOC
+                | kind::FREE
+                | kind::REFUSED
+                | kind::MEMINFO
+                | kind::CONTEXT
+                | kind::FOOTPRINT
+                | kind::TRIM
+        ) {
+            return;
+        }
+        let t = p.offset + e.t_ns;
+        let h = &p.header;
+        let s = p
+            .series
+            .entry(e.dev)
+            .or_insert_with(|| new_series(h, e.dev, t));
+        // The buckets start at the series' first event: all of them span events.
+        let rel = t.saturating_sub(s.first_ns);
+        if kind == kind::FOOTPRINT {
+            s.part(e);
+        }
+        s.held(rel, e.in_use);
+        if kind == kind::TRIM {
+            s.timeline.trim(rel);
+            s.trims += 1;
+        }
+        if kind == kind::REFUSED {
+            let reached = e.in_use.saturating_add(e.bytes);
+            s.timeline.refusal(rel, reached);
+            s.top_refusal = s.top_refusal.max(reached);
+            s.refusals += 1;
+            s.observed |= e.observed;
+        } else {
+            s.peak = s.peak.max(e.in_use);
+            let allocations = s.parts.layers(e.in_use, s.footprint)[Layer::Allocations];
+            let peak = &mut s.part_peaks[Layer::Allocations];
+            *peak = (*peak).max(allocations);
+        }
+    }
+
+    fn finish(&mut self, p: Process, _stats: Option<Stats>) {
+        finish(p.series, &mut self.series);
     }
 }
 
@@ -273,8 +294,8 @@ fn new_series(h: &Header, dev: u32, first_ns: u64) -> Series {
         observed: false,
         end_ns: first_ns,
         footprint: h.counts_footprint(),
-        parts: [0; 3],
-        part_peaks: [0; 4],
+        parts: DeviceParts::default(),
+        part_peaks: PerLayer::default(),
         stack: None,
         trims: 0,
     }
@@ -517,12 +538,12 @@ fn panel(
     // The parts, stacked: each an area from the baseline to its top, the highest first,
     // so that each shows between its top and the one below.
     if let Some(stack) = &s.stack {
-        let tops = [&stack[0], &stack[1], &stack[2], &s.timeline];
-        for i in (0..PARTS.len()).rev() {
-            if s.part_peaks[i] == 0 {
+        let tops: Vec<&Timeline> = stack.iter().chain([&s.timeline]).collect();
+        for (i, (layer, &peak)) in s.part_peaks.iter().enumerate().rev() {
+            if peak == 0 {
                 continue;
             }
-            let (name, _, fill) = PARTS[i];
+            let (name, fill) = (layer.name(), fill(layer));
             let points = step_points(tops[i], s.first_ns, x, &y, end);
             let first = tops[i]
                 .buckets()
@@ -626,13 +647,14 @@ fn legend(out: &mut String, series: &[Series]) -> f64 {
     )];
     let stacked = series.iter().any(|s| s.stack.is_some());
     // Top of the stack first, as they lie in the panels.
-    for (i, (name, _, fill)) in PARTS.iter().enumerate().rev() {
+    for layer in Layer::ALL.into_iter().rev() {
         if series
             .iter()
-            .any(|s| s.stack.is_some() && s.part_peaks[i] > 0)
+            .any(|s| s.stack.is_some() && s.part_peaks[layer] > 0)
         {
+            let fill = fill(layer);
             entries.push((
-                name,
+                layer.name(),
                 format!(r#"<rect x="4" y="-7" width="16" height="14" fill="{fill}"/>"#),
             ));
         }
@@ -669,8 +691,8 @@ fn legend(out: &mut String, series: &[Series]) -> f64 {
         "in-use" => vec!["in use"],
         "quota" => vec!["quota"],
         "trim" => vec!["cuquota trimmed pools", "or graph memory"],
-        name if PARTS.iter().any(|p| p.0 == name) => {
-            vec![PARTS.iter().find(|p| p.0 == name).map_or("", |p| p.1)]
+        name if Layer::from_name(name).is_some() => {
+            vec![Layer::from_name(name).map_or("", Layer::words)]
         }
         "refused" => vec!["refused (marked at", "in use + the request)"],
         _ => vec![
@@ -738,16 +760,15 @@ mod tests {
             observed: true,
             end_ns: 123_456_789_012,
             footprint: true,
-            parts: [1, 2, 3],
-            part_peaks: [1, 2, 3, 4],
+            parts: DeviceParts {
+                now: cuquota_format::part::PerPart([1, 2, 3]),
+                seen: true,
+            },
+            part_peaks: PerLayer([1, 2, 3, 4]),
             stack: None,
             trims: 1,
         };
-        s.stack = Some(Box::new([
-            s.timeline.clone(),
-            s.timeline.clone(),
-            s.timeline.clone(),
-        ]));
+        s.stack = Some(Box::new(std::array::from_fn(|_| s.timeline.clone())));
         s.timeline.add(0, 1 << 40);
         s.timeline.refusal(5, u64::MAX);
         let sources = Sources {
@@ -809,8 +830,8 @@ mod tests {
                     observed: false,
                     end_ns: 1000,
                     footprint: false,
-                    parts: [0; 3],
-                    part_peaks: [0; 4],
+                    parts: DeviceParts::default(),
+                    part_peaks: PerLayer::default(),
                     stack: None,
                     trims: 0,
                 };

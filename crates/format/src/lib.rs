@@ -1,6 +1,8 @@
 //! cuquota-format: what the interposer (`libcuquota.so`) writes and the `cuquota` CLI reads,
 //! in one place so that the two cannot drift apart. Pure code: no FFI, no global state.
 //!
+//! - [`part`]: the footprint's parts besides allocations ([`part::Part`]) and the tables
+//!   indexed by them;
 //! - [`schema`]: the trace file's lines (JSON Lines, schema 1) and its version;
 //! - [`units`]: the size parser behind `CUQUOTA_LIMIT` and the human units of every line;
 //! - [`settings`]: the values of the `CUQUOTA_*` variables, which `cuquota run` checks too;
@@ -11,6 +13,7 @@
 pub mod episodes;
 pub mod fastline;
 pub mod hash;
+pub mod part;
 pub mod read;
 pub mod schema;
 pub mod settings;

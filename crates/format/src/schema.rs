@@ -5,18 +5,24 @@
 //! ([`EventLine`]), and on a clean exit (or SIGTERM/SIGINT) a [`Summary`] last. Readers must
 //! ignore fields and line types they do not know: new ones may be added within schema 1.
 //!
+//! A new part of the footprint is a variant of [`Part`] (`crate::part`): the `part` names,
+//! the CLI's figures and tracks follow from it; only the summary names each part's fields
+//! (see [`SummaryDevice::part_mut`]).
+//!
 //! A new event type (or field) is added in all of these places:
 //! - here: its name in [`kind`], its fields in [`EventLine`];
 //! - the fast path of the reader (`fastline.rs`): every new key, or such lines take the slow
 //!   path (still correct, three times slower);
 //! - the interposer's writer: `src/trace/mod.rs` (`EventKind`) and `src/trace/encode.rs`
 //!   (the line's prefix and fields, and its round-trip tests), and the code that emits it;
-//! - the CLI (`crates/cli`): `report.rs` (`Process::event`), `export.rs` (the Chrome trace)
-//!   and `plot.rs`, each of which skips types it does not list;
+//! - the CLI (`crates/cli`), whose one walk (`walk.rs`) hands every line to `report`
+//!   (`report/build.rs`, `Process::event`), `export.rs` (the Chrome trace) and `plot.rs`,
+//!   each of which skips types it does not list;
 //! - the README's trace schema section;
 //! - the tests: the golden traces and their expected reports, and the line generator of
 //!   `tests/reliability_hostile_input.rs`.
 
+use crate::part::{Part, PerPart};
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 
@@ -46,14 +52,16 @@ pub mod kind {
 }
 
 /// `"part"` values of `footprint` and `trim` lines: the parts of a device's footprint besides
-/// the allocations (which are `in_use` minus these).
+/// the allocations (which are `in_use` minus these). The names are [`Part::name`]'s; code
+/// that handles every part goes through [`Part::ALL`] and [`Part::from_name`] instead.
 pub mod part {
+    use crate::part::Part;
     /// What the process's contexts take on the device (measured, or `CUQUOTA_CONTEXT`).
-    pub const CONTEXT: &str = "context";
+    pub const CONTEXT: &str = Part::Context.name();
     /// Memory pools' reservation beyond their live allocations.
-    pub const POOL_CACHE: &str = "pool_cache";
+    pub const POOL_CACHE: &str = Part::PoolCache.name();
     /// The device's graph memory reservation.
-    pub const GRAPH: &str = "graph";
+    pub const GRAPH: &str = Part::Graph.name();
 }
 
 /// `"count"` values of the header: what the quota counts.
@@ -221,6 +229,27 @@ pub struct SummaryDevice {
     pub trimmed_bytes: u64,
 }
 
+impl SummaryDevice {
+    /// The fields of `part`: its bytes at the end and its peak. The summary names each
+    /// part's fields (the trace's JSON keys, `<name>` and `<name>_peak`); this is the one
+    /// place that maps a [`Part`] to them.
+    pub fn part_mut(&mut self, part: Part) -> (&mut u64, &mut u64) {
+        match part {
+            Part::Context => (&mut self.context, &mut self.context_peak),
+            Part::PoolCache => (&mut self.pool_cache, &mut self.pool_cache_peak),
+            Part::Graph => (&mut self.graph, &mut self.graph_peak),
+        }
+    }
+
+    /// Every part's bytes at the end, and each one's peak.
+    pub fn parts(&self) -> (PerPart<u64>, PerPart<u64>) {
+        let mut copy = self.clone();
+        let at_end = PerPart::from_fn(|p| *copy.part_mut(p).0);
+        let peaks = PerPart::from_fn(|p| *copy.part_mut(p).1);
+        (at_end, peaks)
+    }
+}
+
 /// `"0x7f00"` → 0x7f00.
 pub fn parse_ptr(text: &str) -> Option<u64> {
     let hex = text
@@ -321,6 +350,16 @@ mod tests {
             "{text}"
         );
         assert_eq!(serde_json::from_str::<SummaryDevice>(&text).unwrap(), full);
+        let (at_end, peaks) = full.parts();
+        assert_eq!(
+            (
+                at_end[Part::Context],
+                at_end[Part::PoolCache],
+                at_end[Part::Graph]
+            ),
+            (1, 2, 3)
+        );
+        assert_eq!(peaks, PerPart([5, 6, 4]), "in Part::ALL order");
     }
 
     #[test]

@@ -1,0 +1,687 @@
+//! From a trace's events to the report's model, in one pass per trace.
+
+use super::model::*;
+use super::{CHART_COLUMNS, EPISODES_SHOWN, EPISODE_HEAD, EPISODE_TAIL, OBSERVED_SHOWN, TOP};
+use crate::timeline::Timeline;
+use crate::traces;
+use crate::walk::{walk, DeviceParts, Visit};
+use cuquota_format::episodes::{Episode, GaveUp, Outcome};
+use cuquota_format::hash::BuildKeyHasher;
+use cuquota_format::part::PerLayer;
+use cuquota_format::read::{Options, Stats};
+use cuquota_format::schema::{kind, parse_ptr, EventLine, Header, Summary};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::path::PathBuf;
+
+pub fn build(traces: &[PathBuf], options: &Options) -> Result<Report, String> {
+    for path in traces {
+        traces::header(path)?;
+    }
+    let mut processes = Processes(Vec::new());
+    walk(traces, options, &mut processes)?;
+    let mut processes: Vec<ProcessReport> = processes.0.into_iter().map(Process::finish).collect();
+    processes.sort_by(|a, b| {
+        (&a.host, a.rank, a.start_unix_ns, a.pid).cmp(&(&b.host, b.rank, b.start_unix_ns, b.pid))
+    });
+    let job = job(&processes);
+    Ok(Report { processes, job })
+}
+
+/// The processes read so far.
+struct Processes(Vec<Process>);
+
+impl Visit for Processes {
+    type Process = Process;
+
+    fn start(&mut self, file: &str, header: &Header) -> Process {
+        Process::new(file.to_string(), header.clone())
+    }
+
+    fn event(&mut self, p: &mut Process, e: &EventLine) {
+        p.event(e);
+    }
+
+    fn summary(&mut self, p: &mut Process, s: &Summary) {
+        p.summary(s.clone());
+    }
+
+    fn finish(&mut self, mut p: Process, stats: Option<Stats>) {
+        if let Some(stats) = stats {
+            p.skipped = stats.skipped;
+            p.truncated = stats.truncated;
+        }
+        self.0.push(p);
+    }
+}
+
+#[derive(Default)]
+struct Device {
+    report: DeviceReport,
+    timeline: Option<Timeline>,
+    /// As `timeline`, from the process's first event (the terminal chart).
+    chart: Option<Timeline>,
+    parts: Parts,
+}
+
+impl Device {
+    /// `in_use` bytes held from `t_ns` on; `first_ns`: the process's first event.
+    fn add(&mut self, t_ns: u64, in_use: u64, first_ns: u64) {
+        self.chart
+            .get_or_insert_with(|| Timeline::new(4 * CHART_COLUMNS))
+            .add(t_ns.saturating_sub(first_ns), in_use);
+        self.timeline
+            .get_or_insert_with(|| Timeline::new(4 * CHART_COLUMNS))
+            .add(t_ns, in_use);
+    }
+}
+
+/// A device's footprint parts as the trace goes.
+#[derive(Default)]
+struct Parts {
+    /// Each part now, and whether any `footprint` or `trim` line was seen.
+    device: DeviceParts,
+    /// Every layer's highest, and its value at the device's peak.
+    peak: PerLayer<u64>,
+    at_peak: PerLayer<u64>,
+    trims: u64,
+    trimmed_bytes: u64,
+}
+
+impl Parts {
+    /// After an event that left `in_use` charged; `peak`: it is the device's new peak.
+    fn held(&mut self, in_use: u64, footprint: bool, peak: bool) {
+        let all = self.device.layers(in_use, footprint);
+        for (p, v) in self.peak.0.iter_mut().zip(all.0) {
+            *p = (*p).max(v);
+        }
+        if peak {
+            self.at_peak = all;
+        }
+    }
+
+    fn report(&self, in_use_at_end: u64, footprint: bool) -> FootprintReport {
+        let end = self.device.layers(in_use_at_end, footprint);
+        FootprintReport {
+            counted: footprint,
+            layers: PerLayer::from_fn(|l| PartReport {
+                at_end: end[l],
+                peak: self.peak[l].max(end[l]),
+                at_peak: self.at_peak[l],
+            }),
+            trims: self.trims,
+            trimmed_bytes: self.trimmed_bytes,
+        }
+    }
+}
+
+struct Live {
+    bytes: u64,
+    t_ns: u64,
+    api: u32,
+}
+
+/// Largest allocations: a min-heap of (bytes, earlier first, dev, ptr, api).
+type Big = Reverse<(u64, Reverse<u64>, u32, u64, u32)>;
+
+/// The largest distinct allocations: the same (device, address, size) allocated again is
+/// the same entry, counted. Exact in O(TOP) memory: the kept entries only get larger (or
+/// earlier on a tie), so one that is not kept, or falls out, can never rank high enough
+/// to come back.
+#[derive(Default)]
+struct Largest {
+    entries: Vec<Distinct>,
+}
+
+#[derive(Clone, Copy)]
+struct Distinct {
+    bytes: u64,
+    t_ns: u64,
+    dev: u32,
+    ptr: u64,
+    api: u32,
+    count: u64,
+}
+
+impl Distinct {
+    /// Larger first, then earlier first.
+    fn rank(&self) -> (u64, Reverse<u64>) {
+        (self.bytes, Reverse(self.t_ns))
+    }
+}
+
+impl Largest {
+    fn add(&mut self, new: Distinct) {
+        let same = |e: &&mut Distinct| e.dev == new.dev && e.ptr == new.ptr && e.bytes == new.bytes;
+        if let Some(e) = self.entries.iter_mut().find(same) {
+            e.count += 1;
+            return;
+        }
+        if self.entries.len() < TOP {
+            self.entries.push(new);
+            return;
+        }
+        let smallest = (0..self.entries.len()).min_by_key(|&i| self.entries[i].rank());
+        if let Some(i) = smallest.filter(|&i| new.rank() > self.entries[i].rank()) {
+            self.entries[i] = new;
+        }
+    }
+
+    /// Largest first.
+    fn sorted(&self) -> Vec<Distinct> {
+        let mut v = self.entries.clone();
+        v.sort_by_key(|e| Reverse(e.rank()));
+        v
+    }
+}
+
+/// A thread's open episode (grouped by the interposer's rule), and where it started.
+struct OpenEpisode {
+    episode: Episode<EPISODE_HEAD, EPISODE_TAIL>,
+    t_ns: u64,
+    api: u32,
+}
+
+struct Process {
+    file: String,
+    header: Header,
+    devices: BTreeMap<u32, Device>,
+    api_names: Vec<String>,
+    api_counts: Vec<u64>,
+    api_ids: HashMap<String, u32>,
+    live: HashMap<(u32, u64), Live, BuildKeyHasher>,
+    largest: Largest,
+    /// By thread id: a thread has at most one open episode.
+    open: HashMap<u32, OpenEpisode>,
+    episodes: EpisodesReport,
+    events: u64,
+    dropped: u64,
+    end_t_ns: u64,
+    /// The first device-memory event's time.
+    first_t_ns: Option<u64>,
+    summary: Option<Summary>,
+    skipped: u64,
+    truncated: bool,
+}
+
+impl Process {
+    fn new(file: String, header: Header) -> Process {
+        let mut devices = BTreeMap::new();
+        for d in &header.devices {
+            devices.insert(
+                d.ordinal,
+                Device {
+                    report: DeviceReport {
+                        dev: d.ordinal,
+                        name: Some(d.name.clone()),
+                        total: Some(d.total),
+                        quota: d.quota,
+                        ..DeviceReport::default()
+                    },
+                    ..Device::default()
+                },
+            );
+        }
+        Process {
+            file,
+            header,
+            devices,
+            api_names: Vec::new(),
+            api_counts: Vec::new(),
+            api_ids: HashMap::new(),
+            live: HashMap::default(),
+            largest: Largest::default(),
+            open: HashMap::new(),
+            episodes: EpisodesReport::default(),
+            events: 0,
+            dropped: 0,
+            end_t_ns: 0,
+            first_t_ns: None,
+            summary: None,
+            skipped: 0,
+            truncated: false,
+        }
+    }
+
+    fn api(&mut self, name: &str) -> u32 {
+        // A process uses a handful of entry points: a scan beats hashing the name.
+        if self.api_names.len() <= 16 {
+            if let Some(id) = self.api_names.iter().position(|n| n == name) {
+                return id as u32;
+            }
+        } else if let Some(&id) = self.api_ids.get(name) {
+            return id;
+        }
+        let id = self.api_names.len() as u32;
+        self.api_names.push(name.to_string());
+        self.api_counts.push(0);
+        self.api_ids.insert(name.to_string(), id);
+        id
+    }
+
+    fn event(&mut self, e: &EventLine) {
+        self.end_t_ns = self.end_t_ns.max(e.t_ns);
+        let kind = e.kind.as_ref();
+        match kind {
+            kind::ALLOC | kind::FREE | kind::REFUSED | kind::MEMINFO | kind::CONTEXT => {}
+            kind::FOOTPRINT | kind::TRIM => {
+                // The consequences of a call (one call may write several), not calls: not in
+                // the API mix.
+                self.events += 1;
+                self.part_changed(e);
+                return;
+            }
+            kind::BACKOFF => {
+                // The core's own grouping; episodes are rebuilt from the refusals instead.
+                self.events += 1;
+                return;
+            }
+            kind::DROPPED => {
+                self.dropped += e.count;
+                return;
+            }
+            _ => return, // a line type from a newer cuquota
+        }
+        self.events += 1;
+        if kind == kind::CONTEXT {
+            self.context_freed(e);
+        }
+        let api = self.api(&e.api);
+        self.api_counts[api as usize] += 1;
+        let ok = e.result.is_empty() || e.result == "CUDA_SUCCESS";
+        let t = e.t_ns;
+        let footprint = self.header.counts_footprint();
+        let first = *self.first_t_ns.get_or_insert(t);
+        let dev = device(&mut self.devices, e.dev);
+        let r = &mut dev.report;
+        r.in_use_at_end = e.in_use;
+        // A refusal's figure includes requests in flight: the peak is of what was held.
+        if kind != kind::REFUSED {
+            let peak = e.in_use > r.peak;
+            if peak {
+                r.peak = e.in_use;
+                r.peak_t_ns = t;
+            }
+            dev.parts.held(e.in_use, footprint, peak);
+        }
+        dev.add(t, e.in_use, first);
+        let r = &mut dev.report;
+        let timeline = dev.timeline.as_mut().expect("added above");
+        match kind {
+            kind::ALLOC if ok => {
+                r.allocs += 1;
+                r.alloc_bytes = r.alloc_bytes.saturating_add(e.bytes);
+                let ptr = parse_ptr(&e.ptr).unwrap_or(0);
+                let live = Live {
+                    bytes: e.bytes,
+                    t_ns: t,
+                    api,
+                };
+                self.live.insert((e.dev, ptr), live);
+                self.largest.add(Distinct {
+                    bytes: e.bytes,
+                    t_ns: t,
+                    dev: e.dev,
+                    ptr,
+                    api,
+                    count: 1,
+                });
+                let dev = e.dev;
+                if let Some(open) = self.open.get(&e.tid) {
+                    if let Some(outcome) = open.episode.succeeded(dev, e.bytes, t) {
+                        let open = self.open.remove(&e.tid).unwrap();
+                        self.close_episode(e.tid, open, outcome, t);
+                    }
+                }
+            }
+            kind::FREE if ok => {
+                r.frees += 1;
+                if let Some(ptr) = parse_ptr(&e.ptr) {
+                    self.live.remove(&(e.dev, ptr));
+                }
+            }
+            kind::REFUSED => {
+                r.refusals += 1;
+                if e.reason.as_deref() == Some("driver") {
+                    r.refused_by_driver += 1;
+                } else {
+                    r.refused_by_quota += 1;
+                }
+                timeline.refusal(t, e.in_use);
+                let what = refused_what(&e.api);
+                if e.observed {
+                    // Allowed: the caller got its memory, so it is no episode.
+                    r.refused_observed += 1;
+                    if r.observed_shown.len() < OBSERVED_SHOWN {
+                        r.observed_shown.push(ObservedReport {
+                            t_ns: t,
+                            tid: e.tid,
+                            api: self.api_names[api as usize].clone(),
+                            bytes: e.bytes,
+                            in_use: e.in_use,
+                            what,
+                        });
+                    }
+                    return;
+                }
+                if let Some(what) = what {
+                    // A context or a graph is not an allocation an allocator backs off from.
+                    r.refused_contexts_and_graphs += 1;
+                    if r.refused_contexts_and_graphs_shown.len() < OBSERVED_SHOWN {
+                        r.refused_contexts_and_graphs_shown.push(WholeRefusal {
+                            t_ns: t,
+                            tid: e.tid,
+                            api: self.api_names[api as usize].clone(),
+                            what,
+                            bytes: e.bytes,
+                            in_use: e.in_use,
+                        });
+                    }
+                    return;
+                }
+                // The interposer's episodes are of out-of-memory refusals only.
+                if e.result != "CUDA_ERROR_OUT_OF_MEMORY" {
+                    return;
+                }
+                let dev = e.dev;
+                let ended = match self.open.get_mut(&e.tid) {
+                    Some(open) => match open.episode.refused(dev, e.bytes, t) {
+                        None => return, // joined
+                        Some(outcome) => Some(outcome),
+                    },
+                    None => None,
+                };
+                let started = OpenEpisode {
+                    episode: Episode::start(dev, e.bytes, t),
+                    t_ns: t,
+                    api,
+                };
+                if let (Some(old), Some(outcome)) = (self.open.insert(e.tid, started), ended) {
+                    self.close_episode(e.tid, old, outcome, t);
+                }
+            }
+            kind::MEMINFO => r.meminfo_calls += 1,
+            _ => {}
+        }
+    }
+
+    /// A `footprint` line (a part's new total) or a `trim` line (cuquota released a part).
+    fn part_changed(&mut self, e: &EventLine) {
+        let footprint = self.header.counts_footprint();
+        let first = *self.first_t_ns.get_or_insert(e.t_ns);
+        let dev = device(&mut self.devices, e.dev);
+        let parts = &mut dev.parts;
+        parts.device.line(e);
+        if e.kind == kind::TRIM {
+            parts.trims += 1;
+            parts.trimmed_bytes = parts.trimmed_bytes.saturating_add(e.bytes);
+        }
+        let r = &mut dev.report;
+        r.in_use_at_end = e.in_use;
+        // A trim's part total comes on the next line: its figures are left to that one.
+        if e.kind == kind::FOOTPRINT {
+            let peak = e.in_use > r.peak;
+            if peak {
+                r.peak = e.in_use;
+                r.peak_t_ns = e.t_ns;
+            }
+            dev.parts.held(e.in_use, footprint, peak);
+        }
+        dev.add(e.t_ns, e.in_use, first);
+    }
+
+    /// A context's allocations, freed with it: each is a free on the device it was charged
+    /// to (a pool's may be another one than the context's, whose in-use the line's figure,
+    /// of the context's device, does not say: it drops by what was freed there).
+    fn context_freed(&mut self, e: &EventLine) {
+        let ptrs: std::collections::HashSet<u64> = e
+            .ptrs
+            .iter()
+            .flatten()
+            .filter_map(|p| parse_ptr(p))
+            .collect();
+        let mut freed_on = Vec::new();
+        self.live.retain(|&(dev, ptr), live| {
+            let freed = ptrs.contains(&ptr);
+            if freed {
+                freed_on.push((dev, live.bytes));
+            }
+            !freed
+        });
+        for (dev, bytes) in freed_on {
+            if let Some(d) = self.devices.get_mut(&dev) {
+                d.report.frees += 1;
+                if dev != e.dev {
+                    let r = &mut d.report;
+                    r.in_use_at_end = r.in_use_at_end.saturating_sub(bytes);
+                    let in_use = r.in_use_at_end;
+                    if d.timeline.is_some() {
+                        d.add(e.t_ns, in_use, self.first_t_ns.unwrap_or(0));
+                    }
+                }
+            }
+        }
+    }
+
+    /// `t_ns`: when it ended (the request that ended it, or the end of the trace).
+    fn close_episode(&mut self, tid: u32, open: OpenEpisode, outcome: Outcome, t_ns: u64) {
+        let (got, outcome_words, gave_up) = match outcome {
+            Outcome::BackedOff { got, .. } => (Some((got, t_ns)), "backed off", None),
+            Outcome::Retried { got, .. } => (Some((got, t_ns)), "retried", None),
+            Outcome::GaveUp(why) => (
+                None,
+                "gave up",
+                Some(match why {
+                    GaveUp::Gap => "gap",
+                    GaveUp::Larger(_) => "larger",
+                    GaveUp::OtherDevice(_) => "other device",
+                    GaveUp::Exit => "end",
+                }),
+            ),
+        };
+        let eps = &mut self.episodes;
+        eps.count += 1;
+        eps.recovered += u64::from(got.is_some());
+        if eps.shown.len() < EPISODES_SHOWN {
+            let episode = &open.episode;
+            eps.shown.push(EpisodeReport {
+                dev: episode.device,
+                tid,
+                t_ns: open.t_ns,
+                api: self.api_names[open.api as usize].clone(),
+                refusals: episode.refusals(),
+                refused: episode.sizes().collect(),
+                refused_elided: episode.elided(),
+                got: got.map(|g| g.0),
+                got_t_ns: got.map(|g| g.1),
+                outcome: outcome_words,
+                gave_up,
+            });
+        }
+    }
+
+    fn summary(&mut self, s: Summary) {
+        self.end_t_ns = self.end_t_ns.max(s.t_ns);
+        self.summary = Some(s);
+    }
+
+    fn finish(mut self) -> ProcessReport {
+        // Episodes open at the end of the trace: the caller gave up (or was killed).
+        let mut open: Vec<_> = self.open.drain().collect();
+        open.sort_by_key(|(_, o)| o.t_ns);
+        let end = self.end_t_ns;
+        for (tid, o) in open {
+            let outcome = o.episode.at_exit(end);
+            self.close_episode(tid, o, outcome, end);
+        }
+        self.episodes.shown.sort_by_key(|e| e.t_ns);
+
+        let end = self.end_t_ns;
+        let mut live_per_dev: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+        let mut live_top: BinaryHeap<Big> = BinaryHeap::new();
+        for (&(dev, ptr), l) in &self.live {
+            let e = live_per_dev.entry(dev).or_default();
+            e.0 += 1;
+            e.1 += l.bytes;
+            live_top.push(Reverse((l.bytes, Reverse(l.t_ns), dev, ptr, l.api)));
+            if live_top.len() > TOP {
+                live_top.pop();
+            }
+        }
+        let alloc = |d: Distinct, live: &HashMap<(u32, u64), Live, BuildKeyHasher>| AllocReport {
+            dev: d.dev,
+            ptr: format!("{:#x}", d.ptr),
+            bytes: d.bytes,
+            t_ns: d.t_ns,
+            api: self.api_names[d.api as usize].clone(),
+            count: d.count,
+            live_at_exit: live
+                .get(&(d.dev, d.ptr))
+                .is_some_and(|l| l.bytes == d.bytes),
+        };
+        let largest: Vec<AllocReport> = self
+            .largest
+            .sorted()
+            .into_iter()
+            .map(|d| alloc(d, &self.live))
+            .collect();
+        let live_largest: Vec<AllocReport> = live_top
+            .into_sorted_vec()
+            .into_iter()
+            .map(|Reverse((bytes, Reverse(t_ns), dev, ptr, api))| {
+                let d = Distinct {
+                    bytes,
+                    t_ns,
+                    dev,
+                    ptr,
+                    api,
+                    count: 1,
+                };
+                alloc(d, &self.live)
+            })
+            .collect();
+        let footprint = self.header.counts_footprint();
+        let first = self.first_t_ns.unwrap_or(0);
+        let devices: Vec<DeviceReport> = self
+            .devices
+            .into_values()
+            .filter(|d| d.timeline.is_some())
+            .map(|mut d| {
+                if footprint || d.parts.device.seen {
+                    d.report.footprint = Some(d.parts.report(d.report.in_use_at_end, footprint));
+                }
+                let (live, live_bytes) =
+                    live_per_dev.get(&d.report.dev).copied().unwrap_or_default();
+                d.report.live = live;
+                d.report.live_bytes = live_bytes;
+                if let Some(t) = &d.timeline {
+                    d.report.timeline = t.columns(end, CHART_COLUMNS);
+                }
+                if let Some(t) = &d.chart {
+                    d.report.chart = t.columns(end.saturating_sub(first), CHART_COLUMNS);
+                }
+                d.report
+            })
+            .collect();
+        let mut api_mix: Vec<ApiCount> = self
+            .api_names
+            .into_iter()
+            .zip(self.api_counts)
+            .map(|(api, count)| ApiCount { api, count })
+            .collect();
+        api_mix.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.api.cmp(&b.api)));
+        let dropped = self
+            .summary
+            .as_ref()
+            .map_or(self.dropped, |s| s.dropped.max(self.dropped));
+        ProcessReport {
+            file: self.file,
+            host: self.header.host,
+            rank: self.header.rank,
+            pid: self.header.pid,
+            argv: self.header.argv,
+            mode: self.header.mode,
+            count: self.header.count,
+            start_unix_ns: self.header.start_unix_ns,
+            duration_ns: end,
+            end: self.summary.map(|s| s.end),
+            events: self.events,
+            dropped,
+            skipped_lines: self.skipped,
+            truncated_last_line: self.truncated,
+            devices,
+            backoff_episodes: self.episodes,
+            largest_allocations: largest,
+            live_at_exit: LiveReport {
+                count: self.live.len() as u64,
+                bytes: live_per_dev.values().map(|v| v.1).sum(),
+                largest: live_largest,
+            },
+            api_mix,
+            first_event_ns: first,
+        }
+    }
+}
+
+/// `dev`'s entry, added when the header did not list it.
+fn device(devices: &mut BTreeMap<u32, Device>, dev: u32) -> &mut Device {
+    devices.entry(dev).or_insert_with(|| Device {
+        report: DeviceReport {
+            dev,
+            ..DeviceReport::default()
+        },
+        ..Device::default()
+    })
+}
+
+fn job(processes: &[ProcessReport]) -> JobReport {
+    let mut job = JobReport {
+        processes: processes.len(),
+        ..JobReport::default()
+    };
+    for p in processes {
+        if !job.hosts.contains(&p.host) {
+            job.hosts.push(p.host.clone());
+        }
+        job.events += p.events;
+        job.dropped += p.dropped;
+        job.peak_sum += p.devices.iter().map(|d| d.peak).sum::<u64>();
+        job.refusals += p.devices.iter().map(|d| d.refusals).sum::<u64>();
+        job.backoff_episodes += p.backoff_episodes.count;
+        job.live += p.live_at_exit.count;
+        job.live_bytes += p.live_at_exit.bytes;
+        job.unfinished += usize::from(p.end.is_none());
+    }
+    job
+}
+
+// ---- text ---------------------------------------------------------------------------
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kept entries stay exact when more distinct allocations than TOP go by.
+    #[test]
+    fn largest_keeps_the_top_distinct_ones_exactly() {
+        let mut top = Largest::default();
+        let d = |bytes, t_ns, ptr| Distinct {
+            bytes,
+            t_ns,
+            dev: 0,
+            ptr,
+            api: 0,
+            count: 1,
+        };
+        for i in 0..100u64 {
+            top.add(d(i % 25, i, i % 25)); // 25 distinct, each 4 times
+        }
+        let got: Vec<(u64, u64, u64)> = top
+            .sorted()
+            .iter()
+            .map(|e| (e.bytes, e.count, e.t_ns))
+            .collect();
+        let want: Vec<(u64, u64, u64)> = (15..25).rev().map(|b| (b, 4, b)).collect();
+        assert_eq!(got, want);
+    }
+}

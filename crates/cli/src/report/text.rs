@@ -1,0 +1,455 @@
+//! The report as text, for the terminal.
+
+use super::model::*;
+use super::{CHART_ROWS, EPISODE_HEAD};
+use cuquota_format::episodes::GAP_NS;
+use cuquota_format::units::human;
+use std::fmt::Write as _;
+
+/// `12.345 s`, `4.567 ms` or `890 µs`: three significant decimals for short traces too.
+pub fn seconds(t_ns: u64) -> String {
+    match t_ns {
+        t if t >= 1_000_000_000 => format!("{}.{:03} s", t / 1_000_000_000, t / 1_000_000 % 1000),
+        t if t >= 1_000_000 => format!("{}.{:03} ms", t / 1_000_000, t / 1000 % 1000),
+        t => format!("{} µs", t / 1000),
+    }
+}
+
+/// `1 refusal`, `2 refusals`.
+fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+pub(super) fn render(r: &Report) -> String {
+    let mut out = String::new();
+    for p in &r.processes {
+        render_process(&mut out, p);
+        out.push('\n');
+    }
+    render_job(&mut out, r);
+    out
+}
+
+fn render_process(out: &mut String, p: &ProcessReport) {
+    let command = p.argv.join(" ");
+    let _ = writeln!(
+        out,
+        "== {} · rank {} · pid {} · {}",
+        p.host, p.rank, p.pid, command
+    );
+    let ended = match &p.end {
+        Some(end) if end == "exit" => "exited normally".to_string(),
+        Some(end) => format!("stopped by {end}"),
+        None => "no summary line: the process is still running, or was killed".to_string(),
+    };
+    let counting = match p.count.as_deref() {
+        Some("footprint") => ", counting the footprint".to_string(),
+        Some(other) => format!(", counting {other}"),
+        None => String::new(),
+    };
+    let _ = writeln!(
+        out,
+        "   {}: mode {}{counting}, {} over {}; {ended}",
+        p.file,
+        p.mode,
+        count(p.events, "event", "events"),
+        seconds(p.duration_ns)
+    );
+    if p.dropped > 0 {
+        let _ = writeln!(
+            out,
+            "   {} (trace buffer full): the figures below miss {}",
+            count(p.dropped, "event was dropped", "events were dropped"),
+            if p.dropped == 1 { "it" } else { "them" }
+        );
+    }
+    if p.truncated_last_line || p.skipped_lines > 0 {
+        let _ = writeln!(
+            out,
+            "   lines skipped: {} malformed{}",
+            p.skipped_lines,
+            if p.truncated_last_line {
+                ", and an incomplete last line"
+            } else {
+                ""
+            }
+        );
+    }
+    if p.devices.is_empty() {
+        let _ = writeln!(out, "   no device-memory events");
+    }
+    for d in &p.devices {
+        render_device(out, p, d);
+    }
+    render_episodes(out, &p.backoff_episodes);
+    if !p.largest_allocations.is_empty() {
+        let _ = writeln!(
+            out,
+            "   Largest allocations (the same address and size again counts as one):"
+        );
+        for a in &p.largest_allocations {
+            let live = if a.live_at_exit { "  (still live)" } else { "" };
+            let at = if a.count == 1 {
+                format!("at {}", seconds(a.t_ns))
+            } else {
+                format!("{} times, first at {}", a.count, seconds(a.t_ns))
+            };
+            let _ = writeln!(
+                out,
+                "     {:>12}  GPU {}  {}  {}  {at}{live}",
+                human(a.bytes),
+                a.dev,
+                a.api,
+                a.ptr
+            );
+        }
+    }
+    let at = if p.end.is_some() {
+        "at exit"
+    } else {
+        "at the end of the trace"
+    };
+    let live = &p.live_at_exit;
+    let _ = writeln!(
+        out,
+        "   Live {at}: {}, {}",
+        count(live.count, "allocation", "allocations"),
+        human(live.bytes)
+    );
+    for a in &live.largest {
+        let _ = writeln!(
+            out,
+            "     {:>12}  GPU {}  {}  {}  allocated at {}",
+            human(a.bytes),
+            a.dev,
+            a.api,
+            a.ptr,
+            seconds(a.t_ns)
+        );
+    }
+    if live.count > live.largest.len() as u64 {
+        let _ = writeln!(
+            out,
+            "     … and {} more",
+            live.count - live.largest.len() as u64
+        );
+    }
+    if !p.api_mix.is_empty() {
+        let mix: Vec<String> = p
+            .api_mix
+            .iter()
+            .map(|a| format!("{} {}", a.api, a.count))
+            .collect();
+        let _ = writeln!(
+            out,
+            "   API mix (calls traced, refused ones included): {}",
+            mix.join(", ")
+        );
+    }
+}
+
+fn render_device(out: &mut String, p: &ProcessReport, d: &DeviceReport) {
+    let name = match (&d.name, d.total) {
+        (Some(n), Some(t)) => format!(" ({n}, {})", human(t)),
+        _ => String::new(),
+    };
+    let counted = d
+        .footprint
+        .as_ref()
+        .is_some_and(|f| f.counted && !f.only_allocations());
+    let peak_word = if counted { "footprint peak" } else { "peak" };
+    let quota = match d.quota {
+        Some(q) => format!(
+            "quota {}, {peak_word} {} ({:.1}%)",
+            human(q),
+            human(d.peak),
+            if q == 0 {
+                0.0
+            } else {
+                d.peak as f64 * 100.0 / q as f64
+            }
+        ),
+        None => format!("no quota, {peak_word} {}", human(d.peak)),
+    };
+    let _ = writeln!(
+        out,
+        "   GPU {}{name}: {quota} at {}",
+        d.dev,
+        seconds(d.peak_t_ns)
+    );
+    let _ = writeln!(
+        out,
+        "     {} ({} in all), {}, {} ({} by quota, {} by the driver{}), {} live ({})",
+        count(d.allocs, "allocation", "allocations"),
+        human(d.alloc_bytes),
+        count(d.frees, "free", "frees"),
+        count(d.refusals, "refusal", "refusals"),
+        d.refused_by_quota,
+        d.refused_by_driver,
+        if d.refused_observed > 0 {
+            format!("; {} observed, allowed", d.refused_observed)
+        } else {
+            String::new()
+        },
+        d.live,
+        human(d.live_bytes)
+    );
+    if let Some(f) = d.footprint.as_ref().filter(|f| !f.only_allocations()) {
+        render_footprint(out, f);
+    }
+    render_contexts_and_graphs(out, d);
+    if d.refused_observed > 0 || p.mode == "observe" {
+        render_observed(out, d);
+    }
+    let scale = d.quota.unwrap_or(0).max(d.peak);
+    chart(
+        out,
+        &d.chart,
+        scale,
+        (p.first_event_ns, p.duration_ns),
+        d.quota.is_some_and(|q| q == scale),
+    );
+}
+
+/// A few rows of block characters: each column is the highest in-use in its time slice,
+/// from `from_ns` (the first event) to `to_ns`.
+fn chart(
+    out: &mut String,
+    columns: &[u64],
+    scale: u64,
+    (from_ns, to_ns): (u64, u64),
+    scale_is_quota: bool,
+) {
+    if columns.is_empty() || scale == 0 {
+        return;
+    }
+    const BLOCKS: [char; 9] = [' ', '▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    let levels = (CHART_ROWS * 8) as u128;
+    let top = if scale_is_quota {
+        format!("quota {}", human(scale))
+    } else {
+        human(scale)
+    };
+    let label_width = top.len().max(4);
+    for row in 0..CHART_ROWS {
+        let label = match row {
+            0 => top.clone(),
+            r if r == CHART_ROWS - 1 => "0".into(),
+            _ => String::new(),
+        };
+        let mut line = format!("     {label:>label_width$} ┤");
+        for &v in columns {
+            // Round up, so that any memory in use shows.
+            let level = (u128::from(v) * levels).div_ceil(u128::from(scale)) as usize;
+            let floor = (CHART_ROWS - 1 - row) * 8;
+            line.push(BLOCKS[level.saturating_sub(floor).min(8)]);
+        }
+        let _ = writeln!(out, "{}", line.trim_end());
+    }
+    let axis = "─".repeat(columns.len());
+    let _ = writeln!(out, "     {:>label_width$} └{axis}", "");
+    let (start, end) = (seconds(from_ns), seconds(to_ns));
+    let pad = columns
+        .len()
+        .saturating_sub(start.chars().count() + end.chars().count());
+    let _ = writeln!(out, "     {:>label_width$}  {start}{:pad$}{end}", "", "");
+}
+
+/// The footprint's parts: at the end, their highest, and at the device's peak.
+fn render_footprint(out: &mut String, f: &FootprintReport) {
+    let _ = writeln!(
+        out,
+        "     {:<24}{:>12} {:>12} {:>12}",
+        if f.counted {
+            "Footprint by part:"
+        } else {
+            "Also held (not counted):"
+        },
+        "at end",
+        "highest",
+        "at the peak"
+    );
+    for (layer, part) in f.layers.iter() {
+        let name = layer.label();
+        let _ = writeln!(
+            out,
+            "       {name:<22}{:>12} {:>12} {:>12}",
+            human(part.at_end),
+            human(part.peak),
+            human(part.at_peak)
+        );
+    }
+    if f.trims > 0 {
+        let _ = writeln!(
+            out,
+            "     cuquota trimmed pools or graph memory {} to make room, releasing {}",
+            count(f.trims, "time", "times"),
+            human(f.trimmed_bytes)
+        );
+    }
+}
+
+/// Refused contexts and graph launches, which are no back-off episodes.
+fn render_contexts_and_graphs(out: &mut String, d: &DeviceReport) {
+    for w in &d.refused_contexts_and_graphs_shown {
+        let _ = writeln!(
+            out,
+            "     refused at {} via {}: {}, with {} in use",
+            seconds(w.t_ns),
+            w.api,
+            refused_words(&w.api, w.bytes),
+            human(w.in_use)
+        );
+    }
+    let more = d.refused_contexts_and_graphs - d.refused_contexts_and_graphs_shown.len() as u64;
+    if more > 0 {
+        let _ = writeln!(
+            out,
+            "     … and {more} more refused contexts or graph launches"
+        );
+    }
+}
+
+/// Observe mode: what the quota would have refused, and the quota that would have held.
+fn render_observed(out: &mut String, d: &DeviceReport) {
+    let its_peak = match &d.footprint {
+        Some(f) if f.counted && !f.only_allocations() => {
+            let parts: Vec<String> = f
+                .layers
+                .iter()
+                .filter(|(_, p)| p.at_peak > 0)
+                .map(|(layer, p)| format!("{} {}", layer.label(), human(p.at_peak)))
+                .collect();
+            if parts.is_empty() {
+                "its footprint peak".to_string()
+            } else {
+                format!("its footprint peak: {}", parts.join(", "))
+            }
+        }
+        _ => "its peak".to_string(),
+    };
+    let _ = writeln!(
+        out,
+        "     observe mode: a quota of {} ({} bytes) or more would have held this run ({its_peak})",
+        human(d.peak),
+        d.peak
+    );
+    if d.refused_observed == 0 {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "     {} request{} would have been refused{}:",
+        d.refused_observed,
+        if d.refused_observed == 1 { "" } else { "s" },
+        d.quota
+            .map_or(String::new(), |q| format!(" by the quota of {}", human(q)))
+    );
+    for o in &d.observed_shown {
+        let _ = writeln!(
+            out,
+            "       {:>12}  at {} via {} (in use {})",
+            refused_words(&o.api, o.bytes),
+            seconds(o.t_ns),
+            o.api,
+            human(o.in_use)
+        );
+    }
+    let more = d.refused_observed - d.observed_shown.len() as u64;
+    if more > 0 {
+        let _ = writeln!(out, "       … and {more} more");
+    }
+}
+
+fn render_episodes(out: &mut String, e: &EpisodesReport) {
+    if e.count == 0 {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "   Back-off episodes: {} ({} then succeeded, {} gave up; episodes end after {} ms without a request)",
+        e.count,
+        e.recovered,
+        e.count - e.recovered,
+        GAP_NS / 1_000_000
+    );
+    for ep in &e.shown {
+        let mut sizes: Vec<String> = ep.refused.iter().map(|&b| human(b)).collect();
+        if ep.refused_elided > 0 {
+            sizes.insert(EPISODE_HEAD, format!("… {} more …", ep.refused_elided));
+        }
+        let outcome = match (ep.got, ep.gave_up) {
+            (Some(got), _) => format!("{}, then got {}", ep.outcome, human(got)),
+            (None, Some("gap")) => "gave up (no request within the gap)".to_string(),
+            (None, Some("larger")) => "gave up (asked for more next)".to_string(),
+            (None, Some("other device")) => "gave up (went on to another GPU)".to_string(),
+            (None, _) => "gave up (the trace ended)".to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "     GPU {} tid {} at {} via {}: refused {}; {outcome}",
+            ep.dev,
+            ep.tid,
+            seconds(ep.t_ns),
+            ep.api,
+            sizes.join(" → ")
+        );
+    }
+    if e.count > e.shown.len() as u64 {
+        let _ = writeln!(out, "     … and {} more", e.count - e.shown.len() as u64);
+    }
+}
+
+fn render_job(out: &mut String, r: &Report) {
+    let j = &r.job;
+    let _ = writeln!(
+        out,
+        "== job: {} process{} on {} host{}",
+        j.processes,
+        if j.processes == 1 { "" } else { "es" },
+        j.hosts.len(),
+        if j.hosts.len() == 1 { "" } else { "s" }
+    );
+    let _ = writeln!(
+        out,
+        "   {:<16} {:>5} {:>8} {:>4} {:>12} {:>12} {:>9} {:>12}",
+        "host", "rank", "pid", "GPU", "peak", "quota", "refusals", "live at end"
+    );
+    for p in &r.processes {
+        for d in &p.devices {
+            let _ = writeln!(
+                out,
+                "   {:<16} {:>5} {:>8} {:>4} {:>12} {:>12} {:>9} {:>12}",
+                p.host,
+                p.rank,
+                p.pid,
+                d.dev,
+                human(d.peak),
+                d.quota.map_or("-".into(), human),
+                d.refusals,
+                human(d.live_bytes)
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "   total: peaks add up to {}; {} in {}; {} ({}) live at the end; {}",
+        human(j.peak_sum),
+        count(j.refusals, "refusal", "refusals"),
+        count(j.backoff_episodes, "back-off episode", "back-off episodes"),
+        count(j.live, "allocation", "allocations"),
+        human(j.live_bytes),
+        count(j.events, "event", "events")
+    );
+    if j.dropped > 0 {
+        let _ = writeln!(out, "   {} dropped", count(j.dropped, "event", "events"));
+    }
+    if j.unfinished > 0 {
+        let _ = writeln!(
+            out,
+            "   {} trace{} without a summary (still running, or killed)",
+            j.unfinished,
+            if j.unfinished == 1 { "" } else { "s" }
+        );
+    }
+}
