@@ -2,6 +2,7 @@
 //! after. Lock-free (one compare-and-swap per reservation), so `in_use` never exceeds the
 //! limit whatever the threads do. No FFI here.
 
+use cuquota_format::settings::MAX_DEVICES;
 use std::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
 
 const UNRESOLVED: u64 = u64::MAX;
@@ -15,8 +16,45 @@ pub const UNLIMITED: u64 = u64::MAX - 1;
 /// room went.
 pub use cuquota_format::part::Part;
 
+/// Every GPU's counters: the books the engine charges, through [`DeviceQuota`]'s reserve,
+/// commit, roll back and release. Where the counters live is this type's business alone:
+/// today in this process's memory; a quota shared by several processes keeps the same
+/// counters (plain atomics, laid out as C does) in a mapping they share, and only this type
+/// changes.
+pub struct Books {
+    devices: [DeviceQuota; MAX_DEVICES],
+}
+
+impl Default for Books {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Books {
+    pub const fn new() -> Books {
+        Books {
+            devices: [const { DeviceQuota::new() }; MAX_DEVICES],
+        }
+    }
+
+    /// `device`'s counters; `None` for an ordinal beyond any the books keep.
+    #[inline(always)]
+    pub fn device(&self, device: u32) -> Option<&DeviceQuota> {
+        self.devices.get(device as usize)
+    }
+
+    /// In a forked child: nothing is in use, nothing happened yet; the limits stay.
+    pub fn reset(&self) {
+        for d in &self.devices {
+            d.reset();
+        }
+    }
+}
+
 /// The counters of one device.
 #[derive(Debug)]
+#[repr(C)]
 pub struct DeviceQuota {
     /// Bytes, [`UNLIMITED`], or [`UNRESOLVED`] until the first use resolves a percentage.
     limit: AtomicU64,

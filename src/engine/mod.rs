@@ -20,7 +20,7 @@ use crate::context_memory::{ContextMemory, Measured, Setting};
 use crate::contexts::{Contexts, Slot, NO_CONTEXT};
 use crate::cuda_abi::CuResult;
 use crate::ledger::{Charge, Ledger};
-use crate::quota::{DeviceQuota, Part, Reservation, UNLIMITED};
+use crate::quota::{Books, DeviceQuota, Part, Reservation, UNLIMITED};
 use crate::spin::{SpinLock, EXIT_LOCK_ATTEMPTS};
 use crate::vmm::VmmBooks;
 use cuquota_format::units::Size;
@@ -111,7 +111,8 @@ const PER_THREAD_STREAM: usize = 2;
 pub struct Engine {
     pub config: Result<Config, ConfigError>,
     queries: Box<dyn Queries>,
-    quotas: [DeviceQuota; MAX_DEVICES],
+    /// Every GPU's counters.
+    books: Books,
     /// One ledger per [`Kind`], indexed by it.
     ledgers: [Ledger; Kind::ALL.len()],
     /// Pools whose location is known (made by `cuMemPoolCreate`, or returned by a
@@ -149,7 +150,7 @@ impl Engine {
     pub fn new(config: Result<Config, ConfigError>, queries: Box<dyn Queries>) -> Engine {
         Engine {
             queries,
-            quotas: [const { DeviceQuota::new() }; MAX_DEVICES],
+            books: Books::new(),
             ledgers: std::array::from_fn(|_| Ledger::new()),
             pools: SpinLock::new(HashMap::new()),
             array_sizes: SpinLock::new(HashMap::new()),
@@ -191,7 +192,7 @@ impl Engine {
     }
 
     pub(super) fn quota(&self, device: u32) -> Option<&DeviceQuota> {
-        self.quotas.get(device as usize)
+        self.books.device(device)
     }
 
     pub(super) fn ledger(&self, kind: Kind) -> &Ledger {
@@ -246,9 +247,7 @@ impl Engine {
         for p in &self.primary {
             p.store(0, Relaxed);
         }
-        for q in &self.quotas {
-            q.reset();
-        }
+        self.books.reset();
         // SAFETY: as above.
         unsafe { self.context_memory.reset_in_child() };
     }
