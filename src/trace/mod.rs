@@ -11,16 +11,24 @@ use crate::quota::Part;
 use cuquota_format::schema;
 use std::ffi::OsStr;
 
+mod cursor;
 mod encode;
 mod path;
 mod signals;
+mod tally;
 mod writer;
 
 use crate::spin::{SpinLock, EXIT_LOCK_ATTEMPTS};
-use encode::Stamped;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, Ordering};
 use std::time::Duration;
 use writer::{Options, Tracer};
+
+/// An event with the stamps `record` adds.
+pub(crate) struct Stamped {
+    pub t_ns: u64,
+    pub tid: u32,
+    pub ev: Event,
+}
 
 /// One device-memory event as a hook sees it. Cheap to build: no heap allocation except
 /// `Backoff`.

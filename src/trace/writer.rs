@@ -6,8 +6,9 @@
 //! writes whole lines with write(2), so a killed process leaves only complete lines, all
 //! but the last `period` of them on disk.
 
-use super::encode::{dropped_line, Encoder, Stamped, Tally};
-use super::Event;
+use super::encode::{dropped_line, Encoder};
+use super::tally::Tally;
+use super::{Event, Stamped};
 use crate::sys::{monotonic_ns, thread_id};
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
