@@ -380,8 +380,9 @@ impl ContextMemory {
 
     /// Corrects `device`'s context part from NVML's figure for this process, if the last
     /// correction is at least [`CORRECTION_INTERVAL_NS`] old (`now_ns`: a monotonic clock,
-    /// such as `sys::monotonic_ns`). Only while a context measured to take memory lives there, and only if this
-    /// process's own charges stood still while NVML was asked (else at the next chance).
+    /// such as `sys::monotonic_ns`). Only while a context measured to take memory lives
+    /// there, and only if this process's own charges stood still while NVML was asked (else
+    /// at the next chance).
     pub fn correct(&self, device: u32, now_ns: u64, meter: &dyn Meter, books: &dyn Books) {
         if self.setting != Setting::Measure || !Self::valid(device) {
             return;
