@@ -1,5 +1,5 @@
-//! What the driver's contexts themselves take on the GPU (issue 11, `context` part of the
-//! footprint), in plain Rust: how a measurement is made, what each context is charged, and
+//! What the driver's contexts themselves take on the GPU (the footprint's `context`
+//! part), in plain Rust: how a measurement is made, what each context is charged, and
 //! how NVML's figure for this process corrects it. The driver and NVML are reached through
 //! [`Meter`], the engine's footprint books through [`Books`], so all of it is unit-tested
 //! without FFI.
@@ -380,12 +380,15 @@ impl ContextMemory {
 
     /// Corrects `device`'s context part from NVML's figure for this process, if the last
     /// correction is at least [`CORRECTION_INTERVAL_NS`] old (`now_ns`: a monotonic clock,
-    /// never 0). Only while a context measured to take memory lives there, and only if this
-    /// process's own charges stood still while NVML was asked (else at the next chance).
+    /// such as `sys::monotonic_ns`). Only while a context measured to take memory lives
+    /// there, and only if this process's own charges stood still while NVML was asked (else
+    /// at the next chance).
     pub fn correct(&self, device: u32, now_ns: u64, meter: &dyn Meter, books: &dyn Books) {
         if self.setting != Setting::Measure || !Self::valid(device) {
             return;
         }
+        // 0 in `corrected_at` means never corrected: no correction is stamped 0.
+        let now_ns = now_ns.max(1);
         let last = &self.corrected_at[device as usize];
         let then = last.load(Relaxed);
         if then != 0 && now_ns.saturating_sub(then) < CORRECTION_INTERVAL_NS {
@@ -463,20 +466,6 @@ fn measure_locked<R>(
         _ => None,
     };
     Measured { rc, value, growth }
-}
-
-/// Nanoseconds on the monotonic clock (never 0), for the correction's rate limit.
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid out-pointer; CLOCK_MONOTONIC always exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    (ts.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec as u64)
-        .max(1)
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 
 use crate::messages::{self, Episode, Outcome};
 use crate::spin::SpinLock;
+use crate::sys;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 /// A thread's open episode: (thread id, the API of its first refusal, the episode). `Copy`
@@ -75,7 +76,7 @@ pub struct Refusal {
 
 /// A refusal of `bytes` on `device` on this thread, by `api`.
 pub fn refused(device: u32, bytes: u64, api: &'static str) -> Refusal {
-    let (tid, now) = (thread_id(), now_ns());
+    let (tid, now) = (sys::thread_id(), sys::monotonic_ns());
     let mut open = OPEN.lock();
     let mut ended = expire(&mut open, now);
     let opened = match open.iter_mut().find(|(t, ..)| *t == tid) {
@@ -109,7 +110,7 @@ pub fn allocated(device: u32, bytes: u64, ptr: u64, api: &'static str) -> Option
 
 #[cold]
 fn end(device: u32, bytes: u64, ptr: u64, api: &'static str) -> Option<Vec<Ended>> {
-    let (tid, now) = (thread_id(), now_ns());
+    let (tid, now) = (sys::thread_id(), sys::monotonic_ns());
     let mut open = OPEN.lock();
     let mut ended = expire(&mut open, now);
     if let Some(i) = open.iter().position(|(t, ..)| *t == tid) {
@@ -144,7 +145,7 @@ fn expire(open: &mut Vec<Open>, now: u64) -> Vec<Ended> {
 
 /// At exit: every open episode ends (gave up), in the order they opened.
 pub fn at_exit() -> Vec<Ended> {
-    let now = now_ns();
+    let now = sys::monotonic_ns();
     let mut open = OPEN.lock();
     OPEN_EPISODES.store(0, Relaxed);
     open.drain(..)
@@ -160,24 +161,6 @@ pub unsafe fn reset_in_child() {
     OPEN_EPISODES.store(0, Relaxed);
     // SAFETY: the caller's promise.
     unsafe { OPEN.reset_in_child(Vec::new()) };
-}
-
-fn thread_id() -> u32 {
-    // SAFETY: gettid has no preconditions.
-    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
-}
-
-/// CLOCK_MONOTONIC in nanoseconds.
-fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid timespec to write; CLOCK_MONOTONIC always exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    (ts.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec as u64)
 }
 
 #[cfg(test)]

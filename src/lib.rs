@@ -24,7 +24,8 @@
 //!   is measured, charged per context and corrected from NVML);
 //! - words: `cuda_abi` (the driver's types), `array_shape` (a CUDA array's shape and its
 //!   estimated size), `ffi` (caller pointers), `output` (cuquota's own writes: bounded,
-//!   never SIGPIPE), `spin` (the lock a forked child can clear).
+//!   never SIGPIPE), `spin` (the lock a forked child can clear), `sys` (the monotonic clock
+//!   and the OS thread id).
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod array_shape;
@@ -47,5 +48,6 @@ mod process;
 pub mod quota;
 mod real_driver;
 mod spin;
+mod sys;
 pub mod trace;
 pub mod vmm;

@@ -60,7 +60,7 @@ impl Queries for RealDriver {
     fn device_uuid(&self, device: u32) -> Option<[u8; 16]> {
         real_driver::device_uuid(device)
     }
-    // -- context memory (issue 11)
+    // -- context memory (a part of the footprint)
     fn nvml_free(&self, device: u32) -> Option<u64> {
         crate::nvml::free_memory(device)
     }
@@ -71,7 +71,7 @@ impl Queries for RealDriver {
         crate::nvml::absence_note()
     }
 
-    // -- graph memory (issue 11)
+    // -- graph memory (a part of the footprint)
     fn graph_nodes(&self, graph: usize) -> Option<Vec<GraphNode>> {
         use real_driver::RawGraphNode as Raw;
         let nodes = real_driver::graph_nodes(graph)?;
@@ -100,7 +100,7 @@ impl Queries for RealDriver {
         real_driver::graph_memory_trim(device)
     }
 
-    // -- pool reservations (issue 11: the pool cache) --
+    // -- pool reservations (the footprint's pool cache) --
     fn pool_usage(&self, pool: usize) -> Result<(u64, u64), CuResult> {
         real_driver::pool_usage(pool)
     }
@@ -227,6 +227,7 @@ fn summary_on_signal() {
 
 /// The child has its own quota, summary and trace; the order is the module's.
 extern "C" fn after_fork_in_child() {
+    crate::sys::forget_thread_ids_in_child();
     // SAFETY: as in `engine`.
     match unsafe { ENGINE.load(Ordering::Acquire).as_ref() } {
         Some(engine) => {

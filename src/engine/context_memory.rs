@@ -260,7 +260,7 @@ impl Engine {
         if !self.counts_context() {
             return;
         }
-        let now = books::monotonic_ns();
+        let now = crate::sys::monotonic_ns();
         let part = self.context_part(api);
         self.context_memory
             .correct(device, now, &Meters(&*self.queries), &part);

@@ -11,16 +11,24 @@ use crate::quota::Part;
 use cuquota_format::schema;
 use std::ffi::OsStr;
 
+mod cursor;
 mod encode;
 mod path;
 mod signals;
+mod tally;
 mod writer;
 
 use crate::spin::{SpinLock, EXIT_LOCK_ATTEMPTS};
-use encode::Stamped;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, Ordering};
 use std::time::Duration;
 use writer::{Options, Tracer};
+
+/// An event with the stamps `record` adds.
+pub(crate) struct Stamped {
+    pub t_ns: u64,
+    pub tid: u32,
+    pub ev: Event,
+}
 
 /// One device-memory event as a hook sees it. Cheap to build: no heap allocation except
 /// `Backoff`.
@@ -352,7 +360,7 @@ pub fn holding() -> bool {
 /// `start` once this thread has moved STATE from OFF or HOLDING to STARTING.
 fn start_claimed(template: &OsStr, info: &StartInfo) -> Result<(), String> {
     // The trace starts at its first event: one held back (before `cuInit`) keeps its time.
-    let now = writer::monotonic_ns();
+    let now = crate::sys::monotonic_ns();
     let start = PENDING
         .lock()
         .first()
@@ -391,7 +399,7 @@ pub fn record(ev: Event) {
 /// While another thread runs `start`, or while held: keep the event for the tracer to come.
 #[cold]
 fn record_pending(ev: Event) {
-    let tid = writer::thread_id();
+    let tid = crate::sys::thread_id();
     let mut pending = PENDING.lock();
     // Published meanwhile (`start` publishes under this lock).
     if let Some(tracer) = current() {
@@ -406,7 +414,7 @@ fn record_pending(ev: Event) {
         return;
     }
     // Absolute for now: `adopt` makes it relative to the trace's start.
-    let t_ns = writer::monotonic_ns();
+    let t_ns = crate::sys::monotonic_ns();
     pending.push(Stamped { t_ns, tid, ev });
 }
 
@@ -441,7 +449,7 @@ fn open(
     options: Options,
 ) -> Result<&'static Tracer, String> {
     // The wall clock of `start_mono_ns`, which may lie before now (held events).
-    let since_start = writer::monotonic_ns().saturating_sub(start_mono_ns);
+    let since_start = crate::sys::monotonic_ns().saturating_sub(start_mono_ns);
     let start_unix_ns = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)
@@ -543,7 +551,6 @@ pub unsafe fn reset_in_child() {
     // SAFETY: the caller guarantees the child has one thread.
     unsafe { PENDING.reset_in_child(Vec::new()) };
     PENDING_DROPPED.store(0, Ordering::Relaxed);
-    writer::FORK_GENERATION.fetch_add(1, Ordering::Relaxed);
     STATE.store(OFF, Ordering::Release);
 }
 

@@ -86,7 +86,7 @@ fn fast() -> writer::Options {
 fn round_trip_every_event_and_the_summary() {
     let dir = temp_dir("roundtrip");
     let template = format!("{}/t-%p.jsonl", dir.display());
-    let tracer = open(&template, &info(), writer::monotonic_ns(), fast()).unwrap();
+    let tracer = open(&template, &info(), crate::sys::monotonic_ns(), fast()).unwrap();
     tracer.record(ev(
         EventKind::Alloc,
         0,
@@ -188,7 +188,7 @@ fn round_trip_every_event_and_the_summary() {
         Some(&[4u64 << 30, 3 << 30][..])
     );
     assert_eq!(p.events[6].told_total, 6 << 30);
-    let me = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
+    let me = crate::sys::thread_id();
     assert!(p.events.iter().all(|e| e.tid == me));
 
     let s = p.summary.expect("summary line");
@@ -216,7 +216,7 @@ fn a_full_buffer_drops_and_counts() {
         period: Duration::from_secs(3600),
         wake_when_half_full: false,
     };
-    let tracer = open(&template, &info(), writer::monotonic_ns(), options).unwrap();
+    let tracer = open(&template, &info(), crate::sys::monotonic_ns(), options).unwrap();
     for i in 0..10 {
         tracer.record(ev(EventKind::Alloc, 0, 0x1000 + i, 1, 0, i + 1));
     }
@@ -235,7 +235,7 @@ fn a_full_buffer_drops_and_counts() {
 fn the_writer_flushes_within_its_period_without_finish() {
     let dir = temp_dir("period");
     let template = format!("{}/t.jsonl", dir.display());
-    let tracer = open(&template, &info(), writer::monotonic_ns(), fast()).unwrap();
+    let tracer = open(&template, &info(), crate::sys::monotonic_ns(), fast()).unwrap();
     tracer.record(ev(EventKind::Alloc, 0, 0x1, 1, 0, 1));
     let file = dir.join("t.jsonl");
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
@@ -252,17 +252,17 @@ fn unwritable_paths_and_full_disks_fail_at_start() {
     let err = open(
         "/nonexistent-cuquota/t.jsonl",
         &info(),
-        writer::monotonic_ns(),
+        crate::sys::monotonic_ns(),
         fast(),
     )
     .err()
     .unwrap();
     assert!(err.contains("/nonexistent-cuquota/t.jsonl"), "{err}");
-    let err = open("/dev/full", &info(), writer::monotonic_ns(), fast())
+    let err = open("/dev/full", &info(), crate::sys::monotonic_ns(), fast())
         .err()
         .unwrap();
     assert!(err.contains("No space left on device"), "{err}");
-    let err = open("t-%q", &info(), writer::monotonic_ns(), fast())
+    let err = open("t-%q", &info(), crate::sys::monotonic_ns(), fast())
         .err()
         .unwrap();
     assert!(err.contains("%q"), "{err}");
@@ -409,7 +409,8 @@ fn fork_child(body: impl FnOnce() -> i32) -> libc::pid_t {
         let pid = libc::fork();
         assert!(pid >= 0);
         if pid == 0 {
-            // What the process module's fork handler does for the trace.
+            // What the process module's fork handler does for the thread ids and the trace.
+            crate::sys::forget_thread_ids_in_child();
             reset_in_child();
             let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).unwrap_or(99);
             libc::_exit(code);

@@ -6,11 +6,12 @@
 //! writes whole lines with write(2), so a killed process leaves only complete lines, all
 //! but the last `period` of them on disk.
 
-use super::encode::{dropped_line, Encoder, Stamped, Tally};
-use super::Event;
+use super::encode::{dropped_line, Encoder};
+use super::tally::Tally;
+use super::{Event, Stamped};
+use crate::sys::{monotonic_ns, thread_id};
 use parking_lot::{Condvar, Mutex};
-use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::time::Duration;
 
 pub struct Options {
@@ -335,44 +336,6 @@ struct WriterState {
 }
 
 pub use crate::output::write_all;
-
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid out-parameter; CLOCK_MONOTONIC always exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// Bumped in a forked child: thread ids cached before the fork are stale there.
-pub static FORK_GENERATION: AtomicU32 = AtomicU32::new(0);
-
-thread_local! {
-    /// (fork generation, thread id) of this thread; id 0 means not read yet.
-    static THREAD_ID: Cell<(u32, u32)> = const { Cell::new((0, 0)) };
-}
-
-/// The OS thread id (gettid), read once per thread rather than a syscall per event.
-pub fn thread_id() -> u32 {
-    let generation = FORK_GENERATION.load(Ordering::Relaxed);
-    THREAD_ID
-        .try_with(|cached| match cached.get() {
-            (g, tid) if g == generation && tid != 0 => tid,
-            _ => {
-                let tid = gettid();
-                cached.set((generation, tid));
-                tid
-            }
-        })
-        .unwrap_or_else(|_| gettid())
-}
-
-fn gettid() -> u32 {
-    // SAFETY: gettid has no preconditions.
-    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
-}
 
 /// Runs `f` (a thread spawn) with every signal blocked, so the new thread inherits a full
 /// mask and never runs a host's signal handler.
