@@ -19,18 +19,18 @@
 //!
 //! [`plain`] passes a call on unchanged; [`guard`], under all of them, catches panics.
 //!
-//! Adding a hooked function: its line in `real_driver`'s table, then in its area's file the
-//! hook, `hooked!(symbol, |arg: Type, …| { body })`, and its name in the
-//! file's `table!` at the end (a new file: its name in `every_area!` below). The compiler
-//! checks each step: `table!` that the hook has the real function's prototype, `hooked!`
-//! that the file's `table!` lists it, `every_area!` that every file's table is joined.
+//! Adding a hooked function: its line in `real_driver`'s table; in its area's file, the
+//! hook, `hooked!(symbol, |arg: Type, …| { body })`, and its name in the file's `table!` at
+//! the end (a new file: also its name in `every_area!` below). The compiler checks the
+//! steps: `table!` that the hook has the real function's prototype, `hooked!` that the
+//! file's `table!` lists it, and `table!` that `every_area!` joins the file's table.
 //!
-//! Why `hooked!`: it defines the `#[no_mangle]` function and, at compile time, checks that
-//! its name is in its file's table, so an exported hook cannot be missing from `CUDA_HOOKS`
-//! and no test reads the sources (a `#[no_mangle]` written by hand does not compile here).
-//! The body is its last argument, in a closure's form inside parentheses, which rustfmt
-//! formats as ordinary code (it leaves `macro! { … }` alone). The files' tables are joined
-//! into one array at compile time, so lookups walk one flat table, as before.
+//! Why `hooked!`: it defines the `#[no_mangle]` function and checks at compile time that its
+//! file's table lists it, so no exported hook can be missing from `CUDA_HOOKS` and no test
+//! reads the sources. The body is its last argument, in a closure's form inside
+//! parentheses, which rustfmt formats as ordinary code (it leaves `macro! { … }` alone);
+//! the files' tables are joined into one flat array at compile time, so lookups walk one
+//! table, as before.
 //!
 //! These are `unsafe extern "C"` because they are the CUDA driver's own prototypes: the
 //! caller promises what the driver documentation asks (valid out-pointers, a valid
@@ -88,7 +88,8 @@ macro_rules! table {
         /// The names this file's `hooked!` look for.
         pub(super) const HOOKED: &[&str] = &[$(stringify!($hook)),*];
 
-        /// This file's slice of `CUDA_HOOKS`.
+        /// This file's slice of `CUDA_HOOKS` (unused: the file is missing from `every_area!`).
+        #[deny(dead_code)]
         pub(super) static HOOKS: &[$crate::lookup::Hook] =
             $crate::lookup::hook_slice!(in $crate::real_driver: $($hook),*);
     };
