@@ -6,6 +6,8 @@ use crate::engine::Kind;
 use crate::lookup::{CFunction, Real};
 use crate::real_driver as real;
 
+// `#[inline]`: also called from `arrays` (see the frames in mod.rs).
+#[inline]
 pub(super) fn free_of<F: CFunction>(
     real: &'static Real<F>,
     kind: Kind,

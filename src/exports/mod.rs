@@ -123,6 +123,12 @@ every_area!(
     graphs,
 );
 
+// ---- the frames ------------------------------------------------------------------------
+//
+// Each is `#[inline]`: the hooks that use them are in the area files, which the compiler may
+// put in other codegen units, where a function without it is never inlined (the frames then
+// cost a call of their own: cuMemAlloc_v2 + cuMemFree_v2 went from 568 to 621 instructions).
+
 thread_local! {
     /// Set while this thread runs a hook: if the driver calls back into an exported hook,
     /// that inner call passes straight through, so nothing is counted twice.
@@ -134,12 +140,14 @@ thread_local! {
 struct InHook(*const Cell<bool>);
 
 impl InHook {
+    #[inline]
     fn enter() -> Option<InHook> {
         IN_HOOK.with(|h| (!h.replace(true)).then_some(InHook(h)))
     }
 }
 
 impl Drop for InHook {
+    #[inline]
     fn drop(&mut self) {
         // SAFETY: the flag has no destructor, so it lives as long as this thread, and this
         // guard never leaves the thread that made it.
@@ -148,12 +156,14 @@ impl Drop for InHook {
 }
 
 /// Catches a panic at the FFI boundary: the caller gets CUDA_ERROR_UNKNOWN, never an abort.
+#[inline]
 fn guard(body: impl FnOnce() -> CuResult) -> CuResult {
     catch_unwind(AssertUnwindSafe(body)).unwrap_or(CuResult::UNKNOWN)
 }
 
 /// The frame of every charged hook: resolve the real function, pass nested calls straight
 /// through, fail closed on a bad configuration, else run `charged`.
+#[inline]
 fn hook<F: CFunction>(
     real: &'static Real<F>,
     charged: impl FnOnce(F, &'static Engine) -> CuResult,
@@ -175,6 +185,7 @@ fn hook<F: CFunction>(
 }
 
 /// A call passed to the driver unchanged (no panic leaves it).
+#[inline]
 fn plain<F: CFunction>(real: &'static Real<F>, call: impl FnOnce(F) -> CuResult) -> CuResult {
     guard(|| match real.get() {
         Some(f) => call(f),
@@ -184,6 +195,7 @@ fn plain<F: CFunction>(real: &'static Real<F>, call: impl FnOnce(F) -> CuResult)
 
 /// The frame of a hook that only watches: the real call, then (on success, outside nested
 /// calls, with a good configuration) `then` tells the engine. Never fails the call itself.
+#[inline]
 fn watched<F: CFunction>(
     real: &'static Real<F>,
     call: impl Fn(F) -> CuResult,
@@ -218,6 +230,7 @@ enum Ends {
 /// [`watched`] for a call that may end a context (destroy, detach, primary reset or
 /// release): the context is marked ending while the driver runs it and cuquota credits it
 /// (see `Engine::context_ending`), and a sure end takes its charges out first.
+#[inline]
 fn watched_ending<F: CFunction>(
     real: &'static Real<F>,
     ends: Ends,
@@ -255,6 +268,7 @@ fn watched_ending<F: CFunction>(
 
 /// The frame of a measured hook: as `watched` (a bad configuration never fails the call:
 /// it passes through), but the engine makes the call.
+#[inline]
 fn measured<F: CFunction>(
     real: &'static Real<F>,
     counted: impl FnOnce(F, &'static Engine) -> CuResult,
@@ -279,6 +293,7 @@ fn measured<F: CFunction>(
 ///
 /// # Safety
 /// `p` is the caller's out-pointer: null or valid for reads (see `ffi::Out::new`).
+#[inline]
 unsafe fn out<T: Copy + Into<u64>>(rc: CuResult, p: *mut T) -> (CuResult, u64) {
     // SAFETY: passed on from the caller.
     (rc, unsafe { written(rc.is_ok(), p) })
@@ -288,6 +303,7 @@ unsafe fn out<T: Copy + Into<u64>>(rc: CuResult, p: *mut T) -> (CuResult, u64) {
 ///
 /// # Safety
 /// `p` is the caller's out-pointer: null or valid for reads (see `ffi::Out::new`).
+#[inline]
 unsafe fn out_handle<T>(rc: CuResult, p: *mut *mut T) -> (CuResult, usize) {
     // SAFETY: passed on from the caller.
     match (rc.is_ok(), unsafe { Out::new(p) }) {
@@ -297,6 +313,7 @@ unsafe fn out_handle<T>(rc: CuResult, p: *mut *mut T) -> (CuResult, usize) {
 }
 
 /// The stream a `_ptsz` variant means by 0: the per-thread default stream.
+#[inline]
 fn per_thread(stream: CuStream) -> usize {
     match stream as usize {
         0 => PER_THREAD_STREAM,
