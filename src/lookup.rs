@@ -136,7 +136,7 @@ c_function_types!(A B C);
 c_function_types!(A B C D);
 c_function_types!(A B C D E);
 c_function_types!(A B C D E F);
-// cuLibraryLoadData / cuLibraryLoadFromFile (context memory, issue 11)
+// cuLibraryLoadData / cuLibraryLoadFromFile (context memory)
 c_function_types!(A B C D E F G H);
 
 /// The real function of one symbol, typed with its C prototype. Made only by `library!`,
@@ -250,12 +250,14 @@ pub(crate) use library;
 // ---- hooks: what the routing hands out -------------------------------------------------------
 
 /// One of our hooks and the real function it stands in for.
+#[derive(Clone, Copy)]
 pub struct Hook {
     pub real: &'static Symbol,
     address: HookAddress,
 }
 
 /// The address of one of our hooks.
+#[derive(Clone, Copy)]
 struct HookAddress(*const ());
 
 // SAFETY: the address of code in this library; never written through, valid for the life of
@@ -263,7 +265,7 @@ struct HookAddress(*const ());
 unsafe impl Sync for HookAddress {}
 
 impl Hook {
-    /// Use `hooks!`, which checks that the hook has the real function's prototype.
+    /// Use `hook_slice!`, which checks that the hook has the real function's prototype.
     #[doc(hidden)]
     pub const fn new(real: &'static Symbol, address: *const ()) -> Hook {
         Hook {
@@ -287,22 +289,66 @@ pub struct Hooks {
     pub hooks: &'static [Hook],
 }
 
-/// `hooks!(LIBRARY in path::to::table: hook, hook, …)`: the [`Hooks`] of a library. Each
+/// `hook_slice!(in path::to::table: hook, hook, …)`: a `&[Hook]` of a library's hooks. Each
 /// hook is a function named as the symbol it stands in for, and the compiler checks that
 /// it has the prototype of that symbol's slot in the table.
-macro_rules! hooks {
-    ($library:ident in $table:path: $($hook:ident),* $(,)?) => {{
+macro_rules! hook_slice {
+    (in $table:path: $($hook:ident),* $(,)?) => {{
         use $table as table;
-        $crate::lookup::Hooks {
-            library: &table::$library,
-            hooks: &[$({
-                const _: () = $crate::lookup::same_prototype(&table::$hook, $hook);
-                $crate::lookup::Hook::new(table::$hook.symbol(), $hook as *const ())
-            },)*],
-        }
+        &[$({
+            const _: () = $crate::lookup::same_prototype(&table::$hook, $hook);
+            $crate::lookup::Hook::new(table::$hook.symbol(), $hook as *const ())
+        },)*]
     }};
 }
-pub(crate) use hooks;
+pub(crate) use hook_slice;
+
+/// The hooks of `slices`, in order, as one array of exactly `N` (at compile time: a table
+/// declared in parts is walked as one).
+pub const fn joined<const N: usize>(slices: &[&[Hook]]) -> [Hook; N] {
+    let mut first = 0;
+    while slices[first].is_empty() {
+        first += 1;
+    }
+    let mut joined = [slices[first][0]; N];
+    let (mut slice, mut n) = (0, 0);
+    while slice < slices.len() {
+        let mut i = 0;
+        while i < slices[slice].len() {
+            joined[n] = slices[slice][i];
+            (n, i) = (n + 1, i + 1);
+        }
+        slice += 1;
+    }
+    assert!(n == N, "the slices do not hold N hooks");
+    joined
+}
+
+/// Whether `name` is one of `names` (at compile time).
+pub const fn listed(names: &[&str], name: &str) -> bool {
+    let mut i = 0;
+    while i < names.len() {
+        if bytes_equal(names[i].as_bytes(), name.as_bytes()) {
+            return true;
+        }
+        i += 1;
+    }
+    false
+}
+
+const fn bytes_equal(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
 
 // ---- the three lookup paths ----------------------------------------------------------------
 
@@ -562,7 +608,10 @@ mod tests {
         0
     }
 
-    static NVML_HOOKS: Hooks = hooks!(LIBNVML in self::nvml: nvmlInit_v2);
+    static NVML_HOOKS: Hooks = Hooks {
+        library: &nvml::LIBNVML,
+        hooks: hook_slice!(in self::nvml: nvmlInit_v2),
+    };
 
     #[test]
     fn a_library_is_known_by_its_file_name() {
@@ -590,5 +639,15 @@ mod tests {
         // The library is not loaded in a unit test, so no address is the real function.
         assert_eq!(hook_for_symbol(b"nvmlInit_v2", 1, &[&NVML_HOOKS]), None);
         assert!(nvml::nvmlInit_v2.get().is_none());
+    }
+
+    #[test]
+    fn slices_join_into_one_table() {
+        static ONE: &[Hook] = hook_slice!(in self::nvml: nvmlInit_v2);
+        static JOINED: [Hook; 2] = joined(&[&[], ONE, ONE]);
+        assert!(JOINED.iter().all(|h| h.real.name() == "nvmlInit_v2"));
+        assert!(listed(&["cuMemAlloc", "cuMemAlloc_v2"], "cuMemAlloc_v2"));
+        assert!(!listed(&["cuMemAlloc", "cuMemAlloc_v2"], "cuMemAlloc_v"));
+        assert!(!listed(&[], "cuMemAlloc"));
     }
 }

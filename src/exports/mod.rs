@@ -1,0 +1,386 @@
+//! Every C entry point cuquota exports, each a thin call into the engine, and the table of
+//! them that the routing (`lookup`) hands out for `dlsym` and `cuGetProcAddress`. One file
+//! per area: `allocations`, `frees`, `vmm` (lifetimes and imports), `ownership` (contexts,
+//! primary contexts, pools' placement), `figures` (the memory figures), `lookups`
+//! (`cuGetProcAddress`), `arrays`, `context_memory`, `graphs`; here, the frames they share
+//! and `cuInit`.
+//!
+//! A hook is named as the driver symbol it stands in for; its real function is the slot of
+//! that name in `real_driver`. The kinds of hook, by their frame:
+//! - a plain counted hook, [`hook`]: resolve the real function, pass nested calls straight
+//!   through, fail closed on a bad configuration, else the engine charges or credits the
+//!   call (allocations, frees, arrays, the figures, graph instantiations and launches);
+//! - a watched one, [`watched`]: the real call, then on success the engine is told what it
+//!   did (a pool's place, an attach, an unload); it never fails the call;
+//! - one that ends a context, [`watched_ending`]: watched, and the context is marked ending
+//!   while the driver ends it (a sure end takes its charges out first);
+//! - a measured one, [`measured`]: the engine makes the call and measures what it took
+//!   (context creation, limits, module loads); a bad configuration passes it through.
+//!
+//! [`plain`] passes a call on unchanged; [`guard`], under all of them, catches panics.
+//!
+//! Adding a hooked function: its line in `real_driver`'s table; in its area's file, the
+//! hook, `hooked!(symbol, |arg: Type, …| { body })`, and its name in the file's `table!` at
+//! the end (a new file: also its name in `every_area!` below). The compiler checks the
+//! steps: `table!` that the hook has the real function's prototype, `hooked!` that the
+//! file's `table!` lists it, and `table!` that `every_area!` joins the file's table.
+//!
+//! Why `hooked!`: it defines the `#[no_mangle]` function and checks at compile time that its
+//! file's table lists it, so no exported hook can be missing from `CUDA_HOOKS` and no test
+//! reads the sources. The body is its last argument, in a closure's form inside
+//! parentheses, which rustfmt formats as ordinary code (it leaves `macro! { … }` alone);
+//! the files' tables are joined into one flat array at compile time, so lookups walk one
+//! table, as before.
+//!
+//! These are `unsafe extern "C"` because they are the CUDA driver's own prototypes: the
+//! caller promises what the driver documentation asks (valid out-pointers, a valid
+//! `CUmemAllocationProp`), and we read and write those pointers (through `ffi`) exactly
+//! where the real driver would, only after the real call succeeded. Calls to the real
+//! function pass the caller's arguments on unchanged, so they carry the caller's promise.
+//! No panic leaves these functions.
+#![allow(non_snake_case, clippy::missing_safety_doc)]
+// A hand-written `#[no_mangle]` (an export that skips `hooked!` and its table check) does
+// not compile here: `hooked!` writes `#[unsafe(no_mangle)]`.
+#![deny(unsafe_attr_outside_unsafe)]
+
+mod allocations;
+mod arrays;
+mod context_memory;
+mod figures;
+mod frees;
+mod graphs;
+mod lookups;
+mod ownership;
+mod vmm;
+
+use crate::cuda_abi::{CuResult, CuStream};
+use crate::engine::Engine;
+use crate::ffi::{written, Out};
+use crate::lookup::{self, CFunction, Hook, Hooks, Real};
+use crate::process::engine;
+use crate::real_driver as real;
+use std::cell::Cell;
+use std::ffi::c_uint;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// `hooked!(symbol, |arg: Type, …| { body })`: the exported hook `symbol`
+/// (`#[no_mangle] pub unsafe extern "C" fn symbol(arg: Type, …) -> CuResult { body }`: every
+/// driver function returns a `CUresult`), and a compile-time check that its file's `table!`
+/// lists it.
+macro_rules! hooked {
+    ($symbol:ident, |$($arg:ident: $ty:ty),* $(,)?| $body:block) => {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $symbol($($arg: $ty),*) -> $crate::cuda_abi::CuResult $body
+
+        const _: () = assert!(
+            $crate::lookup::listed(HOOKED, stringify!($symbol)),
+            concat!(stringify!($symbol), " is exported but missing from its file's table!"),
+        );
+    };
+}
+use hooked;
+
+/// `table!(hook, …)`, at the end of each file: the file's slice of `CUDA_HOOKS`, in the
+/// order lookups try them. The compiler checks that each hook has the prototype of the real
+/// function of the same name in `real_driver`.
+macro_rules! table {
+    ($($hook:ident),* $(,)?) => {
+        /// The names this file's `hooked!` look for.
+        pub(super) const HOOKED: &[&str] = &[$(stringify!($hook)),*];
+
+        /// This file's slice of `CUDA_HOOKS` (unused: the file is missing from `every_area!`).
+        #[deny(dead_code)]
+        pub(super) static HOOKS: &[$crate::lookup::Hook] =
+            $crate::lookup::hook_slice!(in $crate::real_driver: $($hook),*);
+    };
+}
+use table;
+
+/// `every_area!(area, …)`: `EVERY_HOOK`, the areas' slices joined, in this order.
+macro_rules! every_area {
+    ($($area:ident),* $(,)?) => {
+        static EVERY_HOOK: [Hook; 0 $(+ $area::HOOKED.len())*] =
+            lookup::joined(&[$($area::HOOKS),*]);
+    };
+}
+
+/// Our hook for each hooked function of the CUDA driver.
+pub static CUDA_HOOKS: Hooks = Hooks {
+    library: &real::LIBCUDA,
+    hooks: &EVERY_HOOK,
+};
+
+every_area!(
+    self,
+    allocations,
+    frees,
+    vmm,
+    ownership,
+    figures,
+    lookups,
+    arrays,
+    context_memory,
+    graphs,
+);
+
+// ---- the frames ------------------------------------------------------------------------
+//
+// Each is `#[inline]`: the hooks that use them are in the area files, which the compiler may
+// put in other codegen units, where a function without it is never inlined (the frames then
+// cost a call of their own: cuMemAlloc_v2 + cuMemFree_v2 went from 568 to 621 instructions).
+
+thread_local! {
+    /// Set while this thread runs a hook: if the driver calls back into an exported hook,
+    /// that inner call passes straight through, so nothing is counted twice.
+    static IN_HOOK: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Holds this thread's `IN_HOOK` flag; keeps its address so that leaving costs no second
+/// thread-local look-up (each is a `__tls_get_addr` call in a shared library).
+struct InHook(*const Cell<bool>);
+
+impl InHook {
+    #[inline]
+    fn enter() -> Option<InHook> {
+        IN_HOOK.with(|h| (!h.replace(true)).then_some(InHook(h)))
+    }
+}
+
+impl Drop for InHook {
+    #[inline]
+    fn drop(&mut self) {
+        // SAFETY: the flag has no destructor, so it lives as long as this thread, and this
+        // guard never leaves the thread that made it.
+        unsafe { (*self.0).set(false) };
+    }
+}
+
+/// Catches a panic at the FFI boundary: the caller gets CUDA_ERROR_UNKNOWN, never an abort.
+#[inline]
+fn guard(body: impl FnOnce() -> CuResult) -> CuResult {
+    catch_unwind(AssertUnwindSafe(body)).unwrap_or(CuResult::UNKNOWN)
+}
+
+/// The frame of every charged hook: resolve the real function, pass nested calls straight
+/// through, fail closed on a bad configuration, else run `charged`.
+#[inline]
+fn hook<F: CFunction>(
+    real: &'static Real<F>,
+    charged: impl FnOnce(F, &'static Engine) -> CuResult,
+    plain: impl FnOnce(F) -> CuResult,
+) -> CuResult {
+    guard(|| {
+        let Some(real) = real.get() else {
+            return CuResult::NOT_FOUND;
+        };
+        let Some(_in_hook) = InHook::enter() else {
+            return plain(real);
+        };
+        let engine = engine();
+        match engine.check_config() {
+            Ok(()) => charged(real, engine),
+            Err(rc) => rc,
+        }
+    })
+}
+
+/// A call passed to the driver unchanged (no panic leaves it).
+#[inline]
+fn plain<F: CFunction>(real: &'static Real<F>, call: impl FnOnce(F) -> CuResult) -> CuResult {
+    guard(|| match real.get() {
+        Some(f) => call(f),
+        None => CuResult::NOT_FOUND,
+    })
+}
+
+/// The frame of a hook that only watches: the real call, then (on success, outside nested
+/// calls, with a good configuration) `then` tells the engine. Never fails the call itself.
+#[inline]
+fn watched<F: CFunction>(
+    real: &'static Real<F>,
+    call: impl Fn(F) -> CuResult,
+    then: impl FnOnce(&'static Engine),
+) -> CuResult {
+    guard(|| {
+        let Some(f) = real.get() else {
+            return CuResult::NOT_FOUND;
+        };
+        let Some(_in_hook) = InHook::enter() else {
+            return call(f);
+        };
+        let rc = call(f);
+        let engine = engine();
+        if rc.is_ok() && engine.check_config().is_ok() {
+            then(engine);
+        }
+        rc
+    })
+}
+
+/// How surely a call ends its context if it succeeds.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Ends {
+    /// `cuCtxDestroy`, `cuDevicePrimaryCtxReset`: its charges leave the books before the
+    /// driver runs it (`Engine::context_end`).
+    Surely,
+    /// `cuCtxDetach`, `cuDevicePrimaryCtxRelease`: only the last one does, known after.
+    Maybe,
+}
+
+/// [`watched`] for a call that may end a context (destroy, detach, primary reset or
+/// release): the context is marked ending while the driver runs it and cuquota credits it
+/// (see `ContextEnd`), and a sure end takes its charges out first.
+#[inline]
+fn watched_ending<F: CFunction>(
+    real: &'static Real<F>,
+    ends: Ends,
+    context: impl FnOnce(&'static Engine) -> usize,
+    call: impl Fn(F) -> CuResult,
+    then: impl FnOnce(&'static Engine),
+) -> CuResult {
+    guard(|| {
+        let Some(f) = real.get() else {
+            return CuResult::NOT_FOUND;
+        };
+        let Some(_in_hook) = InHook::enter() else {
+            return call(f);
+        };
+        let engine = engine();
+        let context = context(engine);
+        let surely = ends == Ends::Surely && engine.check_config().is_ok();
+        let mut end = engine.context_end(real.name(), context, surely);
+        let rc = call(f);
+        end.settle(rc.is_ok());
+        if rc.is_ok() && engine.check_config().is_ok() {
+            then(engine);
+        }
+        // `end` goes here: the context is no longer marked ending.
+        rc
+    })
+}
+
+/// The frame of a measured hook: as `watched` (a bad configuration never fails the call:
+/// it passes through), but the engine makes the call.
+#[inline]
+fn measured<F: CFunction>(
+    real: &'static Real<F>,
+    counted: impl FnOnce(F, &'static Engine) -> CuResult,
+    plain: impl FnOnce(F) -> CuResult,
+) -> CuResult {
+    guard(|| {
+        let Some(f) = real.get() else {
+            return CuResult::NOT_FOUND;
+        };
+        let Some(_in_hook) = InHook::enter() else {
+            return plain(f);
+        };
+        let engine = engine();
+        match engine.check_config() {
+            Ok(()) => counted(f, engine),
+            Err(_) => plain(f),
+        }
+    })
+}
+
+/// The call's result and the new pointer (0 if the call failed or had no out-pointer).
+///
+/// # Safety
+/// `p` is the caller's out-pointer: null or valid for reads (see `ffi::Out::new`).
+#[inline]
+unsafe fn out<T: Copy + Into<u64>>(rc: CuResult, p: *mut T) -> (CuResult, u64) {
+    // SAFETY: passed on from the caller.
+    (rc, unsafe { written(rc.is_ok(), p) })
+}
+
+/// The call's result and the handle it wrote (0 if it failed or had no out-pointer).
+///
+/// # Safety
+/// `p` is the caller's out-pointer: null or valid for reads (see `ffi::Out::new`).
+#[inline]
+unsafe fn out_handle<T>(rc: CuResult, p: *mut *mut T) -> (CuResult, usize) {
+    // SAFETY: passed on from the caller.
+    match (rc.is_ok(), unsafe { Out::new(p) }) {
+        (true, Some(out)) => (rc, out.get() as usize),
+        _ => (rc, 0),
+    }
+}
+
+/// The stream a `_ptsz` variant means by 0: the per-thread default stream.
+#[inline]
+fn per_thread(stream: CuStream) -> usize {
+    match stream as usize {
+        0 => PER_THREAD_STREAM,
+        s => s,
+    }
+}
+
+/// `CU_STREAM_PER_THREAD`.
+const PER_THREAD_STREAM: usize = 2;
+
+hooked!(cuInit, |flags: c_uint| {
+    hook(
+        &real::cuInit,
+        // SAFETY: the caller's argument, passed on.
+        |real, _| unsafe { real(flags) },
+        // SAFETY: the caller's argument, passed on.
+        |real| unsafe { real(flags) },
+    )
+});
+
+table!(cuInit);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lookup::{hooked_symbol, variant_by_rules};
+
+    fn symbol(name: &[u8]) -> Option<&'static str> {
+        hooked_symbol(name, &CUDA_HOOKS).map(|h| h.real.name())
+    }
+
+    #[test]
+    fn exact_names() {
+        assert_eq!(symbol(b"cuMemAlloc_v2"), Some("cuMemAlloc_v2"));
+        assert_eq!(symbol(b"cuMemAlloc"), Some("cuMemAlloc"));
+        assert_eq!(symbol(b"cuCtxGetDevice"), None, "called, not hooked");
+        assert_eq!(symbol(b"malloc"), None);
+        assert_eq!(symbol(b"cuGetExportTable"), None);
+    }
+
+    fn by_rules(base: &[u8], version: u32, per_thread: bool) -> Option<&'static str> {
+        variant_by_rules(base, version, per_thread, &CUDA_HOOKS).map(|h| h.real.name())
+    }
+
+    #[test]
+    fn version_and_flag_rules() {
+        assert_eq!(by_rules(b"cuMemAlloc", 3020, false), Some("cuMemAlloc_v2"));
+        assert_eq!(by_rules(b"cuMemAlloc", 12000, true), Some("cuMemAlloc_v2"));
+        assert_eq!(by_rules(b"cuMemAlloc", 2000, false), Some("cuMemAlloc"));
+        assert_eq!(
+            by_rules(b"cuMemAllocAsync", 11020, true),
+            Some("cuMemAllocAsync_ptsz")
+        );
+        assert_eq!(
+            by_rules(b"cuMemAllocAsync", 12000, false),
+            Some("cuMemAllocAsync")
+        );
+        assert_eq!(by_rules(b"cuMemAllocAsync", 11000, false), None);
+        assert_eq!(
+            by_rules(b"cuGetProcAddress", 11030, false),
+            Some("cuGetProcAddress")
+        );
+        assert_eq!(
+            by_rules(b"cuGetProcAddress", 12000, false),
+            Some("cuGetProcAddress_v2")
+        );
+        assert_eq!(by_rules(b"cuLaunchKernel", 12000, false), None);
+    }
+
+    #[test]
+    fn every_hook_is_listed_once() {
+        let mut names: Vec<_> = CUDA_HOOKS.hooks.iter().map(|h| h.real.name()).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), CUDA_HOOKS.hooks.len());
+    }
+}

@@ -1,0 +1,312 @@
+//! Placement and ownership: where a charge lands and who owns it. Contexts and primary
+//! contexts (whose end credits what they owned), and pools (where each keeps its memory, so
+//! that a pool allocation is charged to the right device, or to none).
+
+use super::{hook, hooked, measured, out_handle, table, watched, watched_ending, Ends};
+use crate::cuda_abi::{
+    CuContext, CuDevice, CuMemLocation, CuMemPoolPropsHead, CuMemoryPool, CuResult,
+    CU_MEM_LOCATION_TYPE_DEVICE,
+};
+use crate::engine::PoolPlace;
+use crate::ffi::{self, Out};
+use crate::lookup::Real;
+use crate::real_driver as real;
+use std::ffi::{c_int, c_uint};
+
+/// `CU_MEM_ALLOCATION_TYPE_MANAGED` (CUDA 13).
+const ALLOCATION_MANAGED: i32 = 2;
+
+/// Where a pool of `alloc_type` at `location` keeps its memory; `None` for a location type
+/// cuquota does not know (such a pool's allocations land on the stream's device).
+fn pool_place(alloc_type: i32, location: CuMemLocation) -> Option<PoolPlace> {
+    if alloc_type == ALLOCATION_MANAGED {
+        return Some(PoolPlace::Managed);
+    }
+    match location.kind {
+        CU_MEM_LOCATION_TYPE_DEVICE if location.id >= 0 => {
+            Some(PoolPlace::Device(location.id as u32))
+        }
+        // HOST, HOST_NUMA, HOST_NUMA_CURRENT: host memory.
+        2..=4 => Some(PoolPlace::Host),
+        _ => None,
+    }
+}
+
+hooked!(
+    cuMemPoolCreate,
+    |pool: *mut CuMemoryPool, props: *const CuMemPoolPropsHead| {
+        // SAFETY: `props` is null or the caller's valid CUmemPoolProps.
+        let place = unsafe { ffi::input(props) }.and_then(|p| pool_place(p.alloc_type, p.location));
+        hook(
+            &real::cuMemPoolCreate,
+            |real, e| {
+                // SAFETY: the caller's arguments, passed on.
+                let rc = unsafe { real(pool, props) };
+                // SAFETY: `pool` is the caller's out-pointer, null or valid.
+                if let (true, Some(pool)) = (rc.is_ok(), unsafe { Out::new(pool) }) {
+                    if let Some(place) = place {
+                        e.pool_located(pool.get() as usize, place);
+                    }
+                }
+                rc
+            },
+            // SAFETY: the caller's arguments, passed on.
+            |real| unsafe { real(pool, props) },
+        )
+    }
+);
+
+fn context_destroyed(real: &'static Real<real::cuCtxDestroy>, ctx: CuContext) -> CuResult {
+    watched_ending(
+        real,
+        Ends::Surely,
+        |_| ctx as usize,
+        // SAFETY: the caller's argument, passed on.
+        |f| unsafe { f(ctx) },
+        |e| e.context_destroyed(real.name(), ctx as usize),
+    )
+}
+
+hooked!(cuCtxDestroy_v2, |ctx: CuContext| {
+    context_destroyed(&real::cuCtxDestroy_v2, ctx)
+});
+
+hooked!(cuCtxDestroy, |ctx: CuContext| {
+    context_destroyed(&real::cuCtxDestroy, ctx)
+});
+
+// Deprecated, still exported (PyCUDA): destroys the context when its usage count drops to
+// 0; `cuCtxAttach`'s references are counted so that only that detach credits.
+hooked!(cuCtxDetach, |ctx: CuContext| {
+    watched_ending(
+        &real::cuCtxDetach,
+        Ends::Maybe,
+        |_| ctx as usize,
+        // SAFETY: the caller's argument, passed on.
+        |f| unsafe { f(ctx) },
+        |e| e.context_detached(real::cuCtxDetach.name(), ctx as usize),
+    )
+});
+
+hooked!(cuCtxAttach, |ctx: *mut CuContext, flags: c_uint| {
+    watched(
+        &real::cuCtxAttach,
+        // SAFETY: the caller's arguments, passed on.
+        |f| unsafe { f(ctx, flags) },
+        |e| {
+            // SAFETY: `ctx` is the caller's out-pointer, null or valid.
+            if let Some(c) = unsafe { Out::new(ctx) } {
+                e.context_attached(c.get() as usize);
+            }
+        },
+    )
+});
+
+// The retain that makes the primary context is measured (context memory, a part of the footprint).
+hooked!(
+    cuDevicePrimaryCtxRetain,
+    |ctx: *mut CuContext, dev: CuDevice| {
+        // SAFETY: the caller's arguments, passed on; `ctx` is its out-pointer.
+        let call = |f: real::cuDevicePrimaryCtxRetain| unsafe { out_handle(f(ctx, dev), ctx) };
+        measured(
+            &real::cuDevicePrimaryCtxRetain,
+            |f, e| {
+                let api = real::cuDevicePrimaryCtxRetain.name();
+                // Not active: this retain makes it (an unknown state counts as made already).
+                let inactive = || real::primary_active(dev as u32) == Ok(false);
+                e.primary_retain(api, dev, inactive, || call(f), || release_primary(dev))
+            },
+            |f| call(f).0,
+        )
+    }
+);
+
+/// Drops the reference a refused retain took.
+fn release_primary(dev: CuDevice) {
+    let release = real::cuDevicePrimaryCtxRelease_v2.get();
+    if let Some(f) = release.or(real::cuDevicePrimaryCtxRelease.get()) {
+        // SAFETY: the retain this undoes succeeded on `dev`.
+        unsafe { f(dev) };
+    }
+}
+
+fn primary_reset(real: &'static Real<real::cuDevicePrimaryCtxReset>, dev: CuDevice) -> CuResult {
+    watched_ending(
+        real,
+        Ends::Surely,
+        |e| e.primary_context(dev as u32),
+        // SAFETY: the caller's argument, passed on.
+        |f| unsafe { f(dev) },
+        |e| {
+            if let Ok(device) = u32::try_from(dev) {
+                e.primary_gone(real.name(), device);
+            }
+        },
+    )
+}
+
+hooked!(cuDevicePrimaryCtxReset_v2, |dev: CuDevice| {
+    primary_reset(&real::cuDevicePrimaryCtxReset_v2, dev)
+});
+
+hooked!(cuDevicePrimaryCtxReset, |dev: CuDevice| {
+    primary_reset(&real::cuDevicePrimaryCtxReset, dev)
+});
+
+/// The release that drops the last reference destroys the primary context: the driver says
+/// whether it is still active.
+fn primary_release(
+    real: &'static Real<real::cuDevicePrimaryCtxRelease>,
+    dev: CuDevice,
+) -> CuResult {
+    watched_ending(
+        real,
+        Ends::Maybe,
+        |e| e.primary_context(dev as u32),
+        // SAFETY: the caller's argument, passed on.
+        |f| unsafe { f(dev) },
+        |e| {
+            if let (Ok(device), Ok(false)) = (u32::try_from(dev), real::primary_active(dev as u32))
+            {
+                e.primary_gone(real.name(), device);
+            }
+        },
+    )
+}
+
+hooked!(cuDevicePrimaryCtxRelease_v2, |dev: CuDevice| {
+    primary_release(&real::cuDevicePrimaryCtxRelease_v2, dev)
+});
+
+hooked!(cuDevicePrimaryCtxRelease, |dev: CuDevice| {
+    primary_release(&real::cuDevicePrimaryCtxRelease, dev)
+});
+
+/// A default or current pool query: the pool returned keeps its memory on `dev`.
+fn device_pool(
+    real: &'static Real<real::cuDeviceGetMemPool>,
+    pool: *mut CuMemoryPool,
+    dev: CuDevice,
+) -> CuResult {
+    watched(
+        real,
+        // SAFETY: the caller's arguments, passed on.
+        |f| unsafe { f(pool, dev) },
+        |e| {
+            // SAFETY: `pool` is the caller's out-pointer, null or valid.
+            if let (Some(p), Ok(d)) = (unsafe { Out::new(pool) }, u32::try_from(dev)) {
+                e.pool_located(p.get() as usize, PoolPlace::Device(d));
+            }
+        },
+    )
+}
+
+hooked!(
+    cuDeviceGetDefaultMemPool,
+    |pool: *mut CuMemoryPool, dev: CuDevice| {
+        device_pool(&real::cuDeviceGetDefaultMemPool, pool, dev)
+    }
+);
+
+hooked!(
+    cuDeviceGetMemPool,
+    |pool: *mut CuMemoryPool, dev: CuDevice| { device_pool(&real::cuDeviceGetMemPool, pool, dev) }
+);
+
+// The driver accepts only a pool of `dev` as its current pool.
+hooked!(cuDeviceSetMemPool, |dev: CuDevice, pool: CuMemoryPool| {
+    watched(
+        &real::cuDeviceSetMemPool,
+        // SAFETY: the caller's arguments, passed on.
+        |f| unsafe { f(dev, pool) },
+        |e| {
+            if let Ok(d) = u32::try_from(dev) {
+                e.pool_located(pool as usize, PoolPlace::Device(d));
+            }
+        },
+    )
+});
+
+/// CUDA 13: a pool by location and allocation type; the pool returned keeps its memory
+/// there.
+fn pool_by_location(
+    real: &'static Real<real::cuMemGetMemPool>,
+    pool: *mut CuMemoryPool,
+    location: *mut CuMemLocation,
+    alloc_type: c_int,
+) -> CuResult {
+    watched(
+        real,
+        // SAFETY: the caller's arguments, passed on.
+        |f| unsafe { f(pool, location, alloc_type) },
+        |e| {
+            // SAFETY: `pool` and `location` are the caller's, null or valid.
+            let (out, at) = unsafe { (Out::new(pool), ffi::input(location)) };
+            if let (Some(p), Some(place)) = (out, at.and_then(|l| pool_place(alloc_type, *l))) {
+                e.pool_located(p.get() as usize, place);
+            }
+        },
+    )
+}
+
+hooked!(
+    cuMemGetDefaultMemPool,
+    |pool: *mut CuMemoryPool, location: *mut CuMemLocation, alloc_type: c_int| {
+        pool_by_location(&real::cuMemGetDefaultMemPool, pool, location, alloc_type)
+    }
+);
+
+hooked!(
+    cuMemGetMemPool,
+    |pool: *mut CuMemoryPool, location: *mut CuMemLocation, alloc_type: c_int| {
+        pool_by_location(&real::cuMemGetMemPool, pool, location, alloc_type)
+    }
+);
+
+hooked!(
+    cuMemSetMemPool,
+    |location: *mut CuMemLocation, alloc_type: c_int, pool: CuMemoryPool| {
+        // SAFETY: `location` is null or the caller's valid CUmemLocation (the call only reads
+        // it).
+        let place = unsafe { ffi::input(location) }.and_then(|l| pool_place(alloc_type, *l));
+        watched(
+            &real::cuMemSetMemPool,
+            // SAFETY: the caller's arguments, passed on.
+            |f| unsafe { f(location, alloc_type, pool) },
+            |e| {
+                if let Some(place) = place {
+                    e.pool_located(pool as usize, place);
+                }
+            },
+        )
+    }
+);
+
+hooked!(cuMemPoolDestroy, |pool: CuMemoryPool| {
+    watched(
+        &real::cuMemPoolDestroy,
+        // SAFETY: the caller's argument, passed on.
+        |f| unsafe { f(pool) },
+        |e| e.pool_destroyed(pool as usize),
+    )
+});
+
+table!(
+    cuMemPoolCreate,
+    cuCtxDestroy_v2,
+    cuCtxDestroy,
+    cuCtxDetach,
+    cuCtxAttach,
+    cuDevicePrimaryCtxRetain,
+    cuDevicePrimaryCtxReset_v2,
+    cuDevicePrimaryCtxReset,
+    cuDevicePrimaryCtxRelease_v2,
+    cuDevicePrimaryCtxRelease,
+    cuDeviceGetDefaultMemPool,
+    cuDeviceGetMemPool,
+    cuDeviceSetMemPool,
+    cuMemGetDefaultMemPool,
+    cuMemGetMemPool,
+    cuMemSetMemPool,
+    cuMemPoolDestroy
+);
