@@ -4,21 +4,21 @@
 //! Reading order, by layer; each module imports only from modules below it (no import
 //! circle), and sizes, the trace schema, the episode rule and the hasher come from
 //! `crates/format` (`cuquota_format`):
-//! - entry points: `dlsym_entry` (our `dlsym`), `exports` (the C entry points, and
-//!   `CUDA_HOOKS`, the table of them), `process` (the one engine, made at the first hooked
-//!   call; the exit handler and the fork handler, which resets everything in one order);
+//! - entry points: `dlsym_entry` (our `dlsym`), `exports` (the C entry points by area,
+//!   and `CUDA_HOOKS`, the table their slices make), `process` (the one engine, made at
+//!   the first hooked call; the exit handler and the fork handler, which resets everything
+//!   in one order);
 //! - lookup: `real_driver` (every driver function cuquota resolves, declared once with its
 //!   prototype; the questions the engine asks the driver), `nvml` (NVML, a second real
 //!   library, called and never hooked: free memory before a context exists, this process's
 //!   own usage), `lookup` (finding a function in a real library; routing `dlsym` and
 //!   `cuGetProcAddress` to the hooks it is handed);
-//! - engine, beside lookup (neither imports the other): `engine` (reserve, call, commit or
-//!   roll back; the virtualised figures; the footprint's parts besides allocations, with
-//!   `engine/pool_cache.rs` for what pools keep and `engine/graph_memory.rs` for graph
-//!   memory), `episodes` (each thread's run of refusals),
-//!   `trace` (the trace file, started at its first event), `messages` (the words of the log
-//!   lines), `log` (where they go), `config` (the environment variables);
-//! - books: `quota` (per-GPU counters), `ledger` (live allocations), `contexts` (the
+//! - engine, beside lookup (neither imports the other): `engine` (one room per part of
+//!   the footprint and kind of lifetime: reserve, call, commit or roll back; the virtualised
+//!   figures; `engine/explain.rs`, the one room that speaks), `episodes` (each thread's run
+//!   of refusals), `trace` (the trace file, started at its first event), `messages` (the
+//!   words of the log lines), `log` (where they go), `config` (the environment variables);
+//! - books: `quota` (`Books`, every GPU's counters), `ledger` (live allocations), `contexts` (the
 //!   contexts that own them, and each one's device), `vmm` (references and mappings of
 //!   `cuMemCreate` allocations), `context_memory` (what contexts themselves take: how it
 //!   is measured, charged per context and corrected from NVML);

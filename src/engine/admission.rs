@@ -1,7 +1,8 @@
 //! Reserve → call → commit or roll back: the one way a request meets the quota. Every kind
 //! goes through [`Engine::reserve_and_call`] (an allocation of any kind, a pool allocation)
 //! or, for growth with no call of its own, [`Engine::reserve_or_trim`] (the footprint's
-//! parts); what the driver gave is then committed by the caller, which knows its ledger.
+//! parts); the caller settles what the driver gave (an array's true size, a pool's growth)
+//! and hands it to [`Engine::committed`].
 
 use super::explain::{Outcome, Refusal, Request};
 use super::*;
@@ -197,6 +198,31 @@ impl Engine {
             limit,
             in_use,
             rc,
+        });
+    }
+
+    /// The driver gave `key` the charge's bytes: held, in the ledger of `kind`, and said.
+    /// Inline: its frame cost more than its work on the plain allocation's path.
+    #[inline(always)]
+    pub(super) fn committed(
+        &self,
+        api: &'static str,
+        kind: Kind,
+        key: u64,
+        quota: &DeviceQuota,
+        charge: Charge,
+    ) {
+        let (device, bytes) = (charge.device, charge.bytes);
+        let held = quota.commit(bytes);
+        if let Some(stale) = self.ledger(kind).insert(key, charge) {
+            self.released_stale(key, stale);
+        }
+        self.explain(Outcome::Admitted {
+            device,
+            api,
+            key,
+            bytes,
+            held,
         });
     }
 }

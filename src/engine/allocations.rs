@@ -151,32 +151,6 @@ impl Engine {
 }
 
 impl Engine {
-    // Inline: its frame cost more than its work on the plain allocation's path.
-    #[inline(always)]
-    pub(super) fn committed(
-        &self,
-        api: &'static str,
-        kind: Kind,
-        key: u64,
-        quota: &DeviceQuota,
-        charge: Charge,
-    ) {
-        let (device, bytes) = (charge.device, charge.bytes);
-        let held = quota.commit(bytes);
-        if let Some(stale) = self.ledger(kind).insert(key, charge) {
-            self.released_stale(key, stale);
-        }
-        self.explain(Outcome::Admitted {
-            device,
-            api,
-            key,
-            bytes,
-            held,
-        });
-    }
-}
-
-impl Engine {
     /// A free of `key`. Unknown keys go to the driver unchanged and its answer comes back
     /// unchanged. The entry leaves the ledger before the driver frees, so another thread
     /// that gets the same address right after cannot lose its entry to us.

@@ -33,21 +33,11 @@ impl DeviceTally {
     fn summary(&self) -> SummaryDevice {
         let mut d = self.summary.clone();
         for part in Part::ALL {
-            let (now, peak) = part_fields(&mut d, part);
+            let (now, peak) = d.part_mut(part);
             *now = self.parts[part as usize];
             *peak = self.part_peaks[part as usize];
         }
         d
-    }
-}
-
-/// The summary's two fields of `part`, `{name}` and `{name}_peak` (named fields of the
-/// schema's struct, which also fixes their order in the line).
-fn part_fields(d: &mut SummaryDevice, part: Part) -> (&mut u64, &mut u64) {
-    match part {
-        Part::PoolCache => (&mut d.pool_cache, &mut d.pool_cache_peak),
-        Part::Graph => (&mut d.graph, &mut d.graph_peak),
-        Part::Context => (&mut d.context, &mut d.context_peak),
     }
 }
 
