@@ -363,7 +363,7 @@ def child_ctx_reset():
     result(free0=free0, free_held=free_held, free_after=free_after)
 
 
-# ---- Footprint (issue 11): what NVML says the process holds, against the quota ----
+# ---- Footprint: what NVML says the process holds, against the quota ----
 
 
 def driver_fill(quota):
@@ -496,7 +496,7 @@ def child_env(args, preload, extra):
         env["LD_PRELOAD"] = args.lib
         env["CUQUOTA_LIMIT"] = str(args.quota)
         # The checks before the footprint ones compare the trace's allocations with what the
-        # frameworks hold: the quota counts allocations only there (issue 11: the footprint
+        # frameworks hold: the quota counts allocations only there (the footprint
         # checks set footprint, the default).
         env["CUQUOTA_COUNT"] = "allocations"
     env.update(extra)
@@ -888,7 +888,7 @@ def vmm_check(args):
     expect(problems, h["again"] == h["fit"], f"after the unmaps only {h['again']} fit again")
 def ctx_reset_check(args):
     """cuDevicePrimaryCtxReset frees every allocation of the context, the stream-ordered
-    pool's included (issue 10: cuquota credits both at the reset; this checks that reading
+    pool's included (cuquota credits both at the reset; this checks that reading
     against the driver's own free memory)."""
     child = python_child(args, "ctx-reset")
     if child is None:

@@ -47,7 +47,7 @@ pub enum Count {
     /// The process's whole footprint on the device: allocations, pool reservations beyond
     /// them, graph memory, context memory (the default).
     Footprint,
-    /// Live allocations only (cuquota before issue 11).
+    /// Live allocations only (cuquota before it counted the footprint).
     Allocations,
 }
 

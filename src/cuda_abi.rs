@@ -257,7 +257,7 @@ pub const CUDA_ARRAY3D_CUBEMAP: u32 = 0x04;
 pub const CUDA_ARRAY3D_SPARSE: u32 = 0x40;
 pub const CUDA_ARRAY3D_DEFERRED_MAPPING: u32 = 0x80;
 
-// ---- CUDA graphs and graph memory (issue 11) -------------------------------------------
+// ---- CUDA graphs and graph memory ------------------------------------------------------
 
 /// `CUgraph`, `CUgraphExec`, `CUgraphNode`: opaque handles.
 pub type CuGraph = *mut c_void;
@@ -356,7 +356,7 @@ mod tests {
         assert_eq!(std::mem::size_of::<CuArrayDescriptorV1>(), 16);
         assert_eq!(std::mem::size_of::<CuArray3DDescriptorV1>(), 24);
         assert_eq!(std::mem::size_of::<CuIpcMemHandle>(), 64);
-        // graphs (issue 11)
+        // graphs and graph memory
         assert_eq!(std::mem::size_of::<CuMemPoolProps>(), 88);
         assert_eq!(std::mem::size_of::<CuMemAllocNodeParams>(), 120);
         assert_eq!(std::mem::offset_of!(CuMemAllocNodeParams, bytesize), 104);

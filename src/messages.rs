@@ -357,7 +357,7 @@ pub fn config_line(c: &Config) -> String {
     )
 }
 
-// ---- context memory (issue 11) ----------------------------------------------------------
+// ---- context memory ---------------------------------------------------------------------
 
 /// At `info`, once: NVML could not be used, so contexts are not measured.
 pub fn nvml_absent(why: &str) -> String {

@@ -9,14 +9,14 @@ use crate::cuda_abi::{
     CuMemAllocationProp, CuMemHandle, CuMemLocation, CuMemPoolPropsHead, CuMemoryPool, CuResult,
     CuStream,
 };
-// graph memory (issue 11)
+// graph memory
 use crate::cuda_abi::{
     CuGraph, CuGraphExec, CuGraphInstantiateParams, CuGraphNode, CuMemAllocNodeParams,
     CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT,
     CU_GRAPH_NODE_TYPE_GRAPH, CU_GRAPH_NODE_TYPE_MEM_ALLOC, CU_GRAPH_NODE_TYPE_MEM_FREE,
 };
 use crate::lookup::library;
-/// A `CUmodule` or `CUlibrary` handle (opaque to cuquota; context memory, issue 11).
+/// A `CUmodule` or `CUlibrary` handle (opaque to cuquota; context memory).
 pub type CuModule = *mut c_void;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 
@@ -99,7 +99,7 @@ library! {
     cuExternalMemoryGetMappedBuffer: "cuExternalMemoryGetMappedBuffer" @ 10000, Plain:
         fn(*mut CuDevicePtr, *mut c_void, *const c_void) -> CuResult;
 
-    // -- where a charge lands and who owns it (issue 10: streams, pools, contexts, capture)
+    // -- where a charge lands and who owns it (streams, pools, contexts, capture)
     cuCtxGetCurrent: "cuCtxGetCurrent" @ 4000, Plain: fn(*mut CuContext) -> CuResult;
     cuCtxPushCurrent_v2: "cuCtxPushCurrent" @ 4000, Plain: fn(CuContext) -> CuResult;
     cuCtxPopCurrent_v2: "cuCtxPopCurrent" @ 4000, Plain: fn(*mut CuContext) -> CuResult;
@@ -135,7 +135,7 @@ library! {
     cuMemSetMemPool: "cuMemSetMemPool" @ 13000, Plain:
         fn(*mut CuMemLocation, c_int, CuMemoryPool) -> CuResult;
 
-    // -- context memory (issue 11): creations measured, limits and module loads that grow
+    // -- context memory: creations measured, limits and module loads that grow
     // it; the PCI bus id matches a device to NVML's (called)
     cuDeviceGetPCIBusId: "cuDeviceGetPCIBusId" @ 4010, Plain:
         fn(*mut c_char, c_int, CuDevice) -> CuResult;
@@ -165,7 +165,7 @@ library! {
         *mut c_int, *mut *mut c_void, c_uint,
     ) -> CuResult;
     cuLibraryUnload: "cuLibraryUnload" @ 12000, Plain: fn(CuModule) -> CuResult;
-    // -- graph memory (issue 11): hooked (instantiate, upload, launch, exec destroy, the
+    // -- graph memory: hooked (instantiate, upload, launch, exec destroy, the
     // program's trim); called (a graph's memory nodes, the graph memory pool's figures)
     cuGraphInstantiate: "cuGraphInstantiate" @ 10000, Plain:
         fn(*mut CuGraphExec, CuGraph, *mut CuGraphNode, *mut c_char, usize) -> CuResult;
@@ -197,7 +197,7 @@ library! {
         fn(CuGraphNode, *mut CuGraph) -> CuResult;
     cuDeviceGetGraphMemAttribute: "cuDeviceGetGraphMemAttribute" @ 11040, Plain:
         fn(CuDevice, c_int, *mut c_void) -> CuResult;
-    // -- pool reservations (issue 11: the pool cache; called, not hooked)
+    // -- pool reservations (the pool cache; called, not hooked)
     cuMemPoolGetAttribute: "cuMemPoolGetAttribute" @ 11020, Plain:
         fn(CuMemoryPool, c_int, *mut c_void) -> CuResult;
     cuMemPoolTrimTo: "cuMemPoolTrimTo" @ 11020, Plain: fn(CuMemoryPool, usize) -> CuResult;
@@ -367,7 +367,7 @@ pub fn devices() -> Vec<(u32, String, Option<u64>)> {
         .collect()
 }
 
-// -- context memory (issue 11) --------------------------------------------------------------
+// -- context memory -------------------------------------------------------------------------
 
 /// The current context's value of a limit (`cuCtxGetLimit`), to set it back.
 pub fn context_limit(limit: c_int) -> Option<usize> {
@@ -377,7 +377,7 @@ pub fn context_limit(limit: c_int) -> Option<usize> {
     unsafe { f(&mut value, limit) }.is_ok().then_some(value)
 }
 
-// -- graph memory (issue 11) -------------------------------------------------------------
+// -- graph memory ------------------------------------------------------------------------
 
 /// A graph node as far as memory goes, in the driver's words.
 pub enum RawGraphNode {
@@ -483,7 +483,7 @@ pub fn graph_memory_trim(device: u32) -> bool {
     unsafe { f(device as CuDevice) }.is_ok()
 }
 
-// -- pool reservations (issue 11: the pool cache) ----------------------------------------
+// -- pool reservations (the pool cache) --------------------------------------------------
 
 /// `CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT` and `CU_MEMPOOL_ATTR_USED_MEM_CURRENT` (both
 /// `cuuint64_t`).

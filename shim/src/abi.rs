@@ -42,7 +42,7 @@ pub const LOCATION_DEVICE: i32 = 1;
 pub const LOCATION_HOST: i32 = 2;
 pub const LOCATION_HOST_NUMA: i32 = 3;
 pub const LOCATION_HOST_NUMA_CURRENT: i32 = 4;
-/// Capture (issue 10).
+/// Stream capture.
 pub const CUDA_ERROR_ILLEGAL_STATE: CUresult = 401;
 pub const CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: CUresult = 900;
 /// `CU_MEM_ACCESS_FLAGS_PROT_READWRITE`.
@@ -180,7 +180,7 @@ const _: () = assert!(std::mem::size_of::<ArrayMemoryRequirements>() == 32);
 const _: () = assert!(std::mem::size_of::<ArrayDescriptorV1>() == 16);
 const _: () = assert!(std::mem::size_of::<Array3DDescriptorV1>() == 24);
 
-// ---- CUDA graphs with memory nodes (issue 11) -----------------------------------------------
+// ---- CUDA graphs with memory nodes ----------------------------------------------------------
 
 /// `CUmemPoolProps` in full: the leading fields, then `usage` and the reserved bytes.
 #[repr(C)]

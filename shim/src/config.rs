@@ -49,7 +49,7 @@ pub struct Config {
     pub memory: Vec<u64>,
     pub driver_version: i32,
     pub faults: Vec<FaultRule>,
-    /// `CUDA_SHIM_POOL_CHUNK` (issue 11).
+    /// `CUDA_SHIM_POOL_CHUNK`: the pool reservation granularity.
     pub pool_chunk: u64,
     /// Bytes each context takes (`CUDA_SHIM_CONTEXT_MEMORY`).
     pub context_memory: u64,
@@ -110,7 +110,7 @@ pub fn parse(
         Some(v) => parse_faults(&v, is_exported).ok_or_else(|| bad("CUDA_SHIM_FAIL", &v))?,
     };
 
-    // -- issue 11: pool reservation granularity
+    // -- pool reservation granularity
     let pool_chunk = match var("CUDA_SHIM_POOL_CHUNK")? {
         None => DEFAULT_POOL_CHUNK,
         Some(v) => match parse_size(&v) {

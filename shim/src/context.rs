@@ -335,7 +335,7 @@ pub fn primary_reset(device: CUdevice) -> Result<(), CUresult> {
     if let Some(handle) = handle {
         crate::memory::free_owned_by(handle);
     }
-    // "All resources associated with the device in the process" (issue 11): its pools and
+    // "All resources associated with the device in the process": its pools and
     // graph memory let go of everything no other context's allocation uses.
     crate::pools::device_reset(device as usize);
     Ok(())

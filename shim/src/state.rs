@@ -42,7 +42,7 @@ pub struct State {
     /// Graphs with memory nodes, executable graphs, graph memory pools (see `graphs`).
     pub graphs: Graphs,
     /// Every simulated device, visible to the driver or not, and what is on them besides
-    /// this process's allocations (issue 11: NVML's view, context memory).
+    /// this process's allocations (NVML's view, context memory).
     pub machine: Machine,
 }
 

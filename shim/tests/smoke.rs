@@ -223,7 +223,7 @@ fn graph_memory_nodes_and_the_graph_memory_pool() {
     run("graphs", &[("CUDA_SHIM_MEMORY", "64MiB")], false);
 }
 
-// ---- Context memory, cuCtxSetLimit memory, NVML, CUDA_VISIBLE_DEVICES (issue 11) ----
+// ---- Context memory, cuCtxSetLimit memory, NVML, CUDA_VISIBLE_DEVICES ----
 
 fn run_context_nvml(args: &[&str], env: &[(&str, &str)]) -> String {
     run_program(&build().context_nvml, args, env, false)

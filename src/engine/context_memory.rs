@@ -2,7 +2,7 @@ use super::explain::{Outcome, Refusal, Request};
 use super::*;
 use crate::context_memory as books;
 
-// ---- context memory (issue 11) -----------------------------------------------------------
+// ---- context memory ----------------------------------------------------------------------
 //
 // The rules are `context_memory`'s; here they meet the driver's answers (`Queries`) and the
 // footprint's context part. A context that does not fit is undone by the caller's closure

@@ -95,7 +95,7 @@ impl Engine {
         if let Some((slot, device)) = self.contexts.find(context) {
             self.credit_context(api, device, slot);
         }
-        self.graph_context_gone(api, device); // graph memory (issue 11)
+        self.graph_context_gone(api, device); // graph memory
     }
 
     /// `cuCtxDestroy` / `cuCtxDetach` of `context` succeeded: credit what it held and
@@ -104,7 +104,7 @@ impl Engine {
         if let Some((slot, device)) = self.contexts.find(context) {
             self.credit_context(api, device, slot);
             self.contexts.remove(slot);
-            self.graph_context_gone(api, device); // graph memory (issue 11)
+            self.graph_context_gone(api, device); // graph memory
         }
     }
 
@@ -282,7 +282,7 @@ impl Engine {
     /// Credits every charge, of every kind, that context `slot` (on `device`) owns, and
     /// records one event for it.
     pub(super) fn credit_context(&self, api: &'static str, device: u32, slot: Slot) {
-        // What the context itself took (issue 11).
+        // What the context itself took (context memory).
         self.context_memory.gone(slot, &self.context_part(api));
         // Its pool allocations first: what their pools keep stays charged (`pool_cache`).
         let (mut keys, mut bytes) = self.context_pool_allocations(api, slot);

@@ -140,9 +140,9 @@ pub struct Engine {
     tracing: bool,
     /// The per-GPU limits were checked against the devices the process sees (once).
     devices_checked: std::sync::atomic::AtomicBool,
-    /// What contexts take (issue 11): measurements and each context's charge.
+    /// What contexts take (context memory): measurements and each context's charge.
     context_memory: ContextMemory,
-    /// Executable graphs with memory nodes, and uploads and launches in flight (issue 11).
+    /// Executable graphs with memory nodes, and uploads and launches in flight (graph memory).
     graph_books: SpinLock<graph_memory::GraphBooks>,
 }
 

@@ -26,7 +26,7 @@ pub trait Queries: Sync + Send {
         None
     }
 
-    // -- context memory (issue 11): NVML, which needs no context
+    // -- context memory: NVML, which needs no context
     /// A device's free memory from NVML; `None` without NVML.
     fn nvml_free(&self, _device: u32) -> Option<u64> {
         None
@@ -40,7 +40,7 @@ pub trait Queries: Sync + Send {
         None
     }
 
-    // -- graph memory (issue 11) --
+    // -- graph memory --
     /// The nodes of a graph, as far as memory goes (None: the driver cannot say).
     fn graph_nodes(&self, _graph: usize) -> Option<Vec<GraphNode>> {
         None
@@ -54,7 +54,7 @@ pub trait Queries: Sync + Send {
         false
     }
 
-    // -- pool reservations (issue 11: the pool cache; see `pool_cache`) --
+    // -- pool reservations (the pool cache; see `pool_cache`) --
     /// A pool's (reserved, used) bytes now (`CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT`,
     /// `CU_MEMPOOL_ATTR_USED_MEM_CURRENT`).
     fn pool_usage(&self, _pool: usize) -> Result<(u64, u64), CuResult> {

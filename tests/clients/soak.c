@@ -53,7 +53,7 @@ struct shared {
     CUcontext ctx;
     CUmemoryPool pool;
     fn_cuShimStats stats;
-    /* issue 11: the shim's whole footprint (what cuMemGetInfo_v2's free is the quota less) */
+    /* the shim's whole footprint (what cuMemGetInfo_v2's free is the quota less) */
     fn_cuShimFootprint footprint;
     fn_cuCtxCreate_v2 ctx_create; /* not hooked: looked up with the client's dlsym */
     size_t quota;
@@ -411,7 +411,7 @@ static int checkpoint(struct shared *s, struct worker *w, unsigned long n) {
                 live, held, count);
         bad++;
     }
-    /* The quota bounds the footprint (issue 11): the allocations the threads hold and what
+    /* The quota bounds the footprint: the allocations the threads hold and what
      * the pools keep beyond them (the shim's own figure). */
     {
         size_t a = 0, pc = 0, g = 0, c = 0;

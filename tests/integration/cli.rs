@@ -846,7 +846,7 @@ mod xml {
     }
 }
 
-// ---- issue 13: `cuquota run` checks its values first, needs no `--`; help on every argument
+// ---- `cuquota run` checks its values first, needs no `--`; help on every argument
 
 #[test]
 fn run_checks_its_values_before_starting_the_command() {
@@ -1014,7 +1014,7 @@ fn report_counts_of_one_and_distinct_largest_allocations() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Counting the footprint (tests/golden/footprint.jsonl, the golden trace of issue 11):
+/// Counting the footprint (tests/golden/footprint.jsonl, its golden trace):
 /// `plot` stacks the parts under the in-use line with a legend entry each and marks the
 /// trims; `export` writes a counter track per part with the exact figures, and names the
 /// refused graph launch and context.

@@ -185,7 +185,7 @@ fn install_shim(built: &Path, shim_dir: &Path) {
         let _ = fs::remove_file(&link);
         std::os::unix::fs::symlink("libcuda.so.1", &link).unwrap();
     }
-    // Issue 11: NVML from the same file.
+    // NVML from the same file.
     let nvml = shim_dir.join("libnvidia-ml.so.1");
     if fs::read_link(&nvml)
         .map(|t| t != Path::new("libcuda.so.1"))
@@ -241,7 +241,7 @@ const CLIENT_BUILDS: &[ClientBuild] = &[
         flags: &[],
         link_cuda: false,
     },
-    // -- interposition (issue 12): foreign wrappers, layered dlsym, deep binding --
+    // -- interposition: foreign wrappers, layered dlsym, deep binding --
     ClientBuild {
         name: "wrapper_client",
         sources: &["wrapper_client.c"],

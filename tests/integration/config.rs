@@ -1,7 +1,7 @@
-//! The configuration by one principle (issue 13, item 4): a value that could lift or widen
+//! The configuration by one principle: a value that could lift or widen
 //! enforcement fails closed; a slip of any other variable costs one warning and its default;
 //! values are case-insensitive and an empty variable is unset. And per-GPU limits by UUID,
-//! with one warning for a GPU the process does not see (item 5).
+//! with one warning for a GPU the process does not see.
 
 use crate::common::*;
 
@@ -209,7 +209,7 @@ fn at_info_each_devices_quota_is_shown_in_bytes() {
     );
 }
 
-// ---- CUDA_VISIBLE_DEVICES through the shim (issue 11: the shim honours it) ----
+// ---- CUDA_VISIBLE_DEVICES through the shim (the shim honours it) ----
 
 /// Physical device 1 is ordinal 0 under `CUDA_VISIBLE_DEVICES=1`: the limit named by its
 /// UUID follows it through the renumbering, on every path.

@@ -1,4 +1,4 @@
-//! Issue 11, item 1: what contexts take is charged to the quota. The shim gives each context
+//! Context memory: what contexts take is charged to the quota. The shim gives each context
 //! `CUDA_SHIM_CONTEXT_MEMORY` and `cuCtxSetLimit` its growth, and answers as NVML from the
 //! same accounting; its `cuShimFootprint` (the `footprint` op) and NVML's process list are
 //! the oracle. Each test runs over every lookup path the functions are reached by.
@@ -221,7 +221,7 @@ fn without_nvml_contexts_are_not_measured_and_that_is_said_once() {
     }
 }
 
-/// `CUQUOTA_COUNT=allocations` charges no context memory, as before issue 11.
+/// `CUQUOTA_COUNT=allocations` charges no context memory, as before cuquota counted the footprint.
 #[test]
 fn allocations_mode_charges_no_context() {
     for client in [Client::Linked, Client::Dlsym] {

@@ -3,7 +3,7 @@
 //! (tests/golden/NAME.report.json), compared parsed so that key order and spacing do not
 //! matter. The traces were recorded from real runs of the writer and trimmed; the tolerance
 //! cases (a dropped line, unknown fields and line types, a cut-off last line) were edited by
-//! hand, and the footprint ones (issue 11) written by hand from the schema's text, before the
+//! hand, and the footprint ones written by hand from the schema's text, before the
 //! writer wrote such lines. So the reader is tested against traces that the current writer
 //! did not just write. Where tests/golden/NAME.report.txt exists, the text report must be
 //! exactly it too.
@@ -136,13 +136,13 @@ fn cut_off_without_a_summary() {
 }
 
 /// A created context destroyed with two allocations of its own on GPU 0 and one from GPU 1's
-/// default pool: one `context` line frees all three, each on its own device (issue 10).
+/// default pool: one `context` line frees all three, each on its own device.
 #[test]
 fn a_context_destroyed_with_its_allocations() {
     check("context");
 }
 
-/// Counting the footprint (issue 11), under a 1 GiB quota: a 300 MiB primary context, a
+/// Counting the footprint, under a 1 GiB quota: a 300 MiB primary context, a
 /// pool that keeps 128 MiB its program freed, trimmed for a 400 MiB `cuMemAlloc`, 64 MiB of
 /// graph memory trimmed for a graph launch that still does not fit (refused: "graph launch
 /// needing 512.00 MiB"), and a second context refused ("a new context (300.00 MiB)").

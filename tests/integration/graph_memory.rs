@@ -1,4 +1,4 @@
-//! Issue 11, item 3: graph memory is part of the footprint. The device's graph memory
+//! Graph memory is part of the footprint. The device's graph memory
 //! reservation is charged (reconciled after instantiate, upload, launch and
 //! cuDeviceGraphMemTrim); a launch whose allocations do not fit is refused with
 //! CUDA_ERROR_OUT_OF_MEMORY before the driver runs it; cuquota trims unused graph memory to

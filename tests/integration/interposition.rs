@@ -1,4 +1,4 @@
-//! Interception that other code in the process cannot undo (issue 12): a program's own
+//! Interception that other code in the process cannot undo: a program's own
 //! wrapper of a driver function is never handed out as our hook, a second `dlsym`
 //! interposer is reached in either order and does not skip us, and objects that bind
 //! deeply are still charged.

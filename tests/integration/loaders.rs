@@ -1,4 +1,4 @@
-//! Real clients' driver loaders load the shim (issue 14): ffmpeg's (`dlopen` + `dlsym` of a
+//! Real clients' driver loaders load the shim: ffmpeg's (`dlopen` + `dlsym` of a
 //! fixed list, refusing to start when a name is missing) and PyCUDA's (an extension linked
 //! against every function it uses, loaded with `-z now`), imitated by
 //! `tests/clients/loaders.c` over the lists in `tests/clients/loader_names.h`. Both then do

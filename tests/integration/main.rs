@@ -25,7 +25,7 @@ mod loaders;
 mod log_lines;
 mod paths;
 mod placement;
-// issue 11: what pools keep beyond their allocations
+// the pool cache: what pools keep beyond their allocations
 mod pool_cache;
 mod real_clients;
 mod reliability_faults;
@@ -34,11 +34,11 @@ mod reliability_hostile_input;
 mod reliability_lifecycle;
 mod reliability_odd_calls;
 mod reliability_soak;
-// issue 11: the shim's footprint model
+// the shim's footprint model
 mod shim_footprint;
 mod trace;
 mod vmm;
-// Issue 11: the shim's context memory, NVML and other processes, as clients see them.
+// The shim's context memory, NVML and other processes, as clients see them.
 mod shim_nvml;
-// Issue 11, item 1: context memory charged to the quota.
+// Context memory charged to the quota.
 mod context_memory;

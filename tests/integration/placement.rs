@@ -1,4 +1,4 @@
-//! Issue 10, items 2, 3 and 4: where a charge lands (the stream's device, the pool's
+//! Placement and ownership: where a charge lands (the stream's device, the pool's
 //! location), the context that owns it (destroyed or reset, it takes its allocations with
 //! it), and capture (a capturing stream's allocations and frees allocate and free nothing).
 //! Each test runs over every lookup path and checks against the shim's own accounting.

@@ -1,4 +1,4 @@
-//! The pool cache (issue 11): what memory pools keep beyond their live allocations is charged
+//! The pool cache: what memory pools keep beyond their live allocations is charged
 //! (settled to the pools' chunked growth, moved there by a free), read again when a decision
 //! needs it, and trimmed to make room, exactly as the shim's own footprint says, on every
 //! lookup path and through each stream-ordered allocation function.

@@ -199,7 +199,7 @@ fn expect_fill(out: &Output, api: &str, prefix: &str, total: u64) {
 }
 
 /// As `expect_fill`, for a pool that keeps what its buffers freed (`kept`): the room does
-/// not come back, since the quota bounds the footprint (issue 11).
+/// not come back, since the quota bounds the footprint.
 fn expect_fill_from(out: &Output, api: &str, prefix: &str, total: u64, kept: bool) {
     let fits = total / CHUNK;
     let fill = out
@@ -455,7 +455,7 @@ fn numba_with_the_per_thread_default_stream() {
     numba(Mode::PerThread);
 }
 
-// ---- cudarc (issue 14) -------------------------------------------------------------------
+// ---- cudarc ------------------------------------------------------------------------------
 
 /// cudarc's per-GPU quotas: two simulated 4 GiB GPUs, capped at 1 GiB and 512 MiB.
 const CUDARC_QUOTAS: [u64; 2] = [GIB, 512 * MIB];
@@ -575,7 +575,7 @@ fn cudarc_fills_each_gpus_quota_through_alloc_zeros_and_malloc_sync() {
         let kind = e["type"].as_str().unwrap();
         match kind {
             "summary" => summary = e.clone(),
-            // (what the pools keep: issue 11's footprint lines, not calls)
+            // (what the pools keep: the footprint lines, not calls)
             "header" | "footprint" | "trim" => {}
             _ => {
                 let key = (
@@ -648,7 +648,7 @@ fn cudarc_without_the_interposer_sees_the_whole_devices() {
     assert_eq!(out.cuquota_lines(), Vec::<&str>::new(), "{out}");
 }
 
-// ---- tinygrad (issue 14) -----------------------------------------------------------------
+// ---- tinygrad ----------------------------------------------------------------------------
 
 #[test]
 fn tinygrad_fills_a_gpus_quota_and_a_cross_gpu_copy_is_refused() {

@@ -296,7 +296,7 @@ fn frees_after_the_exit_handlers_still_work() {
         no_panic(&out);
         let ran = out.op(5, "atexitfree-ran");
         assert_eq!((ran.num("n"), ran.num("rc")), (Some(3), Some(0)), "{out}");
-        // (the 1 MiB came from a pool that reserved a 2 MiB chunk: issue 11's pool cache)
+        // (the 1 MiB came from a pool that reserved a 2 MiB chunk: the pool cache)
         out.check_log(
             "GPU 0 summary: peak 514.00 MiB (538968064 bytes) of quota 1.00 GiB, \
              3 allocations, 0 refusals, 3 live at exit (513.00 MiB); besides allocations at \

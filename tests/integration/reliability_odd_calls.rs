@@ -140,7 +140,7 @@ fn async_frees_on_another_stream_or_thread() {
         // INVALID_CONTEXT, and the memory stays charged until freed properly.
         out.check_rcs(&[0, 0, 0, 0, 0, 0, 0, 0, 0, INVALID_CONTEXT, 0, 0, 0, 0]);
         // The pools keep what the async and pool frees gave them (nothing synchronized):
-        // still the footprint (issue 11).
+        // still the footprint.
         out.check(10, "info", &[("free", 256 * MIB)]);
         out.check(12, "info", &[("free", 2 * 256 * MIB)]);
         out.check(13, "shimstats", &[("in_use", 0), ("live", 0)]);

@@ -121,7 +121,7 @@ fn check_end(out: &Output, first: usize, n: &BTreeMap<String, u64>) {
     );
     let peak = stats.num("peak").unwrap();
     assert!(peak <= QUOTA, "the driver's peak {peak} > {QUOTA}:\n{out}");
-    // The quota bounds the footprint (issue 11): the live allocations and what the pools
+    // The quota bounds the footprint: the live allocations and what the pools
     // keep beyond them, by the shim's own figures.
     let footprint: u64 = ["allocations", "pool_cache", "graph", "context"]
         .iter()
@@ -172,7 +172,7 @@ fn check_log(out: &Output, log: &str, n: &BTreeMap<String, u64>) {
         "{s}"
     );
     assert_eq!(number_before(s, " refusals"), Some(n["oom"]), "{s}");
-    // (then, after a ';', what the pools keep and the trims that made room: issue 11)
+    // (then, after a ';', what the pools keep and the trims that made room)
     let live = format!(" {} live at exit ({})", n["live"], h(n["live_bytes"]));
     assert!(
         s.ends_with(&live) || s.contains(&format!("{live}; ")),
@@ -191,7 +191,7 @@ fn check_trace(client: Client, pid: u32, trace: &Trace, n: &BTreeMap<String, u64
     let a = apis(client);
     let mut counts: BTreeMap<(String, String), u64> = BTreeMap::new();
     for e in &trace.events {
-        // (footprint and trim lines are not calls: what the pools keep, issue 11)
+        // (footprint and trim lines are not calls: what the pools keep)
         if !["backoff", "footprint", "trim"].contains(&e.kind.as_str()) {
             let key = match e.kind.as_str() {
                 "refused" => format!("refused/{}", e.reason.as_deref().unwrap_or("-")),
@@ -270,7 +270,7 @@ fn check_trace(client: Client, pid: u32, trace: &Trace, n: &BTreeMap<String, u64
     // quiet point (a query from the main thread, whose tid is the pid) it must be exact.
     let mut sum: i128 = 0;
     // Each footprint part's total by its last `footprint` line: in use at a quiet point is
-    // the allocations and these (issue 11).
+    // the allocations and these.
     let mut parts: HashMap<String, u64> = HashMap::new();
     let mut quiet = 0;
     let mut live: HashMap<(bool, u64), i64> = HashMap::new();
@@ -333,7 +333,7 @@ fn check_trace(client: Client, pid: u32, trace: &Trace, n: &BTreeMap<String, u64
     assert_eq!(d["dev"], 0);
     assert_eq!(d["quota"], QUOTA);
     assert!(d["peak"].as_u64().unwrap() <= QUOTA, "{at}");
-    // In use at the end: the live allocations and what the pools keep (issue 11).
+    // In use at the end: the live allocations and what the pools keep.
     let pool_cache = d["pool_cache"].as_u64().unwrap_or(0);
     assert_eq!(d["in_use"], n["live_bytes"] + pool_cache, "{at}");
     assert_eq!(d["allocs"], allocations(n), "{at}");

@@ -27,7 +27,7 @@ pub struct Ev {
     pub count: u64,
     /// context: the allocations freed with it (hex strings, as `ptr`).
     pub ptrs: Vec<String>,
-    /// footprint, trim: the part (issue 11).
+    /// footprint, trim: the part of the footprint.
     pub part: Option<String>,
 }
 

@@ -1,4 +1,4 @@
-//! The shim's own footprint model through the op interpreter (issue 11): pools that keep
+//! The shim's own footprint model through the op interpreter: pools that keep
 //! memory until a synchronize or a trim, and graph memory backed at upload/launch, on
 //! every lookup path, with no interposer (the shim's figures are the oracle other tests
 //! compare cuquota against, so they are checked on their own first).

@@ -1,5 +1,5 @@
 //! The shim's context memory, its NVML face and its simulated other processes as a client
-//! sees them under cuquota (issue 11): the ops that the footprint tests build on, and the
+//! sees them under cuquota: the ops that the footprint tests build on, and the
 //! figures NVML and the driver agree on. No quota is set, so cuquota passes the driver's
 //! figures through.
 

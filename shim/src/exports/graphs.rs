@@ -1,4 +1,4 @@
-//! CUDA graphs with memory nodes, executable graphs and the graph memory pool (issue 11).
+//! CUDA graphs with memory nodes, executable graphs and the graph memory pool.
 //! Prototypes and `cuGetProcAddress` versions from `cuda.h` / `cudaTypedefs.h`.
 
 use std::ffi::{c_char, c_int, c_uint, c_void};

@@ -108,10 +108,10 @@ mod pools;
 mod streams;
 mod test_helpers;
 mod vmm;
-// Issue 14: what real clients' loaders resolve up front.
+// What real clients' loaders resolve up front.
 mod host_access;
 mod unsupported;
-// Issue 11: the shim also answers as libnvidia-ml.so.1.
+// NVML: the shim also answers as libnvidia-ml.so.1.
 mod nvml;
 
 /// Every export, area by area.

@@ -50,7 +50,7 @@ exports! {
         pools::free_async(dptr, h(stream))
     }
 
-    // -- CUDA 13: pools by location and allocation type (issue 10). Pinned pools of a
+    // -- CUDA 13: pools by location and allocation type. Pinned pools of a
     // device or the host; managed pools are not simulated (CUDA_ERROR_NOT_SUPPORTED).
     fn cuMemGetDefaultMemPool(
         pool: *mut Handle,

@@ -98,7 +98,7 @@ exports! {
         stream_is_capturing(stream, Out::new(status)?)
     }
 
-    // -- a stream's context (issue 10)
+    // -- a stream's context
     fn cuStreamGetCtx(stream: Handle, ctx: *mut Handle) as cuStreamGetCtx since 9020 {
         let out = Out::new(ctx)?;
         out.write(handle_ptr(streams::properties(h(stream))?.2));
@@ -114,7 +114,7 @@ exports! {
         Ok(())
     }
 
-    // -- capture (issue 10): a capturing stream's allocations allocate nothing
+    // -- capture: a capturing stream's allocations allocate nothing
     fn cuStreamBeginCapture(stream: Handle) as cuStreamBeginCapture since 10000 {
         streams::begin_capture(h(stream))
     }

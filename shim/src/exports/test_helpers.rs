@@ -55,7 +55,7 @@ exports! {
         Ok(())
     }
 
-    /// The shim's own footprint of a device by part (issue 11): bytes of live allocations
+    /// The shim's own footprint of a device by part: bytes of live allocations
     /// (as `cuShimStats`' in use), of pool reservations beyond their live allocations, of
     /// the graph memory pool's reservation and of context memory. Their sum is what the
     /// device's capacity and `cuMemGetInfo` go by. Each output may be null. Returns 0, 3

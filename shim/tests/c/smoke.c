@@ -110,7 +110,7 @@ CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *, void *);
 CUresult cuEventSynchronize(CUevent);
 CUresult cuDevicePrimaryCtxReset_v2(CUdevice);
 CUresult cuMemPoolTrimTo(CUmemoryPool, size_t);
-/* graphs with memory nodes (issue 11) */
+/* graphs with memory nodes */
 typedef void *CUgraph, *CUgraphNode, *CUgraphExec;
 typedef struct {
     CUmemPoolProps poolProps;
@@ -716,7 +716,7 @@ static void scenario_interpose(void) {
 }
 
 
-/* ---- issue 11: the footprint, pools that keep memory, graph memory ---- */
+/* ---- the footprint: pools that keep memory, graph memory ---- */
 
 /* The footprint parts of device 0: live allocations, pool cache, graph memory. */
 static void footprint_is(size_t allocations, size_t pool_cache, size_t graph, int line) {

@@ -1,4 +1,4 @@
-//! Context memory through the engine (issue 11): the glue between `context_memory`'s rules,
+//! Context memory through the engine: the glue between `context_memory`'s rules,
 //! the driver's and NVML's answers, and the footprint's context part.
 use super::super::*;
 use super::fake::{self, FakeDriver, GIB, MIB};
