@@ -84,6 +84,10 @@ pub struct Config {
     /// `CUQUOTA_CONTEXT=SIZE`: what each context takes, instead of measuring it (`Some(0)`:
     /// context memory is not counted); `None`: measured.
     pub context: Option<u64>,
+    /// `CUQUOTA_GROUP`: the group whose quota this process shares.
+    pub group: Option<String>,
+    /// `CUQUOTA_STATE_DIR`: where groups keep their state.
+    pub state_dir: PathBuf,
     /// One line per variable with a bad value that fell back to its default.
     pub warnings: Vec<String>,
 }
@@ -97,6 +101,11 @@ impl Config {
     /// `CUQUOTA_LOG_LEVEL=debug`: as info, and every refusal of an episode gets its line.
     pub fn debug(&self) -> bool {
         self.log_level >= LogLevel::Debug
+    }
+
+    /// The group to join: (state directory, name).
+    pub fn group_spec(&self) -> Option<(PathBuf, String)> {
+        (self.group.clone()).map(|name| (self.state_dir.clone(), name))
     }
 }
 
@@ -226,6 +235,26 @@ impl Config {
                 }
             },
         };
+        // A bad group name could leave the process unbounded by the group: an error.
+        let group = match set("CUQUOTA_GROUP") {
+            None => None,
+            Some(v) => match cuquota_format::group::check_name(&v) {
+                Ok(()) => Some(v),
+                Err(why) => {
+                    return Err(ConfigError {
+                        message: format!(
+                            "CUQUOTA_GROUP=\"{}\" is not valid: {why}. \
+                             CUDA calls fail with CUDA_ERROR_INVALID_VALUE until it is fixed",
+                            printable(&v)
+                        ),
+                    })
+                }
+            },
+        };
+        let state_dir = match raw("CUQUOTA_STATE_DIR") {
+            Some(d) if !d.is_empty() => PathBuf::from(d),
+            _ => PathBuf::from(cuquota_format::group::DEFAULT_STATE_DIR),
+        };
         Ok(Config {
             limits,
             mode,
@@ -235,6 +264,8 @@ impl Config {
             trace,
             count,
             context,
+            group,
+            state_dir,
             warnings,
         })
     }

@@ -38,6 +38,7 @@ pub mod engine;
 mod episodes;
 mod exports;
 mod ffi;
+pub mod group;
 pub mod ledger;
 pub mod log;
 mod lookup;

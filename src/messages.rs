@@ -4,25 +4,18 @@
 
 use crate::config::Count;
 use crate::config::{Config, DeviceId, Limits};
-use crate::quota::{Part, Usage};
+use crate::quota::{GroupShare, Part, Usage};
 use cuquota_format::episodes;
 use cuquota_format::settings::format_uuid;
 use cuquota_format::units::{human, Size};
 
 /// `GPU 0 refused 4.00 GiB (4294967296 bytes) via cuMemAlloc_v2: quota 6.00 GiB, in use 3.10 GiB, 2.90 GiB left`
-pub fn quota_refusal(
-    device: u32,
-    bytes: u64,
-    api: &str,
-    limit: u64,
-    in_use: u64,
-    parts: &Parts,
-) -> String {
+pub fn quota_refusal(device: u32, bytes: u64, api: &str, held: &Held) -> String {
     format!(
         "GPU {device} refused {} ({}) via {api}: {}",
         human(bytes),
         exact(bytes),
-        quota_state(limit, in_use, parts)
+        quota_state(held)
     )
 }
 
@@ -30,43 +23,29 @@ pub fn quota_refusal(
 pub type Parts = [u64; Part::ALL.len()];
 
 /// A context that does not fit: created, measured, and undone.
-pub fn context_refusal(
-    device: u32,
-    bytes: u64,
-    api: &str,
-    limit: u64,
-    in_use: u64,
-    parts: &Parts,
-) -> String {
+pub fn context_refusal(device: u32, bytes: u64, api: &str, held: &Held) -> String {
     let takes = format!("{} ({})", human(bytes), exact(bytes));
-    if in_use == 0 {
+    if held.in_use == 0 && held.group.is_none() {
         return format!(
             "GPU {device} refused a new context via {api}: the context alone takes {takes} \
              of the quota {}",
-            human(limit)
+            human(held.limit)
         );
     }
     format!(
         "GPU {device} refused a new context via {api}: it takes {takes}; {}",
-        quota_state(limit, in_use, parts)
+        quota_state(held)
     )
 }
 
 /// A graph launch (or upload) whose allocations do not fit, after trimming.
-pub fn graph_refusal(
-    device: u32,
-    bytes: u64,
-    api: &str,
-    limit: u64,
-    in_use: u64,
-    parts: &Parts,
-) -> String {
+pub fn graph_refusal(device: u32, bytes: u64, api: &str, held: &Held) -> String {
     format!(
         "GPU {device} refused a graph launch via {api}: its allocations need {} ({}) more \
          graph memory; {}",
         human(bytes),
         exact(bytes),
-        quota_state(limit, in_use, parts)
+        quota_state(held)
     )
 }
 
@@ -81,19 +60,12 @@ pub fn trimmed(device: u32, part: Part, released: u64, wanted: u64, api: &str) -
 }
 
 /// The observe-mode twin of [`quota_refusal`]: the request went ahead.
-pub fn would_refuse(
-    device: u32,
-    bytes: u64,
-    api: &str,
-    limit: u64,
-    in_use: u64,
-    parts: &Parts,
-) -> String {
+pub fn would_refuse(device: u32, bytes: u64, api: &str, held: &Held) -> String {
     format!(
         "GPU {device} would refuse {} ({}) via {api}: {} (observe mode: allowed)",
         human(bytes),
         exact(bytes),
-        quota_state(limit, in_use, parts)
+        quota_state(held)
     )
 }
 
@@ -106,17 +78,30 @@ fn exact(bytes: u64) -> String {
     }
 }
 
+/// What a quota held when it refused (or would have).
+pub struct Held {
+    /// The limit the request was checked against.
+    pub limit: u64,
+    /// What it held then, the request not included: the group's in a group.
+    pub in_use: u64,
+    /// This process's parts besides allocations.
+    pub parts: Parts,
+    /// In a group: who holds the rest.
+    pub group: Option<GroupShare>,
+}
+
 /// `quota 6.00 GiB, in use 5.99 GiB (allocations 4.90 GiB, pool cache 600.00 MiB, context
-/// 512.00 MiB), 10.00 MiB left`: the parts only when more than allocations hold the quota.
-fn quota_state(limit: u64, in_use: u64, parts: &Parts) -> String {
+/// 512.00 MiB), 10.00 MiB left`: the parts only when more than allocations hold the quota. In
+/// a group: `group svc: quota 12.00 GiB, this process 4.10 GiB, 3 other members 7.85 GiB,
+/// 50.00 MiB left`, and a limit lowered below what the members hold says so.
+fn quota_state(held: &Held) -> String {
+    let (limit, parts) = (held.limit, &held.parts);
+    let own = held.group.as_ref().map_or(held.in_use, |g| g.this_process);
     let others: u64 = parts.iter().sum();
     let breakdown = if others == 0 {
         String::new()
     } else {
-        let mut words = vec![format!(
-            "allocations {}",
-            human(in_use.saturating_sub(others))
-        )];
+        let mut words = vec![format!("allocations {}", human(own.saturating_sub(others)))];
         for part in Part::ALL {
             if parts[part as usize] > 0 {
                 words.push(format!("{} {}", part.words(), human(parts[part as usize])));
@@ -124,12 +109,32 @@ fn quota_state(limit: u64, in_use: u64, parts: &Parts) -> String {
         }
         format!(" ({})", words.join(", "))
     };
-    format!(
-        "quota {}, in use {}{breakdown}, {} left",
-        human(limit),
-        human(in_use),
-        human(limit.saturating_sub(in_use))
-    )
+    let left = human(limit.saturating_sub(held.in_use));
+    match &held.group {
+        None => format!(
+            "quota {}, in use {}{breakdown}, {left} left",
+            human(limit),
+            human(held.in_use)
+        ),
+        Some(g) => {
+            let lowered = if held.in_use > limit {
+                " (lowered below what its members hold)"
+            } else {
+                ""
+            };
+            let members = match g.others {
+                0 => "no other member holds any".to_string(),
+                1 => format!("1 other member {}", human(g.others_bytes)),
+                n => format!("{n} other members {}", human(g.others_bytes)),
+            };
+            format!(
+                "group {}: quota {}{lowered}, this process {}{breakdown}, {members}, {left} left",
+                g.name,
+                human(limit),
+                human(g.this_process)
+            )
+        }
+    }
 }
 
 /// The driver itself said no (the card is full, whatever the quota).
@@ -357,6 +362,38 @@ pub fn config_line(c: &Config) -> String {
     )
 }
 
+// ---- groups ------------------------------------------------------------------------------
+
+/// A member's own limit differs from its group's: the group's applies.
+pub fn group_limit_differs(device: u32, group: &str, own: u64, limit: u64) -> String {
+    format!(
+        "GPU {device}: this process's limit {} differs from group {group}'s {}; the group's \
+         applies (`cuquota set {group} --limit …` changes it)",
+        limit_words(own),
+        limit_words(limit)
+    )
+}
+
+/// The exit summary's tail in a group: `; group svc: peak 7.90 GiB`.
+pub fn group_summary(group: &str, peak: u64) -> String {
+    format!("; group {group}: peak {} of all its members", human(peak))
+}
+
+/// The group's state cannot be used: every CUDA call fails.
+pub fn group_unusable(group: &str, why: &str) -> String {
+    format!(
+        "CUQUOTA_GROUP={group}: its quota cannot be used ({why}). CUDA calls fail with \
+         CUDA_ERROR_INVALID_VALUE until it is fixed"
+    )
+}
+
+fn limit_words(limit: u64) -> String {
+    match limit {
+        crate::quota::UNLIMITED => "none".to_string(),
+        l => format!("{} ({})", human(l), exact(l)),
+    }
+}
+
 // ---- context memory ---------------------------------------------------------------------
 
 /// At `info`, once: NVML could not be used, so contexts are not measured.
@@ -371,16 +408,25 @@ pub fn nvml_absent(why: &str) -> String {
 mod tests {
     use super::*;
 
+    fn held(limit: u64, in_use: u64, parts: Parts) -> Held {
+        Held {
+            limit,
+            in_use,
+            parts,
+            group: None,
+        }
+    }
+
     const GIB: u64 = 1 << 30;
 
     #[test]
     fn refusal_lines() {
         assert_eq!(
-            quota_refusal(0, 4 * GIB, "cuMemAlloc_v2", 6 * GIB, 3_328_599_654, &[0; 3]),
+            quota_refusal(0, 4 * GIB, "cuMemAlloc_v2", &held(6 * GIB, 3_328_599_654, [0; 3])),
             "GPU 0 refused 4.00 GiB (4294967296 bytes) via cuMemAlloc_v2: quota 6.00 GiB, in use 3.10 GiB, 2.90 GiB left"
         );
         assert_eq!(
-            would_refuse(1, 2048, "cuMemCreate", 1024, 0, &[0; 3]),
+            would_refuse(1, 2048, "cuMemCreate", &held(1024, 0, [0; 3])),
             "GPU 1 would refuse 2.00 KiB (2048 bytes) via cuMemCreate: quota 1.00 KiB, in use 0 B, 1.00 KiB left (observe mode: allowed)"
         );
         assert_eq!(
@@ -439,7 +485,7 @@ mod tests {
         let parts = [600 * MIB, 0, 512 * MIB];
         let in_use = 6 * GIB - 10 * MIB;
         assert_eq!(
-            quota_refusal(0, GIB, "cuMemAlloc_v2", 6 * GIB, in_use, &parts),
+            quota_refusal(0, GIB, "cuMemAlloc_v2", &held(6 * GIB, in_use, parts)),
             "GPU 0 refused 1.00 GiB (1073741824 bytes) via cuMemAlloc_v2: quota 6.00 GiB, \
              in use 5.99 GiB (allocations 4.90 GiB, pool cache 600.00 MiB, context 512.00 MiB), \
              10.00 MiB left"
@@ -449,9 +495,7 @@ mod tests {
                 1,
                 512 * MIB,
                 "cuDevicePrimaryCtxRetain",
-                256 * MIB,
-                0,
-                &[0; 3]
+                &held(256 * MIB, 0, [0; 3])
             ),
             "GPU 1 refused a new context via cuDevicePrimaryCtxRetain: the context alone takes \
              512.00 MiB (536870912 bytes) of the quota 256.00 MiB"
@@ -461,9 +505,7 @@ mod tests {
                 0,
                 512 * MIB,
                 "cuCtxCreate_v2",
-                GIB,
-                768 * MIB,
-                &[0, 0, 256 * MIB]
+                &held(GIB, 768 * MIB, [0, 0, 256 * MIB])
             ),
             "GPU 0 refused a new context via cuCtxCreate_v2: it takes 512.00 MiB (536870912 \
              bytes); quota 1.00 GiB, in use 768.00 MiB (allocations 512.00 MiB, context \
@@ -474,9 +516,7 @@ mod tests {
                 0,
                 2 * GIB,
                 "cuGraphLaunch",
-                6 * GIB,
-                5 * GIB,
-                &[0, 2 * GIB, 0]
+                &held(6 * GIB, 5 * GIB, [0, 2 * GIB, 0])
             ),
             "GPU 0 refused a graph launch via cuGraphLaunch: its allocations need 2.00 GiB \
              (2147483648 bytes) more graph memory; quota 6.00 GiB, in use 5.00 GiB (allocations \

@@ -18,6 +18,7 @@ use crate::config::{Config, ConfigError, LogTarget};
 use crate::cuda_abi::CuResult;
 use crate::cuda_abi::CU_MEM_LOCATION_TYPE_DEVICE;
 use crate::engine::{Engine, GraphNode, Queries};
+use crate::group::Group;
 use crate::real_driver;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, Ordering};
 
@@ -146,6 +147,18 @@ fn make_engine() -> &'static Engine {
 
 fn new_engine() -> Engine {
     let config = read_config();
+    // A group member joins now (one file opened and mapped): a group that cannot be used
+    // fails every call, as a bad variable does.
+    let group = Group::new(config.as_ref().ok().and_then(|c| c.group_spec()));
+    let config = match (config, group.name()) {
+        (Ok(c), Some(name)) => match group.join() {
+            Ok(_) => Ok(c),
+            Err(why) => Err(ConfigError {
+                message: crate::messages::group_unusable(name, &why),
+            }),
+        },
+        (config, _) => config,
+    };
     crate::log::configure(config.as_ref().map_or(&LogTarget::Stderr, |c| &c.log));
     match &config {
         Err(e) => crate::log::line(&e.message),
@@ -158,7 +171,7 @@ fn new_engine() -> Engine {
             }
         }
     }
-    Engine::new(config, Box::new(RealDriver))
+    Engine::in_group(config, Box::new(RealDriver), group)
 }
 
 /// Once, before the engine is begun: the exit handler, and the fork handler (so a child

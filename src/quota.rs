@@ -2,8 +2,11 @@
 //! after. Lock-free (one compare-and-swap per reservation), so `in_use` never exceeds the
 //! limit whatever the threads do. No FFI here.
 
+use crate::group::{Group, Member};
 use cuquota_format::settings::MAX_DEVICES;
-use std::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
+use std::sync::atomic::{
+    AtomicPtr, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
+};
 
 const UNRESOLVED: u64 = u64::MAX;
 /// A limit this large is "no limit" (no device has 16 EiB).
@@ -23,18 +26,15 @@ pub use cuquota_format::part::Part;
 /// changes.
 pub struct Books {
     devices: [DeviceQuota; MAX_DEVICES],
-}
-
-impl Default for Books {
-    fn default() -> Self {
-        Self::new()
-    }
+    /// The group this process shares its quotas with (`CUQUOTA_GROUP`), if any.
+    pub group: Group,
 }
 
 impl Books {
-    pub const fn new() -> Books {
+    pub fn new(group: Group) -> Books {
         Books {
             devices: [const { DeviceQuota::new() }; MAX_DEVICES],
+            group,
         }
     }
 
@@ -44,12 +44,51 @@ impl Books {
         self.devices.get(device as usize)
     }
 
-    /// In a forked child: nothing is in use, nothing happened yet; the limits stay.
-    pub fn reset(&self) {
+    /// Joins `device` (GPU `uuid`, `total` bytes) to the group's quota of that GPU: from
+    /// now on its reservations are checked against the group's counter and limit. The
+    /// group's entry is made with `own_limit` if it has none. Returns the group's limit.
+    pub fn join_group(
+        &self,
+        device: u32,
+        uuid: [u8; 16],
+        own_limit: u64,
+        total: u64,
+    ) -> Result<u64, String> {
+        let quota = self.device(device).ok_or("no such device")?;
+        if let Some(m) = quota.member() {
+            return Ok(m.limit());
+        }
+        let member: &'static Member =
+            Box::leak(Box::new(self.group.member(uuid, own_limit, total)?));
+        quota
+            .member
+            .store((member as *const Member).cast_mut(), Release);
+        Ok(member.limit())
+    }
+
+    /// In a forked child: nothing is in use, nothing happened yet; the limits stay, and
+    /// the child is not its parent's group member.
+    ///
+    /// # Safety
+    /// Only in the child right after `fork()`, while it has one thread.
+    pub unsafe fn reset_in_child(&self) {
         for d in &self.devices {
             d.reset();
         }
+        // SAFETY: the caller's promise.
+        unsafe { self.group.reset_in_child() };
     }
+}
+
+/// A group's quota as one member sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupShare {
+    pub name: String,
+    /// What this process holds or has reserved on the GPU.
+    pub this_process: u64,
+    /// The other members holding anything there, and what they hold.
+    pub others: usize,
+    pub others_bytes: u64,
 }
 
 /// The counters of one device.
@@ -72,6 +111,8 @@ pub struct DeviceQuota {
     /// cuquota's own trims of this process's pools and graph memory, and what they gave back.
     trims: AtomicU64,
     trimmed: AtomicU64,
+    /// In a group: the group's counters for this GPU, charged besides these (null: none).
+    member: AtomicPtr<Member>,
 }
 
 /// What a reservation found.
@@ -110,6 +151,43 @@ impl Usage {
     }
 }
 
+/// Reserves `bytes` on `counter` against `limit` with one compare-and-swap loop, so the
+/// counter never passes the limit whatever the threads (and processes) do.
+#[inline(always)]
+fn reserve_on(counter: &AtomicU64, bytes: u64, limit: u64, enforce: bool) -> Reservation {
+    let mut current = counter.load(Relaxed);
+    loop {
+        let Some(after) = current.checked_add(bytes) else {
+            // More than 16 EiB in all: over any quota, and no counter can hold it.
+            return if enforce && limit != UNLIMITED {
+                Reservation::Refused {
+                    in_use: current,
+                    limit,
+                }
+            } else {
+                Reservation::Uncharged
+            };
+        };
+        let over = limit != UNLIMITED && after > limit;
+        if over && enforce {
+            return Reservation::Refused {
+                in_use: current,
+                limit,
+            };
+        }
+        match counter.compare_exchange_weak(current, after, Acquire, Relaxed) {
+            Ok(_) if over => {
+                return Reservation::Allowed {
+                    in_use_before: current,
+                    limit,
+                }
+            }
+            Ok(_) => return Reservation::Granted { in_use: after },
+            Err(now) => current = now,
+        }
+    }
+}
+
 impl Default for DeviceQuota {
     fn default() -> Self {
         Self::new()
@@ -129,96 +207,153 @@ impl DeviceQuota {
             part_peaks: [const { AtomicU64::new(0) }; Part::ALL.len()],
             trims: AtomicU64::new(0),
             trimmed: AtomicU64::new(0),
+            member: AtomicPtr::new(std::ptr::null_mut()),
         }
     }
 
+    /// In a group: this GPU's hold on the group's counters.
+    #[inline(always)]
+    pub fn member(&self) -> Option<&'static Member> {
+        // SAFETY: null or a leaked Member, never freed.
+        unsafe { self.member.load(Relaxed).as_ref() }
+    }
+
     /// The limit in bytes ([`UNLIMITED`] for none), resolving it on first use with
-    /// `resolve` (which may ask the driver for the device's total memory).
+    /// `resolve` (which may ask the driver for the device's total memory, and joins the
+    /// group's quota of the GPU). A group's limit is read live, never kept here.
+    #[inline(always)]
     pub fn limit_or_resolve<E>(&self, resolve: impl FnOnce() -> Result<u64, E>) -> Result<u64, E> {
         let limit = self.limit.load(Relaxed);
         if limit != UNRESOLVED {
             return Ok(limit);
         }
+        if let Some(m) = self.member() {
+            return Ok(m.limit());
+        }
         let resolved = resolve()?.min(UNLIMITED);
-        // Two threads may resolve at once; they compute the same value.
-        self.limit.store(resolved, Relaxed);
+        if self.member().is_none() {
+            // Two threads may resolve at once; they compute the same value.
+            self.limit.store(resolved, Relaxed);
+        }
         Ok(resolved)
     }
 
-    /// The limit if it is resolved and finite.
+    /// The limit if it is resolved and finite (a group's: now).
     pub fn known_limit(&self) -> Option<u64> {
+        if let Some(m) = self.member() {
+            return m.known_limit();
+        }
         match self.limit.load(Relaxed) {
             UNRESOLVED | UNLIMITED => None,
             l => Some(l),
         }
     }
 
-    /// Reserves `bytes` against `limit` (from [`Self::limit_or_resolve`]).
+    /// Reserves `bytes` against `limit` (from [`Self::limit_or_resolve`]); in a group,
+    /// against the group's counter and its limit now.
+    #[inline(always)]
     pub fn reserve(&self, bytes: u64, limit: u64, enforce: bool) -> Reservation {
-        let mut current = self.in_use.load(Relaxed);
-        loop {
-            let Some(after) = current.checked_add(bytes) else {
-                // More than 16 EiB in all: over any quota, and no counter can hold it.
-                return if enforce && limit != UNLIMITED {
-                    self.refusals.fetch_add(1, Relaxed);
-                    Reservation::Refused {
-                        in_use: current,
-                        limit,
-                    }
-                } else {
-                    Reservation::Uncharged
-                };
-            };
-            let over = limit != UNLIMITED && after > limit;
-            if over && enforce {
-                self.refusals.fetch_add(1, Relaxed);
-                return Reservation::Refused {
-                    in_use: current,
-                    limit,
-                };
+        if let Some(m) = self.member() {
+            return self.reserve_in_group(m, bytes, enforce);
+        }
+        let reservation = reserve_on(&self.in_use, bytes, limit, enforce);
+        if !matches!(reservation, Reservation::Granted { .. }) {
+            self.count_refusal(&reservation);
+        }
+        reservation
+    }
+
+    /// A group member's reservation: the group's counter first (checked against its limit),
+    /// then this member's record, then this process's own count. Killed in between, the
+    /// group is left too high, never too low.
+    #[cold]
+    #[inline(never)]
+    fn reserve_in_group(&self, m: &Member, bytes: u64, enforce: bool) -> Reservation {
+        let mut reservation = reserve_on(&m.device.in_use, bytes, m.limit(), enforce);
+        // Before anyone is refused for lack of room, dead members give theirs back.
+        if matches!(reservation, Reservation::Refused { .. }) && m.reap_dead() > 0 {
+            reservation = reserve_on(&m.device.in_use, bytes, m.limit(), enforce);
+        }
+        match reservation {
+            Reservation::Granted { .. } | Reservation::Allowed { .. } => {
+                m.charged.fetch_add(bytes, Relaxed);
+                self.in_use.fetch_add(bytes, Relaxed);
             }
-            match self
-                .in_use
-                .compare_exchange_weak(current, after, Acquire, Relaxed)
-            {
-                Ok(_) if over => {
-                    self.refusals.fetch_add(1, Relaxed);
-                    return Reservation::Allowed {
-                        in_use_before: current,
-                        limit,
-                    };
-                }
-                Ok(_) => return Reservation::Granted { in_use: after },
-                Err(now) => current = now,
-            }
+            Reservation::Refused { .. } | Reservation::Uncharged => {}
+        }
+        if !matches!(
+            reservation,
+            Reservation::Granted { .. } | Reservation::Uncharged
+        ) {
+            m.device.refusals.fetch_add(1, Relaxed);
+        }
+        if !matches!(reservation, Reservation::Granted { .. }) {
+            self.count_refusal(&reservation);
+        }
+        reservation
+    }
+
+    fn count_refusal(&self, reservation: &Reservation) {
+        if matches!(
+            reservation,
+            Reservation::Refused { .. } | Reservation::Allowed { .. }
+        ) {
+            self.refusals.fetch_add(1, Relaxed);
         }
     }
 
-    /// The driver refused or failed: give the reservation back. Returns in-use after.
+    /// The driver refused or failed: give the reservation back. Returns in-use after (the
+    /// group's, in a group).
     pub fn rollback(&self, bytes: u64) -> u64 {
-        self.in_use.fetch_sub(bytes, Relaxed) - bytes
+        let own = self.in_use.fetch_sub(bytes, Relaxed) - bytes;
+        match self.member() {
+            None => own,
+            Some(m) => {
+                m.charged.fetch_sub(bytes, Relaxed);
+                m.device.in_use.fetch_sub(bytes, Relaxed) - bytes
+            }
+        }
     }
 
     /// The driver succeeded: `bytes` (already reserved) are held. Returns the bytes held
     /// after. The peak is of held bytes only, so that a request in flight (this thread's
     /// before the driver answered, or another's) never counts as held.
+    #[inline(always)]
     pub fn commit(&self, bytes: u64) -> u64 {
         self.allocations.fetch_add(1, Relaxed);
+        self.hold(bytes)
+    }
+
+    #[inline(always)]
+    fn hold(&self, bytes: u64) -> u64 {
         let now = self.held.fetch_add(bytes, Relaxed) + bytes;
         // A plain load first: the peak rarely moves, and an RMW costs more.
         if now > self.peak.load(Relaxed) {
             self.peak.fetch_max(now, Relaxed);
         }
+        if let Some(m) = self.member() {
+            m.held.fetch_add(bytes, Relaxed);
+            let group = m.device.held.fetch_add(bytes, Relaxed) + bytes;
+            m.device.peak.fetch_max(group, Relaxed);
+        }
         now
     }
 
     /// Memory was freed: return its bytes. Returns the bytes held after.
+    #[inline(always)]
     pub fn release(&self, bytes: u64) -> u64 {
         // Held first: held ≤ in_use ≤ limit at every moment, so the peak never passes the
         // limit (room given back in in_use first could be reserved, committed and counted
         // while these bytes were still held).
         let held = self.held.fetch_sub(bytes, Relaxed) - bytes;
         self.in_use.fetch_sub(bytes, Release);
+        if let Some(m) = self.member() {
+            // This member's record first: killed in between, the group stays too high.
+            m.held.fetch_sub(bytes, Relaxed);
+            m.charged.fetch_sub(bytes, Relaxed);
+            m.device.held.fetch_sub(bytes, Relaxed);
+            m.device.in_use.fetch_sub(bytes, Release);
+        }
         held
     }
 
@@ -245,8 +380,7 @@ impl DeviceQuota {
 
     /// `bytes` of `part`, already reserved, are held. Returns the bytes held after.
     pub fn commit_part(&self, part: Part, bytes: u64) -> u64 {
-        let now = self.held.fetch_add(bytes, Relaxed) + bytes;
-        self.peak.fetch_max(now, Relaxed);
+        let now = self.hold(bytes);
         let p = self.parts[part as usize].fetch_add(bytes, Relaxed) + bytes;
         self.part_peaks[part as usize].fetch_max(p, Relaxed);
         now
@@ -256,6 +390,10 @@ impl DeviceQuota {
     /// cannot be given back. Returns the bytes held after.
     pub fn force_part(&self, part: Part, bytes: u64) -> u64 {
         self.in_use.fetch_add(bytes, Relaxed);
+        if let Some(m) = self.member() {
+            m.device.in_use.fetch_add(bytes, Relaxed);
+            m.charged.fetch_add(bytes, Relaxed);
+        }
         self.commit_part(part, bytes)
     }
 
@@ -292,8 +430,35 @@ impl DeviceQuota {
         self.trimmed.fetch_add(bytes, Relaxed);
     }
 
+    /// This process's bytes reserved or held.
     pub fn in_use(&self) -> u64 {
         self.in_use.load(Relaxed)
+    }
+
+    /// What the limit is checked against: this process's in-use, or its group's.
+    pub fn quota_in_use(&self) -> u64 {
+        match self.member() {
+            Some(m) => m.device.in_use.load(Relaxed),
+            None => self.in_use.load(Relaxed),
+        }
+    }
+
+    /// In a group: dead members give back what they held (before a figure is told).
+    pub fn reap_dead_members(&self) {
+        if let Some(m) = self.member() {
+            m.reap_dead();
+        }
+    }
+
+    /// In a group: who holds the quota of this GPU besides this process.
+    pub fn group_share(&self) -> Option<GroupShare> {
+        self.member().map(|m| m.share())
+    }
+
+    /// In a group: the group's name and the highest its members held on this GPU.
+    pub fn group_peak(&self) -> Option<(String, u64)> {
+        let m = self.member()?;
+        Some((m.membership.name.clone(), m.device.peak.load(Relaxed)))
     }
 
     pub fn usage(&self) -> Usage {
@@ -310,8 +475,10 @@ impl DeviceQuota {
         }
     }
 
-    /// In a forked child: nothing is in use, nothing happened yet; the limit stays.
+    /// In a forked child: nothing is in use, nothing happened yet; the limit stays (a
+    /// group's is found again when the child joins).
     pub fn reset(&self) {
+        self.member.store(std::ptr::null_mut(), Relaxed);
         for counter in [
             &self.in_use,
             &self.held,

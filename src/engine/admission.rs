@@ -51,7 +51,7 @@ impl Engine {
             Reserved::Uncharged => {
                 let rc = call().0;
                 if !rc.is_ok() {
-                    self.driver_failed(api, device, quota, bytes, limit, quota.in_use(), rc);
+                    self.driver_failed(api, device, quota, bytes, limit, quota.quota_in_use(), rc);
                 }
                 return Err(rc);
             }

@@ -92,6 +92,15 @@ pub(super) enum Outcome {
     DeviceQuotas(Vec<(u32, Option<u64>)>),
     /// NVML cannot be used, so contexts are not measured: why.
     NvmlAbsent(String),
+    /// This member's own limit of `device` differs from its group's, which applies.
+    GroupLimitDiffers {
+        device: u32,
+        group: String,
+        own: u64,
+        limit: u64,
+    },
+    /// The group's quota cannot be used: every call fails.
+    GroupUnusable { group: String, why: String },
 }
 
 /// A request the quota refused (or, in observe mode, would have).
@@ -202,6 +211,15 @@ impl Engine {
                 crate::log::line(&messages::unseen_devices(&unseen, &seen))
             }
             Outcome::DeviceQuotas(quotas) => crate::log::line(&messages::device_quotas(&quotas)),
+            Outcome::GroupLimitDiffers {
+                device,
+                group,
+                own,
+                limit,
+            } => crate::log::line(&messages::group_limit_differs(device, &group, own, limit)),
+            Outcome::GroupUnusable { group, why } => {
+                crate::log::line(&messages::group_unusable(&group, &why))
+            }
             Outcome::NvmlAbsent(why) => {
                 if self.config.as_ref().is_ok_and(|c| c.verbose()) {
                     crate::log::line(&messages::nvml_absent(&why));
@@ -224,20 +242,14 @@ impl Engine {
             in_use,
             what,
         } = r;
-        let parts = self.parts_of(device);
+        let held = self.held_figures(device, limit, in_use);
         let line = match what {
             Request::Memory => self
                 .episode_refusal(device, bytes, api)
-                .then(|| messages::quota_refusal(device, bytes, api, limit, in_use, &parts)),
-            Request::Growth => Some(messages::quota_refusal(
-                device, bytes, api, limit, in_use, &parts,
-            )),
-            Request::Context => Some(messages::context_refusal(
-                device, bytes, api, limit, in_use, &parts,
-            )),
-            Request::Graph => Some(messages::graph_refusal(
-                device, bytes, api, limit, in_use, &parts,
-            )),
+                .then(|| messages::quota_refusal(device, bytes, api, &held)),
+            Request::Growth => Some(messages::quota_refusal(device, bytes, api, &held)),
+            Request::Context => Some(messages::context_refusal(device, bytes, api, &held)),
+            Request::Graph => Some(messages::graph_refusal(device, bytes, api, &held)),
         };
         if let Some(line) = line {
             crate::log::line(&line);
@@ -259,10 +271,8 @@ impl Engine {
             in_use,
             ..
         } = r;
-        let parts = self.parts_of(device);
-        crate::log::line(&messages::would_refuse(
-            device, bytes, api, limit, in_use, &parts,
-        ));
+        let held = self.held_figures(device, limit, in_use);
+        crate::log::line(&messages::would_refuse(device, bytes, api, &held));
         self.emit(Event::observed_refusal(device, api, bytes, in_use));
     }
 
@@ -298,6 +308,17 @@ impl Engine {
                 limit,
                 in_use,
             ));
+        }
+    }
+
+    /// What the quota of `device` held when it refused at `in_use` of `limit`: this
+    /// process's parts and, in a group, who holds the rest.
+    fn held_figures(&self, device: u32, limit: u64, in_use: u64) -> messages::Held {
+        messages::Held {
+            limit,
+            in_use,
+            parts: self.parts_of(device),
+            group: self.quota(device).and_then(|q| q.group_share()),
         }
     }
 
@@ -340,10 +361,13 @@ impl Engine {
     /// The exit summary: one line per device that saw an allocation or a refusal. It never
     /// waits for a lock.
     pub fn summary_lines(&self) -> Vec<String> {
-        let figures = self.figures_at_exit();
-        let lines = figures
-            .iter()
-            .map(|(d, usage, live)| messages::summary(*d, usage, *live));
+        let lines = self.figures_at_exit().into_iter().map(|f| {
+            let line = messages::summary(f.device, &f.usage, f.live);
+            match f.group {
+                Some((name, peak)) => line + &messages::group_summary(&name, peak),
+                None => line,
+            }
+        });
         lines.collect()
     }
 
@@ -381,6 +405,7 @@ impl Engine {
                 mode,
                 count,
                 devices,
+                group: self.books.group.name().map(str::to_string),
             },
         )
     }

@@ -5,9 +5,15 @@ use super::explain::Outcome;
 use super::*;
 use crate::quota::Usage;
 
-/// A device at exit: its ordinal, usage, and live allocations (count, bytes; `None` if a
-/// ledger stayed locked).
-pub(super) type DeviceAtExit = (u32, Usage, Option<(u64, u64)>);
+/// A device at exit.
+pub(super) struct DeviceAtExit {
+    pub device: u32,
+    pub usage: Usage,
+    /// Live allocations (count, bytes); `None` if a ledger stayed locked.
+    pub live: Option<(u64, u64)>,
+    /// In a group: its name and the most its members held on the GPU.
+    pub group: Option<(String, u64)>,
+}
 
 impl Engine {
     /// At the first limit resolved (the driver now knows its devices): one warning if a
@@ -56,6 +62,8 @@ impl Engine {
         let Some((device, quota)) = self.virtualized_device(Place::Current) else {
             return (real_free, real_total);
         };
+        // In a group, what dead members held goes back before the figure is told.
+        quota.reap_dead_members();
         // What the pools keep may have gone back since (a synchronisation): read it again.
         self.refresh_pools(api, device);
         // NVML's figure for this process corrects the context part (after the other parts
@@ -63,7 +71,7 @@ impl Engine {
         self.correct_context_memory(api, device);
         let told = match self.limit(device, quota) {
             Ok(limit) if limit != UNLIMITED => (
-                real_free.min(limit.saturating_sub(quota.in_use())),
+                real_free.min(limit.saturating_sub(quota.quota_in_use())),
                 real_total.min(limit),
             ),
             _ => (real_free, real_total),
@@ -115,7 +123,12 @@ impl Engine {
                     .iter()
                     .map(|l| l.try_live_on(d, EXIT_LOCK_ATTEMPTS))
                     .try_fold((0, 0), |(n, b), l| l.map(|(n2, b2)| (n + n2, b + b2)));
-                Some((d, q.usage(), live))
+                Some(DeviceAtExit {
+                    device: d,
+                    usage: q.usage(),
+                    live,
+                    group: q.group_peak(),
+                })
             })
             .collect()
     }

@@ -19,6 +19,7 @@ use crate::config::{Config, ConfigError, Count, Limits, Mode, MAX_DEVICES};
 use crate::context_memory::{ContextMemory, Measured, Setting};
 use crate::contexts::{Contexts, Slot, NO_CONTEXT};
 use crate::cuda_abi::CuResult;
+use crate::group::Group;
 use crate::ledger::{Charge, Ledger};
 use crate::quota::{Books, DeviceQuota, Part, Reservation, UNLIMITED};
 use crate::spin::{SpinLock, EXIT_LOCK_ATTEMPTS};
@@ -45,6 +46,7 @@ mod vmm;
 use context_memory::context_setting;
 pub use contexts::ContextEnd;
 use contexts::Ending;
+use explain::Outcome;
 pub use graph_memory::GraphNode;
 pub use parts::PartRefusal;
 pub use pool_cache::PoolOf;
@@ -113,6 +115,8 @@ pub struct Engine {
     queries: Box<dyn Queries>,
     /// Every GPU's counters.
     books: Books,
+    /// Joining a GPU's group quota failed and was said (once).
+    group_failure_said: std::sync::atomic::AtomicBool,
     /// One ledger per [`Kind`], indexed by it.
     ledgers: [Ledger; Kind::ALL.len()],
     /// Pools whose location is known (made by `cuMemPoolCreate`, or returned by a
@@ -148,9 +152,20 @@ pub struct Engine {
 
 impl Engine {
     pub fn new(config: Result<Config, ConfigError>, queries: Box<dyn Queries>) -> Engine {
+        let group = Group::new(config.as_ref().ok().and_then(|c| c.group_spec()));
+        Engine::in_group(config, queries, group)
+    }
+
+    /// An engine whose process is (or may become) a member of `group`.
+    pub fn in_group(
+        config: Result<Config, ConfigError>,
+        queries: Box<dyn Queries>,
+        group: Group,
+    ) -> Engine {
         Engine {
             queries,
-            books: Books::new(),
+            books: Books::new(group),
+            group_failure_said: std::sync::atomic::AtomicBool::new(false),
             ledgers: std::array::from_fn(|_| Ledger::new()),
             pools: SpinLock::new(HashMap::new()),
             array_sizes: SpinLock::new(HashMap::new()),
@@ -204,12 +219,55 @@ impl Engine {
         quota.limit_or_resolve(|| {
             let limits = self.config.as_ref().map_or(&Limits::None, |c| &c.limits);
             self.check_named_devices(limits);
-            match limits.for_device(device, || self.queries.device_uuid(device)) {
-                None => Ok(UNLIMITED),
-                Some(Size::Bytes(b)) => Ok(b),
-                Some(share) => self.queries.total_memory(device).map(|t| share.resolve(t)),
+            let named = limits.for_device(device, || self.queries.device_uuid(device));
+            let own = match named {
+                None => UNLIMITED,
+                Some(Size::Bytes(b)) => b,
+                Some(share) => self
+                    .queries
+                    .total_memory(device)
+                    .map(|t| share.resolve(t))?,
+            };
+            match self.books.group.name() {
+                None => Ok(own),
+                Some(_) => self.join_group(device, own, named.is_some()),
             }
         })
+    }
+
+    /// The first use of `device` in a group member: its reservations go to the group's
+    /// quota of that GPU (by UUID) from now on. Returns the group's limit. A member whose
+    /// own limit differs is told once; a GPU that cannot join fails closed.
+    #[cold]
+    #[inline(never)]
+    fn join_group(&self, device: u32, own: u64, named: bool) -> Result<u64, CuResult> {
+        let group = self.books.group.name().unwrap_or_default().to_string();
+        let joined = match self.queries.device_uuid(device) {
+            None => Err("the driver cannot name the GPU's UUID".to_string()),
+            Some(uuid) => {
+                let total = self.queries.total_memory(device).unwrap_or(0);
+                self.books.join_group(device, uuid, own, total)
+            }
+        };
+        match joined {
+            Ok(limit) => {
+                if named && limit != own {
+                    self.explain(Outcome::GroupLimitDiffers {
+                        device,
+                        group,
+                        own,
+                        limit,
+                    });
+                }
+                Ok(limit)
+            }
+            Err(why) => {
+                if !self.group_failure_said.swap(true, Relaxed) {
+                    self.explain(Outcome::GroupUnusable { group, why });
+                }
+                Err(CuResult::INVALID_VALUE)
+            }
+        }
     }
 
     /// After `fork()`, in the child. It starts afresh: the parent's allocations are not its
@@ -247,7 +305,8 @@ impl Engine {
         for p in &self.primary {
             p.store(0, Relaxed);
         }
-        self.books.reset();
+        // SAFETY: as above.
+        unsafe { self.books.reset_in_child() };
         // SAFETY: as above.
         unsafe { self.context_memory.reset_in_child() };
     }

@@ -446,7 +446,7 @@ impl Engine {
             }
         }
         let limit = quota.known_limit().unwrap_or(UNLIMITED);
-        if quota.in_use().saturating_add(wanted) > limit {
+        if quota.quota_in_use().saturating_add(wanted) > limit {
             self.trim_locked(&mut books, api, device, quota, wanted);
         }
         before.saturating_sub(quota.part(Part::PoolCache))

@@ -234,6 +234,8 @@ pub struct StartInfo {
     pub count: &'static str,
     /// Empty while the driver cannot name its devices (before `cuInit`).
     pub devices: Vec<DeviceInfo>,
+    /// The group whose quota the process shares (`CUQUOTA_GROUP`).
+    pub group: Option<String>,
 }
 
 /// The running trace of this process; null when off (never started, failed, or reset in a
@@ -491,6 +493,7 @@ fn open(
             })
             .collect(),
         count: Some(info.count.into()),
+        group: info.group.clone(),
     };
     let mut line = serde_json::to_vec(&header).map_err(|e| format!("trace header: {e}"))?;
     line.push(b'\n');

@@ -15,6 +15,7 @@ fn info() -> StartInfo {
     StartInfo {
         mode: "enforce",
         count: "footprint",
+        group: None,
         devices: vec![
             DeviceInfo {
                 ordinal: 0,
@@ -351,6 +352,7 @@ fn global_api_fork_and_sigterm() {
         let none = || StartInfo {
             mode: "enforce",
             count: "footprint",
+            group: None,
             devices: Vec::new(),
         };
         emit(ev(EventKind::Alloc, 0, 0x1, 1, 0, 1), || {

@@ -7,6 +7,7 @@ mod export;
 mod plot;
 mod report;
 mod run;
+mod set;
 mod timeline;
 mod traces;
 mod walk;
@@ -117,6 +118,23 @@ Other settings (CUQUOTA_LOG_LEVEL, CUQUOTA_VIRTUALIZE) pass through the environm
         #[arg(long)]
         skip_bad: bool,
     },
+    /// Set a group's limit while its members run (or prepare a group before they start).
+    ///
+    /// Members read the limit at every check: raised, requests fit again at once; lowered
+    /// below what they hold, nothing is taken away and new requests are refused until enough
+    /// is freed. Who may do this is whoever may write the group's state file
+    /// (STATE_DIR/groups/NAME, made mode 0600 by its first member).
+    Set {
+        /// The group (CUQUOTA_GROUP of its members).
+        #[arg(value_name = "NAME")]
+        name: String,
+        /// One size for every GPU (6GiB), `none`, or GPU-<uuid>:SIZE entries, comma-separated.
+        #[arg(long, value_name = "SPEC")]
+        limit: String,
+        /// Where groups keep their state (default: CUQUOTA_STATE_DIR, else /dev/shm/cuquota).
+        #[arg(long, value_name = "DIR")]
+        state_dir: Option<PathBuf>,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -164,6 +182,20 @@ fn main() -> ExitCode {
             output,
             skip_bad,
         } => plot::svg(&traces, &output, &read::Options::new(skip_bad)),
+        Command::Set {
+            name,
+            limit,
+            state_dir,
+        } => {
+            let dir = state_dir
+                .or_else(|| {
+                    std::env::var_os("CUQUOTA_STATE_DIR")
+                        .filter(|d| !d.is_empty())
+                        .map(PathBuf::from)
+                })
+                .unwrap_or_else(|| cuquota_format::group::DEFAULT_STATE_DIR.into());
+            set::run(&name, &limit, &dir).map(|said| println!("{said}"))
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -12,6 +12,7 @@
 
 pub mod episodes;
 pub mod fastline;
+pub mod group;
 pub mod hash;
 pub mod part;
 pub mod read;

@@ -98,6 +98,9 @@ pub struct Header {
         skip_serializing_if = "Option::is_none"
     )]
     pub count: Option<String>,
+    /// The group whose quota the process shared (`CUQUOTA_GROUP`); absent: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
 }
 
 impl Header {

@@ -1,0 +1,109 @@
+//! `cuquota set NAME --limit SPEC`: changes a group's limit while its members run (they read
+//! it at every check), or prepares a group before its first member starts. Who may do it is
+//! whoever may write the group's state file.
+
+use cuquota_format::group::{GroupFile, NO_LIMIT};
+use cuquota_format::settings::{format_uuid, parse_limits, DeviceId, Limits};
+use cuquota_format::units::{human, Size};
+use std::path::Path;
+
+/// What SPEC asks: (a GPU's UUID, or every GPU; bytes or [`NO_LIMIT`]).
+type Wanted = Vec<(Option<[u8; 16]>, u64)>;
+
+fn parse(spec: &str) -> Result<Wanted, String> {
+    if matches!(
+        spec.trim().to_ascii_lowercase().as_str(),
+        "none" | "unlimited"
+    ) {
+        return Ok(vec![(None, NO_LIMIT)]);
+    }
+    let bytes = |size: Size| match size {
+        Size::Bytes(b) => Ok(b),
+        Size::Fraction { .. } => Err(format!(
+            "--limit {spec}: a group's limit is a size (its GPUs may differ): give one size, \
+             or GPU-<uuid>:SIZE for each GPU"
+        )),
+    };
+    match parse_limits(spec).map_err(|why| format!("--limit {spec}: {why}"))? {
+        Limits::None => Err("--limit needs a value".into()),
+        Limits::All(size) => Ok(vec![(None, bytes(size)?)]),
+        Limits::PerDevice(entries) => entries
+            .into_iter()
+            .map(|(id, size)| match id {
+                DeviceId::Uuid(uuid) => Ok((Some(uuid), bytes(size)?)),
+                DeviceId::Ordinal(d) => Err(format!(
+                    "--limit {spec}: GPU {d} is an ordinal, which means something only inside \
+                     a process: name the GPU by its UUID (GPU-…, as nvidia-smi -L prints it)"
+                )),
+            })
+            .collect(),
+    }
+}
+
+/// Sets group `name`'s limit under `state_dir` and returns what the group looks like after.
+pub fn run(name: &str, spec: &str, state_dir: &Path) -> Result<String, String> {
+    let wanted = parse(spec)?;
+    let file = GroupFile::open(state_dir, name).map_err(|e| e.0)?;
+    for (uuid, limit) in wanted {
+        file.set_limit(uuid, limit).map_err(|e| e.0)?;
+    }
+    Ok(describe(&file))
+}
+
+fn limit_words(limit: u64) -> String {
+    match limit {
+        NO_LIMIT => "no limit".into(),
+        cuquota_format::group::UNSET => "each GPU's first member's limit".into(),
+        l => human(l),
+    }
+}
+
+/// `group svc (state …): new GPUs get 12.00 GiB; GPU-…: limit 12.00 GiB, in use 7.85 GiB`.
+fn describe(file: &GroupFile) -> String {
+    let snap = file.snapshot();
+    let mut out = format!(
+        "group {} ({}): {} member{}; GPUs joining from now on get {}",
+        snap.name,
+        file.path.display(),
+        snap.members.len(),
+        if snap.members.len() == 1 { "" } else { "s" },
+        limit_words(snap.default_limit)
+    );
+    for d in &snap.devices {
+        let lowered = if d.held > d.limit {
+            " (below what is held: new requests are refused until it is freed)"
+        } else {
+            ""
+        };
+        out += &format!(
+            "\n  {}: limit {}{lowered}, in use {}, peak {}, {} refusal{}",
+            format_uuid(&d.uuid),
+            limit_words(d.limit),
+            human(d.in_use),
+            human(d.peak),
+            d.refusals,
+            if d.refusals == 1 { "" } else { "s" }
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs() {
+        assert_eq!(parse("6GiB").unwrap(), [(None, 6 << 30)]);
+        assert_eq!(parse("none").unwrap(), [(None, NO_LIMIT)]);
+        let uuid = "GPU-00112233-4455-6677-8899-aabbccddeeff";
+        let entries = parse(&format!("{uuid}:1GiB")).unwrap();
+        assert_eq!(entries.len(), 1);
+        assert_eq!(entries[0].1, 1 << 30);
+        assert!(parse("50%")
+            .unwrap_err()
+            .contains("a group's limit is a size"));
+        assert!(parse("0:1GiB").unwrap_err().contains("ordinal"));
+        assert!(parse("lots").is_err());
+    }
+}

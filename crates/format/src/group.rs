@@ -1,0 +1,657 @@
+//! A group's shared state: one file per group under the state directory, mapped by every
+//! member (the interposer) and by `cuquota set` (the CLI). What both must agree on lives
+//! here: the layout, how the file is created and checked, the header lock, members' slots
+//! and how a dead member's charges are given back.
+//!
+//! The counters are plain atomics in the mapping: a member reserves on its GPU's counter
+//! with one compare-and-swap, never under a lock. The lock (an open-file-description lock
+//! on byte 0, which the kernel drops when its holder dies) guards only what changes the
+//! table — a slot claimed or freed, a GPU entry made, a limit set — never a driver call, and
+//! is waited for at most [`LOCK_WAIT`]. Each member holds a lock of the same kind on its own
+//! slot's byte for its whole life: whoever can take that lock knows the owner is dead,
+//! whatever its PID became. A charge is added to the GPU's counter before the slot's and
+//! taken from the slot's before the GPU's, so a member killed between the two leaves the
+//! group too high (refusing more, never over-committing) until the group empties.
+
+use std::ffi::CString;
+use std::fs;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
+use std::time::{Duration, Instant};
+
+/// GPUs a group tracks (matched by UUID).
+pub const GROUP_DEVICES: usize = 16;
+/// Members at once.
+pub const SLOTS: usize = 256;
+/// A limit never set (a GPU entry made by a member with no limit takes the default; the
+/// default is unset until `cuquota set` gives one).
+pub const UNSET: u64 = u64::MAX;
+/// No limit: counted, shown, nothing refused.
+pub const NO_LIMIT: u64 = u64::MAX - 1;
+/// How long a member or `cuquota set` waits for the header lock before it gives up.
+pub const LOCK_WAIT: Duration = Duration::from_secs(2);
+/// The default state directory.
+pub const DEFAULT_STATE_DIR: &str = "/dev/shm/cuquota";
+
+const MAGIC: u64 = u64::from_le_bytes(*b"CUQGROUP");
+/// The layout's version: a file of another version is refused, never mixed.
+pub const LAYOUT_VERSION: u64 = 1;
+const NAME_BYTES: usize = 64;
+
+/// The file's first bytes.
+#[repr(C)]
+pub struct Header {
+    magic: AtomicU64,
+    version: AtomicU64,
+    size: AtomicU64,
+    /// The limit of a GPU entry made from now on ([`UNSET`]: the first member's own).
+    pub default_limit: AtomicU64,
+    pub created_unix_ns: AtomicU64,
+    name: [AtomicU64; NAME_BYTES / 8],
+}
+
+/// One GPU of the group, by UUID.
+#[repr(C)]
+pub struct GroupDevice {
+    /// 0: free; 1: in use (`uuid` and `limit` are set before it is published).
+    state: AtomicU64,
+    uuid: [AtomicU64; 2],
+    /// Bytes, or [`NO_LIMIT`]. Read on every check: `cuquota set` changes it live.
+    pub limit: AtomicU64,
+    /// Reserved or held by all members: what a reservation is checked against.
+    pub in_use: AtomicU64,
+    /// Held by all members (committed by the driver).
+    pub held: AtomicU64,
+    /// The highest `held` since the group was made.
+    pub peak: AtomicU64,
+    pub refusals: AtomicU64,
+    /// The GPU's real memory, as a member's driver said (0: unknown).
+    pub total: AtomicU64,
+    _spare: [AtomicU64; 7],
+}
+
+/// One member.
+#[repr(C)]
+pub struct Slot {
+    /// 0: free; 1: a member's (its lock on byte `1 + index` says whether it lives).
+    state: AtomicU64,
+    /// Bumped at every claim: a cached index of a freed slot is known stale.
+    pub generation: AtomicU64,
+    pub pid: AtomicU64,
+    pub started_unix_ns: AtomicU64,
+    /// Per GPU entry: what this member reserved or holds there (inside the GPU's `in_use`).
+    pub charged: [AtomicU64; GROUP_DEVICES],
+    /// Per GPU entry: what this member holds there (inside the GPU's `held`).
+    pub held: [AtomicU64; GROUP_DEVICES],
+}
+
+impl Slot {
+    /// Whether a member holds this slot (alive, or dead and not reaped yet).
+    pub fn is_member(&self) -> bool {
+        self.state.load(Acquire) == 1
+    }
+}
+
+/// The whole file.
+#[repr(C)]
+pub struct Layout {
+    pub header: Header,
+    pub devices: [GroupDevice; GROUP_DEVICES],
+    pub slots: [Slot; SLOTS],
+}
+
+/// The file's size.
+pub const FILE_SIZE: usize = std::mem::size_of::<Layout>();
+
+/// Why a group cannot be used.
+#[derive(Debug)]
+pub struct GroupError(pub String);
+
+impl std::fmt::Display for GroupError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A group name: 1–64 characters of `A-Z a-z 0-9 . _ -`, not `.` or `..`.
+pub fn check_name(name: &str) -> Result<(), String> {
+    let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if name.is_empty() || name.len() > NAME_BYTES || !name.chars().all(ok_char) {
+        return Err(format!(
+            "a group name is 1 to 64 characters of A-Z a-z 0-9 . _ - (got {:?})",
+            name
+        ));
+    }
+    if name == "." || name == ".." {
+        return Err(format!("{name:?} is not a group name"));
+    }
+    Ok(())
+}
+
+/// Where group NAME's state lives under `state_dir`.
+pub fn group_path(state_dir: &Path, name: &str) -> PathBuf {
+    state_dir.join("groups").join(name)
+}
+
+/// A group's file, mapped. Dropping it unmaps and closes: a member's slot lock goes with it.
+pub struct GroupFile {
+    fd: libc::c_int,
+    map: *mut Layout,
+    pub path: PathBuf,
+}
+
+// SAFETY: the mapping holds only atomics, shared with other processes anyway; the fd is a
+// plain integer used with thread-safe syscalls.
+unsafe impl Send for GroupFile {}
+// SAFETY: as above.
+unsafe impl Sync for GroupFile {}
+
+impl Drop for GroupFile {
+    fn drop(&mut self) {
+        // SAFETY: `map` is the mapping of FILE_SIZE bytes made in `open`, unmapped once here;
+        // `fd` is ours.
+        unsafe {
+            libc::munmap(self.map.cast(), FILE_SIZE);
+            libc::close(self.fd);
+        }
+    }
+}
+
+/// The header lock, released when dropped.
+pub struct Locked<'a>(&'a GroupFile);
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.lock_byte(0, libc::F_UNLCK as libc::c_short);
+    }
+}
+
+impl GroupFile {
+    /// Opens group `name` under `state_dir`, creating the directories (mode 1777, like
+    /// /dev/shm, so that each user's groups can live there) and the file (mode 0600:
+    /// members and `cuquota set` need write access, so whoever may join may also resize).
+    /// A file that is not a group of this layout is refused, never repaired.
+    pub fn open(state_dir: &Path, name: &str) -> Result<GroupFile, GroupError> {
+        check_name(name).map_err(GroupError)?;
+        let dir = state_dir.join("groups");
+        for d in [state_dir, dir.as_path()] {
+            if let Err(e) = fs::DirBuilder::new().mode(0o1777).create(d) {
+                if e.kind() != io::ErrorKind::AlreadyExists {
+                    return Err(GroupError(format!("cannot create {}: {e}", d.display())));
+                }
+            } else {
+                // The umask narrowed the mode given above.
+                let _ = fs::set_permissions(d, fs::Permissions::from_mode(0o1777));
+            }
+        }
+        let path = group_path(state_dir, name);
+        let c = CString::new(path.as_os_str().as_bytes())
+            .map_err(|_| GroupError(format!("{} has a NUL byte", path.display())))?;
+        let flags = libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC | libc::O_NOFOLLOW;
+        // SAFETY: a valid C string; the mode is passed as the variadic argument open wants.
+        let fd = unsafe { libc::open(c.as_ptr(), flags, 0o600 as libc::c_uint) };
+        if fd < 0 {
+            let e = io::Error::last_os_error();
+            return Err(GroupError(format!("cannot open {}: {e}", path.display())));
+        }
+        let file = GroupFile {
+            fd,
+            map: std::ptr::null_mut(),
+            path,
+        };
+        file.init(name)
+    }
+
+    fn init(mut self, name: &str) -> Result<GroupFile, GroupError> {
+        let shown = self.path.display().to_string();
+        let fail = |what: &str| GroupError(format!("{shown}: {what}"));
+        self.lock_wait(0).map_err(|e| fail(&e))?;
+        let result = (|| {
+            // SAFETY: fstat into a zeroed struct of the right type.
+            let mut st: libc::stat = unsafe { std::mem::zeroed() };
+            // SAFETY: our fd, a valid out-pointer.
+            if unsafe { libc::fstat(self.fd, &mut st) } != 0 {
+                return Err(fail(&io::Error::last_os_error().to_string()));
+            }
+            if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+                return Err(fail("not a regular file"));
+            }
+            let fresh = st.st_size == 0;
+            if fresh {
+                // SAFETY: our fd.
+                if unsafe { libc::ftruncate(self.fd, FILE_SIZE as libc::off_t) } != 0 {
+                    return Err(fail(&io::Error::last_os_error().to_string()));
+                }
+            } else if st.st_size as usize != FILE_SIZE {
+                return Err(fail(&format!(
+                    "{} bytes, not a cuquota group of layout {LAYOUT_VERSION} ({FILE_SIZE} bytes)",
+                    st.st_size
+                )));
+            }
+            // SAFETY: mapping FILE_SIZE bytes of a file that is exactly that large, shared.
+            let map = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    FILE_SIZE,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED,
+                    self.fd,
+                    0,
+                )
+            };
+            if map == libc::MAP_FAILED {
+                return Err(fail(&io::Error::last_os_error().to_string()));
+            }
+            self.map = map.cast();
+            let h = &self.layout().header;
+            match (h.magic.load(Acquire), h.version.load(Relaxed)) {
+                // A fresh file, or one whose creator died before publishing it.
+                (0, _) => {
+                    h.version.store(LAYOUT_VERSION, Relaxed);
+                    h.size.store(FILE_SIZE as u64, Relaxed);
+                    h.default_limit.store(UNSET, Relaxed);
+                    h.created_unix_ns.store(unix_ns(), Relaxed);
+                    let mut bytes = [0u8; NAME_BYTES];
+                    bytes[..name.len()].copy_from_slice(name.as_bytes());
+                    for (i, w) in h.name.iter().enumerate() {
+                        let chunk = bytes[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]);
+                        w.store(u64::from_le_bytes(chunk), Relaxed);
+                    }
+                    h.magic.store(MAGIC, Release);
+                    Ok(())
+                }
+                (MAGIC, LAYOUT_VERSION) if h.size.load(Relaxed) == FILE_SIZE as u64 => Ok(()),
+                (MAGIC, v) => Err(fail(&format!(
+                    "a cuquota group of layout {v}; this cuquota reads layout {LAYOUT_VERSION}"
+                ))),
+                _ => Err(fail("not a cuquota group file")),
+            }
+        })();
+        let _ = self.lock_byte(0, libc::F_UNLCK as libc::c_short);
+        result.map(|()| self)
+    }
+
+    /// In a forked child, whose descriptor is its parent's (with the parent's slot lock):
+    /// closes the child's copy, which leaves the lock to the parent. The mapping stays, so
+    /// references into it stay valid; the value must be leaked, not dropped, afterwards.
+    pub fn close_in_child(&self) {
+        // SAFETY: our fd; closing a copy inherited by fork touches nothing of the parent's.
+        unsafe { libc::close(self.fd) };
+    }
+
+    /// The mapped layout.
+    pub fn layout(&self) -> &Layout {
+        // SAFETY: `map` is a live shared mapping of FILE_SIZE bytes (checked in `init`),
+        // aligned to a page; every field of `Layout` is an atomic, so shared references to it
+        // are sound while other processes write.
+        unsafe { &*self.map }
+    }
+
+    /// The group's name, as its file says.
+    pub fn name(&self) -> String {
+        let bytes: Vec<u8> = (self.layout().header.name.iter())
+            .flat_map(|w| w.load(Relaxed).to_le_bytes())
+            .take_while(|b| *b != 0)
+            .collect();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    /// Takes the header lock, waiting at most [`LOCK_WAIT`].
+    pub fn lock(&self) -> Result<Locked<'_>, GroupError> {
+        self.lock_wait(0)
+            .map(|()| Locked(self))
+            .map_err(|e| GroupError(format!("{}: {e}", self.path.display())))
+    }
+
+    fn lock_wait(&self, byte: u64) -> Result<(), String> {
+        let start = Instant::now();
+        loop {
+            match self.lock_byte(byte, libc::F_WRLCK as libc::c_short) {
+                Ok(true) => return Ok(()),
+                Ok(false) if start.elapsed() < LOCK_WAIT => {
+                    std::thread::sleep(Duration::from_micros(200))
+                }
+                Ok(false) => {
+                    return Err(format!(
+                        "held locked by another process for over {} s",
+                        LOCK_WAIT.as_secs()
+                    ))
+                }
+                Err(e) => return Err(format!("cannot lock it: {e}")),
+            }
+        }
+    }
+
+    /// An open-file-description lock on one byte, never waiting: Ok(false) when another
+    /// description holds it.
+    fn lock_byte(&self, byte: u64, kind: libc::c_short) -> io::Result<bool> {
+        // SAFETY: a zeroed flock is a valid value; the fields are set below.
+        let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+        fl.l_type = kind;
+        fl.l_whence = libc::SEEK_SET as libc::c_short;
+        fl.l_start = byte as libc::off_t;
+        fl.l_len = 1;
+        // SAFETY: our fd and a valid flock.
+        if unsafe { libc::fcntl(self.fd, libc::F_OFD_SETLK, &fl) } == 0 {
+            return Ok(true);
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EAGAIN) | Some(libc::EACCES) => Ok(false),
+            _ => Err(e),
+        }
+    }
+
+    /// Whether slot `index` is a member's that is alive (its lock held by another open
+    /// description). Under the header lock.
+    fn alive(&self, _locked: &Locked<'_>, index: usize) -> bool {
+        match self.lock_byte(1 + index as u64, libc::F_WRLCK as libc::c_short) {
+            Ok(true) => {
+                let _ = self.lock_byte(1 + index as u64, libc::F_UNLCK as libc::c_short);
+                false
+            }
+            // Held by another; or the lock cannot be asked: taken as alive (fail closed).
+            Ok(false) | Err(_) => true,
+        }
+    }
+
+    /// Gives back the charges of every member that died, and frees their slots. With no
+    /// member left alive, the GPUs' counters are set to 0: that also repairs what a member
+    /// killed between two of its adds left behind. Returns how many were reaped.
+    pub fn reap(&self, locked: &Locked<'_>, mine: Option<usize>) -> usize {
+        let layout = self.layout();
+        let mut reaped = 0;
+        let mut living = 0;
+        for (i, slot) in layout.slots.iter().enumerate() {
+            if slot.state.load(Acquire) == 0 || Some(i) == mine {
+                living += usize::from(Some(i) == mine && slot.state.load(Relaxed) != 0);
+                continue;
+            }
+            if self.alive(locked, i) {
+                living += 1;
+                continue;
+            }
+            for (g, dev) in layout.devices.iter().enumerate() {
+                let charged = slot.charged[g].swap(0, Relaxed);
+                let held = slot.held[g].swap(0, Relaxed);
+                dev.held
+                    .fetch_sub(held.min(dev.held.load(Relaxed)), Relaxed);
+                dev.in_use
+                    .fetch_sub(charged.min(dev.in_use.load(Relaxed)), Relaxed);
+            }
+            slot.state.store(0, Release);
+            reaped += 1;
+        }
+        if living == 0 {
+            for dev in &layout.devices {
+                dev.in_use.store(0, Relaxed);
+                dev.held.store(0, Relaxed);
+            }
+        }
+        reaped
+    }
+
+    /// Claims a free slot for this process and takes its life lock. Under the header lock;
+    /// dead members are reaped first.
+    pub fn claim_slot(&self, locked: &Locked<'_>) -> Result<usize, GroupError> {
+        self.reap(locked, None);
+        let layout = self.layout();
+        for (i, slot) in layout.slots.iter().enumerate() {
+            if slot.state.load(Acquire) != 0 {
+                continue;
+            }
+            if !matches!(
+                self.lock_byte(1 + i as u64, libc::F_WRLCK as libc::c_short),
+                Ok(true)
+            ) {
+                continue;
+            }
+            for g in 0..GROUP_DEVICES {
+                slot.charged[g].store(0, Relaxed);
+                slot.held[g].store(0, Relaxed);
+            }
+            slot.generation.fetch_add(1, Relaxed);
+            // SAFETY: getpid has no preconditions.
+            slot.pid.store(unsafe { libc::getpid() } as u64, Relaxed);
+            slot.started_unix_ns.store(unix_ns(), Relaxed);
+            slot.state.store(1, Release);
+            return Ok(i);
+        }
+        Err(GroupError(format!(
+            "group {} is full: {SLOTS} members at once, all alive",
+            self.name()
+        )))
+    }
+
+    /// The GPU entry of `uuid`, made if there is none, with the default limit or else
+    /// `own_limit` (bytes, [`NO_LIMIT`]). Under the header lock. Returns its index.
+    pub fn device(
+        &self,
+        _locked: &Locked<'_>,
+        uuid: [u8; 16],
+        own_limit: u64,
+        total: u64,
+    ) -> Result<usize, GroupError> {
+        let layout = self.layout();
+        let words = uuid_words(uuid);
+        let found = layout.devices.iter().position(|d| {
+            d.state.load(Acquire) == 1
+                && d.uuid[0].load(Relaxed) == words[0]
+                && d.uuid[1].load(Relaxed) == words[1]
+        });
+        if let Some(g) = found {
+            if total > 0 {
+                layout.devices[g].total.store(total, Relaxed);
+            }
+            return Ok(g);
+        }
+        let Some(g) = layout
+            .devices
+            .iter()
+            .position(|d| d.state.load(Acquire) == 0)
+        else {
+            return Err(GroupError(format!(
+                "group {} already tracks {GROUP_DEVICES} GPUs",
+                self.name()
+            )));
+        };
+        let d = &layout.devices[g];
+        d.uuid[0].store(words[0], Relaxed);
+        d.uuid[1].store(words[1], Relaxed);
+        let default = layout.header.default_limit.load(Relaxed);
+        d.limit
+            .store(if default == UNSET { own_limit } else { default }, Relaxed);
+        for c in [&d.in_use, &d.held, &d.peak, &d.refusals] {
+            c.store(0, Relaxed);
+        }
+        d.total.store(total, Relaxed);
+        d.state.store(1, Release);
+        Ok(g)
+    }
+
+    /// Sets the limit: of every GPU entry and the default (`uuid` None), or of one GPU's
+    /// entry, made if needed. Nothing held is taken away.
+    pub fn set_limit(&self, uuid: Option<[u8; 16]>, limit: u64) -> Result<(), GroupError> {
+        let locked = self.lock()?;
+        let layout = self.layout();
+        match uuid {
+            None => {
+                layout.header.default_limit.store(limit, Relaxed);
+                for d in &layout.devices {
+                    if d.state.load(Acquire) == 1 {
+                        d.limit.store(limit, Relaxed);
+                    }
+                }
+            }
+            Some(uuid) => {
+                let g = self.device(&locked, uuid, limit, 0)?;
+                layout.devices[g].limit.store(limit, Relaxed);
+            }
+        }
+        Ok(())
+    }
+
+    /// What each GPU entry holds now, and its members: for `cuquota set` and the views.
+    pub fn snapshot(&self) -> Snapshot {
+        let layout = self.layout();
+        let devices = (layout.devices.iter().enumerate())
+            .filter(|(_, d)| d.state.load(Acquire) == 1)
+            .map(|(g, d)| DeviceSnapshot {
+                index: g,
+                uuid: words_uuid([d.uuid[0].load(Relaxed), d.uuid[1].load(Relaxed)]),
+                limit: d.limit.load(Relaxed),
+                in_use: d.in_use.load(Relaxed),
+                held: d.held.load(Relaxed),
+                peak: d.peak.load(Relaxed),
+                refusals: d.refusals.load(Relaxed),
+            })
+            .collect();
+        let members = (layout.slots.iter())
+            .filter(|s| s.state.load(Acquire) == 1)
+            .map(|s| s.pid.load(Relaxed))
+            .collect();
+        Snapshot {
+            name: self.name(),
+            default_limit: layout.header.default_limit.load(Relaxed),
+            devices,
+            members,
+        }
+    }
+}
+
+/// A group's figures at one moment.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub name: String,
+    pub default_limit: u64,
+    pub devices: Vec<DeviceSnapshot>,
+    /// The pids of the slots in use (alive or not yet reaped).
+    pub members: Vec<u64>,
+}
+
+#[derive(Debug, Clone)]
+pub struct DeviceSnapshot {
+    pub index: usize,
+    pub uuid: [u8; 16],
+    pub limit: u64,
+    pub in_use: u64,
+    pub held: u64,
+    pub peak: u64,
+    pub refusals: u64,
+}
+
+fn uuid_words(uuid: [u8; 16]) -> [u64; 2] {
+    let (a, b) = uuid.split_at(8);
+    [
+        u64::from_le_bytes(a.try_into().unwrap_or([0; 8])),
+        u64::from_le_bytes(b.try_into().unwrap_or([0; 8])),
+    ]
+}
+
+fn words_uuid(words: [u64; 2]) -> [u8; 16] {
+    let mut uuid = [0u8; 16];
+    uuid[..8].copy_from_slice(&words[0].to_le_bytes());
+    uuid[8..].copy_from_slice(&words[1].to_le_bytes());
+    uuid
+}
+
+fn unix_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("cuquota-group-{tag}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        d
+    }
+
+    #[test]
+    fn names() {
+        assert!(check_name("svc-1.a_B").is_ok());
+        for bad in ["", ".", "..", "a/b", "a b", &"x".repeat(65)] {
+            assert!(check_name(bad).is_err(), "{bad:?}");
+        }
+        assert!(check_name(&"x".repeat(64)).is_ok());
+    }
+
+    #[test]
+    fn created_once_reopened_and_refused_when_not_ours() {
+        let d = dir("open");
+        let a = GroupFile::open(&d, "svc").unwrap();
+        assert_eq!(a.name(), "svc");
+        let b = GroupFile::open(&d, "svc").unwrap();
+        assert_eq!(b.layout().header.default_limit.load(Relaxed), UNSET);
+        let path = group_path(&d, "svc");
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(100)
+            .unwrap();
+        let e = GroupFile::open(&d, "svc").err().unwrap().0;
+        assert!(e.contains("100 bytes, not a cuquota group"), "{e}");
+        fs::write(group_path(&d, "other"), vec![7u8; FILE_SIZE]).unwrap();
+        let e = GroupFile::open(&d, "other").err().unwrap().0;
+        assert!(e.contains("not a cuquota group file"), "{e}");
+        let _ = fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn slots_are_claimed_and_a_dead_members_charges_go_back() {
+        let d = dir("slots");
+        let member = GroupFile::open(&d, "g").unwrap();
+        let other = GroupFile::open(&d, "g").unwrap();
+        let locked = member.lock().unwrap();
+        let mine = member.claim_slot(&locked).unwrap();
+        let g = member.device(&locked, [1; 16], 1000, 0).unwrap();
+        drop(locked);
+        let dev = &member.layout().devices[g];
+        dev.in_use.fetch_add(300, Relaxed);
+        member.layout().slots[mine].charged[g].fetch_add(300, Relaxed);
+        // Alive: another description cannot reap it.
+        let locked = other.lock().unwrap();
+        assert_eq!(other.reap(&locked, None), 0);
+        assert_eq!(dev.in_use.load(Relaxed), 300);
+        drop(locked);
+        // Its description closed (as at death): the next reap gives its charges back.
+        drop(member);
+        let locked = other.lock().unwrap();
+        assert_eq!(other.reap(&locked, None), 1);
+        assert_eq!(other.layout().devices[g].in_use.load(Relaxed), 0);
+        assert_eq!(other.snapshot().members.len(), 0);
+        let _ = fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn limits_default_and_per_gpu() {
+        let d = dir("limits");
+        let f = GroupFile::open(&d, "g").unwrap();
+        let locked = f.lock().unwrap();
+        let a = f.device(&locked, [1; 16], 500, 0).unwrap();
+        drop(locked);
+        assert_eq!(f.layout().devices[a].limit.load(Relaxed), 500);
+        f.set_limit(None, 700).unwrap();
+        assert_eq!(f.layout().devices[a].limit.load(Relaxed), 700);
+        let locked = f.lock().unwrap();
+        let b = f.device(&locked, [2; 16], 500, 0).unwrap();
+        drop(locked);
+        assert_eq!(
+            f.layout().devices[b].limit.load(Relaxed),
+            700,
+            "the default"
+        );
+        f.set_limit(Some([2; 16]), 900).unwrap();
+        assert_eq!(f.layout().devices[b].limit.load(Relaxed), 900);
+        assert_eq!(f.layout().devices[a].limit.load(Relaxed), 700);
+        let _ = fs::remove_dir_all(&d);
+    }
+}

@@ -1,0 +1,176 @@
+//! This process as a member of a group (`CUQUOTA_GROUP`): every process with the same group
+//! name and state directory shares one quota per GPU, matched by UUID. The shared state
+//! (its layout, the header lock, slots, reaping dead members) is `cuquota_format::group`'s;
+//! here is this process's side of it: its slot, and for each GPU it uses, the counters it
+//! charges besides its own ([`Member`]). [`crate::quota::DeviceQuota`] charges through them.
+
+use crate::spin::SpinLock;
+use cuquota_format::group::{GroupDevice, GroupFile, Slot, NO_LIMIT};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering::Acquire, Ordering::Relaxed};
+
+/// A member's hold on one GPU of its group: the group's counters for that GPU and this
+/// member's record of what it charged there (which the reaper gives back at its death).
+/// Made once per GPU and never freed (the mapping it points into is never unmapped).
+pub struct Member {
+    pub device: &'static GroupDevice,
+    /// Inside `device.in_use`: what this process reserved or holds there.
+    pub charged: &'static AtomicU64,
+    /// Inside `device.held`: what this process holds there.
+    pub held: &'static AtomicU64,
+    /// The GPU's index in the group's table.
+    pub index: usize,
+    pub membership: &'static Membership,
+}
+
+/// This process's place in its group.
+pub struct Membership {
+    pub file: GroupFile,
+    pub slot: usize,
+    pub name: String,
+}
+
+impl Membership {
+    fn slot(&self) -> &Slot {
+        &self.file.layout().slots[self.slot]
+    }
+}
+
+/// The group to join, and this process's membership once joined.
+pub struct Group {
+    /// (state directory, name) from the configuration; `None`: not in a group.
+    spec: Option<(PathBuf, String)>,
+    joined: AtomicPtr<Membership>,
+    /// Joining is done by one thread at a time (it claims a slot).
+    joining: SpinLock<()>,
+}
+
+impl Group {
+    pub fn new(spec: Option<(PathBuf, String)>) -> Group {
+        Group {
+            spec,
+            joined: AtomicPtr::new(std::ptr::null_mut()),
+            joining: SpinLock::new(()),
+        }
+    }
+
+    /// The group's name, when the process is configured into one.
+    pub fn name(&self) -> Option<&str> {
+        self.spec.as_ref().map(|(_, name)| name.as_str())
+    }
+
+    /// This process's membership: the group's file opened and a slot claimed the first time
+    /// (after a fork, again in the child).
+    pub fn join(&self) -> Result<&'static Membership, String> {
+        // SAFETY: `joined` holds null or a leaked Membership, never freed.
+        if let Some(m) = unsafe { self.joined.load(Acquire).as_ref() } {
+            return Ok(m);
+        }
+        let Some((dir, name)) = &self.spec else {
+            return Err("not in a group".into());
+        };
+        let _one = self.joining.lock();
+        // SAFETY: as above.
+        if let Some(m) = unsafe { self.joined.load(Acquire).as_ref() } {
+            return Ok(m);
+        }
+        let file = GroupFile::open(dir, name).map_err(|e| e.0)?;
+        let slot = {
+            let locked = file.lock().map_err(|e| e.0)?;
+            file.claim_slot(&locked).map_err(|e| e.0)?
+        };
+        let m: &'static Membership = Box::leak(Box::new(Membership {
+            file,
+            slot,
+            name: name.clone(),
+        }));
+        self.joined.store(
+            (m as *const Membership).cast_mut(),
+            std::sync::atomic::Ordering::Release,
+        );
+        Ok(m)
+    }
+
+    /// This process's hold on the group's GPU `uuid` (made with `own_limit` if the group has
+    /// no entry for it yet; `total`: the GPU's real memory, for the views).
+    pub fn member(&self, uuid: [u8; 16], own_limit: u64, total: u64) -> Result<Member, String> {
+        let membership = self.join()?;
+        let file = &membership.file;
+        let index = {
+            let locked = file.lock().map_err(|e| e.0)?;
+            file.device(&locked, uuid, own_limit, total)
+                .map_err(|e| e.0)?
+        };
+        let slot = membership.slot();
+        Ok(Member {
+            device: &file.layout().devices[index],
+            charged: &slot.charged[index],
+            held: &slot.held[index],
+            index,
+            membership,
+        })
+    }
+
+    /// In a forked child: it is not its parent's member. The inherited descriptor is closed
+    /// (the parent's slot lock lives on in the parent's) and the mapping left in place; the
+    /// child joins afresh, in a slot of its own, when it first uses a GPU.
+    ///
+    /// # Safety
+    /// Only in the child right after `fork()`, while it has one thread.
+    pub unsafe fn reset_in_child(&self) {
+        let m = self.joined.swap(std::ptr::null_mut(), Relaxed);
+        // SAFETY: null or a leaked Membership; leaked again here, its descriptor closed.
+        if let Some(m) = unsafe { m.as_ref() } {
+            m.file.close_in_child();
+        }
+        // SAFETY: the caller's promise: one thread, so no other holds it.
+        unsafe { self.joining.reset_in_child(()) };
+    }
+}
+
+impl Member {
+    /// The group's limit now (`cuquota set` changes it live).
+    #[inline]
+    pub fn limit(&self) -> u64 {
+        self.device.limit.load(Relaxed)
+    }
+
+    /// The limit if there is one.
+    pub fn known_limit(&self) -> Option<u64> {
+        Some(self.limit()).filter(|l| *l != NO_LIMIT)
+    }
+
+    /// Gives back what dead members held (under the header lock, waited for a bounded
+    /// time). Returns how many were reaped (0 also when the lock could not be had).
+    pub fn reap_dead(&self) -> usize {
+        let file = &self.membership.file;
+        match file.lock() {
+            Ok(locked) => file.reap(&locked, Some(self.membership.slot)),
+            Err(_) => 0,
+        }
+    }
+
+    /// Who holds the group's quota on this GPU besides this process: the other members with
+    /// anything there, and their bytes (in flight included, as the quota counts them).
+    pub fn share(&self) -> crate::quota::GroupShare {
+        let this_process = self.charged.load(Relaxed);
+        let layout = self.membership.file.layout();
+        let others = (layout.slots.iter().enumerate())
+            .filter(|(i, s)| {
+                *i != self.membership.slot
+                    && s.is_member()
+                    && s.charged[self.index].load(Relaxed) > 0
+            })
+            .count();
+        crate::quota::GroupShare {
+            name: self.membership.name.clone(),
+            this_process,
+            others,
+            others_bytes: self
+                .device
+                .in_use
+                .load(Relaxed)
+                .saturating_sub(this_process),
+        }
+    }
+}
