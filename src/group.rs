@@ -7,7 +7,7 @@
 use crate::spin::SpinLock;
 use cuquota_format::group::{GroupDevice, GroupFile, Slot, NO_LIMIT};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering::Acquire, Ordering::Relaxed};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
 
 /// A member's hold on one GPU of its group: the group's counters for that GPU and this
 /// member's record of what it charged there (which the reaper gives back at its death).
@@ -16,8 +16,6 @@ pub struct Member {
     pub device: &'static GroupDevice,
     /// Inside `device.in_use`: what this process reserved or holds there.
     pub charged: &'static AtomicU64,
-    /// Inside `device.held`: what this process holds there.
-    pub held: &'static AtomicU64,
     /// The GPU's index in the group's table.
     pub index: usize,
     pub membership: &'static Membership,
@@ -105,7 +103,6 @@ impl Group {
         Ok(Member {
             device: &file.layout().devices[index],
             charged: &slot.charged[index],
-            held: &slot.held[index],
             index,
             membership,
         })
@@ -133,6 +130,22 @@ impl Member {
     #[inline]
     pub fn limit(&self) -> u64 {
         self.device.limit.load(Relaxed)
+    }
+
+    /// `bytes` were added to the group's counter (now `in_use`): this member's record
+    /// follows, and the group's peak.
+    #[inline]
+    pub fn charged_more(&self, bytes: u64, in_use: u64) {
+        self.charged.fetch_add(bytes, Relaxed);
+        self.device.peak.fetch_max(in_use, Relaxed);
+    }
+
+    /// `bytes` go back: this member's record first, then the group's counter (killed in
+    /// between, the group stays too high, never too low). Returns the group's in-use after.
+    #[inline]
+    pub fn charged_less(&self, bytes: u64) -> u64 {
+        self.charged.fetch_sub(bytes, Relaxed);
+        self.device.in_use.fetch_sub(bytes, Release) - bytes
     }
 
     /// The limit if there is one.

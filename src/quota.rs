@@ -152,14 +152,22 @@ impl Usage {
 }
 
 /// Reserves `bytes` on `counter` against `limit` with one compare-and-swap loop, so the
-/// counter never passes the limit whatever the threads (and processes) do.
+/// counter never passes the limit whatever the threads (and processes) do; a refusal, or
+/// in observe mode what would have been one, is counted in `refusals`.
 #[inline(always)]
-fn reserve_on(counter: &AtomicU64, bytes: u64, limit: u64, enforce: bool) -> Reservation {
+fn reserve_on(
+    counter: &AtomicU64,
+    refusals: &AtomicU64,
+    bytes: u64,
+    limit: u64,
+    enforce: bool,
+) -> Reservation {
     let mut current = counter.load(Relaxed);
     loop {
         let Some(after) = current.checked_add(bytes) else {
             // More than 16 EiB in all: over any quota, and no counter can hold it.
             return if enforce && limit != UNLIMITED {
+                refusals.fetch_add(1, Relaxed);
                 Reservation::Refused {
                     in_use: current,
                     limit,
@@ -170,6 +178,7 @@ fn reserve_on(counter: &AtomicU64, bytes: u64, limit: u64, enforce: bool) -> Res
         };
         let over = limit != UNLIMITED && after > limit;
         if over && enforce {
+            refusals.fetch_add(1, Relaxed);
             return Reservation::Refused {
                 in_use: current,
                 limit,
@@ -177,10 +186,11 @@ fn reserve_on(counter: &AtomicU64, bytes: u64, limit: u64, enforce: bool) -> Res
         }
         match counter.compare_exchange_weak(current, after, Acquire, Relaxed) {
             Ok(_) if over => {
+                refusals.fetch_add(1, Relaxed);
                 return Reservation::Allowed {
                     in_use_before: current,
                     limit,
-                }
+                };
             }
             Ok(_) => return Reservation::Granted { in_use: after },
             Err(now) => current = now,
@@ -256,11 +266,7 @@ impl DeviceQuota {
         if let Some(m) = self.member() {
             return self.reserve_in_group(m, bytes, enforce);
         }
-        let reservation = reserve_on(&self.in_use, bytes, limit, enforce);
-        if !matches!(reservation, Reservation::Granted { .. }) {
-            self.count_refusal(&reservation);
-        }
-        reservation
+        reserve_on(&self.in_use, &self.refusals, bytes, limit, enforce)
     }
 
     /// A group member's reservation: the group's counter first (checked against its limit),
@@ -269,37 +275,27 @@ impl DeviceQuota {
     #[cold]
     #[inline(never)]
     fn reserve_in_group(&self, m: &Member, bytes: u64, enforce: bool) -> Reservation {
-        let mut reservation = reserve_on(&m.device.in_use, bytes, m.limit(), enforce);
+        let group = &m.device.in_use;
+        let mut reservation = reserve_on(group, &self.refusals, bytes, m.limit(), enforce);
         // Before anyone is refused for lack of room, dead members give theirs back.
         if matches!(reservation, Reservation::Refused { .. }) && m.reap_dead() > 0 {
-            reservation = reserve_on(&m.device.in_use, bytes, m.limit(), enforce);
+            self.forgive_refusal();
+            reservation = reserve_on(group, &self.refusals, bytes, m.limit(), enforce);
         }
         match reservation {
-            Reservation::Granted { .. } | Reservation::Allowed { .. } => {
-                m.charged.fetch_add(bytes, Relaxed);
-                self.in_use.fetch_add(bytes, Relaxed);
+            Reservation::Granted { in_use } => m.charged_more(bytes, in_use),
+            Reservation::Allowed { in_use_before, .. } => {
+                m.charged_more(bytes, in_use_before + bytes);
+                m.device.refusals.fetch_add(1, Relaxed);
             }
-            Reservation::Refused { .. } | Reservation::Uncharged => {}
+            Reservation::Refused { .. } => {
+                m.device.refusals.fetch_add(1, Relaxed);
+                return reservation;
+            }
+            Reservation::Uncharged => return reservation,
         }
-        if !matches!(
-            reservation,
-            Reservation::Granted { .. } | Reservation::Uncharged
-        ) {
-            m.device.refusals.fetch_add(1, Relaxed);
-        }
-        if !matches!(reservation, Reservation::Granted { .. }) {
-            self.count_refusal(&reservation);
-        }
+        self.in_use.fetch_add(bytes, Relaxed);
         reservation
-    }
-
-    fn count_refusal(&self, reservation: &Reservation) {
-        if matches!(
-            reservation,
-            Reservation::Refused { .. } | Reservation::Allowed { .. }
-        ) {
-            self.refusals.fetch_add(1, Relaxed);
-        }
     }
 
     /// The driver refused or failed: give the reservation back. Returns in-use after (the
@@ -308,10 +304,7 @@ impl DeviceQuota {
         let own = self.in_use.fetch_sub(bytes, Relaxed) - bytes;
         match self.member() {
             None => own,
-            Some(m) => {
-                m.charged.fetch_sub(bytes, Relaxed);
-                m.device.in_use.fetch_sub(bytes, Relaxed) - bytes
-            }
+            Some(m) => m.charged_less(bytes),
         }
     }
 
@@ -331,11 +324,6 @@ impl DeviceQuota {
         if now > self.peak.load(Relaxed) {
             self.peak.fetch_max(now, Relaxed);
         }
-        if let Some(m) = self.member() {
-            m.held.fetch_add(bytes, Relaxed);
-            let group = m.device.held.fetch_add(bytes, Relaxed) + bytes;
-            m.device.peak.fetch_max(group, Relaxed);
-        }
         now
     }
 
@@ -348,11 +336,7 @@ impl DeviceQuota {
         let held = self.held.fetch_sub(bytes, Relaxed) - bytes;
         self.in_use.fetch_sub(bytes, Release);
         if let Some(m) = self.member() {
-            // This member's record first: killed in between, the group stays too high.
-            m.held.fetch_sub(bytes, Relaxed);
-            m.charged.fetch_sub(bytes, Relaxed);
-            m.device.held.fetch_sub(bytes, Relaxed);
-            m.device.in_use.fetch_sub(bytes, Release);
+            m.charged_less(bytes);
         }
         held
     }
@@ -391,8 +375,8 @@ impl DeviceQuota {
     pub fn force_part(&self, part: Part, bytes: u64) -> u64 {
         self.in_use.fetch_add(bytes, Relaxed);
         if let Some(m) = self.member() {
-            m.device.in_use.fetch_add(bytes, Relaxed);
-            m.charged.fetch_add(bytes, Relaxed);
+            let in_use = m.device.in_use.fetch_add(bytes, Relaxed) + bytes;
+            m.charged_more(bytes, in_use);
         }
         self.commit_part(part, bytes)
     }

@@ -70,7 +70,7 @@ fn describe(file: &GroupFile) -> String {
         limit_words(snap.default_limit)
     );
     for d in &snap.devices {
-        let lowered = if d.held > d.limit {
+        let lowered = if d.in_use > d.limit {
             " (below what is held: new requests are refused until it is freed)"
         } else {
             ""

@@ -12,6 +12,9 @@
 //! whatever its PID became. A charge is added to the GPU's counter before the slot's and
 //! taken from the slot's before the GPU's, so a member killed between the two leaves the
 //! group too high (refusing more, never over-committing) until the group empties.
+//!
+//! The counters count what members reserved or hold (the footprint, as each process's own
+//! quota counts it); what each process holds in detail stays in its own books.
 
 use std::ffi::CString;
 use std::fs;
@@ -63,14 +66,12 @@ pub struct GroupDevice {
     pub limit: AtomicU64,
     /// Reserved or held by all members: what a reservation is checked against.
     pub in_use: AtomicU64,
-    /// Held by all members (committed by the driver).
-    pub held: AtomicU64,
-    /// The highest `held` since the group was made.
+    /// The highest `in_use` since the entry was made.
     pub peak: AtomicU64,
     pub refusals: AtomicU64,
     /// The GPU's real memory, as a member's driver said (0: unknown).
     pub total: AtomicU64,
-    _spare: [AtomicU64; 7],
+    _spare: [AtomicU64; 8],
 }
 
 /// One member.
@@ -84,8 +85,6 @@ pub struct Slot {
     pub started_unix_ns: AtomicU64,
     /// Per GPU entry: what this member reserved or holds there (inside the GPU's `in_use`).
     pub charged: [AtomicU64; GROUP_DEVICES],
-    /// Per GPU entry: what this member holds there (inside the GPU's `held`).
-    pub held: [AtomicU64; GROUP_DEVICES],
 }
 
 impl Slot {
@@ -376,9 +375,6 @@ impl GroupFile {
             }
             for (g, dev) in layout.devices.iter().enumerate() {
                 let charged = slot.charged[g].swap(0, Relaxed);
-                let held = slot.held[g].swap(0, Relaxed);
-                dev.held
-                    .fetch_sub(held.min(dev.held.load(Relaxed)), Relaxed);
                 dev.in_use
                     .fetch_sub(charged.min(dev.in_use.load(Relaxed)), Relaxed);
             }
@@ -388,7 +384,6 @@ impl GroupFile {
         if living == 0 {
             for dev in &layout.devices {
                 dev.in_use.store(0, Relaxed);
-                dev.held.store(0, Relaxed);
             }
         }
         reaped
@@ -409,9 +404,8 @@ impl GroupFile {
             ) {
                 continue;
             }
-            for g in 0..GROUP_DEVICES {
-                slot.charged[g].store(0, Relaxed);
-                slot.held[g].store(0, Relaxed);
+            for charged in &slot.charged {
+                charged.store(0, Relaxed);
             }
             slot.generation.fetch_add(1, Relaxed);
             // SAFETY: getpid has no preconditions.
@@ -464,7 +458,7 @@ impl GroupFile {
         let default = layout.header.default_limit.load(Relaxed);
         d.limit
             .store(if default == UNSET { own_limit } else { default }, Relaxed);
-        for c in [&d.in_use, &d.held, &d.peak, &d.refusals] {
+        for c in [&d.in_use, &d.peak, &d.refusals] {
             c.store(0, Relaxed);
         }
         d.total.store(total, Relaxed);
@@ -504,7 +498,6 @@ impl GroupFile {
                 uuid: words_uuid([d.uuid[0].load(Relaxed), d.uuid[1].load(Relaxed)]),
                 limit: d.limit.load(Relaxed),
                 in_use: d.in_use.load(Relaxed),
-                held: d.held.load(Relaxed),
                 peak: d.peak.load(Relaxed),
                 refusals: d.refusals.load(Relaxed),
             })
@@ -538,7 +531,6 @@ pub struct DeviceSnapshot {
     pub uuid: [u8; 16],
     pub limit: u64,
     pub in_use: u64,
-    pub held: u64,
     pub peak: u64,
     pub refusals: u64,
 }

@@ -602,6 +602,7 @@ impl Process {
             argv: self.header.argv,
             mode: self.header.mode,
             count: self.header.count,
+            group: self.header.group,
             start_unix_ns: self.header.start_unix_ns,
             duration_ns: end,
             end: self.summary.map(|s| s.end),

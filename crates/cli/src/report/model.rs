@@ -22,6 +22,9 @@ pub struct ProcessReport {
     /// not say (written before the setting: allocations).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub count: Option<String>,
+    /// The group whose quota the process shared; absent: none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
     pub start_unix_ns: u64,
     /// Time of the last line (ns since start).
     pub duration_ns: u64,

@@ -47,6 +47,10 @@ fn render_process(out: &mut String, p: &ProcessReport) {
         Some(other) => format!(", counting {other}"),
         None => String::new(),
     };
+    let counting = match &p.group {
+        Some(group) => format!("{counting}, sharing group {group}'s quota"),
+        None => counting,
+    };
     let _ = writeln!(
         out,
         "   {}: mode {}{counting}, {} over {}; {ended}",
