@@ -69,3 +69,41 @@ fn plot_of_a_two_rank_job_names_both_traces() {
     assert!(text.contains(&want), "no {want} in:\n{text}");
     assert!(clip(&a).ends_with("/t-0.jsonl") && clip(&b).ends_with("/t-1.jsonl"));
 }
+
+/// `cuquota report` of an observe-mode run lists each would-be refusal with its size, the
+/// request and what was in use, as it lists real refusals' episodes.
+#[test]
+fn report_of_an_observe_run_lists_each_would_be_refusal() {
+    let dir = scratch_dir("observe-report");
+    let path = dir.join("t.jsonl");
+    Run::client(Client::Linked)
+        .ops("init alloc:2M alloc:3M")
+        .env("CUQUOTA_MODE", "observe")
+        .env("CUQUOTA_LIMIT", "1MiB")
+        .env("CUQUOTA_TRACE", path.to_str().unwrap())
+        .run()
+        .check_rcs(&[0, 0, 0]);
+    let out = Command::new(&artifacts().cli)
+        .arg("report")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().map(str::trim).collect();
+    let at = lines
+        .iter()
+        .position(|l| *l == "2 requests would have been refused by the quota of 1.00 MiB:")
+        .unwrap_or_else(|| panic!("no would-be refusals in:\n{text}"));
+    // Each: its size, when (µs: not fixed), the call and what was in use.
+    let refusal = |line: &str, size: &str, in_use: &str| {
+        line.starts_with(&format!("{size}  at "))
+            && line.ends_with(&format!(" via cuMemAlloc_v2 (in use {in_use})"))
+    };
+    assert!(refusal(lines[at + 1], "2.00 MiB", "0 B"), "{text}");
+    assert!(refusal(lines[at + 2], "3.00 MiB", "2.00 MiB"), "{text}");
+    assert!(
+        lines.contains(&"observe mode: a quota of 5.00 MiB (5242880 bytes) or more would have held this run (its peak)"),
+        "{text}"
+    );
+}
