@@ -7,7 +7,8 @@
 # run NVIDIA's cuda-bindings, cuda.core and numba-cuda: the first run downloads ~100 MB of
 # pinned wheels from PyPI into target/real-clients/ (~480 MB on disk with the venv; later
 # runs reuse it, and CUQUOTA_WHEELHOUSE=DIR installs from a copied wheelhouse without
-# network). The first build takes several minutes; the tests themselves a few minutes.
+# network). The wheel test downloads ~44 MB of pinned wheels into target/wheel/ the first
+# time. The first build takes several minutes; the tests themselves a few minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 step() { echo "== $(date +%H:%M:%S) $*"; }
@@ -28,4 +29,8 @@ step "Python venv for the real-client tests (first time: ~100 MB from PyPI into 
 scripts/real-clients-env.sh >/dev/null
 step "cargo test (unit and integration tests; the log is also in target/test.log)"
 cargo test --workspace --no-fail-fast 2>&1 | tee target/test.log
+# The wheel as a user installs it (pip wheel . builds in release mode: the first time a
+# few minutes more; later runs reuse target/release). Its own timings are printed.
+step "the wheel: build, auditwheel show, fresh venv, tests/python (first time: ~44 MB from PyPI into target/wheel)"
+scripts/wheel-test.sh
 step "done"

@@ -324,7 +324,10 @@ pub fn device_quotas(quotas: &[(u32, Option<u64>)]) -> String {
 }
 
 /// `CUQUOTA_LOG_LEVEL=info`: the effective configuration.
-pub fn config_line(c: &Config) -> String {
+/// `trace_path`: the trace template expanded as the trace will expand it (`%t` as of now; the
+/// file is made at the first event, with `.1`… if the name is taken: the line at exit says
+/// where it went).
+pub fn config_line(c: &Config, trace_path: Option<&str>) -> String {
     let describe = |s: Size| match s {
         Size::Bytes(b) => format!("{} ({b} bytes)", human(b)),
         Size::Fraction {
@@ -356,9 +359,11 @@ pub fn config_line(c: &Config) -> String {
         "config: limit {limits}; mode {}; count {count}; virtualize {}; trace {}",
         c.mode.name(),
         if c.virtualize { "on" } else { "off" },
-        c.trace
-            .as_deref()
-            .map_or("off".into(), |t| t.to_string_lossy()),
+        match (c.trace.as_deref().map(|t| t.to_string_lossy()), trace_path) {
+            (None, _) => "off".to_string(),
+            (Some(t), Some(path)) if *t != *path => format!("{path} (CUQUOTA_TRACE={t})"),
+            (Some(t), _) => t.into_owned(),
+        },
     )
 }
 
@@ -553,7 +558,7 @@ mod tests {
                 .unwrap()
         };
         assert_eq!(
-            config_line(&config(&[("CUQUOTA_LIMIT", "0:1GiB,1:25%")])),
+            config_line(&config(&[("CUQUOTA_LIMIT", "0:1GiB,1:25%")]), None),
             "config: limit GPU 0 1.00 GiB (1073741824 bytes), GPU 1 25% of the device's memory, \
              other devices unlimited; mode enforce; count footprint (context memory measured); \
              virtualize on; trace off"
@@ -564,9 +569,17 @@ mod tests {
                 ("CUQUOTA_VIRTUALIZE", "0"),
                 ("CUQUOTA_TRACE", "t-%p.jsonl"),
                 ("CUQUOTA_COUNT", "allocations"),
-            ])),
+            ]), Some("/tmp/t-42.jsonl")),
             "config: limit none (observing only); mode observe; count allocations; virtualize off; \
-             trace t-%p.jsonl"
+             trace /tmp/t-42.jsonl (CUQUOTA_TRACE=t-%p.jsonl)"
+        );
+        assert_eq!(
+            config_line(
+                &config(&[("CUQUOTA_TRACE", "/tmp/t.jsonl")]),
+                Some("/tmp/t.jsonl")
+            ),
+            "config: limit none (observing only); mode enforce; count footprint (context memory \
+             measured); virtualize on; trace /tmp/t.jsonl"
         );
     }
 

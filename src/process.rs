@@ -167,7 +167,8 @@ fn new_engine() -> Engine {
                 crate::log::line(warning);
             }
             if c.verbose() {
-                crate::log::line(&crate::messages::config_line(c));
+                let trace = c.trace.as_deref().and_then(crate::trace::expanded_path);
+                crate::log::line(&crate::messages::config_line(c, trace.as_deref()));
             }
         }
     }

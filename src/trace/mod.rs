@@ -442,6 +442,21 @@ pub fn dropped() -> u64 {
     current().map_or(0, Tracer::dropped)
 }
 
+/// The template expanded as `open` will expand it, `%t` as of now: what the configuration
+/// line at `info` shows. None if it does not expand (the trace will say why when it starts).
+pub fn expanded_path(template: &OsStr) -> Option<String> {
+    let vars = path::Vars {
+        pid: std::process::id(),
+        host: path::host_name(),
+        rank: path::rank(|name| std::env::var(name).ok()),
+        start_unix_secs: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+    };
+    let path = path::expand(template, &vars).ok()?;
+    Some(path.to_string_lossy().into_owned())
+}
+
 /// Creates the file, writes the header and starts a writer. Separate from the global state
 /// so that tests can run several tracers in one process.
 fn open(

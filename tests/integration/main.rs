@@ -16,6 +16,8 @@ mod concurrency;
 mod config;
 mod episodes;
 mod faults;
+// A newcomer's first runs: the configuration line, plot titles, SIGTERM, observe reports.
+mod first_runs;
 mod golden;
 mod graph_memory;
 mod imports;

@@ -360,6 +360,42 @@ fn clip(text: &str, max: usize) -> String {
     }
 }
 
+/// Up to [`FILES_NAMED`] files are all named (a two-rank job names both), each clipped from
+/// its start when they do not fit, since paths differ at their end (`t-0.jsonl`,
+/// `t-1.jsonl`); more are the first two and a count.
+const FILES_NAMED: usize = 4;
+
+fn files_title(files: &[String]) -> String {
+    const ROOM: usize = 90;
+    let shown = if files.len() <= FILES_NAMED {
+        files
+    } else {
+        &files[..2]
+    };
+    let each = (ROOM / shown.len().max(1)).saturating_sub(2).max(12);
+    let mut text = shown
+        .iter()
+        .map(|f| clip_start(f, each))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if shown.len() < files.len() {
+        text.push_str(&format!(" and {} more", files.len() - shown.len()));
+    }
+    text
+}
+
+/// `text` with its start cut off to `max` characters, behind an ellipsis.
+fn clip_start(text: &str, max: usize) -> String {
+    let count = text.chars().count();
+    if count <= max {
+        text.to_string()
+    } else {
+        let mut s = String::from('…');
+        s.extend(text.chars().skip(count - (max - 1)));
+        s
+    }
+}
+
 fn draw(series: &[Series], sources: &Sources, (from_ns, note): (u64, String)) -> String {
     let to_ns = series
         .iter()
@@ -398,11 +434,7 @@ fn draw(series: &[Series], sources: &Sources, (from_ns, note): (u64, String)) ->
         ),
         [] => String::new(),
     };
-    let files = match sources.files.as_slice() {
-        [one] => clip(one, 90),
-        [first, rest @ ..] => format!("{} and {} more", clip(first, 70), rest.len()),
-        [] => String::new(),
-    };
+    let files = files_title(&sources.files);
     let _ = writeln!(
         out,
         r#"<text class="title" x="{LEFT}" y="30" font-size="18" fill="{TEXT}">Device memory in use: {}</text>"#,
@@ -734,6 +766,25 @@ fn legend(out: &mut String, series: &[Series]) -> f64 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_title_names_up_to_four_files_and_counts_the_rest() {
+        let names = |n: usize| -> Vec<String> { (0..n).map(|i| format!("t-{i}.jsonl")).collect() };
+        assert_eq!(super::files_title(&names(2)), "t-0.jsonl, t-1.jsonl");
+        assert_eq!(
+            super::files_title(&names(4)),
+            "t-0.jsonl, t-1.jsonl, t-2.jsonl, t-3.jsonl"
+        );
+        assert_eq!(
+            super::files_title(&names(5)),
+            "t-0.jsonl, t-1.jsonl and 3 more"
+        );
+        let long = format!("/scratch/{}/t-1.jsonl", "x".repeat(80));
+        assert_eq!(
+            super::files_title(&[long]),
+            format!("…{}/t-1.jsonl", "x".repeat(77))
+        );
+    }
+
     use super::*;
 
     #[test]

@@ -1,0 +1,3 @@
+from cuquota._cli import main
+
+main()
