@@ -16,14 +16,11 @@
 //! The counters count what members reserved or hold (the footprint, as each process's own
 //! quota counts it); what each process holds in detail stays in its own books.
 
-use std::ffi::CString;
-use std::fs;
-use std::io;
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use crate::shared::{self, SharedFile};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
-use std::time::{Duration, Instant};
+
+pub use crate::shared::LOCK_WAIT;
 
 /// GPUs a group tracks (matched by UUID).
 pub const GROUP_DEVICES: usize = 16;
@@ -34,8 +31,6 @@ pub const SLOTS: usize = 256;
 pub const UNSET: u64 = u64::MAX;
 /// No limit: counted, shown, nothing refused.
 pub const NO_LIMIT: u64 = u64::MAX - 1;
-/// How long a member or `cuquota set` waits for the header lock before it gives up.
-pub const LOCK_WAIT: Duration = Duration::from_secs(2);
 /// The default state directory.
 pub const DEFAULT_STATE_DIR: &str = "/dev/shm/cuquota";
 
@@ -137,26 +132,8 @@ pub fn group_path(state_dir: &Path, name: &str) -> PathBuf {
 
 /// A group's file, mapped. Dropping it unmaps and closes: a member's slot lock goes with it.
 pub struct GroupFile {
-    fd: libc::c_int,
-    map: *mut Layout,
+    file: SharedFile,
     pub path: PathBuf,
-}
-
-// SAFETY: the mapping holds only atomics, shared with other processes anyway; the fd is a
-// plain integer used with thread-safe syscalls.
-unsafe impl Send for GroupFile {}
-// SAFETY: as above.
-unsafe impl Sync for GroupFile {}
-
-impl Drop for GroupFile {
-    fn drop(&mut self) {
-        // SAFETY: `map` is the mapping of FILE_SIZE bytes made in `open`, unmapped once here;
-        // `fd` is ours.
-        unsafe {
-            libc::munmap(self.map.cast(), FILE_SIZE);
-            libc::close(self.fd);
-        }
-    }
 }
 
 /// The header lock, released when dropped.
@@ -164,7 +141,7 @@ pub struct Locked<'a>(&'a GroupFile);
 
 impl Drop for Locked<'_> {
     fn drop(&mut self) {
-        let _ = self.0.lock_byte(0, libc::F_UNLCK as libc::c_short);
+        self.0.file.unlock_byte(0);
     }
 }
 
@@ -175,186 +152,125 @@ impl GroupFile {
     /// A file that is not a group of this layout is refused, never repaired.
     pub fn open(state_dir: &Path, name: &str) -> Result<GroupFile, GroupError> {
         check_name(name).map_err(GroupError)?;
-        let dir = state_dir.join("groups");
-        for d in [state_dir, dir.as_path()] {
-            if let Err(e) = fs::DirBuilder::new().mode(0o1777).create(d) {
-                if e.kind() != io::ErrorKind::AlreadyExists {
-                    return Err(GroupError(format!("cannot create {}: {e}", d.display())));
-                }
-            } else {
-                // The umask narrowed the mode given above.
-                let _ = fs::set_permissions(d, fs::Permissions::from_mode(0o1777));
-            }
-        }
+        shared::make_dir(&state_dir.join("groups")).map_err(GroupError)?;
         let path = group_path(state_dir, name);
-        let c = CString::new(path.as_os_str().as_bytes())
-            .map_err(|_| GroupError(format!("{} has a NUL byte", path.display())))?;
-        let flags = libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC | libc::O_NOFOLLOW;
-        // SAFETY: a valid C string; the mode is passed as the variadic argument open wants.
-        let fd = unsafe { libc::open(c.as_ptr(), flags, 0o600 as libc::c_uint) };
-        if fd < 0 {
-            let e = io::Error::last_os_error();
-            return Err(GroupError(format!("cannot open {}: {e}", path.display())));
-        }
-        let file = GroupFile {
-            fd,
-            map: std::ptr::null_mut(),
-            path,
+        let file = SharedFile::open(&path, true).map_err(GroupError)?;
+        let fail = |what: String| GroupError(format!("{}: {what}", path.display()));
+        let mut g = GroupFile {
+            file,
+            path: path.clone(),
         };
-        file.init(name)
+        g.file.lock_wait(0).map_err(fail)?;
+        let result = g.init(name);
+        g.file.unlock_byte(0);
+        result.map_err(fail)?;
+        Ok(g)
     }
 
-    fn init(mut self, name: &str) -> Result<GroupFile, GroupError> {
-        let shown = self.path.display().to_string();
-        let fail = |what: &str| GroupError(format!("{shown}: {what}"));
-        self.lock_wait(0).map_err(|e| fail(&e))?;
-        let result = (|| {
-            // SAFETY: fstat into a zeroed struct of the right type.
-            let mut st: libc::stat = unsafe { std::mem::zeroed() };
-            // SAFETY: our fd, a valid out-pointer.
-            if unsafe { libc::fstat(self.fd, &mut st) } != 0 {
-                return Err(fail(&io::Error::last_os_error().to_string()));
+    /// Under the header lock: sizes and initialises a fresh file, checks an existing one.
+    fn init(&mut self, name: &str) -> Result<(), String> {
+        let size = self.file.size()?;
+        if size == 0 {
+            self.file.set_size(FILE_SIZE)?;
+        } else if size as usize != FILE_SIZE {
+            return Err(format!(
+                "{size} bytes, not a cuquota group of layout {LAYOUT_VERSION} ({FILE_SIZE} bytes)"
+            ));
+        }
+        self.file.map(FILE_SIZE)?;
+        let h = &self.layout().header;
+        match (h.magic.load(Acquire), h.version.load(Relaxed)) {
+            // A fresh file, or one whose creator died before publishing it.
+            (0, _) => {
+                h.version.store(LAYOUT_VERSION, Relaxed);
+                h.size.store(FILE_SIZE as u64, Relaxed);
+                h.default_limit.store(UNSET, Relaxed);
+                h.created_unix_ns.store(shared::unix_ns(), Relaxed);
+                shared::store_text(&h.name, name);
+                h.magic.store(MAGIC, Release);
+                Ok(())
             }
-            if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-                return Err(fail("not a regular file"));
-            }
-            let fresh = st.st_size == 0;
-            if fresh {
-                // SAFETY: our fd.
-                if unsafe { libc::ftruncate(self.fd, FILE_SIZE as libc::off_t) } != 0 {
-                    return Err(fail(&io::Error::last_os_error().to_string()));
-                }
-            } else if st.st_size as usize != FILE_SIZE {
-                return Err(fail(&format!(
-                    "{} bytes, not a cuquota group of layout {LAYOUT_VERSION} ({FILE_SIZE} bytes)",
-                    st.st_size
-                )));
-            }
-            // SAFETY: mapping FILE_SIZE bytes of a file that is exactly that large, shared.
-            let map = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    FILE_SIZE,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_SHARED,
-                    self.fd,
-                    0,
-                )
-            };
-            if map == libc::MAP_FAILED {
-                return Err(fail(&io::Error::last_os_error().to_string()));
-            }
-            self.map = map.cast();
-            let h = &self.layout().header;
-            match (h.magic.load(Acquire), h.version.load(Relaxed)) {
-                // A fresh file, or one whose creator died before publishing it.
-                (0, _) => {
-                    h.version.store(LAYOUT_VERSION, Relaxed);
-                    h.size.store(FILE_SIZE as u64, Relaxed);
-                    h.default_limit.store(UNSET, Relaxed);
-                    h.created_unix_ns.store(unix_ns(), Relaxed);
-                    let mut bytes = [0u8; NAME_BYTES];
-                    bytes[..name.len()].copy_from_slice(name.as_bytes());
-                    for (i, w) in h.name.iter().enumerate() {
-                        let chunk = bytes[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]);
-                        w.store(u64::from_le_bytes(chunk), Relaxed);
-                    }
-                    h.magic.store(MAGIC, Release);
-                    Ok(())
-                }
-                (MAGIC, LAYOUT_VERSION) if h.size.load(Relaxed) == FILE_SIZE as u64 => Ok(()),
-                (MAGIC, v) => Err(fail(&format!(
-                    "a cuquota group of layout {v}; this cuquota reads layout {LAYOUT_VERSION}"
-                ))),
-                _ => Err(fail("not a cuquota group file")),
-            }
-        })();
-        let _ = self.lock_byte(0, libc::F_UNLCK as libc::c_short);
-        result.map(|()| self)
+            (MAGIC, LAYOUT_VERSION) if h.size.load(Relaxed) == FILE_SIZE as u64 => Ok(()),
+            (MAGIC, v) => Err(format!(
+                "a cuquota group of layout {v}; this cuquota reads layout {LAYOUT_VERSION}"
+            )),
+            _ => Err("not a cuquota group file".into()),
+        }
     }
 
-    /// In a forked child, whose descriptor is its parent's (with the parent's slot lock):
-    /// closes the child's copy, which leaves the lock to the parent. The mapping stays, so
-    /// references into it stay valid; the value must be leaked, not dropped, afterwards.
+    /// Opens an existing group's file for reading only (the views): checked as `open`
+    /// checks, never created, locked or written.
+    pub fn open_read(path: &Path) -> Result<GroupFile, GroupError> {
+        let fail = |what: String| GroupError(format!("{}: {what}", path.display()));
+        let mut file = SharedFile::open_read(path).map_err(GroupError)?;
+        let size = file.size().map_err(fail)?;
+        if size as usize != FILE_SIZE {
+            return Err(fail(format!(
+                "{size} bytes, not a group of layout {LAYOUT_VERSION}"
+            )));
+        }
+        file.map(FILE_SIZE).map_err(fail)?;
+        let g = GroupFile {
+            file,
+            path: path.to_path_buf(),
+        };
+        let h = &g.layout().header;
+        match (h.magic.load(Acquire), h.version.load(Relaxed)) {
+            (MAGIC, LAYOUT_VERSION) => Ok(g),
+            (0, _) => Err(fail("being created".into())),
+            (MAGIC, v) => Err(fail(format!(
+                "layout {v}, this cuquota reads {LAYOUT_VERSION}"
+            ))),
+            _ => Err(fail("not a cuquota group file".into())),
+        }
+    }
+
+    /// Every group under `state_dir` that can be read, and a note for each that cannot.
+    pub fn read_all(state_dir: &Path) -> (Vec<Snapshot>, Vec<String>) {
+        let (mut groups, mut notes) = (Vec::new(), Vec::new());
+        let Ok(entries) = std::fs::read_dir(state_dir.join("groups")) else {
+            return (groups, notes);
+        };
+        let mut paths: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+        paths.sort();
+        for path in paths {
+            match GroupFile::open_read(&path) {
+                Ok(g) => groups.push(g.snapshot()),
+                Err(e) => notes.push(format!("skipped {}", e.0)),
+            }
+        }
+        (groups, notes)
+    }
+
+    /// In a forked child: see [`SharedFile::close_in_child`].
     pub fn close_in_child(&self) {
-        // SAFETY: our fd; closing a copy inherited by fork touches nothing of the parent's.
-        unsafe { libc::close(self.fd) };
+        self.file.close_in_child();
     }
 
     /// The mapped layout.
     pub fn layout(&self) -> &Layout {
-        // SAFETY: `map` is a live shared mapping of FILE_SIZE bytes (checked in `init`),
-        // aligned to a page; every field of `Layout` is an atomic, so shared references to it
-        // are sound while other processes write.
-        unsafe { &*self.map }
+        // SAFETY: a live shared mapping of FILE_SIZE bytes (checked in `init`), aligned to a
+        // page; every field of `Layout` is an atomic, so shared references to it are sound
+        // while other processes write.
+        unsafe { &*self.file.ptr().cast::<Layout>() }
     }
 
     /// The group's name, as its file says.
     pub fn name(&self) -> String {
-        let bytes: Vec<u8> = (self.layout().header.name.iter())
-            .flat_map(|w| w.load(Relaxed).to_le_bytes())
-            .take_while(|b| *b != 0)
-            .collect();
-        String::from_utf8_lossy(&bytes).into_owned()
+        shared::load_text(&self.layout().header.name)
     }
 
     /// Takes the header lock, waiting at most [`LOCK_WAIT`].
     pub fn lock(&self) -> Result<Locked<'_>, GroupError> {
-        self.lock_wait(0)
+        self.file
+            .lock_wait(0)
             .map(|()| Locked(self))
             .map_err(|e| GroupError(format!("{}: {e}", self.path.display())))
     }
 
-    fn lock_wait(&self, byte: u64) -> Result<(), String> {
-        let start = Instant::now();
-        loop {
-            match self.lock_byte(byte, libc::F_WRLCK as libc::c_short) {
-                Ok(true) => return Ok(()),
-                Ok(false) if start.elapsed() < LOCK_WAIT => {
-                    std::thread::sleep(Duration::from_micros(200))
-                }
-                Ok(false) => {
-                    return Err(format!(
-                        "held locked by another process for over {} s",
-                        LOCK_WAIT.as_secs()
-                    ))
-                }
-                Err(e) => return Err(format!("cannot lock it: {e}")),
-            }
-        }
-    }
-
-    /// An open-file-description lock on one byte, never waiting: Ok(false) when another
-    /// description holds it.
-    fn lock_byte(&self, byte: u64, kind: libc::c_short) -> io::Result<bool> {
-        // SAFETY: a zeroed flock is a valid value; the fields are set below.
-        let mut fl: libc::flock = unsafe { std::mem::zeroed() };
-        fl.l_type = kind;
-        fl.l_whence = libc::SEEK_SET as libc::c_short;
-        fl.l_start = byte as libc::off_t;
-        fl.l_len = 1;
-        // SAFETY: our fd and a valid flock.
-        if unsafe { libc::fcntl(self.fd, libc::F_OFD_SETLK, &fl) } == 0 {
-            return Ok(true);
-        }
-        let e = io::Error::last_os_error();
-        match e.raw_os_error() {
-            Some(libc::EAGAIN) | Some(libc::EACCES) => Ok(false),
-            _ => Err(e),
-        }
-    }
-
-    /// Whether slot `index` is a member's that is alive (its lock held by another open
-    /// description). Under the header lock.
+    /// Whether slot `index` is a member's that is alive. Under the header lock.
     fn alive(&self, _locked: &Locked<'_>, index: usize) -> bool {
-        match self.lock_byte(1 + index as u64, libc::F_WRLCK as libc::c_short) {
-            Ok(true) => {
-                let _ = self.lock_byte(1 + index as u64, libc::F_UNLCK as libc::c_short);
-                false
-            }
-            // Held by another; or the lock cannot be asked: taken as alive (fail closed).
-            Ok(false) | Err(_) => true,
-        }
+        self.file.held_elsewhere(1 + index as u64)
     }
 
     /// Gives back the charges of every member that died, and frees their slots. With no
@@ -398,10 +314,7 @@ impl GroupFile {
             if slot.state.load(Acquire) != 0 {
                 continue;
             }
-            if !matches!(
-                self.lock_byte(1 + i as u64, libc::F_WRLCK as libc::c_short),
-                Ok(true)
-            ) {
+            if !matches!(self.file.lock_byte(1 + i as u64, true), Ok(true)) {
                 continue;
             }
             for charged in &slot.charged {
@@ -410,7 +323,7 @@ impl GroupFile {
             slot.generation.fetch_add(1, Relaxed);
             // SAFETY: getpid has no preconditions.
             slot.pid.store(unsafe { libc::getpid() } as u64, Relaxed);
-            slot.started_unix_ns.store(unix_ns(), Relaxed);
+            slot.started_unix_ns.store(shared::unix_ns(), Relaxed);
             slot.state.store(1, Release);
             return Ok(i);
         }
@@ -496,6 +409,7 @@ impl GroupFile {
             .map(|(g, d)| DeviceSnapshot {
                 index: g,
                 uuid: words_uuid([d.uuid[0].load(Relaxed), d.uuid[1].load(Relaxed)]),
+                total: d.total.load(Relaxed),
                 limit: d.limit.load(Relaxed),
                 in_use: d.in_use.load(Relaxed),
                 peak: d.peak.load(Relaxed),
@@ -529,6 +443,8 @@ pub struct Snapshot {
 pub struct DeviceSnapshot {
     pub index: usize,
     pub uuid: [u8; 16],
+    /// The GPU's real memory, as a member's driver said (0: unknown).
+    pub total: u64,
     pub limit: u64,
     pub in_use: u64,
     pub peak: u64,
@@ -550,19 +466,14 @@ fn words_uuid(words: [u64; 2]) -> [u8; 16] {
     uuid
 }
 
-fn unix_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     fn dir(tag: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("cuquota-group-{tag}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
+        let _ = std::fs::remove_dir_all(&d);
         d
     }
 

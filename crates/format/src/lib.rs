@@ -16,6 +16,8 @@ pub mod group;
 pub mod hash;
 pub mod part;
 pub mod read;
+pub mod registry;
 pub mod schema;
 pub mod settings;
+pub mod shared;
 pub mod units;

@@ -1,0 +1,388 @@
+//! Every governed process, visible while it lives: one file per process under
+//! `STATE_DIR/processes/`, holding the process's own per-GPU counters — the very counters its
+//! quota charges (the interposer keeps its books in this mapping), so that `cuquota top` and
+//! `cuquota metrics` read the live figures with no work added to an allocation.
+//!
+//! A process holds an open-file-description lock on byte 0 of its file for its life; a file
+//! whose lock anyone can take belongs to a dead process and is never listed (the next
+//! process to register removes it). Viewers open files read-only and only read.
+
+use crate::part::{Part, PerPart};
+use crate::settings::MAX_DEVICES;
+use crate::shared::{self, SharedFile};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
+
+const MAGIC: u64 = u64::from_le_bytes(*b"CUQPROC1");
+/// The layout's version: a file of another version is skipped with a note.
+pub const LAYOUT_VERSION: u64 = 1;
+/// A limit not resolved yet (the process has not used the GPU), and no limit.
+pub const UNRESOLVED: u64 = u64::MAX;
+pub const UNLIMITED: u64 = u64::MAX - 1;
+const PARTS: usize = Part::ALL.len();
+
+/// The file's first bytes: who the process is.
+#[repr(C)]
+pub struct ProcessHeader {
+    magic: AtomicU64,
+    version: AtomicU64,
+    size: AtomicU64,
+    pub pid: AtomicU64,
+    pub started_unix_ns: AtomicU64,
+    host: [AtomicU64; 8],
+    group: [AtomicU64; 8],
+    argv: [AtomicU64; 64],
+    /// 0 enforce, 1 observe.
+    pub observe: AtomicU64,
+    /// 0 the footprint, 1 allocations.
+    pub allocations_only: AtomicU64,
+    /// Bumped before and after the last refusal's words are written (odd: being written).
+    pub refusal_seq: AtomicU64,
+    pub refusal_unix_ns: AtomicU64,
+    pub refusal_device: AtomicU64,
+    refusal: [AtomicU64; 40],
+}
+
+/// What a GPU is, written when the process first uses it.
+#[repr(C)]
+pub struct DeviceInfo {
+    /// 0: not used yet; 1: `uuid`, `total` and `name` are set.
+    pub state: AtomicU64,
+    pub uuid: [AtomicU64; 2],
+    pub total: AtomicU64,
+    name: [AtomicU64; 8],
+}
+
+/// One GPU's counters, as the interposer's quota keeps them (its `DeviceQuota` has this
+/// layout, checked at compile time there).
+#[repr(C)]
+pub struct Counters {
+    /// Bytes, [`UNLIMITED`], or [`UNRESOLVED`]; a group member's stays unresolved (the
+    /// group's limit applies).
+    pub limit: AtomicU64,
+    pub in_use: AtomicU64,
+    pub held: AtomicU64,
+    pub peak: AtomicU64,
+    pub allocations: AtomicU64,
+    pub refusals: AtomicU64,
+    pub parts: [AtomicU64; PARTS],
+    pub part_peaks: [AtomicU64; PARTS],
+    pub trims: AtomicU64,
+    pub trimmed: AtomicU64,
+    /// The process's own (a pointer in its memory): meaningless to anyone else.
+    _private: AtomicU64,
+}
+
+/// The whole file.
+#[repr(C)]
+pub struct ProcessLayout {
+    pub header: ProcessHeader,
+    pub info: [DeviceInfo; MAX_DEVICES],
+    pub counters: [Counters; MAX_DEVICES],
+}
+
+pub const FILE_SIZE: usize = std::mem::size_of::<ProcessLayout>();
+
+/// Who registers.
+pub struct Registration<'a> {
+    pub pid: u32,
+    pub started_unix_ns: u64,
+    pub host: &'a str,
+    pub argv: &'a [String],
+    pub group: Option<&'a str>,
+    pub observe: bool,
+    pub allocations_only: bool,
+}
+
+/// This process's registered file. Kept for the process's life (its lock says it lives).
+pub struct ProcessFile {
+    file: SharedFile,
+}
+
+impl ProcessFile {
+    /// Registers this process under `state_dir`: removes files of dead processes it can,
+    /// creates its own, takes its life lock and publishes it.
+    pub fn register(state_dir: &Path, who: &Registration) -> Result<ProcessFile, String> {
+        let dir = state_dir.join("processes");
+        shared::make_dir(&dir)?;
+        remove_dead(&dir);
+        let path = dir.join(format!("{}-{}", who.pid, who.started_unix_ns));
+        let _ = std::fs::remove_file(&path); // a leftover of this pid and start: ours now
+        let mut file = SharedFile::open(&path, true)?;
+        let fail = |e: String| format!("{}: {e}", path.display());
+        file.lock_wait(0).map_err(fail)?;
+        file.set_size(FILE_SIZE).map_err(fail)?;
+        file.map(FILE_SIZE).map_err(fail)?;
+        let p = ProcessFile { file };
+        let h = &p.layout().header;
+        h.version.store(LAYOUT_VERSION, Relaxed);
+        h.size.store(FILE_SIZE as u64, Relaxed);
+        h.pid.store(u64::from(who.pid), Relaxed);
+        h.started_unix_ns.store(who.started_unix_ns, Relaxed);
+        shared::store_text(&h.host, who.host);
+        shared::store_text(&h.group, who.group.unwrap_or(""));
+        shared::store_text(&h.argv, &who.argv.join(" "));
+        h.observe.store(u64::from(who.observe), Relaxed);
+        h.allocations_only
+            .store(u64::from(who.allocations_only), Relaxed);
+        for c in &p.layout().counters {
+            c.limit.store(UNRESOLVED, Relaxed);
+        }
+        h.magic.store(MAGIC, Release);
+        Ok(p)
+    }
+
+    pub fn layout(&self) -> &ProcessLayout {
+        // SAFETY: a live shared mapping of FILE_SIZE bytes, page-aligned; every field is an
+        // atomic, so shared references are sound while others read.
+        unsafe { &*self.file.ptr().cast::<ProcessLayout>() }
+    }
+
+    /// The counters of every GPU, for the process's books.
+    pub fn counters(&self) -> &[Counters; MAX_DEVICES] {
+        &self.layout().counters
+    }
+
+    /// What GPU `ordinal` is, once the process knows.
+    pub fn describe_device(&self, ordinal: usize, uuid: [u8; 16], total: u64, name: &str) {
+        let Some(info) = self.layout().info.get(ordinal) else {
+            return;
+        };
+        info.uuid[0].store(
+            u64::from_le_bytes(uuid[..8].try_into().unwrap_or([0; 8])),
+            Relaxed,
+        );
+        info.uuid[1].store(
+            u64::from_le_bytes(uuid[8..].try_into().unwrap_or([0; 8])),
+            Relaxed,
+        );
+        info.total.store(total, Relaxed);
+        shared::store_text(&info.name, name);
+        info.state.store(1, Release);
+    }
+
+    /// The last refusal's words, for the views.
+    pub fn refused(&self, device: u32, line: &str) {
+        let h = &self.layout().header;
+        h.refusal_seq.fetch_add(1, Release);
+        h.refusal_unix_ns.store(shared::unix_ns(), Relaxed);
+        h.refusal_device.store(u64::from(device), Relaxed);
+        shared::store_text(&h.refusal, line);
+        h.refusal_seq.fetch_add(1, Release);
+    }
+
+    /// In a forked child: see [`SharedFile::close_in_child`].
+    pub fn close_in_child(&self) {
+        self.file.close_in_child();
+    }
+}
+
+/// Removes the files of processes that died (their life lock free), as far as permissions
+/// allow. Bounded: one pass over the directory.
+fn remove_dead(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        if let Ok(f) = SharedFile::open(&e.path(), false) {
+            if !f.held_elsewhere(0) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
+/// One governed process as a viewer sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProcessSnapshot {
+    pub file: PathBuf,
+    pub pid: u32,
+    pub started_unix_ns: u64,
+    pub host: String,
+    pub argv: String,
+    pub group: Option<String>,
+    pub observe: bool,
+    pub allocations_only: bool,
+    pub devices: Vec<DeviceSnapshot>,
+    /// (when, GPU ordinal, the line) of the last refusal.
+    pub last_refusal: Option<(u64, u32, String)>,
+}
+
+/// One GPU of a process.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceSnapshot {
+    pub ordinal: u32,
+    pub uuid: [u8; 16],
+    pub name: String,
+    pub total: u64,
+    /// None: no limit of its own (unlimited, or a group member: the group's applies).
+    pub limit: Option<u64>,
+    pub in_use: u64,
+    pub held: u64,
+    pub peak: u64,
+    pub allocations: u64,
+    pub refusals: u64,
+    pub parts: PerPart<u64>,
+    pub part_peaks: PerPart<u64>,
+    pub trims: u64,
+    pub trimmed: u64,
+}
+
+/// What a scan found: the living processes, and a note for each file it skipped.
+#[derive(Debug, Default)]
+pub struct Scan {
+    pub processes: Vec<ProcessSnapshot>,
+    pub notes: Vec<String>,
+}
+
+/// Reads every living governed process under `state_dir`, never writing. A file being
+/// created, of another layout, or of a dead process is skipped (the first two with a note).
+pub fn scan(state_dir: &Path) -> Scan {
+    let mut scan = Scan::default();
+    let dir = state_dir.join("processes");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return scan;
+    };
+    let mut paths: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+    paths.sort();
+    for path in paths {
+        match read_one(&path) {
+            Ok(Some(p)) => scan.processes.push(p),
+            Ok(None) => {}
+            Err(why) => scan
+                .notes
+                .push(format!("{}: skipped ({why})", path.display())),
+        }
+    }
+    scan.processes.sort_by_key(|p| (p.group.clone(), p.pid));
+    scan
+}
+
+/// Ok(None): a dead process's file, or one still being created by a living process.
+fn read_one(path: &Path) -> Result<Option<ProcessSnapshot>, String> {
+    let mut f = SharedFile::open_read(path)?;
+    if !f.held_elsewhere(0) {
+        return Ok(None); // dead (or its creator died before locking it)
+    }
+    let size = f.size()?;
+    if size == 0 {
+        return Ok(None); // being created
+    }
+    if size as usize != FILE_SIZE {
+        return Err(format!("{size} bytes: another cuquota's layout"));
+    }
+    f.map(FILE_SIZE)?;
+    // SAFETY: as in `ProcessFile::layout`, mapped read-only; only loads follow.
+    let l = unsafe { &*f.ptr().cast::<ProcessLayout>() };
+    let h = &l.header;
+    match (h.magic.load(Acquire), h.version.load(Relaxed)) {
+        (0, _) => return Ok(None), // being created
+        (MAGIC, LAYOUT_VERSION) => {}
+        (MAGIC, v) => return Err(format!("layout {v}, this cuquota reads {LAYOUT_VERSION}")),
+        _ => return Err("not a cuquota process file".into()),
+    }
+    let devices = (0..MAX_DEVICES)
+        .filter(|&d| l.info[d].state.load(Acquire) == 1)
+        .map(|d| {
+            let (i, c) = (&l.info[d], &l.counters[d]);
+            let mut uuid = [0u8; 16];
+            uuid[..8].copy_from_slice(&i.uuid[0].load(Relaxed).to_le_bytes());
+            uuid[8..].copy_from_slice(&i.uuid[1].load(Relaxed).to_le_bytes());
+            DeviceSnapshot {
+                ordinal: d as u32,
+                uuid,
+                name: shared::load_text(&i.name),
+                total: i.total.load(Relaxed),
+                limit: Some(c.limit.load(Relaxed)).filter(|l| *l < UNLIMITED),
+                in_use: c.in_use.load(Relaxed),
+                held: c.held.load(Relaxed),
+                peak: c.peak.load(Relaxed),
+                allocations: c.allocations.load(Relaxed),
+                refusals: c.refusals.load(Relaxed),
+                parts: PerPart::from_fn(|p| c.parts[p as usize].load(Relaxed)),
+                part_peaks: PerPart::from_fn(|p| c.part_peaks[p as usize].load(Relaxed)),
+                trims: c.trims.load(Relaxed),
+                trimmed: c.trimmed.load(Relaxed),
+            }
+        })
+        .collect();
+    let group = shared::load_text(&h.group);
+    Ok(Some(ProcessSnapshot {
+        file: path.to_path_buf(),
+        pid: h.pid.load(Relaxed) as u32,
+        started_unix_ns: h.started_unix_ns.load(Relaxed),
+        host: shared::load_text(&h.host),
+        argv: shared::load_text(&h.argv),
+        group: Some(group).filter(|g| !g.is_empty()),
+        observe: h.observe.load(Relaxed) == 1,
+        allocations_only: h.allocations_only.load(Relaxed) == 1,
+        devices,
+        last_refusal: last_refusal(h),
+    }))
+}
+
+/// The last refusal, if its words are not being written (a few tries, never a wait).
+fn last_refusal(h: &ProcessHeader) -> Option<(u64, u32, String)> {
+    for _ in 0..4 {
+        let seq = h.refusal_seq.load(Acquire);
+        if seq == 0 {
+            return None;
+        }
+        if seq % 2 == 1 {
+            std::thread::yield_now();
+            continue;
+        }
+        let got = (
+            h.refusal_unix_ns.load(Relaxed),
+            h.refusal_device.load(Relaxed) as u32,
+            shared::load_text(&h.refusal),
+        );
+        if h.refusal_seq.load(Acquire) == seq {
+            return Some(got);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_registered_process_is_listed_while_it_lives() {
+        let d = std::env::temp_dir().join(format!("cuquota-registry-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        let argv = vec!["python".to_string(), "train.py".to_string()];
+        let who = Registration {
+            pid: 42,
+            started_unix_ns: 7,
+            host: "h",
+            argv: &argv,
+            group: Some("svc"),
+            observe: false,
+            allocations_only: false,
+        };
+        let p = ProcessFile::register(&d, &who).unwrap();
+        p.describe_device(1, [9; 16], 8 << 30, "Stand-in GPU");
+        p.counters()[1].in_use.store(300, Relaxed);
+        p.counters()[1].limit.store(1000, Relaxed);
+        p.refused(1, "GPU 1 refused 1.00 GiB");
+        let scan = scan(&d);
+        assert!(scan.notes.is_empty(), "{:?}", scan.notes);
+        let s = &scan.processes[0];
+        assert_eq!(
+            (s.pid, s.argv.as_str(), s.group.as_deref()),
+            (42, "python train.py", Some("svc"))
+        );
+        assert_eq!(s.devices.len(), 1);
+        assert_eq!((s.devices[0].ordinal, s.devices[0].in_use), (1, 300));
+        assert_eq!(s.devices[0].limit, Some(1000));
+        assert_eq!(s.last_refusal.as_ref().unwrap().2, "GPU 1 refused 1.00 GiB");
+        drop(p); // its lock goes: as at death
+        assert!(super::scan(&d).processes.is_empty());
+        std::fs::write(d.join("processes/junk"), b"x").unwrap();
+        let scan = super::scan(&d);
+        assert!(scan.processes.is_empty());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}
