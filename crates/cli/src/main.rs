@@ -4,11 +4,13 @@
 //! reader, sizes, the episode rule), not on the interposer.
 
 mod export;
+mod metrics;
 mod plot;
 mod report;
 mod run;
 mod set;
 mod timeline;
+mod top;
 mod traces;
 mod walk;
 
@@ -135,6 +137,50 @@ Other settings (CUQUOTA_LOG_LEVEL, CUQUOTA_VIRTUALIZE) pass through the environm
         #[arg(long, value_name = "DIR")]
         state_dir: Option<PathBuf>,
     },
+    /// Every governed process and group on this machine, per GPU, live (like nvidia-smi or
+    /// nvtop): limit, in use (bar, bytes, %), parts, peak, refusals and the last one's words.
+    ///
+    /// Keys: q (or Esc, Ctrl-C) quits; s cycles the order, m r p n sort by memory in use,
+    /// refusals, pid, name; arrows, PgUp/PgDn, Home/End scroll. With stdout not a terminal,
+    /// one frame is printed, as with --once. Only reads the state directory.
+    Top {
+        /// Print one frame and exit.
+        #[arg(long)]
+        once: bool,
+        /// Print one snapshot as JSON and exit (fields: see the README).
+        #[arg(long, conflicts_with = "once")]
+        json: bool,
+        /// Seconds between refreshes.
+        #[arg(long, value_name = "SECONDS", default_value_t = 1.0)]
+        interval: f64,
+        /// Where governed processes and groups keep their state (default: CUQUOTA_STATE_DIR,
+        /// else /dev/shm/cuquota).
+        #[arg(long, value_name = "DIR")]
+        state_dir: Option<PathBuf>,
+    },
+    /// Prometheus metrics of every governed process and group (the text exposition format):
+    /// printed once (for node_exporter's textfile collector) or served at /metrics.
+    Metrics {
+        /// Serve at http://ADDR/metrics instead of printing once (e.g. 127.0.0.1:9400; port 0
+        /// picks a free one, said on stdout).
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<String>,
+        /// Where governed processes and groups keep their state (default: CUQUOTA_STATE_DIR,
+        /// else /dev/shm/cuquota).
+        #[arg(long, value_name = "DIR")]
+        state_dir: Option<PathBuf>,
+    },
+}
+
+/// `--state-dir`, else `CUQUOTA_STATE_DIR`, else the default.
+fn state_dir(given: Option<PathBuf>) -> PathBuf {
+    given
+        .or_else(|| {
+            std::env::var_os("CUQUOTA_STATE_DIR")
+                .filter(|d| !d.is_empty())
+                .map(PathBuf::from)
+        })
+        .unwrap_or_else(|| cuquota_format::group::DEFAULT_STATE_DIR.into())
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -185,16 +231,33 @@ fn main() -> ExitCode {
         Command::Set {
             name,
             limit,
-            state_dir,
+            state_dir: dir,
+        } => set::run(&name, &limit, &state_dir(dir)).map(|said| println!("{said}")),
+        Command::Top {
+            once,
+            json,
+            interval,
+            state_dir: dir,
         } => {
-            let dir = state_dir
-                .or_else(|| {
-                    std::env::var_os("CUQUOTA_STATE_DIR")
-                        .filter(|d| !d.is_empty())
-                        .map(PathBuf::from)
-                })
-                .unwrap_or_else(|| cuquota_format::group::DEFAULT_STATE_DIR.into());
-            set::run(&name, &limit, &dir).map(|said| println!("{said}"))
+            if !(interval.is_finite() && (0.1..=3600.0).contains(&interval)) {
+                eprintln!("cuquota: --interval {interval}: give 0.1 to 3600 seconds");
+                return ExitCode::from(2);
+            }
+            let every = std::time::Duration::from_secs_f64(interval);
+            top::run(&state_dir(dir), once, json, every)
+        }
+        Command::Metrics {
+            listen,
+            state_dir: dir,
+        } => {
+            let dir = state_dir(dir);
+            match listen {
+                Some(addr) => metrics::serve(&addr, &dir),
+                None => {
+                    print!("{}", metrics::exposition(&top::model::read(&dir)));
+                    Ok(())
+                }
+            }
         }
     };
     match result {

@@ -1,0 +1,416 @@
+//! What `cuquota top` and `cuquota metrics` show, as one snapshot of the state directory:
+//! per GPU (by UUID), each group with its members and each ungrouped process. Built by a
+//! pure function of what the registry and the group files say ([`build`]), so the frame,
+//! the JSON and the metrics are all tested on synthetic figures.
+
+use cuquota_format::group::{self, NO_LIMIT, UNSET};
+use cuquota_format::part::PerPart;
+use cuquota_format::registry::{self, DeviceSnapshot, ProcessSnapshot};
+use cuquota_format::settings::format_uuid;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// The whole machine's governed memory at one moment (`cuquota top --json`).
+#[derive(Clone, Debug, Serialize)]
+pub struct Snapshot {
+    /// When it was read (wall clock, ns since the epoch).
+    pub taken_unix_ns: u64,
+    pub state_dir: String,
+    pub gpus: Vec<Gpu>,
+    /// Governed processes that have used no GPU yet.
+    pub idle_processes: Vec<Process>,
+    /// Living governed processes, and groups, in all.
+    pub process_count: usize,
+    pub group_count: usize,
+    /// A line per state file skipped (another layout, half-created, not cuquota's).
+    pub notes: Vec<String>,
+}
+
+/// One GPU, by UUID, as its processes and groups know it.
+#[derive(Clone, Debug, Serialize)]
+pub struct Gpu {
+    pub uuid: String,
+    /// The lowest ordinal a process sees it at (None: no living process uses it).
+    pub index: Option<u32>,
+    /// As a process's driver names it ("" when no living process uses it).
+    pub name: String,
+    /// Its real memory (0: unknown).
+    pub total: u64,
+    pub groups: Vec<GroupRow>,
+    /// The processes in no group (or in a group whose state could not be read).
+    pub processes: Vec<Process>,
+}
+
+/// The footprint by part: allocations, then the others (`pool_cache`, `graph`, `context`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Parts {
+    pub allocations: u64,
+    #[serde(flatten)]
+    pub others: PerPart<u64>,
+}
+
+impl Parts {
+    fn add(&mut self, o: &Parts) {
+        self.allocations += o.allocations;
+        for (a, b) in self.others.0.iter_mut().zip(o.others.0) {
+            *a += b;
+        }
+    }
+}
+
+/// A group's entry for one GPU.
+#[derive(Clone, Debug, Serialize)]
+pub struct GroupRow {
+    pub name: String,
+    /// Bytes; None: no limit (counted and shown, nothing refused).
+    pub limit: Option<u64>,
+    pub in_use: u64,
+    pub peak: u64,
+    pub refusals: u64,
+    /// Its living members' parts on this GPU, added up (None: no member is listed, e.g.
+    /// members of a cuquota that does not register processes).
+    pub parts: Option<Parts>,
+    /// Members of the group (all its slots in use, whatever GPU they use).
+    pub members: usize,
+    /// The members that use this GPU.
+    pub processes: Vec<Process>,
+    /// The latest of its members' last refusals on this GPU.
+    pub last_refusal: Option<Refusal>,
+}
+
+/// One process (on one GPU, when under a GPU).
+#[derive(Clone, Debug, Serialize)]
+pub struct Process {
+    pub pid: u32,
+    pub started_unix_ns: u64,
+    pub host: String,
+    pub argv: String,
+    pub group: Option<String>,
+    /// `enforce` or `observe`.
+    pub mode: &'static str,
+    /// `footprint` or `allocations`: what its quota counts.
+    pub counts: &'static str,
+    /// The GPU's ordinal as this process sees it.
+    pub ordinal: Option<u32>,
+    /// Its own limit in bytes; None: unlimited, or a group member (the group's applies).
+    pub limit: Option<u64>,
+    pub in_use: u64,
+    pub peak: u64,
+    pub allocations: u64,
+    pub refusals: u64,
+    pub parts: Parts,
+    pub trims: u64,
+    pub trimmed: u64,
+    /// Its last refusal, when it was on this GPU.
+    pub last_refusal: Option<Refusal>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Refusal {
+    pub unix_ns: u64,
+    /// The GPU's ordinal as the refused process sees it.
+    pub ordinal: u32,
+    /// The refusal's log line.
+    pub line: String,
+}
+
+/// Reads the state directory: every living process and every group. Read-only.
+pub fn read(state_dir: &Path) -> Snapshot {
+    let scan = registry::scan(state_dir);
+    let (groups, group_notes) = group::GroupFile::read_all(state_dir);
+    let mut notes = scan.notes;
+    notes.extend(group_notes);
+    build(
+        state_dir,
+        scan.processes,
+        groups,
+        notes,
+        cuquota_format::shared::unix_ns(),
+    )
+}
+
+fn process(p: &ProcessSnapshot, d: Option<&DeviceSnapshot>) -> Process {
+    let counted = !p.allocations_only;
+    let (parts, last_refusal) = match d {
+        Some(d) => {
+            let allocations = if counted {
+                d.in_use.saturating_sub(d.parts.total())
+            } else {
+                d.in_use
+            };
+            (
+                Parts {
+                    allocations,
+                    others: d.parts,
+                },
+                p.last_refusal
+                    .as_ref()
+                    .filter(|r| r.1 == d.ordinal)
+                    .map(|(t, o, line)| Refusal {
+                        unix_ns: *t,
+                        ordinal: *o,
+                        line: line.clone(),
+                    }),
+            )
+        }
+        None => (Parts::default(), None),
+    };
+    Process {
+        pid: p.pid,
+        started_unix_ns: p.started_unix_ns,
+        host: p.host.clone(),
+        argv: p.argv.clone(),
+        group: p.group.clone(),
+        mode: if p.observe { "observe" } else { "enforce" },
+        counts: if p.allocations_only {
+            "allocations"
+        } else {
+            "footprint"
+        },
+        ordinal: d.map(|d| d.ordinal),
+        limit: d.and_then(|d| d.limit),
+        in_use: d.map_or(0, |d| d.in_use),
+        peak: d.map_or(0, |d| d.peak),
+        allocations: d.map_or(0, |d| d.allocations),
+        refusals: d.map_or(0, |d| d.refusals),
+        parts,
+        trims: d.map_or(0, |d| d.trims),
+        trimmed: d.map_or(0, |d| d.trimmed),
+        last_refusal,
+    }
+}
+
+fn group_limit(limit: u64) -> Option<u64> {
+    (limit != NO_LIMIT && limit != UNSET).then_some(limit)
+}
+
+fn entry(gpus: &mut BTreeMap<[u8; 16], Gpu>, uuid: [u8; 16]) -> &mut Gpu {
+    gpus.entry(uuid).or_insert_with(|| Gpu {
+        uuid: format_uuid(&uuid),
+        index: None,
+        name: String::new(),
+        total: 0,
+        groups: Vec::new(),
+        processes: Vec::new(),
+    })
+}
+
+/// Puts processes and groups under their GPUs. Pure: `now` is when they were read.
+pub fn build(
+    state_dir: &Path,
+    processes: Vec<ProcessSnapshot>,
+    groups: Vec<group::Snapshot>,
+    notes: Vec<String>,
+    now: u64,
+) -> Snapshot {
+    let mut gpus: BTreeMap<[u8; 16], Gpu> = BTreeMap::new();
+    let known: BTreeMap<&str, &group::Snapshot> =
+        groups.iter().map(|g| (g.name.as_str(), g)).collect();
+    for g in &groups {
+        for d in &g.devices {
+            let gpu = entry(&mut gpus, d.uuid);
+            if gpu.total == 0 {
+                gpu.total = d.total;
+            }
+            gpu.groups.push(GroupRow {
+                name: g.name.clone(),
+                limit: group_limit(d.limit),
+                in_use: d.in_use,
+                peak: d.peak,
+                refusals: d.refusals,
+                parts: None,
+                members: g.members.len(),
+                processes: Vec::new(),
+                last_refusal: None,
+            });
+        }
+    }
+    let mut idle = Vec::new();
+    for p in &processes {
+        if p.devices.is_empty() {
+            idle.push(process(p, None));
+            continue;
+        }
+        for d in &p.devices {
+            let gpu = entry(&mut gpus, d.uuid);
+            gpu.index = Some(gpu.index.map_or(d.ordinal, |i| i.min(d.ordinal)));
+            if gpu.name.is_empty() {
+                gpu.name = d.name.clone();
+            }
+            if d.total > 0 {
+                gpu.total = d.total;
+            }
+            let row = process(p, Some(d));
+            let group = p
+                .group
+                .as_deref()
+                .filter(|g| known.contains_key(g))
+                .and_then(|g| gpu.groups.iter_mut().find(|r| r.name == g));
+            match group {
+                Some(g) => {
+                    g.parts.get_or_insert_with(Parts::default).add(&row.parts);
+                    if row.last_refusal.as_ref().map(|r| r.unix_ns)
+                        > g.last_refusal.as_ref().map(|r| r.unix_ns)
+                    {
+                        g.last_refusal = row.last_refusal.clone();
+                    }
+                    g.processes.push(row);
+                }
+                None => gpu.processes.push(row),
+            }
+        }
+    }
+    let mut gpus: Vec<Gpu> = gpus.into_values().collect();
+    gpus.sort_by(|a, b| {
+        (a.index.is_none(), a.index, &a.uuid).cmp(&(b.index.is_none(), b.index, &b.uuid))
+    });
+    Snapshot {
+        taken_unix_ns: now,
+        state_dir: state_dir.display().to_string(),
+        gpus,
+        idle_processes: idle,
+        process_count: processes.len(),
+        group_count: groups.len(),
+        notes,
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use cuquota_format::part::Part;
+
+    pub(crate) fn device(ordinal: u32, uuid: u8, in_use: u64) -> DeviceSnapshot {
+        DeviceSnapshot {
+            ordinal,
+            uuid: [uuid; 16],
+            name: "Stand-in GPU".into(),
+            total: 8 << 30,
+            limit: None,
+            in_use,
+            held: in_use,
+            peak: in_use,
+            allocations: 1,
+            refusals: 0,
+            parts: PerPart::default(),
+            part_peaks: PerPart::default(),
+            trims: 0,
+            trimmed: 0,
+        }
+    }
+
+    pub(crate) fn proc(
+        pid: u32,
+        group: Option<&str>,
+        devices: Vec<DeviceSnapshot>,
+    ) -> ProcessSnapshot {
+        ProcessSnapshot {
+            file: format!("/x/{pid}").into(),
+            pid,
+            started_unix_ns: 1,
+            host: "h".into(),
+            argv: format!("python train.py --rank {pid}"),
+            group: group.map(str::to_string),
+            observe: false,
+            allocations_only: false,
+            devices,
+            last_refusal: None,
+        }
+    }
+
+    pub(crate) fn group(
+        name: &str,
+        uuid: u8,
+        limit: u64,
+        in_use: u64,
+        members: usize,
+    ) -> group::Snapshot {
+        group::Snapshot {
+            name: name.into(),
+            default_limit: limit,
+            devices: vec![group::DeviceSnapshot {
+                index: 0,
+                uuid: [uuid; 16],
+                total: 8 << 30,
+                limit,
+                in_use,
+                peak: in_use,
+                refusals: 2,
+            }],
+            members: (0..members as u64).collect(),
+        }
+    }
+
+    /// Two GPUs; a group of two on GPU 0 (one member also on GPU 1); an ungrouped process.
+    pub(crate) fn sample() -> Snapshot {
+        let mut a = device(0, 1, 300 << 20);
+        a.parts[Part::Context] = 100 << 20;
+        let mut p1 = proc(101, Some("svc"), vec![a, device(1, 2, 64 << 20)]);
+        p1.last_refusal = Some((5_000_000_000, 0, "GPU 0 refused 1.00 GiB".into()));
+        let p2 = proc(102, Some("svc"), vec![device(0, 1, 200 << 20)]);
+        let mut own = device(0, 1, 100 << 20);
+        own.limit = Some(1 << 30);
+        let p3 = proc(103, None, vec![own]);
+        build(
+            Path::new("/dev/shm/cuquota"),
+            vec![p1, p2, p3, proc(104, None, vec![])],
+            vec![group("svc", 1, 1 << 30, 500 << 20, 2)],
+            vec!["x: skipped (layout 9)".into()],
+            8_000_000_000,
+        )
+    }
+
+    #[test]
+    fn processes_go_under_their_gpu_and_group() {
+        let s = sample();
+        assert_eq!(s.gpus.len(), 2);
+        let g0 = &s.gpus[0];
+        assert_eq!((g0.index, g0.name.as_str()), (Some(0), "Stand-in GPU"));
+        assert_eq!(g0.uuid, format_uuid(&[1; 16]));
+        assert_eq!(g0.groups.len(), 1);
+        let svc = &g0.groups[0];
+        assert_eq!(svc.limit, Some(1 << 30));
+        assert_eq!(svc.processes.len(), 2);
+        let parts = svc.parts.unwrap();
+        assert_eq!(parts.others[Part::Context], 100 << 20);
+        assert_eq!(parts.allocations, 400 << 20);
+        assert_eq!(
+            svc.last_refusal.as_ref().unwrap().line,
+            "GPU 0 refused 1.00 GiB"
+        );
+        assert_eq!(g0.processes.len(), 1);
+        assert_eq!(g0.processes[0].limit, Some(1 << 30));
+        // GPU 1 has no group entry of svc: its member is listed on its own there.
+        assert_eq!(s.gpus[1].processes[0].pid, 101);
+        assert!(s.gpus[1].processes[0].last_refusal.is_none());
+        assert_eq!(s.idle_processes[0].pid, 104);
+        assert_eq!((s.process_count, s.group_count), (4, 1));
+    }
+
+    #[test]
+    fn the_json_names_its_fields() {
+        let v = serde_json::to_value(sample()).unwrap();
+        let svc = &v["gpus"][0]["groups"][0];
+        assert_eq!(svc["limit"], 1u64 << 30);
+        assert_eq!(svc["parts"]["context"], 100u64 << 20);
+        assert_eq!(svc["parts"]["allocations"], 400u64 << 20);
+        assert_eq!(svc["processes"][0]["mode"], "enforce");
+        assert_eq!(v["gpus"][0]["processes"][0]["pid"], 103);
+        assert!(v["gpus"][1]["index"] == 1);
+    }
+
+    #[test]
+    fn a_group_with_no_limit_and_no_living_member_still_shows() {
+        let s = build(
+            Path::new("/s"),
+            vec![],
+            vec![group("idle", 3, NO_LIMIT, 0, 0)],
+            vec![],
+            0,
+        );
+        assert_eq!(s.gpus.len(), 1);
+        assert_eq!(s.gpus[0].index, None);
+        assert_eq!(s.gpus[0].groups[0].limit, None);
+    }
+}
