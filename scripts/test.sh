@@ -12,6 +12,26 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 step() { echo "== $(date +%H:%M:%S) $*"; }
+# The views' tests run real tools: tmux (the live view in a real terminal), and Debian's
+# prometheus package (promtool check metrics; a Prometheus server scraping the exporter).
+missing=()
+command -v tmux >/dev/null || missing+=(tmux)
+{ command -v promtool >/dev/null && command -v prometheus >/dev/null; } || missing+=(prometheus)
+if [ ${#missing[@]} -gt 0 ]; then
+    if command -v apt-get >/dev/null; then
+        step "apt-get install ${missing[*]} (Debian's packages, for the cuquota top and metrics tests)"
+        sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+        $sudo apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    else
+        echo "!!! ============================================================================"
+        echo "!!! NO apt-get: ${missing[*]} cannot be installed. The tests that need them print"
+        echo "!!! SKIPPED and DO NOT RUN: cuquota top's live view under tmux, promtool check"
+        echo "!!! metrics, a Prometheus server scraping cuquota metrics. Install them and rerun."
+        echo "!!! ============================================================================"
+        export CUQUOTA_TEST_NO_APT=1
+    fi
+fi
 step "cargo fmt --check"
 cargo fmt --all -- --check
 step "cargo clippy (builds everything in check mode: minutes the first time)"

@@ -38,6 +38,8 @@ mod reliability_odd_calls;
 mod reliability_soak;
 // the shim's footprint model
 mod shim_footprint;
+// cuquota top and cuquota metrics: the live views, Prometheus.
+mod top;
 mod trace;
 mod vmm;
 // The shim's context memory, NVML and other processes, as clients see them.

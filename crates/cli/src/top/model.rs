@@ -400,6 +400,76 @@ pub(crate) mod tests {
         assert!(v["gpus"][1]["index"] == 1);
     }
 
+    /// Real state files: hundreds of registered processes, and files that must be skipped
+    /// (another layout version, half-created, killed mid-registration, a truncated group).
+    #[test]
+    fn real_state_files_are_read_and_bad_ones_skipped() {
+        use cuquota_format::registry::{ProcessFile, Registration};
+        use cuquota_format::shared::SharedFile;
+        use std::os::unix::fs::FileExt;
+        let d = std::env::temp_dir().join(format!("cuquota-top-model-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        let argv = vec!["python".to_string(), "serve.py".to_string()];
+        let register = |pid: u32, group: Option<&'static str>| {
+            let who = Registration {
+                pid,
+                started_unix_ns: 1,
+                host: "h",
+                argv: &argv,
+                group,
+                observe: false,
+                allocations_only: false,
+            };
+            ProcessFile::register(&d, &who).unwrap()
+        };
+        let mut files = Vec::new();
+        for pid in 0..300 {
+            let f = register(10_000 + pid, None);
+            f.describe_device(0, [7; 16], 8 << 30, "Stand-in GPU");
+            f.counters()[0]
+                .in_use
+                .store(u64::from(pid) << 20, std::sync::atomic::Ordering::Relaxed);
+            files.push(f);
+        }
+        let g = group::GroupFile::open(&d, "svc").unwrap();
+        g.set_limit(Some([7; 16]), 1 << 30).unwrap();
+        // Another layout version: a living process's file whose version word says 2.
+        let other = register(20_001, None);
+        let path = d.join("processes/20001-1");
+        let raw = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        raw.write_all_at(&2u64.to_le_bytes(), 8).unwrap();
+        // Half-created: locked by its (living) creator, still empty.
+        let half = SharedFile::open(&d.join("processes/20002-1"), true).unwrap();
+        half.lock_wait(0).unwrap();
+        // Killed mid-registration: sized, never published, its lock gone.
+        std::fs::write(d.join("processes/20003-1"), vec![0u8; registry::FILE_SIZE]).unwrap();
+        // A group file cut short.
+        std::fs::write(group::group_path(&d, "cut"), b"short").unwrap();
+
+        let s = read(&d);
+        assert_eq!(s.process_count, 300, "{:?}", s.notes);
+        assert_eq!(s.gpus.len(), 1);
+        assert_eq!(s.gpus[0].processes.len(), 300);
+        assert_eq!(s.gpus[0].groups[0].limit, Some(1 << 30));
+        assert_eq!(s.notes.len(), 2, "{:?}", s.notes);
+        assert!(
+            s.notes.iter().any(|n| n.contains("layout 2")),
+            "{:?}",
+            s.notes
+        );
+        assert!(s.notes.iter().any(|n| n.contains("cut")), "{:?}", s.notes);
+        let frame = super::super::frame::render(
+            &s,
+            &super::super::frame::View {
+                width: 80,
+                sort: super::super::frame::Sort::InUse,
+            },
+        );
+        assert!(frame.len() > 300);
+        drop((other, half, files, g));
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
     #[test]
     fn a_group_with_no_limit_and_no_living_member_still_shows() {
         let s = build(
