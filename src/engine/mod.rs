@@ -153,18 +153,18 @@ pub struct Engine {
 impl Engine {
     pub fn new(config: Result<Config, ConfigError>, queries: Box<dyn Queries>) -> Engine {
         let group = Group::new(config.as_ref().ok().and_then(|c| c.group_spec()));
-        Engine::in_group(config, queries, group)
+        Engine::with_books(config, queries, Books::new(group))
     }
 
-    /// An engine whose process is (or may become) a member of `group`.
-    pub fn in_group(
+    /// An engine charging `books` (kept in a registry file, or in a group).
+    pub fn with_books(
         config: Result<Config, ConfigError>,
         queries: Box<dyn Queries>,
-        group: Group,
+        books: Books,
     ) -> Engine {
         Engine {
             queries,
-            books: Books::new(group),
+            books,
             group_failure_said: std::sync::atomic::AtomicBool::new(false),
             ledgers: std::array::from_fn(|_| Ledger::new()),
             pools: SpinLock::new(HashMap::new()),
@@ -219,6 +219,7 @@ impl Engine {
         quota.limit_or_resolve(|| {
             let limits = self.config.as_ref().map_or(&Limits::None, |c| &c.limits);
             self.check_named_devices(limits);
+            self.describe_device(device);
             let named = limits.for_device(device, || self.queries.device_uuid(device));
             let own = match named {
                 None => UNLIMITED,
@@ -233,6 +234,18 @@ impl Engine {
                 Some(_) => self.join_group(device, own, named.is_some()),
             }
         })
+    }
+
+    /// At the first use of `device`: what it is, for the views.
+    #[cold]
+    #[inline(never)]
+    fn describe_device(&self, device: u32) {
+        let uuid = self.queries.device_uuid(device).unwrap_or([0; 16]);
+        let (name, total) = (self.queries.devices().into_iter())
+            .find(|(d, _, _)| *d == device)
+            .map(|(_, name, total)| (name, total.unwrap_or(0)))
+            .unwrap_or_default();
+        self.books.describe(device, uuid, total, &name);
     }
 
     /// The first use of `device` in a group member: its reservations go to the group's
