@@ -29,8 +29,8 @@ pub use cuquota_format::part::Part;
 pub struct Books {
     /// The counters: in the registry file's mapping, or leaked memory; never freed.
     devices: AtomicPtr<[DeviceQuota; MAX_DEVICES]>,
-    /// This process's registry file, when it registered.
-    registry: Option<&'static ProcessFile>,
+    /// This process's registry file, when it registered (null: not, or a forked child).
+    registry: AtomicPtr<ProcessFile>,
     /// The group this process shares its quotas with (`CUQUOTA_GROUP`), if any.
     pub group: Group,
 }
@@ -61,7 +61,7 @@ impl Books {
         let devices = Box::leak(Box::new([const { DeviceQuota::new() }; MAX_DEVICES]));
         Books {
             devices: AtomicPtr::new(devices),
-            registry: None,
+            registry: AtomicPtr::new(std::ptr::null_mut()),
             group,
         }
     }
@@ -80,7 +80,7 @@ impl Books {
             .cast_mut();
         Books {
             devices: AtomicPtr::new(devices),
-            registry: Some(file),
+            registry: AtomicPtr::new((file as *const ProcessFile).cast_mut()),
             group,
         }
     }
@@ -93,16 +93,26 @@ impl Books {
         devices.get(device as usize)
     }
 
+    fn registry(&self) -> Option<&'static ProcessFile> {
+        // SAFETY: null or a leaked ProcessFile, never freed.
+        unsafe { self.registry.load(Acquire).as_ref() }
+    }
+
+    /// Whether the process is listed (its books in its registry file).
+    pub fn is_registered(&self) -> bool {
+        self.registry().is_some()
+    }
+
     /// What GPU `device` is, for the views (once, at its first use).
     pub fn describe(&self, device: u32, uuid: [u8; 16], total: u64, name: &str) {
-        if let Some(file) = self.registry {
+        if let Some(file) = self.registry() {
             file.describe_device(device as usize, uuid, total, name);
         }
     }
 
     /// The last refusal's words, for the views.
     pub fn refused(&self, device: u32, line: &str) {
-        if let Some(file) = self.registry {
+        if let Some(file) = self.registry() {
             file.refused(device, line);
         }
     }
@@ -136,15 +146,23 @@ impl Books {
     /// Only in the child right after `fork()`, while it has one thread.
     pub unsafe fn reset_in_child(&self) {
         // The parent's file is the parent's: the child counts in memory of its own, and is
-        // not listed.
-        if let Some(file) = self.registry {
+        // not listed. Its limits stay the parent's (resolving one again could ask a driver
+        // another of the parent's threads was inside at the fork).
+        if let Some(file) = self.registry() {
             file.close_in_child();
         }
+        self.registry.store(std::ptr::null_mut(), Relaxed);
         let fresh = (&CHILD_COUNTERS as *const [DeviceQuota; MAX_DEVICES]).cast_mut();
-        self.devices.store(fresh, Relaxed);
+        let parent = self.devices.swap(fresh, Relaxed);
+        if !std::ptr::eq(parent, fresh) {
+            // SAFETY: a leaked array or a mapping never unmapped.
+            let parent = unsafe { &*parent };
+            for (child, parent) in CHILD_COUNTERS.iter().zip(parent.iter()) {
+                child.limit.store(parent.limit.load(Relaxed), Relaxed);
+            }
+        }
         for d in CHILD_COUNTERS.iter() {
             d.reset();
-            d.limit.store(UNRESOLVED, Relaxed);
         }
         // SAFETY: the caller's promise.
         unsafe { self.group.reset_in_child() };
