@@ -18,7 +18,9 @@
 //!   figures; `engine/explain.rs`, the one room that speaks), `episodes` (each thread's run
 //!   of refusals), `trace` (the trace file, started at its first event), `messages` (the
 //!   words of the log lines), `log` (where they go), `config` (the environment variables);
-//! - books: `quota` (`Books`, every GPU's counters), `ledger` (live allocations), `contexts` (the
+//! - books: `quota` (`Books`, every GPU's counters, kept in this process's registry file
+//!   or its memory), `group` (this process as a member of a group: its slot, its hold on
+//!   each GPU's shared counters), `ledger` (live allocations), `contexts` (the
 //!   contexts that own them, and each one's device), `vmm` (references and mappings of
 //!   `cuMemCreate` allocations), `context_memory` (what contexts themselves take: how it
 //!   is measured, charged per context and corrected from NVML);

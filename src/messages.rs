@@ -384,6 +384,11 @@ pub fn group_summary(group: &str, peak: u64) -> String {
     format!("; group {group}: peak {} of all its members", human(peak))
 }
 
+/// At info: the process cannot be listed by `cuquota top` (its quota works all the same).
+pub fn not_registered(why: &str) -> String {
+    format!("this process is not listed for cuquota top and metrics ({why})")
+}
+
 /// The group's state cannot be used: every CUDA call fails.
 pub fn group_unusable(group: &str, why: &str) -> String {
     format!(

@@ -19,7 +19,9 @@ use crate::cuda_abi::CuResult;
 use crate::cuda_abi::CU_MEM_LOCATION_TYPE_DEVICE;
 use crate::engine::{Engine, GraphNode, Queries};
 use crate::group::Group;
+use crate::quota::Books;
 use crate::real_driver;
+use cuquota_format::registry;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, Ordering};
 
 /// The engine, once made (leaked: it lives as long as the process, exit handler included).
@@ -172,7 +174,37 @@ fn new_engine() -> Engine {
             }
         }
     }
-    Engine::in_group(config, Box::new(RealDriver), group)
+    Engine::with_books(config.clone(), Box::new(RealDriver), books(&config, group))
+}
+
+/// The books: in this process's registry file (listed by `cuquota top` while it lives), or,
+/// when it cannot be written, in memory (said at info).
+fn books(config: &Result<Config, ConfigError>, group: Group) -> Books {
+    let Ok(c) = config else {
+        return Books::new(group);
+    };
+    let argv = crate::sys::command_line();
+    let who = registry::Registration {
+        // SAFETY: getpid has no preconditions.
+        pid: unsafe { libc::getpid() } as u32,
+        started_unix_ns: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64),
+        host: &crate::sys::host_name(),
+        argv: &argv,
+        group: group.name(),
+        observe: c.mode == crate::config::Mode::Observe,
+        allocations_only: c.count == crate::config::Count::Allocations,
+    };
+    match registry::ProcessFile::register(&c.state_dir, &who) {
+        Ok(file) => Books::registered(group, file),
+        Err(why) => {
+            if c.verbose() {
+                crate::log::line(&crate::messages::not_registered(&why));
+            }
+            Books::new(group)
+        }
+    }
 }
 
 /// Once, before the engine is begun: the exit handler, and the fork handler (so a child

@@ -3,6 +3,7 @@
 //! limit whatever the threads do. No FFI here.
 
 use crate::group::{Group, Member};
+use cuquota_format::registry::ProcessFile;
 use cuquota_format::settings::MAX_DEVICES;
 use std::sync::atomic::{
     AtomicPtr, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
@@ -21,19 +22,65 @@ pub use cuquota_format::part::Part;
 
 /// Every GPU's counters: the books the engine charges, through [`DeviceQuota`]'s reserve,
 /// commit, roll back and release. Where the counters live is this type's business alone:
-/// today in this process's memory; a quota shared by several processes keeps the same
-/// counters (plain atomics, laid out as C does) in a mapping they share, and only this type
-/// changes.
+/// in this process's registry file (`STATE_DIR/processes/…`, so that `cuquota top` and
+/// `cuquota metrics` read them live, at no cost to an allocation), or in this process's
+/// memory when it is not registered. A group member charges its group's counters too
+/// ([`crate::group`]).
 pub struct Books {
-    devices: [DeviceQuota; MAX_DEVICES],
+    /// The counters: in the registry file's mapping, or leaked memory; never freed.
+    devices: AtomicPtr<[DeviceQuota; MAX_DEVICES]>,
+    /// This process's registry file, when it registered (null: not, or a forked child).
+    registry: AtomicPtr<ProcessFile>,
     /// The group this process shares its quotas with (`CUQUOTA_GROUP`), if any.
     pub group: Group,
 }
 
+/// The counters a forked child keeps (it does not write into its parent's file).
+static CHILD_COUNTERS: [DeviceQuota; MAX_DEVICES] = [const { DeviceQuota::new() }; MAX_DEVICES];
+
+// The registry's layout is the counters' layout: viewers read these very atomics.
+const _: () = {
+    use cuquota_format::registry::Counters;
+    use std::mem::{offset_of, size_of};
+    assert!(size_of::<DeviceQuota>() == size_of::<Counters>());
+    assert!(offset_of!(DeviceQuota, limit) == offset_of!(Counters, limit));
+    assert!(offset_of!(DeviceQuota, in_use) == offset_of!(Counters, in_use));
+    assert!(offset_of!(DeviceQuota, held) == offset_of!(Counters, held));
+    assert!(offset_of!(DeviceQuota, peak) == offset_of!(Counters, peak));
+    assert!(offset_of!(DeviceQuota, allocations) == offset_of!(Counters, allocations));
+    assert!(offset_of!(DeviceQuota, refusals) == offset_of!(Counters, refusals));
+    assert!(offset_of!(DeviceQuota, parts) == offset_of!(Counters, parts));
+    assert!(offset_of!(DeviceQuota, part_peaks) == offset_of!(Counters, part_peaks));
+    assert!(offset_of!(DeviceQuota, trims) == offset_of!(Counters, trims));
+    assert!(offset_of!(DeviceQuota, trimmed) == offset_of!(Counters, trimmed));
+};
+
 impl Books {
+    /// Books in this process's memory.
     pub fn new(group: Group) -> Books {
+        let devices = Box::leak(Box::new([const { DeviceQuota::new() }; MAX_DEVICES]));
         Books {
-            devices: [const { DeviceQuota::new() }; MAX_DEVICES],
+            devices: AtomicPtr::new(devices),
+            registry: AtomicPtr::new(std::ptr::null_mut()),
+            group,
+        }
+    }
+
+    /// Books in this process's registry file, which stays open (and so listed) for its life.
+    pub fn registered(group: Group, file: ProcessFile) -> Books {
+        let file: &'static ProcessFile = Box::leak(Box::new(file));
+        let counters = file.counters();
+        for c in counters.iter() {
+            c.limit.store(UNRESOLVED, Relaxed);
+        }
+        // SAFETY: `Counters` and `DeviceQuota` have one layout (checked above) of atomics
+        // only; the mapping lives as long as the leaked file, that is, for good.
+        let devices = (counters as *const [cuquota_format::registry::Counters; MAX_DEVICES])
+            .cast::<[DeviceQuota; MAX_DEVICES]>()
+            .cast_mut();
+        Books {
+            devices: AtomicPtr::new(devices),
+            registry: AtomicPtr::new((file as *const ProcessFile).cast_mut()),
             group,
         }
     }
@@ -41,7 +88,33 @@ impl Books {
     /// `device`'s counters; `None` for an ordinal beyond any the books keep.
     #[inline(always)]
     pub fn device(&self, device: u32) -> Option<&DeviceQuota> {
-        self.devices.get(device as usize)
+        // SAFETY: always a leaked array or a mapping that is never unmapped.
+        let devices = unsafe { &*self.devices.load(Relaxed) };
+        devices.get(device as usize)
+    }
+
+    fn registry(&self) -> Option<&'static ProcessFile> {
+        // SAFETY: null or a leaked ProcessFile, never freed.
+        unsafe { self.registry.load(Acquire).as_ref() }
+    }
+
+    /// Whether the process is listed (its books in its registry file).
+    pub fn is_registered(&self) -> bool {
+        self.registry().is_some()
+    }
+
+    /// What GPU `device` is, for the views (once, at its first use).
+    pub fn describe(&self, device: u32, uuid: [u8; 16], total: u64, name: &str) {
+        if let Some(file) = self.registry() {
+            file.describe_device(device as usize, uuid, total, name);
+        }
+    }
+
+    /// The last refusal's words, for the views.
+    pub fn refused(&self, device: u32, line: &str) {
+        if let Some(file) = self.registry() {
+            file.refused(device, line);
+        }
     }
 
     /// Joins `device` (GPU `uuid`, `total` bytes) to the group's quota of that GPU: from
@@ -72,7 +145,23 @@ impl Books {
     /// # Safety
     /// Only in the child right after `fork()`, while it has one thread.
     pub unsafe fn reset_in_child(&self) {
-        for d in &self.devices {
+        // The parent's file is the parent's: the child counts in memory of its own, and is
+        // not listed. Its limits stay the parent's (resolving one again could ask a driver
+        // another of the parent's threads was inside at the fork).
+        if let Some(file) = self.registry() {
+            file.close_in_child();
+        }
+        self.registry.store(std::ptr::null_mut(), Relaxed);
+        let fresh = (&CHILD_COUNTERS as *const [DeviceQuota; MAX_DEVICES]).cast_mut();
+        let parent = self.devices.swap(fresh, Relaxed);
+        if !std::ptr::eq(parent, fresh) {
+            // SAFETY: a leaked array or a mapping never unmapped.
+            let parent = unsafe { &*parent };
+            for (child, parent) in CHILD_COUNTERS.iter().zip(parent.iter()) {
+                child.limit.store(parent.limit.load(Relaxed), Relaxed);
+            }
+        }
+        for d in CHILD_COUNTERS.iter() {
             d.reset();
         }
         // SAFETY: the caller's promise.

@@ -1,6 +1,7 @@
-//! The two things cuquota asks the OS for on its hot path: the monotonic clock and the
-//! calling thread's id. One place for each, so that the trace, the episodes and the context
-//! memory's rate limit read the same clock and the same ids.
+//! What cuquota asks the OS about itself. On its hot path: the monotonic clock and the
+//! calling thread's id, one place for each, so that the trace, the episodes and the context
+//! memory's rate limit read the same clock and the same ids. Once: who this process is
+//! (command line, host name), for the trace header and the registry.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -50,6 +51,31 @@ pub fn forget_thread_ids_in_child() {
 fn gettid() -> u32 {
     // SAFETY: gettid has no preconditions.
     unsafe { libc::syscall(libc::SYS_gettid) as u32 }
+}
+
+/// This process's command line, word by word (lossy UTF-8).
+pub fn command_line() -> Vec<String> {
+    std::fs::read("/proc/self/cmdline")
+        .map(|raw| {
+            raw.split(|&b| b == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The host's name (`unknown` if it cannot be had).
+pub fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: buf is writable for buf.len() bytes; gethostname NUL-terminates on success
+    // unless truncated, and we stop at the first NUL or the end of buf either way.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return "unknown".into();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
 #[cfg(test)]

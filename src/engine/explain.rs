@@ -253,6 +253,7 @@ impl Engine {
         };
         if let Some(line) = line {
             crate::log::line(&line);
+            self.books.refused(device, &line);
         }
         self.emit(Event::refused_by_quota(device, api, bytes, in_use));
     }
@@ -299,7 +300,7 @@ impl Engine {
         };
         let limit = (limit != UNLIMITED).then_some(limit);
         if self.episode_refusal(device, bytes, api) {
-            crate::log::line(&messages::driver_refusal(
+            let line = messages::driver_refusal(
                 device,
                 bytes,
                 api,
@@ -307,7 +308,9 @@ impl Engine {
                 driver_free,
                 limit,
                 in_use,
-            ));
+            );
+            crate::log::line(&line);
+            self.books.refused(device, &line);
         }
     }
 

@@ -105,6 +105,43 @@ pub enum PoolPlace {
     Managed,
 }
 
+/// A GPU's UUID and real memory, once known (plain atomics: a forked child reads them
+/// whatever the parent's threads were doing).
+struct KnownGpu {
+    known: std::sync::atomic::AtomicBool,
+    uuid: [std::sync::atomic::AtomicU64; 2],
+    total: std::sync::atomic::AtomicU64,
+}
+
+impl KnownGpu {
+    const fn new() -> KnownGpu {
+        KnownGpu {
+            known: std::sync::atomic::AtomicBool::new(false),
+            uuid: [const { std::sync::atomic::AtomicU64::new(0) }; 2],
+            total: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    fn get(&self) -> Option<([u8; 16], u64)> {
+        use std::sync::atomic::Ordering::Acquire;
+        if !self.known.load(Acquire) {
+            return None;
+        }
+        let mut uuid = [0u8; 16];
+        uuid[..8].copy_from_slice(&self.uuid[0].load(Relaxed).to_le_bytes());
+        uuid[8..].copy_from_slice(&self.uuid[1].load(Relaxed).to_le_bytes());
+        Some((uuid, self.total.load(Relaxed)))
+    }
+
+    fn set(&self, uuid: [u8; 16], total: u64) {
+        let word = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
+        self.uuid[0].store(word(&uuid[..8]), Relaxed);
+        self.uuid[1].store(word(&uuid[8..]), Relaxed);
+        self.total.store(total, Relaxed);
+        self.known.store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
 /// `CU_STREAM_LEGACY` and `CU_STREAM_PER_THREAD`: with 0, the default streams, which mean
 /// the current context.
 const LEGACY_STREAM: usize = 1;
@@ -117,6 +154,8 @@ pub struct Engine {
     books: Books,
     /// Joining a GPU's group quota failed and was said (once).
     group_failure_said: std::sync::atomic::AtomicBool,
+    /// Each GPU's UUID and real memory, once a group member asked (kept across fork).
+    gpus: [KnownGpu; MAX_DEVICES],
     /// One ledger per [`Kind`], indexed by it.
     ledgers: [Ledger; Kind::ALL.len()],
     /// Pools whose location is known (made by `cuMemPoolCreate`, or returned by a
@@ -153,19 +192,20 @@ pub struct Engine {
 impl Engine {
     pub fn new(config: Result<Config, ConfigError>, queries: Box<dyn Queries>) -> Engine {
         let group = Group::new(config.as_ref().ok().and_then(|c| c.group_spec()));
-        Engine::in_group(config, queries, group)
+        Engine::with_books(config, queries, Books::new(group))
     }
 
-    /// An engine whose process is (or may become) a member of `group`.
-    pub fn in_group(
+    /// An engine charging `books` (kept in a registry file, or in a group).
+    pub fn with_books(
         config: Result<Config, ConfigError>,
         queries: Box<dyn Queries>,
-        group: Group,
+        books: Books,
     ) -> Engine {
         Engine {
             queries,
-            books: Books::new(group),
+            books,
             group_failure_said: std::sync::atomic::AtomicBool::new(false),
+            gpus: [const { KnownGpu::new() }; MAX_DEVICES],
             ledgers: std::array::from_fn(|_| Ledger::new()),
             pools: SpinLock::new(HashMap::new()),
             array_sizes: SpinLock::new(HashMap::new()),
@@ -220,19 +260,46 @@ impl Engine {
             let limits = self.config.as_ref().map_or(&Limits::None, |c| &c.limits);
             self.check_named_devices(limits);
             let named = limits.for_device(device, || self.queries.device_uuid(device));
-            let own = match named {
-                None => UNLIMITED,
-                Some(Size::Bytes(b)) => b,
-                Some(share) => self
-                    .queries
-                    .total_memory(device)
-                    .map(|t| share.resolve(t))?,
+            let (own, total) = match named {
+                None => (UNLIMITED, None),
+                Some(Size::Bytes(b)) => (b, None),
+                Some(share) => {
+                    let total = self.queries.total_memory(device)?;
+                    (share.resolve(total), Some(total))
+                }
             };
+            self.describe_device(device, total);
             match self.books.group.name() {
                 None => Ok(own),
                 Some(_) => self.join_group(device, own, named.is_some()),
             }
         })
+    }
+
+    /// At the first use of `device`: which GPU it is, for the views (its UUID, and its real
+    /// memory when the limit needed it). Nothing more is asked of the driver: every call here
+    /// would be one the program did not make.
+    #[cold]
+    #[inline(never)]
+    fn describe_device(&self, device: u32, total: Option<u64>) {
+        if self.books.is_registered() {
+            let uuid = self.queries.device_uuid(device).unwrap_or([0; 16]);
+            self.books.describe(device, uuid, total.unwrap_or(0), "");
+        }
+    }
+
+    /// `device`'s UUID and real memory, asked of the driver once and remembered: a forked
+    /// child joins its group again without a driver call (another of the parent's threads
+    /// may have been inside the driver at the fork).
+    fn gpu_identity(&self, device: u32) -> Option<([u8; 16], u64)> {
+        let known = self.gpus.get(device as usize)?;
+        if let Some(id) = known.get() {
+            return Some(id);
+        }
+        let uuid = self.queries.device_uuid(device)?;
+        let total = self.queries.total_memory(device).unwrap_or(0);
+        known.set(uuid, total);
+        Some((uuid, total))
     }
 
     /// The first use of `device` in a group member: its reservations go to the group's
@@ -242,12 +309,9 @@ impl Engine {
     #[inline(never)]
     fn join_group(&self, device: u32, own: u64, named: bool) -> Result<u64, CuResult> {
         let group = self.books.group.name().unwrap_or_default().to_string();
-        let joined = match self.queries.device_uuid(device) {
+        let joined = match self.gpu_identity(device) {
             None => Err("the driver cannot name the GPU's UUID".to_string()),
-            Some(uuid) => {
-                let total = self.queries.total_memory(device).unwrap_or(0);
-                self.books.join_group(device, uuid, own, total)
-            }
+            Some((uuid, total)) => self.books.join_group(device, uuid, own, total),
         };
         match joined {
             Ok(limit) => {

@@ -447,7 +447,7 @@ pub fn dropped() -> u64 {
 pub fn expanded_path(template: &OsStr) -> Option<String> {
     let vars = path::Vars {
         pid: std::process::id(),
-        host: path::host_name(),
+        host: crate::sys::host_name(),
         rank: path::rank(|name| std::env::var(name).ok()),
         start_unix_secs: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -473,7 +473,7 @@ fn open(
         .saturating_sub(since_start);
     let vars = path::Vars {
         pid: std::process::id(),
-        host: path::host_name(),
+        host: crate::sys::host_name(),
         rank: path::rank(|name| std::env::var(name).ok()),
         start_unix_secs: start_unix_ns / 1_000_000_000,
     };
@@ -494,7 +494,7 @@ fn open(
         pid: vars.pid,
         host: vars.host,
         rank: vars.rank,
-        argv: argv(),
+        argv: crate::sys::command_line(),
         start_unix_ns,
         mode: info.mode.into(),
         devices: info
@@ -528,17 +528,6 @@ fn open(
     }
     let quotas = info.devices.iter().map(|d| (d.ordinal, d.quota)).collect();
     Tracer::spawn(fd, shown, start_mono_ns, quotas, options)
-}
-
-fn argv() -> Vec<String> {
-    std::fs::read("/proc/self/cmdline")
-        .map(|raw| {
-            raw.split(|&b| b == 0)
-                .filter(|a| !a.is_empty())
-                .map(|a| String::from_utf8_lossy(a).into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// Once per process, after the first successful start (a forked child inherits it).

@@ -31,18 +31,6 @@ pub fn rank(lookup: impl Fn(&str) -> Option<String>) -> u32 {
         .unwrap_or(0)
 }
 
-pub fn host_name() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: buf is writable for buf.len() bytes; gethostname NUL-terminates on success
-    // unless truncated, and we stop at the first NUL or the end of buf either way.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return "unknown".into();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
-}
-
 /// Expands `%p` (pid), `%h` (host), `%r` (rank), `%t` (start, unix seconds) and `%%`, by
 /// the rule `cuquota run` checks the template with (`cuquota_format::settings`).
 pub fn expand(template: &OsStr, vars: &Vars) -> Result<OsString, String> {
