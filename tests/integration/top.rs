@@ -112,9 +112,50 @@ fn holding_group(state: &Path) -> (Bg, Value) {
 #[test]
 fn once_and_json_show_a_group_holding_memory() {
     let state = scratch_dir("top-once");
-    let (_member, g) = holding_group(&state);
+    let (member, g) = holding_group(&state);
     assert_eq!(g["limit"], GIB);
     assert_eq!(g["members"], 1);
+    // The member itself, from its registration: its pid, command and figures.
+    let pid = member.0.id();
+    let p = &g["processes"][0];
+    assert_eq!(
+        (p["pid"].clone(), p["in_use"].clone()),
+        (pid.into(), (256 * MIB).into())
+    );
+    assert_eq!(p["parts"]["allocations"], 256 * MIB);
+    assert!(p["argv"]
+        .as_str()
+        .unwrap()
+        .ends_with("dlsym init alloc:256M sleep:60000"));
+    // A process in no group, with a limit of its own, beside the group.
+    let own = Bg(Command::new(Client::Dlsym.path())
+        .args(["init", "alloc:64M", "sleep:60000"])
+        .env_clear()
+        .env("LD_LIBRARY_PATH", &artifacts().shim_dir)
+        .env("LD_PRELOAD", &artifacts().interposer)
+        .env("CUQUOTA_STATE_DIR", &state)
+        .env("CUQUOTA_LIMIT", "512MiB")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap());
+    let alone = wait_for(Duration::from_secs(30), "the ungrouped process", || {
+        let v: Value = serde_json::from_str(&cli(&["top", "--json"], &state)).unwrap();
+        let p = v["gpus"][0]["processes"][0].clone();
+        (p["in_use"] == 64 * MIB).then_some(p)
+    });
+    assert_eq!(
+        (alone["pid"].clone(), alone["limit"].clone()),
+        (own.0.id().into(), (512 * MIB).into())
+    );
+    let metrics = cli(&["metrics"], &state);
+    assert!(
+        metrics.contains(&format!(
+            "cuquota_limit_bytes{{pid=\"{}\",gpu_uuid=",
+            own.0.id()
+        )),
+        "{metrics}"
+    );
     let frame = cli(&["top", "--once"], &state);
     let row = frame
         .lines()
@@ -122,6 +163,15 @@ fn once_and_json_show_a_group_holding_memory() {
         .unwrap_or_else(|| panic!("{frame}"));
     assert!(
         row.contains("1.00 GiB") && row.contains("256 MiB") && row.contains("25%"),
+        "{frame}"
+    );
+    let lines: Vec<&str> = frame.lines().collect();
+    let at = |needle: &str| lines.iter().position(|l| l.contains(needle));
+    let member_row = at(&format!("    {pid} dlsym init")).expect(&frame);
+    assert!(at("group svc").unwrap() < member_row, "{frame}");
+    let own_row = lines[at(&format!("  {} dlsym init", own.0.id())).expect(&frame)];
+    assert!(
+        own_row.contains("512 MiB") && own_row.contains("12%"),
         "{frame}"
     );
     for line in frame.lines() {

@@ -216,13 +216,18 @@ fn row_lines(out: &mut Vec<Line>, r: &Row, c: &Columns, now: u64, width: usize) 
     }
 }
 
+/// `PID [observe] COMMAND ARGS`, the command's directory left out (the JSON keeps it).
 fn process_name(p: &Process) -> String {
     let mode = if p.mode == "observe" {
         " [observe]"
     } else {
         ""
     };
-    format!("{}{mode} {}", p.pid, p.argv)
+    let (program, args) = p.argv.split_once(' ').unwrap_or((&p.argv, ""));
+    let program = program.rsplit('/').next().unwrap_or(program);
+    format!("{}{mode} {program} {args}", p.pid)
+        .trim_end()
+        .to_string()
 }
 
 fn process_row<'a>(p: &'a Process, indent: usize, room: u64, member: bool) -> Row<'a> {
@@ -265,17 +270,18 @@ fn gpu_lines(out: &mut Vec<Line>, gpu: &Gpu, view: &View, now: u64) {
     let w = view.width.max(60);
     let c = Columns::new(w);
     let index = gpu.index.map_or("GPU ?".into(), |i| format!("GPU {i}"));
-    let name = if gpu.name.is_empty() {
-        "(no process uses it now)"
-    } else {
-        &gpu.name
-    };
     let total = if gpu.total > 0 {
         human(gpu.total)
     } else {
-        "size unknown".into()
+        "memory unknown".into()
     };
-    let head = format!("{index}  {total}  {name}");
+    // The name, when a process's driver gave it (the interposer asks nothing to learn it).
+    let name = if gpu.name.is_empty() {
+        String::new()
+    } else {
+        format!("  {}", gpu.name)
+    };
+    let head = format!("{index}  {total}{name}");
     if head.len() + 2 + gpu.uuid.len() <= w {
         out.push(vec![span(format!("{head}  {}", gpu.uuid), Style::Gpu)]);
     } else {
