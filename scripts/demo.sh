@@ -41,3 +41,28 @@ show_and_run "$cuquota" plot "$trace" -o "$out/memory.svg"
 show_and_run "$cuquota" export --format chrome "$trace" -o "$out/perfetto.json"
 echo "   $out/memory.svg     in-use memory over time, quota line, refusals marked"
 echo "   $out/perfetto.json  open in https://ui.perfetto.dev (counter tracks per GPU)"
+
+echo
+echo "== live: cuquota top while the workload holds its pool (the same run in the background,"
+echo "   keeping its pool 4 s; its own state directory, so that only it is shown)"
+state="$out/state"
+rm -rf "$state" "$out/held.log"
+env LD_LIBRARY_PATH="$driver_dir" CUDA_SHIM_MEMORY=8GiB CUQUOTA_STATE_DIR="$state" BFC_HOLD_MS=4000 \
+  "$cuquota" run --limit 6GiB --log off "$out/bfc_growth" >"$out/held.log" 2>&1 &
+workload=$!
+trap 'kill "$workload" 2>/dev/null || true' EXIT
+# Until it has grown its pool and registered (at most 30 s).
+for _ in $(seq 300); do
+  grep -q "bfc: holding the pool" "$out/held.log" 2>/dev/null && break
+  kill -0 "$workload" 2>/dev/null || break
+  sleep 0.1
+done
+if ! grep -q "bfc: holding the pool" "$out/held.log"; then
+  echo "the workload did not reach its pool in 30 s:" >&2
+  cat "$out/held.log" >&2
+  exit 1
+fi
+show_and_run "$cuquota" top --once --state-dir "$state"
+wait "$workload"
+trap - EXIT
+echo "   live: $cuquota top --state-dir $state (q quits; without --state-dir: every governed process on the machine)"

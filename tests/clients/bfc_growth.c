@@ -6,7 +6,10 @@
  * after a region had to back off, "trains" with a few 64 MiB scratch allocations, frees
  * everything and exits 0.
  *
- *   usage: bfc_growth [TARGET]      TARGET in bytes, or with a K/M/G suffix (binary) */
+ *   usage: bfc_growth [TARGET]      TARGET in bytes, or with a K/M/G suffix (binary)
+ *
+ * BFC_HOLD_MS=N keeps the pool N milliseconds after training before freeing it (default 0;
+ * the demo holds it so that `cuquota top` shows the process holding its memory). */
 #define _GNU_SOURCE
 #include "cuda_min.h"
 
@@ -14,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define MIB (1ULL << 20)
 #define GIB (1ULL << 30)
@@ -155,6 +159,14 @@ int main(int argc, char **argv) {
     printf("bfc: training: %d steps with %s of scratch each, %d ok, %d refused\n",
            TRAINING_STEPS, human(SCRATCH, b1, sizeof b1), train_ok, train_refused);
 
+    if (getenv("BFC_HOLD_MS")) {
+        long ms = atol(getenv("BFC_HOLD_MS"));
+        struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+        if (ms > 0) {
+            printf("bfc: holding the pool for %ld ms\n", ms);
+            nanosleep(&t, NULL);
+        }
+    }
     while (nregions > 0)
         p_cuMemFree_v2(regions[--nregions]);
     printf("bfc: freed the pool, done\n");

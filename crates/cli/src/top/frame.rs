@@ -89,11 +89,11 @@ pub fn short(bytes: u64) -> String {
     }
 }
 
-/// `now`, `4s ago`, `3m ago`, `2h ago`, `5d ago`.
+/// `just now`, `4s ago`, `3m ago`, `2h ago`, `5d ago`.
 pub fn age(now_ns: u64, then_ns: u64) -> String {
     let s = now_ns.saturating_sub(then_ns) / 1_000_000_000;
     match s {
-        0 => "now".into(),
+        0 => "just now".into(),
         s if s < 60 => format!("{s}s ago"),
         s if s < 3600 => format!("{}m ago", s / 60),
         s if s < 86_400 => format!("{}h ago", s / 3600),
@@ -448,7 +448,7 @@ mod tests {
         assert_eq!(short((78 << 30) / 10), "7.80 GiB");
         assert_eq!(short(80 << 30), "80.0 GiB");
         assert_eq!(age(10_000_000_000, 7_000_000_000), "3s ago");
-        assert_eq!(age(0, 7), "now");
+        assert_eq!(age(0, 7), "just now");
         assert_eq!(age(7_200_000_000_000, 0), "2h ago");
         assert_eq!(fit("abcdef", 4), "abc…");
         assert_eq!(clock(3_723_000_000_000), "01:02:03 UTC");
