@@ -53,4 +53,9 @@ cargo test --workspace --no-fail-fast 2>&1 | tee target/test.log
 # few minutes more; later runs reuse target/release). Its own timings are printed.
 step "the wheel: build, auditwheel show, fresh venv, tests/python (first time: ~44 MB from PyPI into target/wheel)"
 scripts/wheel-test.sh
+if [ -n "${CUQUOTA_TEST_NO_APT:-}" ]; then
+    echo "!!! NOT EVERYTHING RAN: without apt-get, ${missing[*]} could not be installed, and the"
+    echo "!!! tests of cuquota top's live view (tmux) and of its metrics (promtool, Prometheus) were"
+    echo "!!! SKIPPED. Install them (Debian: apt-get install ${missing[*]}) and rerun."
+fi
 step "done"
