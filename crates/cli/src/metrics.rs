@@ -261,6 +261,24 @@ mod tests {
     }
 
     #[test]
+    fn a_group_with_no_listed_member_has_no_part_series_and_no_limit_none() {
+        use crate::top::model::{build, tests::group};
+        use cuquota_format::group::NO_LIMIT;
+        let s = build(
+            Path::new("/s"),
+            vec![],
+            vec![group("a", 1, 1 << 30, 5, 1), group("b", 1, NO_LIMIT, 7, 1)],
+            vec![],
+            0,
+        );
+        let t = exposition(&s);
+        assert!(!t.contains("cuquota_in_use_part_bytes{"), "{t}");
+        assert!(t.contains("cuquota_limit_bytes{group=\"a\""), "{t}");
+        assert!(!t.contains("cuquota_limit_bytes{group=\"b\""), "{t}");
+        assert!(t.contains("cuquota_in_use_bytes{group=\"b\""), "{t}");
+    }
+
+    #[test]
     fn label_values_are_escaped() {
         assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
     }

@@ -516,6 +516,20 @@ mod tests {
     }
 
     #[test]
+    fn a_long_gpu_name_puts_the_uuid_on_a_line_of_its_own() {
+        let mut s = sample();
+        s.gpus[0].name = "NVIDIA H100 80GB HBM3 with a long board name".into();
+        let t = text(&s, 80);
+        let lines: Vec<&str> = t.lines().collect();
+        let at = lines.iter().position(|l| l.starts_with("GPU 0")).unwrap();
+        assert!(lines[at].contains("NVIDIA H100"), "{t}");
+        assert_eq!(lines[at + 1].trim(), s.gpus[0].uuid, "{t}");
+        for line in lines {
+            assert!(line.chars().count() <= 80, "{line:?}");
+        }
+    }
+
+    #[test]
     fn nothing_to_show_says_where_it_looked() {
         let s = build(Path::new("/nowhere"), vec![], vec![], vec![], 0);
         assert!(text(&s, 80).contains("No governed process or group under /nowhere"));

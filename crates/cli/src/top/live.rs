@@ -121,7 +121,10 @@ fn live(
             .draw(|f| {
                 let [body, foot] =
                     Layout::vertical([Constraint::Min(1), Constraint::Length(1)]).areas(f.area());
-                f.render_widget(Paragraph::new(text).scroll((scroll as u16, 0)), body);
+                f.render_widget(
+                    Paragraph::new(text).scroll((scroll.min(usize::from(u16::MAX)) as u16, 0)),
+                    body,
+                );
                 f.render_widget(
                     Paragraph::new(footer)
                         .style(TuiStyle::default().add_modifier(Modifier::REVERSED)),
