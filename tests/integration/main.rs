@@ -18,6 +18,8 @@ mod episodes;
 mod faults;
 mod golden;
 mod graph_memory;
+// process groups: one quota shared by processes (CUQUOTA_GROUP)
+mod groups;
 mod imports;
 mod interposition;
 mod limits;
