@@ -609,6 +609,12 @@ impl Running {
         }
     }
 
+    /// Whether the program has ended (it is reaped, but its output is read only by
+    /// [`Running::wait`]: a child it left behind may still hold its pipes).
+    pub fn has_ended(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_some()
+    }
+
     /// SIGKILL, at once (the program is reaped by [`Running::wait`]).
     pub fn kill(&mut self) {
         let _ = self.child.kill();
