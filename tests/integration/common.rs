@@ -173,10 +173,22 @@ fn cargo_build(workspace: &Path, build_dir: &Path) {
 fn install_shim(built: &Path, shim_dir: &Path) {
     fs::create_dir_all(shim_dir).unwrap();
     let installed = shim_dir.join("libcuda.so.1");
-    // Copy then rename: a client still running from an earlier test run keeps its inode.
-    let tmp = shim_dir.join(format!(".libcuda.so.1.{}", std::process::id()));
-    fs::copy(built, &tmp).unwrap();
-    fs::rename(&tmp, &installed).unwrap();
+    // The installed copy carries the build's mtime: one already there with the same size and
+    // mtime is that build, and is left alone, so that the clients linked with it (rebuilt
+    // when the shim is newer than they are) are not rebuilt at every test run.
+    let stamp = |p: &Path| fs::metadata(p).ok().map(|m| (m.len(), m.modified().ok()));
+    if stamp(&installed).is_none() || stamp(&installed) != stamp(built) {
+        // Copy then rename: a client still running from an earlier test run keeps its inode.
+        let tmp = shim_dir.join(format!(".libcuda.so.1.{}", std::process::id()));
+        fs::copy(built, &tmp).unwrap();
+        let built_mtime = fs::metadata(built).unwrap().modified().unwrap();
+        fs::File::options()
+            .write(true)
+            .open(&tmp)
+            .and_then(|f| f.set_modified(built_mtime))
+            .unwrap();
+        fs::rename(&tmp, &installed).unwrap();
+    }
     let link = shim_dir.join("libcuda.so");
     if fs::read_link(&link)
         .map(|t| t != Path::new("libcuda.so.1"))
