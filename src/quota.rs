@@ -147,20 +147,21 @@ impl Books {
     pub unsafe fn reset_in_child(&self) {
         // The parent's file is the parent's: the child counts in memory of its own, and is
         // not listed. Its limits stay the parent's (resolving one again could ask a driver
-        // another of the parent's threads was inside at the fork).
-        if let Some(file) = self.registry() {
-            file.close_in_child();
-        }
-        self.registry.store(std::ptr::null_mut(), Relaxed);
+        // another of the parent's threads was inside at the fork); copied before the parent's
+        // mapping is let go.
         let fresh = (&CHILD_COUNTERS as *const [DeviceQuota; MAX_DEVICES]).cast_mut();
         let parent = self.devices.swap(fresh, Relaxed);
         if !std::ptr::eq(parent, fresh) {
-            // SAFETY: a leaked array or a mapping never unmapped.
+            // SAFETY: a leaked array or a mapping still mapped (let go just below).
             let parent = unsafe { &*parent };
             for (child, parent) in CHILD_COUNTERS.iter().zip(parent.iter()) {
                 child.limit.store(parent.limit.load(Relaxed), Relaxed);
             }
         }
+        if let Some(file) = self.registry() {
+            file.close_in_child();
+        }
+        self.registry.store(std::ptr::null_mut(), Relaxed);
         for d in CHILD_COUNTERS.iter() {
             d.reset();
         }

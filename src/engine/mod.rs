@@ -152,7 +152,7 @@ pub struct Engine {
     queries: Box<dyn Queries>,
     /// Every GPU's counters.
     books: Books,
-    /// Joining a GPU's group quota failed and was said (once).
+    /// A GPU could not join the group's quota (said once): every call fails from then on.
     group_failure_said: std::sync::atomic::AtomicBool,
     /// Each GPU's UUID and real memory, once a group member asked (kept across fork).
     gpus: [KnownGpu; MAX_DEVICES],
@@ -228,11 +228,13 @@ impl Engine {
     }
 
     /// `Err(CUDA_ERROR_INVALID_VALUE)` when the configuration is bad: fail closed.
+    /// `Err(CUDA_ERROR_INVALID_VALUE)` as well once a GPU could not join the group's quota:
+    /// a group that cannot govern a GPU fails every call, as a bad variable does.
     pub fn check_config(&self) -> Result<(), CuResult> {
-        self.config
-            .as_ref()
-            .map(|_| ())
-            .map_err(|_| CuResult::INVALID_VALUE)
+        if self.config.is_err() || self.group_failure_said.load(Relaxed) {
+            return Err(CuResult::INVALID_VALUE);
+        }
+        Ok(())
     }
 
     /// Bytes held on `device` now (0 for a device beyond the books).

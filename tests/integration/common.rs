@@ -173,10 +173,22 @@ fn cargo_build(workspace: &Path, build_dir: &Path) {
 fn install_shim(built: &Path, shim_dir: &Path) {
     fs::create_dir_all(shim_dir).unwrap();
     let installed = shim_dir.join("libcuda.so.1");
-    // Copy then rename: a client still running from an earlier test run keeps its inode.
-    let tmp = shim_dir.join(format!(".libcuda.so.1.{}", std::process::id()));
-    fs::copy(built, &tmp).unwrap();
-    fs::rename(&tmp, &installed).unwrap();
+    // The installed copy carries the build's mtime: one already there with the same size and
+    // mtime is that build, and is left alone, so that the clients linked with it (rebuilt
+    // when the shim is newer than they are) are not rebuilt at every test run.
+    let stamp = |p: &Path| fs::metadata(p).ok().map(|m| (m.len(), m.modified().ok()));
+    if stamp(&installed).is_none() || stamp(&installed) != stamp(built) {
+        // Copy then rename: a client still running from an earlier test run keeps its inode.
+        let tmp = shim_dir.join(format!(".libcuda.so.1.{}", std::process::id()));
+        fs::copy(built, &tmp).unwrap();
+        let built_mtime = fs::metadata(built).unwrap().modified().unwrap();
+        fs::File::options()
+            .write(true)
+            .open(&tmp)
+            .and_then(|f| f.set_modified(built_mtime))
+            .unwrap();
+        fs::rename(&tmp, &installed).unwrap();
+    }
     let link = shim_dir.join("libcuda.so");
     if fs::read_link(&link)
         .map(|t| t != Path::new("libcuda.so.1"))
@@ -471,6 +483,13 @@ impl Run {
 
     /// Runs the program; one killed at the timeout comes back with `timed_out` set.
     pub fn run_allowing_timeout(self) -> Output {
+        self.start().wait()
+    }
+
+    /// Starts the program and returns at once: for tests that watch its output as it runs,
+    /// kill it, or run several at the same time. [`Running::wait`] still enforces the
+    /// timeout, counted from here.
+    pub fn start(self) -> Running {
         let art = artifacts();
         let mut cmd = Command::new(&self.program);
         cmd.args(&self.args)
@@ -508,33 +527,20 @@ impl Run {
         let mut child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("start {description}: {e}"));
-        let pid = child.id();
-        let stdout = reader(child.stdout.take().unwrap());
+        let lines: SharedLines = Default::default();
+        let stdout = line_reader(child.stdout.take().unwrap(), lines.clone());
         let stderr = match child.stderr.take() {
             Some(pipe) => reader(pipe),
             None => thread::spawn(String::new),
         };
-        let deadline = Instant::now() + self.timeout;
-        let (status, timed_out) = loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                break (status, false);
-            }
-            if Instant::now() >= deadline {
-                let _ = child.kill();
-                break (child.wait().unwrap(), true);
-            }
-            thread::sleep(Duration::from_millis(5));
-        };
-        let stdout = stdout.join().unwrap();
-        let stderr = stderr.join().unwrap();
-        Output {
+        Running {
             description,
-            pid,
-            status,
-            timed_out,
-            lines: stdout.lines().map(Line::parse).collect(),
+            pid: child.id(),
+            child,
+            deadline: Instant::now() + self.timeout,
+            lines,
             stdout,
-            stderr: stderr.lines().map(str::to_string).collect(),
+            stderr,
         }
     }
 
@@ -565,6 +571,136 @@ fn broken_pipe() -> Stdio {
         libc::close(fds[0]);
         Stdio::from(<std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fds[1]))
     }
+}
+
+/// A program started by [`Run::start`], still running or not yet waited for.
+pub struct Running {
+    description: String,
+    pid: u32,
+    child: std::process::Child,
+    deadline: Instant,
+    /// The stdout lines read so far, and a wake-up for [`Running::wait_for`].
+    lines: SharedLines,
+    stdout: thread::JoinHandle<String>,
+    stderr: thread::JoinHandle<String>,
+}
+
+type SharedLines = std::sync::Arc<(std::sync::Mutex<Vec<String>>, std::sync::Condvar)>;
+
+impl Running {
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Waits (until the run's deadline) for a stdout line that `wanted` accepts and returns
+    /// it; fails the test, with what the program said, if none comes or it ends first.
+    pub fn wait_for(&mut self, wanted: impl Fn(&Line) -> bool) -> Line {
+        let (lock, cond) = &*self.lines;
+        let mut seen = 0;
+        let mut lines = lock.lock().unwrap();
+        loop {
+            while seen < lines.len() {
+                let line = Line::parse(&lines[seen]);
+                seen += 1;
+                if wanted(&line) {
+                    return line;
+                }
+            }
+            let now = Instant::now();
+            // Ended, and every line it wrote read.
+            let ended = self.stdout.is_finished() && self.child.try_wait().unwrap().is_some();
+            if now >= self.deadline || ended {
+                drop(lines);
+                let why = if ended { "it ended" } else { "the timeout" };
+                self.kill();
+                let out = self.finish(false);
+                panic!("the line waited for never came ({why}):\n{out}");
+            }
+            let wait = (self.deadline - now).min(Duration::from_millis(20));
+            lines = cond.wait_timeout(lines, wait).unwrap().0;
+        }
+    }
+
+    /// Whether the program has ended (it is reaped, but its output is read only by
+    /// [`Running::wait`]: a child it left behind may still hold its pipes).
+    pub fn has_ended(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_some()
+    }
+
+    /// SIGKILL, at once (the program is reaped by [`Running::wait`]).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+    }
+
+    /// Waits for the program to end (killing it at the deadline: `timed_out`).
+    pub fn wait(mut self) -> Output {
+        let timed_out = loop {
+            if self.child.try_wait().unwrap().is_some() {
+                break false;
+            }
+            if Instant::now() >= self.deadline {
+                let _ = self.child.kill();
+                break true;
+            }
+            thread::sleep(Duration::from_millis(5));
+        };
+        self.finish(timed_out)
+    }
+
+    fn finish(&mut self, timed_out: bool) -> Output {
+        let status = self.child.wait().unwrap();
+        let stdout = std::mem::replace(&mut self.stdout, thread::spawn(String::new));
+        let stderr = std::mem::replace(&mut self.stderr, thread::spawn(String::new));
+        let stdout = stdout.join().unwrap();
+        let stderr = stderr.join().unwrap();
+        Output {
+            description: self.description.clone(),
+            pid: self.pid,
+            status,
+            timed_out,
+            lines: stdout.lines().map(Line::parse).collect(),
+            stdout,
+            stderr: stderr.lines().map(str::to_string).collect(),
+        }
+    }
+}
+
+impl Drop for Running {
+    /// A program left running by a failed test is killed, never left behind.
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Reads `pipe` to its end, a line at a time into `lines` (waking waiters), and returns it all.
+fn line_reader(pipe: impl Read + Send + 'static, lines: SharedLines) -> thread::JoinHandle<String> {
+    thread::spawn(move || {
+        use std::io::BufRead;
+        let mut all = String::new();
+        let mut pipe = std::io::BufReader::new(pipe);
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            match pipe.read_until(b'\n', &mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    let text = String::from_utf8_lossy(&buf).into_owned();
+                    all.push_str(&text);
+                    if text.ends_with('\n') {
+                        let (lock, cond) = &*lines;
+                        lock.lock()
+                            .unwrap()
+                            .push(text.trim_end_matches('\n').to_string());
+                        cond.notify_all();
+                    }
+                }
+            }
+        }
+        all
+    })
 }
 
 fn reader(mut pipe: impl Read + Send + 'static) -> thread::JoinHandle<String> {

@@ -20,6 +20,8 @@ mod faults;
 mod first_runs;
 mod golden;
 mod graph_memory;
+// process groups: one quota shared by processes (CUQUOTA_GROUP)
+mod groups;
 mod imports;
 mod interposition;
 mod limits;

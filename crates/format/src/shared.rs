@@ -222,12 +222,28 @@ impl SharedFile {
         }
     }
 
-    /// In a forked child, whose descriptor is its parent's (with the parent's locks): closes
-    /// the child's copy, which leaves the locks to the parent. The mapping stays, so
-    /// references into it stay valid; the value must be leaked, not dropped, afterwards.
+    /// In a forked child, whose descriptor and mapping are its parent's (and so keep the
+    /// parent's open description, with its locks, alive): closes the child's descriptor and
+    /// puts private zeroed memory at the mapping's addresses, so that the parent's locks go
+    /// when the parent goes, and references into the mapping stay valid (reading zeros). The
+    /// value must be leaked, not dropped, afterwards.
     pub fn close_in_child(&self) {
         // SAFETY: our fd; closing a copy inherited by fork touches nothing of the parent's.
         unsafe { libc::close(self.fd) };
+        if !self.map.is_null() {
+            // SAFETY: replaces exactly our own mapping (its address and length) with anonymous
+            // memory; nothing else lives in that range. Both calls are async-signal-safe.
+            unsafe {
+                libc::mmap(
+                    self.map.cast(),
+                    self.len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_FIXED | libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                );
+            }
+        }
     }
 }
 
