@@ -47,12 +47,16 @@ pub fn run(name: &str, spec: &str, state_dir: &Path) -> Result<String, String> {
     for (uuid, limit) in wanted {
         file.set_limit(uuid, limit).map_err(|e| e.0)?;
     }
+    // What dead members held goes back first, so that the figures shown are the living's.
+    if let Ok(locked) = file.lock() {
+        file.reap(&locked, None);
+    }
     Ok(describe(&file))
 }
 
 fn limit_words(limit: u64) -> String {
     match limit {
-        NO_LIMIT => "no limit".into(),
+        NO_LIMIT => "none".into(),
         cuquota_format::group::UNSET => "each GPU's first member's limit".into(),
         l => human(l),
     }

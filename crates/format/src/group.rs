@@ -152,6 +152,7 @@ impl GroupFile {
     /// A file that is not a group of this layout is refused, never repaired.
     pub fn open(state_dir: &Path, name: &str) -> Result<GroupFile, GroupError> {
         check_name(name).map_err(GroupError)?;
+        shared::make_dir(state_dir).map_err(GroupError)?;
         shared::make_dir(&state_dir.join("groups")).map_err(GroupError)?;
         let path = group_path(state_dir, name);
         let file = SharedFile::open(&path, true).map_err(GroupError)?;

@@ -104,6 +104,7 @@ impl ProcessFile {
     /// creates its own, takes its life lock and publishes it.
     pub fn register(state_dir: &Path, who: &Registration) -> Result<ProcessFile, String> {
         let dir = state_dir.join("processes");
+        shared::make_dir(state_dir)?;
         shared::make_dir(&dir)?;
         remove_dead(&dir);
         let path = dir.join(format!("{}-{}", who.pid, who.started_unix_ns));

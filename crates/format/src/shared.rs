@@ -47,17 +47,18 @@ impl Drop for SharedFile {
 /// Makes `dir` (and its parents) if missing, mode 1777 like /dev/shm, so that every user's
 /// processes can keep their files there.
 pub fn make_dir(dir: &Path) -> Result<(), String> {
-    if dir.is_dir() {
-        return Ok(());
-    }
-    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-        make_dir(parent)?;
-    }
     match fs::DirBuilder::new().mode(0o1777).create(dir) {
         // The umask narrowed the mode given above.
         Ok(()) => fs::set_permissions(dir, fs::Permissions::from_mode(0o1777))
             .map_err(|e| format!("cannot set the mode of {}: {e}", dir.display())),
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => match dir.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() && parent != dir => {
+                make_dir(parent)?;
+                make_dir(dir)
+            }
+            _ => Err(format!("cannot create {}: {e}", dir.display())),
+        },
         Err(e) => Err(format!("cannot create {}: {e}", dir.display())),
     }
 }
