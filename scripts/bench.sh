@@ -78,8 +78,9 @@ declare -A WHY # case → why it has no figures
 add() { V[$1]="${V[$1]:-} $2"; }
 
 RAW=(-u LD_PRELOAD -u CUQUOTA_LIMIT -u CUQUOTA_TRACE LD_LIBRARY_PATH="$shim_dir")
-QUOTA=(-u LD_PRELOAD -u CUQUOTA_TRACE LD_LIBRARY_PATH="$shim_dir" LD_PRELOAD="$lib"
-       CUQUOTA_LIMIT=$LIMIT)
+# Governed runs keep their state (registry, the group row's group) in the run's own directory.
+QUOTA=(-u LD_PRELOAD -u CUQUOTA_TRACE -u CUQUOTA_GROUP LD_LIBRARY_PATH="$shim_dir" LD_PRELOAD="$lib"
+       CUQUOTA_LIMIT=$LIMIT CUQUOTA_STATE_DIR="$tmp/state")
 
 # run_case NAME ENV... -- COMMAND...: runs it once and adds its "key value" lines.
 run_case() {
@@ -191,6 +192,7 @@ if command -v valgrind >/dev/null; then
         cg_count quota $n "${QUOTA[@]}"
         cg_count trace $n "${QUOTA[@]}" CUQUOTA_TRACE="$tmp/cg-trace.jsonl"
         cg_count audit $n "${QUOTA[@]}" LD_AUDIT="$audit"
+        cg_count group $n "${QUOTA[@]}" CUQUOTA_GROUP=bench
         rm -f "$tmp/cg-trace.jsonl"*
         # the stream-ordered pair (cuMemAllocAsync + cuMemFreeAsync, NULL stream)
         CG_MODE=asyncpair cg_count rawasync $n "${RAW[@]}"
@@ -415,6 +417,11 @@ else
     if [ -n "$audit_on" ]; then
         row "interposer instructions/pair, LD_AUDIT on" "$audit_on" instr/pair "" \
             "(dlsym path; the audit module costs nothing per call)" ""
+    fi
+    group=$(cg_interposer group)
+    if [ -n "$group" ]; then
+        row "interposer instructions/pair, group member" "$group" instr/pair "" \
+            "(CUQUOTA_GROUP; $(cg_per group lib) in libcuquota.so itself)" ""
     fi
     if [ -n "$w" ]; then row "trace writer thread" "$(calc "$w / 2" 0)" instr/event "" "" ""; fi
     # The stream-ordered pair (cuMemAllocAsync + cuMemFreeAsync, NULL stream) over its own
