@@ -110,6 +110,13 @@ impl Books {
         }
     }
 
+    /// A GPU's real memory, as the driver just said (a figure the program asked for).
+    pub fn describe_total(&self, device: u32, total: u64) {
+        if let Some(file) = self.registry() {
+            file.set_total(device as usize, total);
+        }
+    }
+
     /// The last refusal's words, for the views.
     pub fn refused(&self, device: u32, line: &str) {
         if let Some(file) = self.registry() {

@@ -64,6 +64,7 @@ impl Engine {
         };
         // In a group, what dead members held goes back before the figure is told.
         quota.reap_dead_members();
+        self.books.describe_total(device, real_total);
         // What the pools keep may have gone back since (a synchronisation): read it again.
         self.refresh_pools(api, device);
         // NVML's figure for this process corrects the context part (after the other parts
@@ -89,6 +90,7 @@ impl Engine {
 
     /// `cuDeviceTotalMem`: the total the caller should see.
     pub fn total_memory(&self, device: u32, real_total: u64) -> u64 {
+        self.books.describe_total(device, real_total);
         match self.virtualized_device(Place::Device(device)) {
             Some((d, quota)) => match self.limit(d, quota) {
                 Ok(limit) => real_total.min(limit),

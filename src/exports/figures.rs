@@ -19,6 +19,10 @@ hooked!(cuMemGetInfo_v2, |free: *mut usize, total: *mut usize| {
                     free.get() as u64,
                     total.get() as u64,
                 );
+                // A group that could not take this GPU fails the call that found it out.
+                if let Err(rc) = e.check_config() {
+                    return rc;
+                }
                 free.set(f as usize);
                 total.set(t as usize);
             }
@@ -42,6 +46,9 @@ hooked!(cuMemGetInfo, |free: *mut c_uint, total: *mut c_uint| {
                     free.get().into(),
                     total.get().into(),
                 );
+                if let Err(rc) = e.check_config() {
+                    return rc;
+                }
                 free.set(f as c_uint);
                 total.set(t as c_uint);
             }
@@ -61,7 +68,11 @@ hooked!(
                 // SAFETY: the caller's arguments, passed on; `bytes` is its out-pointer.
                 let (rc, out) = unsafe { (real(bytes, device), Out::new(bytes)) };
                 if let (true, Some(out), Ok(device)) = (rc.is_ok(), out, u32::try_from(device)) {
-                    out.set(e.total_memory(device, out.get() as u64) as usize);
+                    let told = e.total_memory(device, out.get() as u64);
+                    if let Err(rc) = e.check_config() {
+                        return rc;
+                    }
+                    out.set(told as usize);
                 }
                 rc
             },
@@ -78,7 +89,11 @@ hooked!(cuDeviceTotalMem, |bytes: *mut c_uint, device: CuDevice| {
             // SAFETY: the caller's arguments, passed on; `bytes` is its out-pointer.
             let (rc, out) = unsafe { (real(bytes, device), Out::new(bytes)) };
             if let (true, Some(out), Ok(device)) = (rc.is_ok(), out, u32::try_from(device)) {
-                out.set(e.total_memory(device, out.get().into()) as c_uint);
+                let told = e.total_memory(device, out.get().into());
+                if let Err(rc) = e.check_config() {
+                    return rc;
+                }
+                out.set(told as c_uint);
             }
             rc
         },

@@ -157,9 +157,18 @@ impl ProcessFile {
             u64::from_le_bytes(uuid[8..].try_into().unwrap_or([0; 8])),
             Relaxed,
         );
-        info.total.store(total, Relaxed);
+        if total > 0 {
+            info.total.store(total, Relaxed);
+        }
         shared::store_text(&info.name, name);
         info.state.store(1, Release);
+    }
+
+    /// GPU `ordinal`'s real memory, learnt later than its UUID.
+    pub fn set_total(&self, ordinal: usize, total: u64) {
+        if let Some(info) = self.layout().info.get(ordinal) {
+            info.total.store(total, Relaxed);
+        }
     }
 
     /// The last refusal's words, for the views.
