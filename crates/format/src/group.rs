@@ -515,6 +515,145 @@ impl GroupFile {
     }
 }
 
+/// One GPU of a group as a reader that is no member sees it ([`GroupFile::read_gpu`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuReading {
+    /// The limit a GPU entry made now would get ([`UNSET`]: the first member's own).
+    pub default_limit: u64,
+    /// The GPU's entry, if a member made one.
+    pub gpu: Option<GpuFigures>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuFigures {
+    /// Bytes, or [`NO_LIMIT`].
+    pub limit: u64,
+    /// What the living members reserved or hold there: the GPU's counter less what dead
+    /// members (not reaped yet) left on it; 0 when no member lives.
+    pub in_use: u64,
+    /// Each living member's pid and what it reserved or holds there.
+    pub members: Vec<(u64, u64)>,
+}
+
+impl GroupFile {
+    /// Opens group `name` under `state_dir` to read it only: `Ok(None)` when there is no such
+    /// file; nothing is created, locked or written (the mapping is read-only), so a process
+    /// that only looks (a monitoring tool) leaves no trace and never becomes a member. A file
+    /// that is not a group of this layout is an error, as in [`GroupFile::open`].
+    pub fn open_read_only(state_dir: &Path, name: &str) -> Result<Option<GroupFile>, GroupError> {
+        check_name(name).map_err(GroupError)?;
+        let path = group_path(state_dir, name);
+        let shown = path.display().to_string();
+        let fail = |what: &str| GroupError(format!("{shown}: {what}"));
+        let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| fail("a NUL byte"))?;
+        let flags = libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOFOLLOW;
+        // SAFETY: a valid C string; no mode (nothing is created).
+        let fd = unsafe { libc::open(c.as_ptr(), flags) };
+        if fd < 0 {
+            let e = io::Error::last_os_error();
+            return match e.kind() {
+                io::ErrorKind::NotFound => Ok(None),
+                _ => Err(fail(&e.to_string())),
+            };
+        }
+        let mut file = GroupFile {
+            fd,
+            map: std::ptr::null_mut(),
+            path,
+        };
+        // SAFETY: fstat into a zeroed struct of the right type.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: our fd, a valid out-pointer.
+        if unsafe { libc::fstat(fd, &mut st) } != 0 {
+            return Err(fail(&io::Error::last_os_error().to_string()));
+        }
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_size as usize != FILE_SIZE {
+            return Err(fail("not a cuquota group of this layout"));
+        }
+        // SAFETY: mapping FILE_SIZE bytes of a file that is exactly that large, read-only.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                FILE_SIZE,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if map == libc::MAP_FAILED {
+            return Err(fail(&io::Error::last_os_error().to_string()));
+        }
+        file.map = map.cast();
+        let h = &file.layout().header;
+        match (h.magic.load(Acquire), h.version.load(Relaxed)) {
+            // Being created: nothing to read yet.
+            (0, _) => Ok(None),
+            (MAGIC, LAYOUT_VERSION) if h.size.load(Relaxed) == FILE_SIZE as u64 => Ok(Some(file)),
+            _ => Err(fail("not a cuquota group of this layout")),
+        }
+    }
+
+    /// GPU `uuid` of the group as a reader that is no member sees it (dead members' charges
+    /// left out, nothing reaped). Works on a read-only or a member's file.
+    pub fn read_gpu(&self, uuid: [u8; 16]) -> GpuReading {
+        let layout = self.layout();
+        let words = uuid_words(uuid);
+        let found = layout.devices.iter().position(|d| {
+            d.state.load(Acquire) == 1
+                && d.uuid[0].load(Relaxed) == words[0]
+                && d.uuid[1].load(Relaxed) == words[1]
+        });
+        let gpu = found.map(|g| {
+            let d = &layout.devices[g];
+            let (mut members, mut dead, mut living) = (Vec::new(), 0u64, 0);
+            for (i, slot) in layout.slots.iter().enumerate() {
+                if !slot.is_member() {
+                    continue;
+                }
+                let charged = slot.charged[g].load(Relaxed);
+                if self.held_by_another(1 + i as u64) {
+                    living += 1;
+                    if charged > 0 {
+                        members.push((slot.pid.load(Relaxed), charged));
+                    }
+                } else {
+                    dead = dead.saturating_add(charged);
+                }
+            }
+            let in_use = match living {
+                0 => 0,
+                _ => d.in_use.load(Relaxed).saturating_sub(dead),
+            };
+            GpuFigures {
+                limit: d.limit.load(Relaxed),
+                in_use,
+                members,
+            }
+        });
+        GpuReading {
+            default_limit: layout.header.default_limit.load(Relaxed),
+            gpu,
+        }
+    }
+
+    /// Whether another open description holds a lock on `byte` (asked with `F_OFD_GETLK`,
+    /// which needs no write access and takes nothing); taken as held if it cannot be asked.
+    fn held_by_another(&self, byte: u64) -> bool {
+        // SAFETY: a zeroed flock is a valid value; the fields are set below.
+        let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+        fl.l_type = libc::F_WRLCK as libc::c_short;
+        fl.l_whence = libc::SEEK_SET as libc::c_short;
+        fl.l_start = byte as libc::off_t;
+        fl.l_len = 1;
+        // SAFETY: our fd and a valid flock.
+        if unsafe { libc::fcntl(self.fd, libc::F_OFD_GETLK, &mut fl) } != 0 {
+            return true;
+        }
+        fl.l_type != libc::F_UNLCK as libc::c_short
+    }
+}
+
 /// A group's figures at one moment.
 #[derive(Debug, Clone)]
 pub struct Snapshot {
@@ -564,6 +703,47 @@ mod tests {
         let d = std::env::temp_dir().join(format!("cuquota-group-{tag}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&d);
         d
+    }
+
+    /// A reader that is no member creates nothing, sees the living members' figures and
+    /// leaves a dead member's charges out.
+    #[test]
+    fn a_read_only_reader_sees_living_members_and_creates_nothing() {
+        let d = dir("reader");
+        assert!(GroupFile::open_read_only(&d, "svc").unwrap().is_none());
+        assert!(!d.exists(), "a reader created the state directory");
+        let uuid = [7u8; 16];
+        let member = GroupFile::open(&d, "svc").unwrap();
+        let (slot, g) = {
+            let locked = member.lock().unwrap();
+            let slot = member.claim_slot(&locked).unwrap();
+            (
+                slot,
+                member.device(&locked, uuid, 1 << 30, 16 << 30).unwrap(),
+            )
+        };
+        let layout = member.layout();
+        layout.devices[g].in_use.store(300 << 20, Relaxed);
+        layout.slots[slot].charged[g].store(300 << 20, Relaxed);
+        let reader = GroupFile::open_read_only(&d, "svc").unwrap().unwrap();
+        let pid = std::process::id() as u64;
+        let seen = reader.read_gpu(uuid);
+        assert_eq!(seen.default_limit, UNSET);
+        assert_eq!(
+            seen.gpu,
+            Some(GpuFigures {
+                limit: 1 << 30,
+                in_use: 300 << 20,
+                members: vec![(pid, 300 << 20)],
+            })
+        );
+        assert_eq!(reader.read_gpu([8u8; 16]).gpu, None);
+        // The member dies (its description closes): its charges are left out, unreaped.
+        drop(member);
+        let seen = reader.read_gpu(uuid).gpu.unwrap();
+        assert_eq!((seen.in_use, seen.members.len()), (0, 0));
+        assert_eq!(reader.layout().devices[g].in_use.load(Relaxed), 300 << 20);
+        let _ = fs::remove_dir_all(&d);
     }
 
     #[test]
