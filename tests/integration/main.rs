@@ -44,5 +44,7 @@ mod vmm;
 mod shim_nvml;
 // NVML under a quota: memory info, process lists, monitoring processes, groups.
 mod nvml_quota;
+// pynvml, nvitop and gpustat (real clients) under a quota.
+mod nvml_clients;
 // Context memory charged to the quota.
 mod context_memory;
