@@ -2,7 +2,8 @@
 # Creates (or reuses) the Python virtual environment the real-client tests run in:
 # NVIDIA's cuda-bindings, cuda.core and numba-cuda, pinned with everything they pull in,
 # plus the libcudart wheel that numba-cuda insists on finding (it is loaded, never
-# initialised), and tinygrad (pure Python, no dependencies; numpy for its tensors).
+# initialised), tinygrad (pure Python, no dependencies; numpy for its tensors), and the NVML
+# clients: nvidia-ml-py (pynvml), nvitop and gpustat (an sdist, built into a wheel here once).
 # Nothing is installed outside target/real-clients/.
 #
 # Usage: scripts/real-clients-env.sh   — prints the venv's python on stdout.
@@ -28,12 +29,24 @@ PINS=(
   packaging==26.4
   nvidia-cuda-runtime==13.5.37
   tinygrad==0.14.0
+  nvidia-ml-py==13.615.71
+  nvitop==1.7.2
+  psutil==7.1.3
+  gpustat==1.1.1
+  blessed==1.25.0
+  wcwidth==0.2.14
 )
+# Published as source only: built into a wheel in the wheelhouse, with BUILD_PINS (what its
+# pyproject.toml asks to build with; tomli only for Python < 3.11).
+SDISTS=(gpustat==1.1.1)
+BUILD_PINS=(setuptools==80.9.0 setuptools-scm==9.2.2 wheel==0.45.1 tomli==2.2.1)
 # Each pin's wheel size in MB (the x86_64 CPython 3.11 wheels; other interpreters' differ a
 # little), to announce a download before it starts.
 declare -A MB=(
   [cuda-bindings]=8 [cuda-core]=7 [cuda-pathfinder]=1 [numba-cuda]=2 [numba]=4
   [llvmlite]=60 [numpy]=17 [packaging]=1 [nvidia-cuda-runtime]=3 [tinygrad]=3
+  [nvidia-ml-py]=1 [nvitop]=1 [psutil]=1 [gpustat]=1 [blessed]=1 [wcwidth]=1
+  [setuptools]=2 [setuptools-scm]=1 [wheel]=1 [tomli]=1
 )
 
 python=${PYTHON:-python3}
@@ -62,12 +75,22 @@ if [ -x "$venv/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; the
 fi
 
 # Which pins have no wheel in the wheelhouse yet ("numba-cuda==0.30.4" → numba_cuda-0.30.4-*.whl).
+has_wheel() {
+  local name=${1%%==*} version=${1#*==}
+  compgen -G "$wheels/${name//-/_}-$version-*.whl" >/dev/null
+}
 missing=()
+sdists_missing=()
 for pin in "${PINS[@]}"; do
-  name=${pin%%==*}
-  version=${pin#*==}
-  compgen -G "$wheels/${name//-/_}-$version-*.whl" >/dev/null || missing+=("$pin")
+  if [[ " ${SDISTS[*]} " == *" $pin "* ]]; then
+    has_wheel "$pin" || sdists_missing+=("$pin")
+  else
+    has_wheel "$pin" || missing+=("$pin")
+  fi
 done
+if [ ${#sdists_missing[@]} -gt 0 ]; then
+  for pin in "${BUILD_PINS[@]}"; do has_wheel "$pin" || missing+=("$pin"); done
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   size=0
   for pin in "${missing[@]}"; do size=$((size + ${MB[${pin%%==*}]:?no size for $pin})); done
@@ -81,6 +104,19 @@ if [ ${#missing[@]} -gt 0 ]; then
   (or copy a filled wheelhouse here and set CUQUOTA_WHEELHOUSE=that directory)."
   fi
 fi
+
+for pin in "${sdists_missing[@]}"; do
+  echo "real-clients-env: downloading the source of $pin from PyPI (<1 MB) and building its wheel" >&2
+  src=$root/sdist
+  mkdir -p "$src"
+  "$python" -m pip download --quiet --disable-pip-version-check --no-deps --no-binary=:all: \
+    --retries 2 --timeout 30 -d "$src" "$pin" >&2 ||
+    fail "cannot download the source of $pin: no network to PyPI (see above)"
+  # Built in isolation from the pinned build wheels only (no index).
+  "$python" -m pip wheel --quiet --disable-pip-version-check --no-deps --no-index \
+    --find-links "$wheels" -w "$wheels" "$src/${pin%%==*}-${pin#*==}.tar.gz" >&2 ||
+    fail "building the wheel of $pin failed"
+done
 
 echo "real-clients-env: creating $venv" >&2
 rm -rf "$venv"

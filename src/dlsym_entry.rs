@@ -10,12 +10,12 @@
 //! accepts an unversioned definition). Otherwise it is one unversioned `dlsym`, which serves
 //! plain references of either version.
 
-use crate::exports::CUDA_HOOKS;
+use crate::exports::{CUDA_HOOKS, NVML_HOOKS};
 use crate::{ffi, lookup};
 use std::ffi::{c_char, c_void};
 
 /// Every library whose functions we hook, for `dlsym` on its handle.
-static HOOKED_LIBRARIES: &[&lookup::Hooks] = &[&CUDA_HOOKS];
+static HOOKED_LIBRARIES: &[&lookup::Hooks] = &[&CUDA_HOOKS, &NVML_HOOKS];
 
 // Both versions name the one entry; `.symver` needs the node in link/dlsym.map.
 #[cfg(all(target_arch = "x86_64", versioned_dlsym))]

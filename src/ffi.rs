@@ -33,6 +33,22 @@ impl<T: Copy> Out<T> {
     }
 }
 
+/// The first `count` elements of a caller's array, each as an [`Out`] (none for a null
+/// pointer).
+///
+/// # Safety
+/// `p` must be null or valid for reads and writes of `count` elements of `T` while the hook
+/// runs.
+pub unsafe fn outs<T: Copy>(p: *mut T, count: usize) -> Vec<Out<T>> {
+    if p.is_null() {
+        return Vec::new();
+    }
+    // SAFETY: within the caller's `count` elements, so each pointer is valid and non-null.
+    (0..count)
+        .filter_map(|i| unsafe { Out::new(p.add(i)) })
+        .collect()
+}
+
 /// What the driver wrote through `p` if the call succeeded and `p` is not null, else 0.
 ///
 /// # Safety

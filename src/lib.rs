@@ -10,9 +10,9 @@
 //!   in one order);
 //! - lookup: `real_driver` (every driver function cuquota resolves, declared once with its
 //!   prototype; the questions the engine asks the driver), `nvml` (NVML, a second real
-//!   library, called and never hooked: free memory before a context exists, this process's
-//!   own usage), `lookup` (finding a function in a real library; routing `dlsym` and
-//!   `cuGetProcAddress` to the hooks it is handed);
+//!   library, called — its memory figures are hooked in `exports/nvml.rs` — for free memory
+//!   before a context exists and this process's own usage), `lookup` (finding a function
+//!   in a real library; routing `dlsym` and `cuGetProcAddress` to the hooks it is handed);
 //! - engine, beside lookup (neither imports the other): `engine` (one room per part of
 //!   the footprint and kind of lifetime: reserve, call, commit or roll back; the virtualised
 //!   figures; `engine/explain.rs`, the one room that speaks), `episodes` (each thread's run

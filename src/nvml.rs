@@ -1,4 +1,6 @@
-//! NVML (`libnvidia-ml.so.1`), a second real library: called, never hooked. It answers what
+//! NVML (`libnvidia-ml.so.1`), a second real library: called here, and its memory figures
+//! hooked in `exports/nvml.rs` (cuquota's own calls below reach the real functions: they are
+//! resolved in NVML's handle, never through a hook). It answers what
 //! the driver cannot before a device has a context: the device's free memory (so that what
 //! creating the first context takes can be measured) and this process's own used memory
 //! (what `nvidia-smi` shows, to correct the context figure).
@@ -20,8 +22,16 @@ pub type NvmlReturn = c_uint;
 /// `nvmlDevice_t`: an opaque handle.
 pub type NvmlDevice = *mut c_void;
 
-const NVML_SUCCESS: NvmlReturn = 0;
-const NVML_ERROR_INSUFFICIENT_SIZE: NvmlReturn = 7;
+pub const NVML_SUCCESS: NvmlReturn = 0;
+pub const NVML_ERROR_INSUFFICIENT_SIZE: NvmlReturn = 7;
+/// `NVML_ERROR_FUNCTION_NOT_FOUND`: what a hook answers when the real library lacks it.
+pub const NVML_ERROR_FUNCTION_NOT_FOUND: NvmlReturn = 13;
+/// `NVML_ERROR_ARGUMENT_VERSION_MISMATCH`: a versioned struct of another version.
+pub const NVML_ERROR_ARGUMENT_VERSION_MISMATCH: NvmlReturn = 25;
+/// `NVML_ERROR_UNKNOWN`: what a hook answers if it panicked.
+pub const NVML_ERROR_UNKNOWN: NvmlReturn = 999;
+/// `NVML_DEVICE_UUID_V2_BUFFER_SIZE`.
+pub const UUID_BUFFER_SIZE: usize = 96;
 /// `NVML_VALUE_NOT_AVAILABLE` as an `unsigned long long` (`usedGpuMemory` under WDDM, or
 /// without the privilege to see it).
 const VALUE_NOT_AVAILABLE: u64 = u64::MAX;
@@ -83,6 +93,20 @@ library! {
         fn(NvmlDevice, *mut c_uint, *mut NvmlProcessInfoV2) -> NvmlReturn;
     nvmlDeviceGetComputeRunningProcesses:
         fn(NvmlDevice, *mut c_uint, *mut NvmlProcessInfoV1) -> NvmlReturn;
+    nvmlDeviceGetGraphicsRunningProcesses_v3:
+        fn(NvmlDevice, *mut c_uint, *mut NvmlProcessInfoV2) -> NvmlReturn;
+    nvmlDeviceGetGraphicsRunningProcesses_v2:
+        fn(NvmlDevice, *mut c_uint, *mut NvmlProcessInfoV2) -> NvmlReturn;
+    nvmlDeviceGetGraphicsRunningProcesses:
+        fn(NvmlDevice, *mut c_uint, *mut NvmlProcessInfoV1) -> NvmlReturn;
+    nvmlDeviceGetMPSComputeRunningProcesses_v3:
+        fn(NvmlDevice, *mut c_uint, *mut NvmlProcessInfoV2) -> NvmlReturn;
+    nvmlDeviceGetMPSComputeRunningProcesses_v2:
+        fn(NvmlDevice, *mut c_uint, *mut NvmlProcessInfoV2) -> NvmlReturn;
+    nvmlDeviceGetMPSComputeRunningProcesses:
+        fn(NvmlDevice, *mut c_uint, *mut NvmlProcessInfoV1) -> NvmlReturn;
+    nvmlDeviceGetUUID: fn(NvmlDevice, *mut c_char, c_uint) -> NvmlReturn;
+    nvmlDeviceGetIndex: fn(NvmlDevice, *mut c_uint) -> NvmlReturn;
 }
 
 /// How many CUDA ordinals get a remembered NVML handle.

@@ -125,6 +125,14 @@ pub fn engine() -> &'static Engine {
     }
 }
 
+/// The engine if a hooked CUDA call made it; never makes it (for the NVML hooks, which
+/// must leave a process that never used CUDA as they found it).
+#[inline]
+pub fn made_engine() -> Option<&'static Engine> {
+    // SAFETY: as in `engine`.
+    unsafe { ENGINE.load(Ordering::Acquire).as_ref() }
+}
+
 #[cold]
 fn make_engine() -> &'static Engine {
     register_handlers();
@@ -223,7 +231,7 @@ fn register_handlers() {
     }
 }
 
-fn read_config() -> Result<Config, ConfigError> {
+pub fn read_config() -> Result<Config, ConfigError> {
     // Non-UTF-8 values are kept (lossily) so that they fail to parse rather than read as unset.
     Config::from_os_vars(|name| std::env::var_os(name))
 }

@@ -12,6 +12,7 @@
 //! - the footprint's parts besides allocations: `parts` (charging any part), `pool_cache`
 //!   (what pools keep), `graph_memory`, `context_memory` (what contexts take);
 //! - `figures`: what the caller is told (memory info, total, summary figures);
+//!   `nvml_figures`: what NVML shows under a quota;
 //! - `explain`: the one place that speaks — outcomes become log lines and trace events.
 
 use crate::array_shape::ArrayShape;
@@ -35,6 +36,7 @@ mod contexts;
 mod explain;
 mod figures;
 mod graph_memory;
+mod nvml_figures;
 mod parts;
 mod placement;
 mod pool_cache;
@@ -48,6 +50,9 @@ pub use contexts::ContextEnd;
 use contexts::Ending;
 use explain::Outcome;
 pub use graph_memory::GraphNode;
+pub use nvml_figures::{
+    configured_limit, cuda_ordinal, memory_told, quota_without_books, reserved_told, NvmlQuota,
+};
 pub use parts::PartRefusal;
 pub use pool_cache::PoolOf;
 pub use queries::Queries;

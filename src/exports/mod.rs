@@ -3,7 +3,8 @@
 //! per area: `allocations`, `frees`, `vmm` (lifetimes and imports), `ownership` (contexts,
 //! primary contexts, pools' placement), `figures` (the memory figures), `lookups`
 //! (`cuGetProcAddress`), `arrays`, `context_memory`, `graphs`; here, the frames they share
-//! and `cuInit`.
+//! and `cuInit`. NVML's memory figures are hooked in `nvml`, with a table of their own
+//! ([`NVML_HOOKS`]).
 //!
 //! A hook is named as the driver symbol it stands in for; its real function is the slot of
 //! that name in `real_driver`. The kinds of hook, by their frame:
@@ -50,6 +51,7 @@ mod figures;
 mod frees;
 mod graphs;
 mod lookups;
+mod nvml;
 mod ownership;
 mod vmm;
 
@@ -62,6 +64,8 @@ use crate::real_driver as real;
 use std::cell::Cell;
 use std::ffi::c_uint;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+
+pub use nvml::NVML_HOOKS;
 
 /// `hooked!(symbol, |arg: Type, …| { body })`: the exported hook `symbol`
 /// (`#[no_mangle] pub unsafe extern "C" fn symbol(arg: Type, …) -> CuResult { body }`: every

@@ -46,5 +46,9 @@ mod trace;
 mod vmm;
 // The shim's context memory, NVML and other processes, as clients see them.
 mod shim_nvml;
+// NVML under a quota: memory info, process lists, monitoring processes, groups.
+mod nvml_quota;
+// pynvml, nvitop and gpustat (real clients) under a quota.
+mod nvml_clients;
 // Context memory charged to the quota.
 mod context_memory;

@@ -32,7 +32,7 @@ const FIT: u64 = QUOTA / CHUNK;
 const DEVICE: u64 = 4 * GIB;
 
 /// The venv's python, made (or found) once per test binary.
-fn python() -> &'static Path {
+pub(crate) fn python() -> &'static Path {
     static PYTHON: OnceLock<PathBuf> = OnceLock::new();
     PYTHON.get_or_init(|| {
         let script = artifacts().workspace.join("scripts/real-clients-env.sh");

@@ -80,8 +80,9 @@ def test_run_enforces_the_limit_on_the_shim(run):
     done, traces = run
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
-    # 2 = CUDA_ERROR_OUT_OF_MEMORY; NVML (the same shim object) sees the two allocations.
-    assert out == {"results": [0, 0, 2], "nvml_used": 768 * MiB, "nvml_total": 4 * GiB}
+    # 2 = CUDA_ERROR_OUT_OF_MEMORY; NVML (the same shim object) sees the two allocations,
+    # and under cuquota the quota as the GPU's total.
+    assert out == {"results": [0, 0, 2], "nvml_used": 768 * MiB, "nvml_total": 1 * GiB}
     assert len(traces) == 1
     pid = traces[0].name[len("t-"):-len(".jsonl")]
     assert done.stderr.splitlines() == [

@@ -202,6 +202,13 @@ impl GroupFile {
     /// Opens an existing group's file for reading only (the views): checked as `open`
     /// checks, never created, locked or written.
     pub fn open_read(path: &Path) -> Result<GroupFile, GroupError> {
+        let shown = path.display().to_string();
+        GroupFile::read_existing(path)?.ok_or_else(|| GroupError(format!("{shown}: being created")))
+    }
+
+    /// Maps an existing group's file read-only and checks it; `None` while its creator has
+    /// not published it yet.
+    fn read_existing(path: &Path) -> Result<Option<GroupFile>, GroupError> {
         let fail = |what: String| GroupError(format!("{}: {what}", path.display()));
         let mut file = SharedFile::open_read(path).map_err(GroupError)?;
         let size = file.size().map_err(fail)?;
@@ -217,8 +224,8 @@ impl GroupFile {
         };
         let h = &g.layout().header;
         match (h.magic.load(Acquire), h.version.load(Relaxed)) {
-            (MAGIC, LAYOUT_VERSION) => Ok(g),
-            (0, _) => Err(fail("being created".into())),
+            (MAGIC, LAYOUT_VERSION) => Ok(Some(g)),
+            (0, _) => Ok(None),
             (MAGIC, v) => Err(fail(format!(
                 "layout {v}, this cuquota reads {LAYOUT_VERSION}"
             ))),
@@ -430,6 +437,84 @@ impl GroupFile {
     }
 }
 
+/// One GPU of a group as a reader that is no member sees it ([`GroupFile::read_gpu`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuReading {
+    /// The limit a GPU entry made now would get ([`UNSET`]: the first member's own).
+    pub default_limit: u64,
+    /// The GPU's entry, if a member made one.
+    pub gpu: Option<GpuFigures>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuFigures {
+    /// Bytes, or [`NO_LIMIT`].
+    pub limit: u64,
+    /// What the living members reserved or hold there: the GPU's counter less what dead
+    /// members (not reaped yet) left on it; 0 when no member lives.
+    pub in_use: u64,
+    /// Each living member's pid and what it reserved or holds there.
+    pub members: Vec<(u64, u64)>,
+}
+
+impl GroupFile {
+    /// Opens group `name` under `state_dir` to read it only: `Ok(None)` when there is no such
+    /// file; nothing is created, locked or written (the mapping is read-only), so a process
+    /// that only looks (a monitoring tool) leaves no trace and never becomes a member. A file
+    /// that is not a group of this layout is an error, as in [`GroupFile::open`].
+    pub fn open_read_only(state_dir: &Path, name: &str) -> Result<Option<GroupFile>, GroupError> {
+        check_name(name).map_err(GroupError)?;
+        let path = group_path(state_dir, name);
+        if !path.exists() {
+            return Ok(None);
+        }
+        GroupFile::read_existing(&path)
+    }
+
+    /// GPU `uuid` of the group as a reader that is no member sees it (dead members' charges
+    /// left out, nothing reaped). Works on a read-only or a member's file.
+    pub fn read_gpu(&self, uuid: [u8; 16]) -> GpuReading {
+        let layout = self.layout();
+        let words = uuid_words(uuid);
+        let found = layout.devices.iter().position(|d| {
+            d.state.load(Acquire) == 1
+                && d.uuid[0].load(Relaxed) == words[0]
+                && d.uuid[1].load(Relaxed) == words[1]
+        });
+        let gpu = found.map(|g| {
+            let d = &layout.devices[g];
+            let (mut members, mut dead, mut living) = (Vec::new(), 0u64, 0);
+            for (i, slot) in layout.slots.iter().enumerate() {
+                if !slot.is_member() {
+                    continue;
+                }
+                let charged = slot.charged[g].load(Relaxed);
+                if self.file.held_elsewhere(1 + i as u64) {
+                    living += 1;
+                    if charged > 0 {
+                        members.push((slot.pid.load(Relaxed), charged));
+                    }
+                } else {
+                    dead = dead.saturating_add(charged);
+                }
+            }
+            let in_use = match living {
+                0 => 0,
+                _ => d.in_use.load(Relaxed).saturating_sub(dead),
+            };
+            GpuFigures {
+                limit: d.limit.load(Relaxed),
+                in_use,
+                members,
+            }
+        });
+        GpuReading {
+            default_limit: layout.header.default_limit.load(Relaxed),
+            gpu,
+        }
+    }
+}
+
 /// A group's figures at one moment.
 #[derive(Debug, Clone)]
 pub struct Snapshot {
@@ -476,6 +561,47 @@ mod tests {
         let d = std::env::temp_dir().join(format!("cuquota-group-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         d
+    }
+
+    /// A reader that is no member creates nothing, sees the living members' figures and
+    /// leaves a dead member's charges out.
+    #[test]
+    fn a_read_only_reader_sees_living_members_and_creates_nothing() {
+        let d = dir("reader");
+        assert!(GroupFile::open_read_only(&d, "svc").unwrap().is_none());
+        assert!(!d.exists(), "a reader created the state directory");
+        let uuid = [7u8; 16];
+        let member = GroupFile::open(&d, "svc").unwrap();
+        let (slot, g) = {
+            let locked = member.lock().unwrap();
+            let slot = member.claim_slot(&locked).unwrap();
+            (
+                slot,
+                member.device(&locked, uuid, 1 << 30, 16 << 30).unwrap(),
+            )
+        };
+        let layout = member.layout();
+        layout.devices[g].in_use.store(300 << 20, Relaxed);
+        layout.slots[slot].charged[g].store(300 << 20, Relaxed);
+        let reader = GroupFile::open_read_only(&d, "svc").unwrap().unwrap();
+        let pid = std::process::id() as u64;
+        let seen = reader.read_gpu(uuid);
+        assert_eq!(seen.default_limit, UNSET);
+        assert_eq!(
+            seen.gpu,
+            Some(GpuFigures {
+                limit: 1 << 30,
+                in_use: 300 << 20,
+                members: vec![(pid, 300 << 20)],
+            })
+        );
+        assert_eq!(reader.read_gpu([8u8; 16]).gpu, None);
+        // The member dies (its description closes): its charges are left out, unreaped.
+        drop(member);
+        let seen = reader.read_gpu(uuid).gpu.unwrap();
+        assert_eq!((seen.in_use, seen.members.len()), (0, 0));
+        assert_eq!(reader.layout().devices[g].in_use.load(Relaxed), 300 << 20);
+        let _ = fs::remove_dir_all(&d);
     }
 
     #[test]

@@ -113,6 +113,7 @@ mod host_access;
 mod unsupported;
 // NVML: the shim also answers as libnvidia-ml.so.1.
 mod nvml;
+mod nvml_unsupported;
 
 /// Every export, area by area.
 pub static TABLE: Table = Table::new(&[
@@ -353,8 +354,8 @@ mod tests {
             }
         }
         assert_eq!(
-            no_mangle, 4,
-            "an export defined outside exports! and nvml_exports!"
+            no_mangle, 5,
+            "an export defined outside exports!, nvml_exports! and not_supported!"
         );
         assert_eq!(declared, TABLE.rows().filter(|r| !r.alias).count());
     }

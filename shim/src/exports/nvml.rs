@@ -191,6 +191,54 @@ nvml_exports! {
     ) {
         running_processes(device, count, infos, process_info_v2)
     }
+
+    /// The simulated machine runs no graphics and no MPS clients: their lists are empty, in
+    /// each version (`*count` set to 0, `NVML_SUCCESS`).
+    fn nvmlDeviceGetGraphicsRunningProcesses(device: Handle, count: *mut c_uint, _infos: *mut NvmlProcessInfoV1) {
+        no_processes(device, count)
+    }
+
+    fn nvmlDeviceGetGraphicsRunningProcesses_v2(device: Handle, count: *mut c_uint, _infos: *mut NvmlProcessInfoV2) {
+        no_processes(device, count)
+    }
+
+    fn nvmlDeviceGetGraphicsRunningProcesses_v3(device: Handle, count: *mut c_uint, _infos: *mut NvmlProcessInfoV2) {
+        no_processes(device, count)
+    }
+
+    fn nvmlDeviceGetMPSComputeRunningProcesses(device: Handle, count: *mut c_uint, _infos: *mut NvmlProcessInfoV1) {
+        no_processes(device, count)
+    }
+
+    fn nvmlDeviceGetMPSComputeRunningProcesses_v2(device: Handle, count: *mut c_uint, _infos: *mut NvmlProcessInfoV2) {
+        no_processes(device, count)
+    }
+
+    fn nvmlDeviceGetMPSComputeRunningProcesses_v3(device: Handle, count: *mut c_uint, _infos: *mut NvmlProcessInfoV2) {
+        no_processes(device, count)
+    }
+
+    /// NVML's index of the device (its physical index: NVML ignores `CUDA_VISIBLE_DEVICES`).
+    fn nvmlDeviceGetIndex(device: Handle, index: *mut c_uint) {
+        let out = out(index)?;
+        out.write(physical(device)? as c_uint);
+        Ok(())
+    }
+
+    /// The kernel driver's version text ([`DRIVER_VERSION`]; nvml.h's buffer size is 80).
+    fn nvmlSystemGetDriverVersion(version: *mut c_char, length: c_uint) {
+        text_out(version, length, DRIVER_VERSION)
+    }
+
+    /// The CUDA version the driver supports, as `cuDriverGetVersion` says
+    /// (`CUDA_SHIM_DRIVER_VERSION`).
+    fn nvmlSystemGetCudaDriverVersion(version: *mut c_int) {
+        cuda_driver_version(version)
+    }
+
+    fn nvmlSystemGetCudaDriverVersion_v2(version: *mut c_int) {
+        cuda_driver_version(version)
+    }
 }
 
 /// Runs an NVML function's body: the initialisation check (unless `needs_init` is false),
@@ -207,6 +255,12 @@ fn entry(needs_init: bool, body: impl FnOnce() -> Result<(), NvmlReturn>) -> Nvm
         Ok(Err(code)) => code,
         Err(_) => NVML_ERROR_UNKNOWN,
     }
+}
+
+/// What a getter the shim has no figure for answers: `NVML_ERROR_NOT_SUPPORTED` once NVML
+/// is initialised (see `nvml_unsupported`).
+pub(super) fn not_supported() -> NvmlReturn {
+    entry(true, || Err(NVML_ERROR_NOT_SUPPORTED))
 }
 
 /// `nvmlInit*`: with bad `CUDA_SHIM_*` settings (reported once on stderr), as if the driver
@@ -296,6 +350,29 @@ unsafe fn handle_by_pci_bus_id(
         .filter(|&p| p < nvml::count(&state::lock()))
         .ok_or(NVML_ERROR_NOT_FOUND)?;
     out.write(super::handle_ptr(nvml::handle(physical)));
+    Ok(())
+}
+
+/// The kernel driver version the shim reports through NVML.
+pub const DRIVER_VERSION: &str = "580.65.06";
+
+/// # Safety
+/// `version` must be null or valid for a write of `c_int`.
+unsafe fn cuda_driver_version(version: *mut c_int) -> Result<(), NvmlReturn> {
+    let cfg = settings().map_err(|_| NVML_ERROR_UNKNOWN)?;
+    // SAFETY: passed on from this function's contract.
+    unsafe { out(version) }?.write(cfg.driver_version);
+    Ok(())
+}
+
+/// An empty process list for a valid device; a null `count` is `NVML_ERROR_INVALID_ARGUMENT`.
+///
+/// # Safety
+/// `count` must be null or valid for a write of `c_uint`.
+unsafe fn no_processes(device: Handle, count: *mut c_uint) -> Result<(), NvmlReturn> {
+    physical(device)?;
+    // SAFETY: passed on from this function's contract.
+    unsafe { out(count) }?.write(0);
     Ok(())
 }
 
