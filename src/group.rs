@@ -7,7 +7,9 @@
 use crate::spin::SpinLock;
 use cuquota_format::group::{GroupDevice, GroupFile, Slot, NO_LIMIT};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
+use std::sync::atomic::{
+    AtomicPtr, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
+};
 
 /// A member's hold on one GPU of its group: the group's counters for that GPU and this
 /// member's record of what it charged there (which the reaper gives back at its death).
