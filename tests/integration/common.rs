@@ -384,6 +384,8 @@ pub struct Run {
     preload: bool,
     /// stderr is a pipe whose reader is already gone (so writes to it fail with EPIPE).
     broken_stderr: bool,
+    /// stderr goes into stdout's pipe: `Output::stdout` has both, in the order written.
+    merged: bool,
     cwd: Option<PathBuf>,
     timeout: Duration,
 }
@@ -404,6 +406,7 @@ impl Run {
             env: Vec::new(),
             preload: true,
             broken_stderr: false,
+            merged: false,
             cwd: None,
             timeout: TIMEOUT,
         }
@@ -434,6 +437,13 @@ impl Run {
     /// Gives the program a stderr pipe whose reading end is closed before it starts.
     pub fn broken_stderr(mut self) -> Run {
         self.broken_stderr = true;
+        self
+    }
+
+    /// Sends stderr into stdout's pipe, so that `Output::stdout` shows the program's lines
+    /// and cuquota's in the order they were written (`Output::stderr` is then empty).
+    pub fn merged(mut self) -> Run {
+        self.merged = true;
         self
     }
 
@@ -473,14 +483,20 @@ impl Run {
     pub fn run_allowing_timeout(self) -> Output {
         let art = artifacts();
         let mut cmd = Command::new(&self.program);
-        cmd.args(&self.args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(if self.broken_stderr {
+        cmd.args(&self.args).stdin(Stdio::null());
+        let mut merged = None;
+        if self.merged {
+            let (reader, writer) = std::io::pipe().expect("a pipe");
+            cmd.stdout(writer.try_clone().expect("a pipe's copy"))
+                .stderr(writer);
+            merged = Some(reader);
+        } else {
+            cmd.stdout(Stdio::piped()).stderr(if self.broken_stderr {
                 broken_pipe()
             } else {
                 Stdio::piped()
             });
+        }
         for (key, _) in std::env::vars_os() {
             let k = key.to_string_lossy();
             if k.starts_with("CUQUOTA_")
@@ -508,8 +524,14 @@ impl Run {
         let mut child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("start {description}: {e}"));
+        // Our copies of a merged pipe's writing end go with `cmd`, so that it ends with the
+        // program.
+        drop(cmd);
         let pid = child.id();
-        let stdout = reader(child.stdout.take().unwrap());
+        let stdout = match (merged, child.stdout.take()) {
+            (Some(pipe), _) => reader(pipe),
+            (None, pipe) => reader(pipe.unwrap()),
+        };
         let stderr = match child.stderr.take() {
             Some(pipe) => reader(pipe),
             None => thread::spawn(String::new),
