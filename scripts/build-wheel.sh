@@ -10,7 +10,7 @@
 # --manylinux2014: a wheel for glibc 2.17 and later (manylinux_2_17 = manylinux2014: RHEL 7
 # and 8, Ubuntu 18.04 and 20.04 containers), with no container: zig links against glibc
 # 2.17's symbol versions. The first run installs the pinned ziglang and cargo-zigbuild wheels
-# from PyPI (about 60 MB) and auditwheel into target/zig/venv, and builds everything again
+# from PyPI (about 100 MB; 450 MB installed) and auditwheel into target/zig/venv, and builds everything again
 # for the target x86_64-unknown-linux-gnu.2.17 (minutes on 2 cores; later runs reuse
 # target/x86_64-unknown-linux-gnu/). `auditwheel show` must then confirm manylinux_2_17.
 set -euo pipefail
@@ -36,7 +36,7 @@ if [ -z "$manylinux2014" ]; then
 else
   venv=$PWD/target/zig/venv
   if [ "$(cat "$venv/pins.txt" 2>/dev/null)" != "${ZIG_PINS[*]}" ]; then
-    echo "build-wheel: installing ${ZIG_PINS[*]} from PyPI into $venv (about 60 MB)" >&2
+    echo "build-wheel: installing ${ZIG_PINS[*]} from PyPI into $venv (about 100 MB)" >&2
     rm -rf "$venv"
     "$python" -m venv "$venv"
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${ZIG_PINS[@]}" >&2 ||
