@@ -16,11 +16,20 @@ use std::process::Command;
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=link/dlsym.map");
+    println!("cargo:rerun-if-env-changed=RUSTC_LINKER");
     println!("cargo:rustc-check-cfg=cfg(versioned_dlsym)");
     if std::env::var("CARGO_CFG_TARGET_OS").as_deref() != Ok("linux") {
         return;
     }
-    println!("cargo:rustc-cdylib-link-arg=-Wl,-Bsymbolic-functions");
+    // zig's linker driver (`cargo zigbuild`, the manylinux2014 wheel) knows only -Bsymbolic,
+    // which binds data references too: the same for a library that exports no data.
+    let zig = std::env::var("RUSTC_LINKER").is_ok_and(|l| l.contains("zigcc"));
+    let symbolic = if zig {
+        "-Bsymbolic"
+    } else {
+        "-Bsymbolic-functions"
+    };
+    println!("cargo:rustc-cdylib-link-arg=-Wl,{symbolic}");
     if std::env::var("CARGO_CFG_TARGET_ARCH").as_deref() != Ok("x86_64") {
         return;
     }

@@ -17,6 +17,11 @@ setuptools-rust: its NoBinding cdylib is renamed with the CPython suffix
 are no Python extensions: the wheel is py3-none-<platform>, the platform tag
 manylinux_2_<N>_<arch> from the newest glibc symbol version the artifacts need (read with
 objdump from binutils, which gcc brings, as is strip), which `auditwheel show` confirms.
+
+By default cargo builds for the machine's own glibc (manylinux_2_34 on Debian 12). With
+CUQUOTA_GLIBC=2.17 (what `scripts/build-wheel.sh --manylinux2014` sets, with cargo-zigbuild
+and zig on PATH) it runs `cargo zigbuild --target x86_64-unknown-linux-gnu.2.17`, which
+links against glibc 2.17's symbol versions: the wheel is then manylinux_2_17 (manylinux2014).
 """
 
 import json
@@ -45,6 +50,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def cargo_build():
     """Builds the four artifacts; returns {(manifest, file name): path}."""
     command = ["cargo", "build", "--release", "--locked", "--message-format=json-render-diagnostics"]
+    glibc = os.environ.get("CUQUOTA_GLIBC", "")
+    if glibc:
+        if not re.fullmatch(r"2\.\d+", glibc):
+            sys.exit(f"cuquota: CUQUOTA_GLIBC={glibc!r}: expected a glibc version such as 2.17")
+        command[1:2] = ["zigbuild", "--target", f"{os.uname().machine}-unknown-linux-gnu.{glibc}"]
     for package in PACKAGES:
         command += ["-p", package]
     print("cuquota: " + " ".join(command) + " (minutes the first time)", file=sys.stderr, flush=True)

@@ -10,6 +10,9 @@
 # the first run downloads about 44 MB from PyPI and says so first; CUQUOTA_WHEELHOUSE=DIR
 # installs from a copied wheelhouse without network), tools/ (auditwheel, kept), venv/
 # (made afresh each run).
+#
+# CUQUOTA_WHEEL=FILE tests that wheel instead of building one (e.g. the manylinux2014 wheel
+# of `scripts/build-wheel.sh --manylinux2014`); its tag is checked the same way.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -57,12 +60,17 @@ fi
 
 # The build: pip fetches the build backend (setuptools) into an isolated environment, here
 # from the wheelhouse; setup.py runs cargo.
-rm -rf "$root/dist"
-start=$(date +%s)
-"$python" -m pip wheel "${pip_quiet[@]}" --no-deps --no-index --find-links "$wheels" \
-  -w "$root/dist" . >&2 || fail "pip wheel . failed"
-wheel=$(ls "$root/dist"/cuquota-*.whl)
-echo "wheel-test: built $(basename "$wheel") ($(( $(stat -c %s "$wheel") / 1024 )) KiB) in $(( $(date +%s) - start )) s" >&2
+if [ -n "${CUQUOTA_WHEEL:-}" ]; then
+  wheel=$(realpath "$CUQUOTA_WHEEL") || fail "no wheel $CUQUOTA_WHEEL"
+  echo "wheel-test: testing $(basename "$wheel") (CUQUOTA_WHEEL)" >&2
+else
+  rm -rf "$root/dist"
+  start=$(date +%s)
+  "$python" -m pip wheel "${pip_quiet[@]}" --no-deps --no-index --find-links "$wheels" \
+    -w "$root/dist" . >&2 || fail "pip wheel . failed"
+  wheel=$(ls "$root/dist"/cuquota-*.whl)
+  echo "wheel-test: built $(basename "$wheel") ($(( $(stat -c %s "$wheel") / 1024 )) KiB) in $(( $(date +%s) - start )) s" >&2
+fi
 
 tools=$root/tools
 if [ "$(cat "$tools/pins.txt" 2>/dev/null)" != "$tag ${TOOL_PINS[*]}" ]; then

@@ -1,7 +1,9 @@
 //! Back-off episodes as the calling threads live them: each thread's open run of refusals,
 //! and what ends it. The rule that groups refusals and names the outcome (`Episode`) is
 //! shared with the `report` command; this module only keeps the open ones, one per thread, in
-//! one table (so that the exit handler and any thread can end those whose gap has passed).
+//! one table (so that the exit handler, the watcher thread and any thread can end those whose
+//! gap has passed). A refusal that opens an episode wakes the watcher, which ends it when its
+//! gap has passed if nothing else did first.
 
 use crate::messages::{self, Episode, Outcome};
 use crate::spin::SpinLock;
@@ -94,6 +96,10 @@ pub fn refused(device: u32, bytes: u64, api: &'static str) -> Refusal {
         }
     };
     OPEN_EPISODES.store(open.len(), Relaxed);
+    drop(open);
+    if opened {
+        crate::watcher::wake();
+    }
     Refusal { ended, opened }
 }
 
@@ -141,6 +147,26 @@ fn expire(open: &mut Vec<Open>, now: u64) -> Vec<Ended> {
         keep
     });
     ended
+}
+
+/// From the watcher: the episodes whose gap has passed end (gave up).
+pub fn expired() -> Vec<Ended> {
+    if OPEN_EPISODES.load(Relaxed) == 0 {
+        return Vec::new();
+    }
+    let mut open = OPEN.lock();
+    let ended = expire(&mut open, sys::monotonic_ns());
+    OPEN_EPISODES.store(open.len(), Relaxed);
+    ended
+}
+
+/// The last moment of the earliest open episode's gap (CLOCK_MONOTONIC ns), or None when
+/// none is open.
+pub fn next_expiry() -> Option<u64> {
+    if OPEN_EPISODES.load(Relaxed) == 0 {
+        return None;
+    }
+    OPEN.lock().iter().map(|(_, _, e)| e.gap_ends_at()).min()
 }
 
 /// At exit: every open episode ends (gave up), in the order they opened.
@@ -204,6 +230,10 @@ mod tests {
         let ended = mine(r.ended);
         assert!(matches!(ended[0].outcome, Outcome::GaveUp(_)));
         assert_eq!(&*ended[0].sizes(), [GIB]);
+        // The watcher's view: when the earliest open gap ends; nothing of ours ended yet.
+        let next = next_expiry().expect("an episode is open");
+        assert!(next <= sys::monotonic_ns() + cuquota_format::episodes::GAP_NS);
+        assert!(mine(expired()).is_empty(), "within its gap");
         let left = mine(at_exit());
         assert_eq!(left.len(), 1);
         assert_eq!(left[0].refused, [2 * GIB]);

@@ -16,7 +16,9 @@
 //! - engine, beside lookup (neither imports the other): `engine` (one room per part of
 //!   the footprint and kind of lifetime: reserve, call, commit or roll back; the virtualised
 //!   figures; `engine/explain.rs`, the one room that speaks), `episodes` (each thread's run
-//!   of refusals), `trace` (the trace file, started at its first event), `messages` (the
+//!   of refusals), `watcher` (the thread of a governed process that says the summary on
+//!   SIGTERM/SIGINT and ends back-off episodes when their gap passes), `trace` (the trace
+//!   file, started at its first event), `messages` (the
 //!   words of the log lines), `log` (where they go), `config` (the environment variables);
 //! - books: `quota` (`Books`, every GPU's counters, kept in this process's registry file
 //!   or its memory), `group` (this process as a member of a group: its slot, its hold on
@@ -54,3 +56,4 @@ mod spin;
 mod sys;
 pub mod trace;
 pub mod vmm;
+mod watcher;

@@ -1,8 +1,11 @@
 //! The life of the process around the engine, in one place: the engine is made at the first
 //! hooked CUDA call (never in a constructor, so a process that never uses CUDA reads no
-//! variable, prints nothing and opens no file); the exit handler and the fork handler are
-//! registered here and nowhere else, before the engine is begun, so that a child forked at
-//! any moment — while another thread is still making the engine, too — starts clean.
+//! variable, prints nothing, opens no file, starts no thread and installs no signal
+//! handler); the exit handler and the fork handler are registered here and nowhere else,
+//! before the engine is begun, so that a child forked at any moment — while another thread
+//! is still making the engine, too — starts clean. Once the engine is made, the watcher
+//! thread starts (`watcher`: SIGTERM/SIGINT's summary, back-off episodes ended when their
+//! gap passes) with the tasks defined here.
 //!
 //! Fork takes no lock around it (no prepare or parent handler): every lock a hook can hold
 //! is a spin lock, which the child simply clears, because a parked mutex inherited mid-wait
@@ -12,7 +15,9 @@
 //!    memory is not the child's), and this thread's back-off episode is forgotten;
 //! 2. the log: its lock is freed, its target kept;
 //! 3. the trace writer: the child forgets the parent's trace and starts its own at its first
-//!    event (with `%p` in the path, a file of its own).
+//!    event (with `%p` in the path, a file of its own);
+//! 4. the watcher: a child of a governed process gets a fresh one (the parent's thread is
+//!    not in the child, and its eventfd is shared with the parent).
 
 use crate::config::{Config, ConfigError, LogTarget};
 use crate::cuda_abi::CuResult;
@@ -147,6 +152,7 @@ fn make_engine() -> &'static Engine {
         {
             let engine: &'static Engine = Box::leak(Box::new(new_engine()));
             ENGINE.store((engine as *const Engine).cast_mut(), Ordering::Release);
+            crate::watcher::start(&WATCHER_TASKS);
             return engine;
         }
         // Another thread is making it (reading the environment, perhaps writing a line):
@@ -222,7 +228,6 @@ fn register_handlers() {
     if HANDLERS.swap(true, Ordering::AcqRel) {
         return;
     }
-    crate::trace::on_signal(summary_on_signal);
     // SAFETY: registering plain extern "C" fns with atexit / pthread_atfork has no other
     // precondition.
     unsafe {
@@ -267,9 +272,20 @@ extern "C" fn at_exit() {
     });
 }
 
-/// SIGTERM/SIGINT with the trace on (its writer thread runs this; see `trace::on_signal`):
-/// the episodes' outcomes and the summary lines, as at exit, which the signal skips.
-fn summary_on_signal() {
+/// What the watcher thread does for the engine.
+static WATCHER_TASKS: crate::watcher::Tasks = crate::watcher::Tasks {
+    on_signal: summary_on_signal,
+    expire: expire_episodes,
+};
+
+/// How long the watcher waits for the trace's writer on SIGTERM/SIGINT (the signal handler
+/// itself lets the process die after 200 ms, whatever is left).
+const SIGNAL_TRACE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// SIGTERM/SIGINT, on the watcher thread (the exit handlers will not run): the episodes'
+/// outcomes and the summary lines, as at exit, then the trace's remaining events and its
+/// summary (`end` names the signal). A trace with a summary means these lines were written.
+fn summary_on_signal(sig: i32) {
     // SAFETY: as in `engine`.
     if let Some(engine) = unsafe { ENGINE.load(Ordering::Acquire).as_ref() } {
         engine.end_episodes();
@@ -277,6 +293,17 @@ fn summary_on_signal() {
             crate::log::line(&line);
         }
     }
+    crate::trace::finish_on_signal(sig, SIGNAL_TRACE_WAIT);
+}
+
+/// On the watcher thread: the episodes whose gap has passed end now, with their outcome
+/// lines and trace events; returns when the next open one's gap ends.
+fn expire_episodes() -> Option<u64> {
+    // SAFETY: as in `engine`.
+    if let Some(engine) = unsafe { ENGINE.load(Ordering::Acquire).as_ref() } {
+        engine.end_expired_episodes();
+    }
+    crate::episodes::next_expiry()
 }
 
 /// The child has its own quota, summary and trace; the order is the module's.
@@ -299,6 +326,11 @@ extern "C" fn after_fork_in_child() {
     unsafe { crate::trace::reset_in_child() };
     // SAFETY: as above.
     unsafe { crate::nvml::unlock_in_child() };
+    // Last: the new thread may take any of the locks freed above.
+    if !ENGINE.load(Ordering::Acquire).is_null() {
+        // SAFETY: as above.
+        unsafe { crate::watcher::restart_in_child(&WATCHER_TASKS) };
+    }
 }
 
 // ---- a driver no call reached ----------------------------------------------------------------

@@ -114,8 +114,16 @@ fn memfd(size: usize, device: Option<usize>) -> Option<c_int> {
         Some(d) => format!("{MEMFD_PREFIX}{d}\0"),
         None => format!("{HOST_MEMFD}\0"),
     };
+    // The system call, not glibc's wrapper (glibc 2.27), so that the shim loads on glibc 2.17
+    // (the manylinux2014 wheel).
     // SAFETY: the name is a NUL-terminated string; the call creates a new file descriptor.
-    let fd = unsafe { libc::memfd_create(name.as_ptr().cast(), libc::MFD_CLOEXEC) };
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_memfd_create,
+            name.as_ptr(),
+            libc::MFD_CLOEXEC as libc::c_uint,
+        )
+    } as c_int;
     if fd < 0 {
         return None;
     }

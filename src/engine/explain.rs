@@ -361,6 +361,11 @@ impl Engine {
         self.episodes_ended(episodes::at_exit());
     }
 
+    /// From the watcher thread: the episodes whose gap has passed end (gave up).
+    pub fn end_expired_episodes(&self) {
+        self.episodes_ended(episodes::expired());
+    }
+
     /// The exit summary: one line per device that saw an allocation or a refusal. It never
     /// waits for a lock.
     pub fn summary_lines(&self) -> Vec<String> {

@@ -3,9 +3,9 @@
 //!
 //! Life cycle: the engine hands every event to [`emit`], which starts the trace at the first
 //! one (or holds events back until the driver can name the devices for the header);
-//! [`flush_held`] and [`finish`] run from the exit handler. SIGTERM/SIGINT flush before the
-//! default action (see `signals`); after `fork()` the process module calls
-//! [`reset_in_child`]: the child forgets the parent's trace and starts its own.
+//! [`flush_held`] and [`finish`] run from the exit handler. On SIGTERM/SIGINT the watcher
+//! thread calls [`finish_on_signal`] before the default action; after `fork()` the process
+//! module calls [`reset_in_child`]: the child forgets the parent's trace and starts its own.
 
 use crate::quota::Part;
 use cuquota_format::schema;
@@ -14,7 +14,6 @@ use std::ffi::OsStr;
 mod cursor;
 mod encode;
 mod path;
-mod signals;
 mod tally;
 mod writer;
 
@@ -242,25 +241,6 @@ pub struct StartInfo {
 /// forked child). Tracers are leaked, so a non-null pointer stays valid forever.
 static CURRENT: AtomicPtr<Tracer> = AtomicPtr::new(std::ptr::null_mut());
 
-/// What runs when SIGTERM/SIGINT ends the process before the trace's summary is written: the
-/// exit handlers will not run, and the signal handler can do nothing that allocates, so the
-/// writer thread runs this (the process module's summary lines). Null: nothing.
-static ON_SIGNAL: AtomicPtr<()> = AtomicPtr::new(std::ptr::null_mut());
-
-/// Sets what the writer runs on SIGTERM/SIGINT, before the trace's summary.
-pub fn on_signal(f: fn()) {
-    ON_SIGNAL.store(f as *mut (), Ordering::Release);
-}
-
-fn run_on_signal() {
-    let f = ON_SIGNAL.load(Ordering::Acquire);
-    if !f.is_null() {
-        // SAFETY: only `on_signal` stores here, and it stores a `fn()`.
-        let f: fn() = unsafe { std::mem::transmute::<*mut (), fn()>(f) };
-        f();
-    }
-}
-
 const OFF: u8 = 0;
 const STARTING: u8 = 1;
 const ON: u8 = 2;
@@ -377,7 +357,6 @@ fn start_claimed(template: &OsStr, info: &StartInfo) -> Result<(), String> {
             CURRENT.store((tracer as *const Tracer).cast_mut(), Ordering::Release);
             STATE.store(ON, Ordering::Release);
             drop(pending);
-            install_signal_flush();
             Ok(())
         }
         Err(e) => {
@@ -430,6 +409,14 @@ pub fn finish() {
             );
         }
     }
+}
+
+/// SIGTERM/SIGINT is ending the process (from the watcher thread; the exit handlers will not
+/// run): writes what is buffered and the summary line, whose `end` names the signal, and
+/// stops the writer, waiting at most `timeout`. Returns whether it finished in time (true
+/// when no trace runs).
+pub fn finish_on_signal(sig: i32, timeout: Duration) -> bool {
+    current().is_none_or(|tracer| tracer.finish_on_signal(sig, timeout))
 }
 
 /// The file this process's trace went to, once it was started.
@@ -528,12 +515,6 @@ fn open(
     }
     let quotas = info.devices.iter().map(|d| (d.ordinal, d.quota)).collect();
     Tracer::spawn(fd, shown, start_mono_ns, quotas, options)
-}
-
-/// Once per process, after the first successful start (a forked child inherits it).
-fn install_signal_flush() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(signals::install);
 }
 
 /// In a forked child (from the process module's fork handler): the child has no writer

@@ -51,9 +51,9 @@ pub struct Tracer {
     /// CLOCK_MONOTONIC at start; `t_ns` counts from here.
     start_mono_ns: u64,
     pub(super) fd: i32,
-    /// An eventfd that wakes the writer early (finish, signal, half-full buffer).
+    /// An eventfd that wakes the writer early (finish, a signal's end, half-full buffer).
     pub(super) wake_fd: i32,
-    /// Signal number whose handler asked for a final flush (0: none).
+    /// The signal that is ending the process, for the summary's `end` (0: none).
     signal: AtomicI32,
     /// The writer has written its last line and stopped.
     done: Mutex<bool>,
@@ -187,28 +187,18 @@ impl Tracer {
         *done
     }
 
-    /// From a signal handler: ask for a final flush and wait for it at most `timeout_ms`.
-    /// Async-signal-safe: atomics, write(2) and nanosleep only.
-    pub fn flush_from_signal(&self, sig: i32, timeout_ms: u32) {
-        if self
+    /// SIGTERM/SIGINT `sig` ends the process: the writer writes the rest and a summary whose
+    /// `end` names the signal; waits for it at most `timeout`. Returns whether it finished.
+    pub fn finish_on_signal(&self, sig: i32, timeout: Duration) -> bool {
+        let _ = self
             .signal
-            .compare_exchange(0, sig, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
-        {
-            return;
-        }
+            .compare_exchange(0, sig, Ordering::AcqRel, Ordering::Acquire);
         self.wake();
-        let pause = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 1_000_000,
-        };
-        for _ in 0..timeout_ms {
-            if self.done_flag.load(Ordering::Acquire) {
-                return;
-            }
-            // SAFETY: pause is a valid timespec; the remainder pointer may be null.
-            unsafe { libc::nanosleep(&pause, std::ptr::null_mut()) };
+        let mut done = self.done.lock();
+        if !*done {
+            self.done_cv.wait_for(&mut done, timeout);
         }
+        *done
     }
 
     fn now_ns(&self) -> u64 {
@@ -261,11 +251,6 @@ impl Tracer {
             };
             self.write_batch(&mut state);
             if closed {
-                if sig != 0 {
-                    // Before the trace's summary, which tells the signal handler it may let
-                    // the process die: a trace with a summary means these lines were written.
-                    super::run_on_signal();
-                }
                 let end = match sig {
                     0 => "exit",
                     libc::SIGTERM => "SIGTERM",

@@ -17,7 +17,10 @@
  *   spin:N:SIZE             N background threads allocate and free SIZE bytes until the
  *                           process ends; returns once each has done it once
  *   signal:SIG              kill(getpid(), SIG); prints "signal SIG survived" if still
- *                           alive after 10 s
+ *                           alive after 10 s, or at once when a catch:SIG handler ran
+ *   catch:SIG               installs the program's own SIG handler (it only notes the signal)
+ *   procinfo                prints "procinfo threads=N term=D int=D": the process's threads
+ *                           and the SIGTERM and SIGINT dispositions (default, ignore, handler)
  *   exitthread:CODE         a new thread calls exit(CODE) (the caller waits for it)
  *   sigexit:SIG             installs a SIG handler that calls exit(0) and sends SIG to the
  *                           first spin thread (most likely inside a hook); prints
@@ -390,6 +393,34 @@ static void *spin_main(void *p) {
 /* The spinner threads, for sigexit (which interrupts one of them inside the hooks). */
 static pthread_t spinners[64];
 static int nspinners;
+
+static volatile sig_atomic_t caught;
+
+static void note_signal(int sig) {
+    caught = sig;
+}
+
+static const char *disposition(int sig) {
+    struct sigaction old;
+    if (sigaction(sig, NULL, &old))
+        return "unknown";
+    if (old.sa_handler == SIG_DFL)
+        return "default";
+    return old.sa_handler == SIG_IGN ? "ignore" : "handler";
+}
+
+static int count_threads(void) {
+    int n = 0;
+    char line[256];
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "Threads:", 8))
+            n = atoi(line + 8);
+    fclose(f);
+    return n;
+}
 
 static void exit_from_handler(int sig) {
     (void)sig;
@@ -1583,9 +1614,19 @@ static int run_op(const struct drv *d, const char *word) {
         if (parse_num(f[1], &a) || a == 0 || a >= 65)
             return -1;
         kill(getpid(), (int)a);
-        for (i = 0; i < 1000; i++)
+        for (i = 0; i < 1000 && caught != (int)a; i++)
             nanosleep(&ts, NULL);
         out("signal %llu survived", a);
+    } else if (!strcmp(op, "catch")) {
+        NARGS(1);
+        if (parse_num(f[1], &a) || a == 0 || a >= 65)
+            return -1;
+        signal((int)a, note_signal);
+        out("catch %llu", a);
+    } else if (!strcmp(op, "procinfo")) {
+        NARGS(0);
+        out("procinfo threads=%d term=%s int=%s", count_threads(), disposition(SIGTERM),
+            disposition(SIGINT));
     } else if (!strcmp(op, "sigexit")) {
         /* A handler for SIG that calls exit(0), then SIG sent to the first spinner thread,
          * which is most likely inside a hook: exit runs the exit handlers on that thread. */

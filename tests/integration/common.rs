@@ -396,6 +396,8 @@ pub struct Run {
     preload: bool,
     /// stderr is a pipe whose reader is already gone (so writes to it fail with EPIPE).
     broken_stderr: bool,
+    /// stderr goes into stdout's pipe: `Output::stdout` has both, in the order written.
+    merged: bool,
     cwd: Option<PathBuf>,
     timeout: Duration,
 }
@@ -416,6 +418,7 @@ impl Run {
             env: Vec::new(),
             preload: true,
             broken_stderr: false,
+            merged: false,
             cwd: None,
             timeout: TIMEOUT,
         }
@@ -446,6 +449,13 @@ impl Run {
     /// Gives the program a stderr pipe whose reading end is closed before it starts.
     pub fn broken_stderr(mut self) -> Run {
         self.broken_stderr = true;
+        self
+    }
+
+    /// Sends stderr into stdout's pipe, so that `Output::stdout` shows the program's lines
+    /// and cuquota's in the order they were written (`Output::stderr` is then empty).
+    pub fn merged(mut self) -> Run {
+        self.merged = true;
         self
     }
 
@@ -492,14 +502,20 @@ impl Run {
     pub fn start(self) -> Running {
         let art = artifacts();
         let mut cmd = Command::new(&self.program);
-        cmd.args(&self.args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(if self.broken_stderr {
+        cmd.args(&self.args).stdin(Stdio::null());
+        let mut merged = None;
+        if self.merged {
+            let (reader, writer) = std::io::pipe().expect("a pipe");
+            cmd.stdout(writer.try_clone().expect("a pipe's copy"))
+                .stderr(writer);
+            merged = Some(reader);
+        } else {
+            cmd.stdout(Stdio::piped()).stderr(if self.broken_stderr {
                 broken_pipe()
             } else {
                 Stdio::piped()
             });
+        }
         for (key, _) in std::env::vars_os() {
             let k = key.to_string_lossy();
             if k.starts_with("CUQUOTA_")
@@ -527,8 +543,14 @@ impl Run {
         let mut child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("start {description}: {e}"));
+        // Our copies of a merged pipe's writing end go with `cmd`, so that it ends with the
+        // program.
+        drop(cmd);
         let lines: SharedLines = Default::default();
-        let stdout = line_reader(child.stdout.take().unwrap(), lines.clone());
+        let stdout = match (merged, child.stdout.take()) {
+            (Some(pipe), _) => line_reader(pipe, lines.clone()),
+            (None, pipe) => line_reader(pipe.unwrap(), lines.clone()),
+        };
         let stderr = match child.stderr.take() {
             Some(pipe) => reader(pipe),
             None => thread::spawn(String::new),

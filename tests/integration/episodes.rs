@@ -314,34 +314,65 @@ fn episodes_are_per_thread() {
     }
 }
 
-/// An episode whose gap has passed ends at the next successful allocation of any thread (not
-/// only at exit), so that the alloc path leaves its slow branch: here another thread's.
+/// An episode whose gap passes while the program makes no CUDA call ends then, on the
+/// watcher thread: its outcome line comes before what the program prints after its sleep
+/// (stdout and stderr in one pipe, in the order written), with or without a trace; the
+/// trace's `backoff` line comes before the next call's line, 200 ms after the refusal.
+/// Here the refused thread is not the main one, and it is gone by then.
 #[test]
-fn another_threads_allocation_ends_an_expired_episode() {
-    let dir = scratch_dir("episodes-expired");
-    let path = dir.join("t.jsonl");
-    let out = run(
-        Client::Linked,
-        "init alloc:768M tc-alloc:512M sleep:300 alloc:128M info",
-        &[
-            ("CUQUOTA_LIMIT", "1GiB"),
-            ("CUQUOTA_TRACE", path.to_str().unwrap()),
-        ],
-    );
-    out.check_rcs(&[0, 0, OUT_OF_MEMORY, 0, 0]);
-    out.check_log(&gave_up_line(
-        &[512 * MIB],
-        "no request of 512.00 MiB or less followed within 200 ms",
-    ));
-    let text = std::fs::read_to_string(&path).unwrap();
-    let kinds: Vec<String> = text
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap()["type"].to_string())
-        .collect();
-    let kinds: Vec<&str> = kinds.iter().map(|k| k.trim_matches('"')).collect();
-    assert_eq!(
-        kinds,
-        ["header", "alloc", "refused", "alloc", "backoff", "meminfo", "summary"],
-        "ended at the 128M allocation, before the info:\n{text}"
-    );
+fn an_episode_ends_when_its_gap_passes() {
+    for traced in [false, true] {
+        let dir = scratch_dir("episodes-gap");
+        let path = dir.join("t.jsonl");
+        let mut run = Run::client(Client::Linked)
+            .ops("init alloc:768M tc-alloc:512M sleep:1000 alloc:128M info")
+            .env("CUQUOTA_LIMIT", "1GiB")
+            .merged();
+        if traced {
+            run = run.env("CUQUOTA_TRACE", path.to_str().unwrap());
+        }
+        let out = run.run();
+        out.check_exit(0);
+        out.check_rcs(&[0, 0, OUT_OF_MEMORY, 0, 0]);
+        let prefix = out.prefix();
+        let lines: Vec<&str> = out.stdout.lines().collect();
+        let at = |want: &str| {
+            let found: Vec<usize> = (0..lines.len()).filter(|&i| lines[i] == want).collect();
+            assert_eq!(found.len(), 1, "once: {want}\n{}", out.stdout);
+            found[0]
+        };
+        let refused = at(&format!(
+            "{prefix}GPU 0 refused 512.00 MiB (536870912 bytes) via cuMemAlloc_v2: quota \
+             1.00 GiB, in use 768.00 MiB, 256.00 MiB left"
+        ));
+        let outcome = at(&format!(
+            "{prefix}{}",
+            gave_up_line(
+                &[512 * MIB],
+                "no request of 512.00 MiB or less followed within 200 ms"
+            )
+        ));
+        let slept = at("sleep 1000");
+        assert!(refused < outcome && outcome < slept, "{}", out.stdout);
+        if !traced {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let all: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let kinds: Vec<&str> = all.iter().map(|l| l["type"].as_str().unwrap()).collect();
+        assert_eq!(
+            kinds,
+            ["header", "alloc", "refused", "backoff", "alloc", "meminfo", "summary"],
+            "ended before the 128M allocation:\n{text}"
+        );
+        assert_eq!(all[3]["sizes"], serde_json::json!([512 * MIB]));
+        let after = all[3]["t_ns"].as_u64().unwrap() - all[2]["t_ns"].as_u64().unwrap();
+        assert!(
+            after >= 199_000_000,
+            "{after} ns after the refusal:\n{text}"
+        );
+    }
 }

@@ -1,8 +1,14 @@
 //! A newcomer's first runs: what the README promises about a plain run, each with real
 //! processes under LD_PRELOAD against the shim — the configuration line at `info` names the
-//! trace where it will be, `cuquota plot` of a two-rank job names both traces.
+//! trace where it will be, `cuquota plot` of a two-rank job names both traces, a process
+//! ended by SIGTERM or SIGINT prints its summary (with a trace or without), a program's own
+//! handler is left alone, and only a process that made a CUDA call has the watcher thread
+//! and the handlers.
 
-use crate::common::{artifacts, scratch_dir, Client, Run};
+use crate::common::{artifacts, h, scratch_dir, Client, Output, Run, MIB, OUT_OF_MEMORY};
+use crate::episodes::gave_up_line;
+use serde_json::Value;
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::Command;
 
@@ -106,4 +112,198 @@ fn report_of_an_observe_run_lists_each_would_be_refusal() {
         lines.contains(&"observe mode: a quota of 5.00 MiB (5242880 bytes) or more would have held this run (its peak)"),
         "{text}"
     );
+}
+
+/// The summary of GPU 0 under a 1 GiB quota with one allocation of `bytes` still live.
+fn one_live(bytes: u64, refusals: u32) -> String {
+    format!(
+        "GPU 0 summary: peak {} ({bytes} bytes) of quota 1.00 GiB, 1 allocation, {refusals} \
+         refusal{}, 1 live at exit ({})",
+        h(bytes),
+        if refusals == 1 { "" } else { "s" },
+        h(bytes)
+    )
+}
+
+/// cuquota's lines of this process, without their `cuquota[PID]: ` prefix.
+fn said(out: &Output) -> Vec<String> {
+    let prefix = out.prefix();
+    out.stderr
+        .iter()
+        .filter_map(|l| l.strip_prefix(&prefix))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The newcomer's case: `cuquota run --limit 1GiB prog` with no trace, the program ended by
+/// SIGTERM (here it sends it itself) or SIGINT: the summary line is printed, and the signal
+/// still ends the process (status 143 / 130 in a shell).
+#[test]
+fn cuquota_run_ended_by_sigterm_or_sigint_prints_its_summary() {
+    let art = artifacts();
+    let client = Client::Linked.path();
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        let out = Run::program(&art.cli)
+            .no_preload()
+            .env("CUQUOTA_LIB", art.interposer.to_str().unwrap())
+            .ops("run --limit 1GiB --")
+            .arg(client.to_str().unwrap())
+            .ops(&format!("init alloc:1M signal:{sig}"))
+            .run();
+        assert_eq!(out.status.signal(), Some(sig), "{out}");
+        out.check_rcs(&[0, 0]);
+        assert_eq!(said(&out), [one_live(MIB, 0)], "{out}");
+    }
+}
+
+/// SIGTERM with a back-off episode open: its outcome line (gave up) comes first, then the
+/// summary, as at exit; with a trace, its `backoff` line is written before the summary line,
+/// whose `end` is SIGTERM.
+#[test]
+fn sigterm_ends_the_open_episode_then_summarises_with_or_without_a_trace() {
+    for traced in [false, true] {
+        let dir = scratch_dir("sigterm-episode");
+        let path = dir.join("t.jsonl");
+        let mut run = Run::client(Client::Linked)
+            .ops("init alloc:768M alloc:512M signal:15")
+            .env("CUQUOTA_LIMIT", "1GiB");
+        if traced {
+            run = run.env("CUQUOTA_TRACE", path.to_str().unwrap());
+        }
+        let out = run.run();
+        assert_eq!(out.status.signal(), Some(libc::SIGTERM), "{out}");
+        out.check_rcs(&[0, 0, OUT_OF_MEMORY]);
+        let lines = said(&out);
+        // The signal comes at once; on a machine so slow that 200 ms passed first, the
+        // watcher ended the episode by its gap: gave up either way.
+        let ended = [
+            "the process ended before it asked again",
+            "no request of 512.00 MiB or less followed within 200 ms",
+        ]
+        .map(|why| gave_up_line(&[512 * MIB], why));
+        assert_eq!(lines.len(), 3, "{out}");
+        assert_eq!(
+            lines[0],
+            "GPU 0 refused 512.00 MiB (536870912 bytes) via cuMemAlloc_v2: quota 1.00 GiB, \
+             in use 768.00 MiB, 256.00 MiB left"
+        );
+        assert!(ended.contains(&lines[1]), "{out}");
+        assert_eq!(lines[2], one_live(768 * MIB, 1));
+        assert_eq!(path.exists(), traced);
+        if traced {
+            let text = std::fs::read_to_string(&path).unwrap();
+            let all: Vec<Value> = text
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+            let kinds: Vec<&str> = all.iter().map(|l| l["type"].as_str().unwrap()).collect();
+            assert_eq!(
+                kinds,
+                ["header", "alloc", "refused", "backoff", "summary"],
+                "{text}"
+            );
+            assert_eq!(all[3]["sizes"], serde_json::json!([512 * MIB]));
+            assert_eq!(all[3]["result"], "CUDA_ERROR_OUT_OF_MEMORY");
+            assert_eq!(all[4]["end"], "SIGTERM");
+        }
+    }
+}
+
+/// A program's own SIGTERM handler is never replaced: installed before the first CUDA call
+/// (cuquota then installs none) or after it (it replaces cuquota's). The signal is the
+/// program's: it runs on, and the summary comes once, at its exit.
+#[test]
+fn a_programs_own_sigterm_handler_is_left_alone() {
+    for ops in [
+        "catch:15 init alloc:1M signal:15 procinfo",
+        "init alloc:1M catch:15 signal:15 procinfo",
+    ] {
+        let out = crate::common::run(Client::Linked, ops, &[("CUQUOTA_LIMIT", "1GiB")]);
+        out.check_exit(0);
+        let survived = out.ops().iter().any(|l| l.raw == "signal 15 survived");
+        assert!(survived, "{out}");
+        let info = out.ops().into_iter().find(|l| l.op == "procinfo").unwrap();
+        assert_eq!(info.get("term"), Some("handler"), "{out}");
+        assert_eq!(said(&out), [one_live(MIB, 0)], "{out}");
+    }
+}
+
+/// A process that never calls CUDA is untouched: no thread, no handler. One that does has
+/// one more thread than without cuquota (the watcher; the trace's writer is another) and
+/// cuquota's SIGTERM and SIGINT handlers.
+#[test]
+fn only_a_governed_process_has_the_watcher_and_the_handlers() {
+    let info = |out: &Output| {
+        let line = out.ops().into_iter().find(|l| l.op == "procinfo").unwrap();
+        let threads = line.num("threads").unwrap();
+        let dispositions = (line.get("term").unwrap(), line.get("int").unwrap());
+        (
+            threads,
+            dispositions.0.to_string(),
+            dispositions.1.to_string(),
+        )
+    };
+    let limit = [("CUQUOTA_LIMIT", "1GiB")];
+    let untouched = crate::common::run(Client::Linked, "procinfo", &limit);
+    assert_eq!(
+        info(&untouched),
+        (1, "default".into(), "default".into()),
+        "{untouched}"
+    );
+    // Its one line: at unload, that this client (linked with libcuda) made no CUDA call.
+    assert_eq!(
+        said(&untouched),
+        [
+            "libcuda.so was loaded but no CUDA call reached cuquota: if this program used the \
+             GPU, nothing was enforced (likely cause: an object loaded with RTLD_DEEPBIND \
+             (`cuquota run` sets LD_AUDIT to cover it), or a statically linked caller)"
+        ],
+        "{untouched}"
+    );
+    let (bare, ..) = info(&crate::common::run_raw(
+        Client::Linked,
+        "init procinfo",
+        &limit,
+    ));
+    let governed = crate::common::run(Client::Linked, "init procinfo", &limit);
+    assert_eq!(
+        info(&governed),
+        (bare + 1, "handler".into(), "handler".into()),
+        "{governed}"
+    );
+    let dir = scratch_dir("watcher-threads");
+    let path = dir.join("t.jsonl");
+    let traced = crate::common::run(
+        Client::Linked,
+        "init alloc:1M procinfo",
+        &[limit[0], ("CUQUOTA_TRACE", path.to_str().unwrap())],
+    );
+    assert_eq!(
+        info(&traced).0,
+        bare + 2,
+        "the trace's writer too:\n{traced}"
+    );
+}
+
+/// A forked child of a governed process gets a watcher of its own: ended by SIGTERM, it
+/// prints its own summary (its own allocation, not the parent's); the parent, which goes
+/// on, prints its own at exit.
+#[test]
+fn a_forked_child_ended_by_sigterm_prints_its_own_summary() {
+    let out = crate::common::run(
+        Client::Linked,
+        "init alloc:1M fork:2 alloc:2M signal:15 procinfo",
+        &[("CUQUOTA_LIMIT", "1GiB")],
+    );
+    out.check_exit(0);
+    let fork = out.ops().into_iter().find(|l| l.op == "fork").unwrap();
+    assert_eq!(fork.num("status"), Some(128 + 15), "{out}");
+    let child = fork.num("pid").unwrap();
+    let child_lines: Vec<&str> = out
+        .stderr
+        .iter()
+        .filter_map(|l| l.strip_prefix(&format!("cuquota[{child}]: ")))
+        .collect();
+    assert_eq!(child_lines, [one_live(2 * MIB, 0)], "{out}");
+    assert_eq!(said(&out)[..], [one_live(MIB, 0)], "{out}");
 }

@@ -166,6 +166,11 @@ impl<const HEAD: usize, const TAIL: usize> Episode<HEAD, TAIL> {
         t_ns.saturating_sub(self.last_t_ns) > GAP_NS
     }
 
+    /// The last moment of the gap: the episode has expired at any later time.
+    pub fn gap_ends_at(&self) -> u64 {
+        self.last_t_ns.saturating_add(GAP_NS)
+    }
+
     /// Every refusal of the episode, also those whose sizes were not kept.
     pub fn refusals(&self) -> u64 {
         self.refusals
@@ -250,6 +255,8 @@ mod tests {
             Some(Outcome::GaveUp(GaveUp::Gap))
         );
         assert!(e.expired(3 * GAP_NS));
+        assert_eq!(e.gap_ends_at(), 2 * GAP_NS);
+        assert!(!e.expired(e.gap_ends_at()) && e.expired(e.gap_ends_at() + 1));
         assert_eq!(e.at_exit(GAP_NS + 1), Outcome::GaveUp(GaveUp::Exit));
         assert_eq!(e.at_exit(3 * GAP_NS), Outcome::GaveUp(GaveUp::Gap));
     }
