@@ -324,6 +324,8 @@ def child_vmm(quota):
             d.unmap(va, SEGMENT)
             d.address_free(va, SEGMENT)
     result(fit=fit, mapped=len(mapped), refused=refused, again=again)
+
+
 def child_ctx_reset():
     """The driver API through ctypes (as dlsym on libcuda.so.1, which cuquota hooks): a
     plain and a stream-ordered (default pool) allocation of 512 MiB each, then
@@ -886,6 +888,9 @@ def vmm_check(args):
     expect(problems, h["mapped"] == h["fit"], f"{h['mapped']} of {h['fit']} samples-pattern creations fit")
     expect(problems, h["refused"] == 2, f"{h['refused']} refusals, not 2")
     expect(problems, h["again"] == h["fit"], f"after the unmaps only {h['again']} fit again")
+    return numbers, problems
+
+
 def ctx_reset_check(args):
     """cuDevicePrimaryCtxReset frees every allocation of the context, the stream-ordered
     pool's included (cuquota credits both at the reset; this checks that reading
