@@ -73,7 +73,7 @@ read -r -a checks <<<"${CHECKS:-torch-default torch-expandable torch-async jax c
 
 py=python3
 work=$PWD/target/gpu-check
-quota_bytes=$($py scripts/gpu_check.py parse-size "$quota") || exit 2
+quota_bytes=$($py scripts/gpu_check parse-size "$quota") || exit 2
 [ "$quota_bytes" -ge $((2 << 30)) ] || {
   echo "gpu-check: a quota of at least 2 GiB is needed (got $quota)" >&2
   exit 2
@@ -134,11 +134,11 @@ for check in "${checks[@]}"; do
   left=$((BUDGET - SECONDS))
   limit=${LIMIT[$check]}
   [ "$limit" -le "$left" ] || limit=$left
-  cmd=(timeout -k 5 "$limit" "$py" scripts/gpu_check.py "$check" --quota "$quota_bytes"
+  cmd=(timeout -k 5 "$limit" "$py" scripts/gpu_check "$check" --quota "$quota_bytes"
     --lib "$lib" --work "$dir" --timeout $((limit - 5)))
   if [ $dry = 1 ]; then
     show "${cmd[@]}"
-    "$py" scripts/gpu_check.py "$check" --quota "$quota_bytes" --lib "$lib" --work "$dir" --dry-run
+    "$py" scripts/gpu_check "$check" --quota "$quota_bytes" --lib "$lib" --work "$dir" --dry-run
     continue
   fi
   if [ "$limit" -lt $MIN_CHECK ]; then
@@ -158,4 +158,4 @@ done
 
 json=()
 [ -n "${OUT:-}" ] && json=(--json "$OUT/gpu-check.json")
-$py scripts/gpu_check.py summary --work "$work" --quota "$quota_bytes" "${json[@]}" "${checks[@]}"
+$py scripts/gpu_check summary --work "$work" --quota "$quota_bytes" "${json[@]}" "${checks[@]}"
