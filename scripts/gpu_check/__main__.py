@@ -7,12 +7,12 @@
 A check runs here without the interposer and starts its workload as a child process of this
 same package (`--child`) under LD_PRELOAD, so that it can read the child's trace, which is only
 complete once the child has exited. It prints one `PASS name: ...` or `FAIL name: ...` line
-and writes DIR/result.json. Uses only the standard library outside the children; installs
+(or, when part of it cannot run here, `SKIPPED name: ... -- why`) and writes DIR/result.json. Uses only the standard library outside the children; installs
 nothing.
 
 common.py: sizes, running children, reading what they left; frameworks.py: PyTorch, JAX,
 CuPy; driver.py: bfc-growth, arrays, ctx-reset, vmm, overhead; footprint.py: the footprint
-checks against nvidia-smi.
+checks against nvidia-smi; nvml.py: NVML's figures under the quota (nvidia-smi, pynvml).
 """
 
 import argparse
@@ -25,18 +25,19 @@ import time
 import driver
 import footprint
 import frameworks
+import nvml
 from common import parse_size
 
-CHILDREN = {**driver.CHILDREN, **frameworks.CHILDREN, **footprint.CHILDREN}
+CHILDREN = {**driver.CHILDREN, **frameworks.CHILDREN, **footprint.CHILDREN, **nvml.CHILDREN}
 
-_checks = {**frameworks.CHECKS, **driver.CHECKS, **footprint.CHECKS}
+_checks = {**frameworks.CHECKS, **driver.CHECKS, **footprint.CHECKS, **nvml.CHECKS}
 # In the order the checks were always listed in.
 CHECKS = {
     name: _checks[name]
     for name in (
         "ctx-reset", "torch-default", "torch-expandable", "torch-async", "jax", "cupy-default",
         "cupy-async", "bfc-growth", "arrays", "overhead", "vmm", "footprint-torch",
-        "footprint-torch-async", "footprint-cupy-async", "footprint-jax",
+        "footprint-torch-async", "footprint-cupy-async", "footprint-jax", "nvml",
     )
 }
 
@@ -60,13 +61,15 @@ def run_check(args):
     if args.dry_run:
         return 0
     seconds = round(time.monotonic() - start, 1)
-    status = "FAIL" if problems else "PASS"
+    # A check that could not run all of itself says so in numbers["skipped"]: never a PASS.
+    skipped = numbers.get("skipped")
+    status = "FAIL" if problems else "SKIPPED" if skipped else "PASS"
     record = {"name": args.check, "status": status, "seconds": seconds, "numbers": numbers, "problems": problems}
     with open(os.path.join(args.work, "result.json"), "w") as f:
         json.dump(record, f, indent=1, ensure_ascii=False)
-    why = f" -- {'; '.join(problems)}" if problems else ""
+    why = f" -- {'; '.join(problems)}" if problems else f" -- {skipped}" if skipped else ""
     print(f"{status} {args.check} ({seconds} s): {short(numbers)}{why}", flush=True)
-    return 0 if status == "PASS" else 1
+    return 1 if status == "FAIL" else 0
 
 
 def summary(args):
@@ -86,12 +89,16 @@ def summary(args):
                 why = f"timed out or crashed before writing a result (exit status {rc})"
             checks.append({"name": name, "status": "FAIL", "numbers": {}, "problems": [why]})
     passed = sum(c["status"] == "PASS" for c in checks)
-    doc = {"quota": args.quota, "passed": passed, "failed": len(checks) - passed, "checks": checks}
+    skipped = sum(c["status"] == "SKIPPED" for c in checks)
+    failed = len(checks) - passed - skipped
+    doc = {"quota": args.quota, "passed": passed, "failed": failed, "checks": checks}
+    if skipped:
+        doc["skipped"] = skipped
     if args.json:
         with open(args.json, "w") as f:
             json.dump(doc, f, indent=1, ensure_ascii=False)
-    print(f"{passed} passed, {len(checks) - passed} failed")
-    return 0 if passed == len(checks) else 1
+    print(f"{passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else ""))
+    return 0 if failed == 0 else 1
 
 
 def main():
