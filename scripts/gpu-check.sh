@@ -35,9 +35,17 @@
 #                     then plain cuMemAlloc fills again; nvidia-smi, sampled every 0.1 s, must
 #                     never see the process hold more than the quota + 128 MiB; cuquota's own
 #                     footprint figures (trace summary) are printed beside NVML's
+#   nvml              NVML read by processes that never call CUDA, in a group (CUQUOTA_GROUP,
+#                     CUQUOTA_STATE_DIR under the work folder) of PyTorch members holding 1 GiB
+#                     each: nvidia-smi with the variables shows total = the quota and used = the
+#                     one member's footprint (its trace summary; whole MiB), outside the group the
+#                     quota and 0 used; pynvml (SKIPPED, never PASS, where it is not importable)
+#                     with two members: total = the quota, used = both footprints; without the
+#                     variables, the real figures
 #
-# One PASS/FAIL line per check with its numbers, then "N passed, M failed"; with $OUT set,
-# everything measured also goes to $OUT/gpu-check.json. Exit status 0 only if all pass.
+# One PASS/FAIL line per check with its numbers (SKIPPED, with why, for a part that cannot
+# run here), then "N passed, M failed[, K skipped]"; with $OUT set, everything measured also
+# goes to $OUT/gpu-check.json. Exit status 0 only if none fails.
 #
 # Usage: scripts/gpu-check.sh [--dry-run] [QUOTA]     QUOTA as CUQUOTA_LIMIT takes it (8GiB)
 #   --dry-run        print what would run, run nothing
@@ -67,13 +75,13 @@ declare -A LIMIT=(
   [torch-default]=90 [torch-expandable]=90 [torch-async]=90 [jax]=120
   [cupy-default]=60 [cupy-async]=60 [bfc-growth]=60 [arrays]=60 [ctx-reset]=40 [overhead]=120
   [vmm]=40 [footprint-torch]=60 [footprint-torch-async]=60 [footprint-cupy-async]=50
-  [footprint-jax]=60
+  [footprint-jax]=60 [nvml]=90
 )
-read -r -a checks <<<"${CHECKS:-torch-default torch-expandable torch-async jax cupy-default cupy-async bfc-growth arrays ctx-reset overhead vmm footprint-torch footprint-torch-async footprint-cupy-async footprint-jax}"
+read -r -a checks <<<"${CHECKS:-torch-default torch-expandable torch-async jax cupy-default cupy-async bfc-growth arrays ctx-reset overhead vmm footprint-torch footprint-torch-async footprint-cupy-async footprint-jax nvml}"
 
 py=python3
 work=$PWD/target/gpu-check
-quota_bytes=$($py scripts/gpu_check.py parse-size "$quota") || exit 2
+quota_bytes=$($py scripts/gpu_check parse-size "$quota") || exit 2
 [ "$quota_bytes" -ge $((2 << 30)) ] || {
   echo "gpu-check: a quota of at least 2 GiB is needed (got $quota)" >&2
   exit 2
@@ -134,11 +142,11 @@ for check in "${checks[@]}"; do
   left=$((BUDGET - SECONDS))
   limit=${LIMIT[$check]}
   [ "$limit" -le "$left" ] || limit=$left
-  cmd=(timeout -k 5 "$limit" "$py" scripts/gpu_check.py "$check" --quota "$quota_bytes"
+  cmd=(timeout -k 5 "$limit" "$py" scripts/gpu_check "$check" --quota "$quota_bytes"
     --lib "$lib" --work "$dir" --timeout $((limit - 5)))
   if [ $dry = 1 ]; then
     show "${cmd[@]}"
-    "$py" scripts/gpu_check.py "$check" --quota "$quota_bytes" --lib "$lib" --work "$dir" --dry-run
+    "$py" scripts/gpu_check "$check" --quota "$quota_bytes" --lib "$lib" --work "$dir" --dry-run
     continue
   fi
   if [ "$limit" -lt $MIN_CHECK ]; then
@@ -158,4 +166,4 @@ done
 
 json=()
 [ -n "${OUT:-}" ] && json=(--json "$OUT/gpu-check.json")
-$py scripts/gpu_check.py summary --work "$work" --quota "$quota_bytes" "${json[@]}" "${checks[@]}"
+$py scripts/gpu_check summary --work "$work" --quota "$quota_bytes" "${json[@]}" "${checks[@]}"
