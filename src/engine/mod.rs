@@ -24,7 +24,6 @@ use crate::ledger::{Charge, Ledger};
 use crate::quota::{Books, DeviceQuota, Part, Reservation, UNLIMITED};
 use crate::spin::{SpinLock, EXIT_LOCK_ATTEMPTS};
 use crate::vmm::VmmBooks;
-use cuquota_format::units::Size;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
@@ -220,18 +219,22 @@ impl Engine {
             let limits = self.config.as_ref().map_or(&Limits::None, |c| &c.limits);
             self.check_named_devices(limits);
             self.describe_device(device);
-            let named = limits.for_device(device, || self.queries.device_uuid(device));
-            let own = match named {
-                None => UNLIMITED,
-                Some(Size::Bytes(b)) => b,
-                Some(share) => self
-                    .queries
-                    .total_memory(device)
-                    .map(|t| share.resolve(t))?,
+            let ceilings = self.config.as_ref().map_or(&[][..], |c| &c.ceilings[..]);
+            // The smallest of the variable's limit and the policies' (which it only narrows).
+            let own = match &self.config {
+                Ok(c) => c.own_limit(
+                    device,
+                    || self.queries.device_uuid(device),
+                    || self.queries.total_memory(device),
+                )?,
+                Err(_) => None,
             };
+            let (own, named) = (own.unwrap_or(UNLIMITED), own.is_some());
+            // Under a policy a group's limit is bounded by this process's too.
+            let cap = if ceilings.is_empty() { UNLIMITED } else { own };
             match self.books.group.name() {
                 None => Ok(own),
-                Some(_) => self.join_group(device, own, named.is_some()),
+                Some(_) => self.join_group(device, own, named, cap),
             }
         })
     }
@@ -253,13 +256,13 @@ impl Engine {
     /// own limit differs is told once; a GPU that cannot join fails closed.
     #[cold]
     #[inline(never)]
-    fn join_group(&self, device: u32, own: u64, named: bool) -> Result<u64, CuResult> {
+    fn join_group(&self, device: u32, own: u64, named: bool, cap: u64) -> Result<u64, CuResult> {
         let group = self.books.group.name().unwrap_or_default().to_string();
         let joined = match self.queries.device_uuid(device) {
             None => Err("the driver cannot name the GPU's UUID".to_string()),
             Some(uuid) => {
                 let total = self.queries.total_memory(device).unwrap_or(0);
-                self.books.join_group(device, uuid, own, total)
+                self.books.join_group(device, uuid, own, total, cap)
             }
         };
         match joined {
