@@ -29,6 +29,8 @@ mod paths;
 mod placement;
 // the pool cache: what pools keep beyond their allocations
 mod pool_cache;
+// the root-owned policy and /etc/ld.so.preload, on a test build of the library
+mod policy;
 mod real_clients;
 mod reliability_faults;
 mod reliability_files;
