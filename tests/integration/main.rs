@@ -40,6 +40,8 @@ mod reliability_odd_calls;
 mod reliability_soak;
 // the shim's footprint model
 mod shim_footprint;
+// the SPANK plugin on a real Slurm (slurmctld and slurmd on loopback)
+mod slurm;
 mod trace;
 mod vmm;
 // The shim's context memory, NVML and other processes, as clients see them.
