@@ -48,6 +48,8 @@ CUQUOTA_BUILD_POLICY_PATH="$target_dir/policy-test/etc/cuquota.conf" \
     cargo build -q -p cuquota --lib --target-dir "$target_dir/policy-build"
 step "Python venv for the real-client tests (first time: ~100 MB from PyPI into target/real-clients)"
 scripts/real-clients-env.sh >/dev/null
+step "validators for the CDI spec and the pod example (first time: ~16 MB from PyPI into target/k8s-tools)"
+scripts/k8s-tools-env.sh >/dev/null
 step "cargo test (unit and integration tests; the log is also in target/test.log)"
 cargo test --workspace --no-fail-fast 2>&1 | tee target/test.log
 # The wheel as a user installs it (pip wheel . builds in release mode: the first time a

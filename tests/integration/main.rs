@@ -22,6 +22,8 @@ mod golden;
 mod graph_memory;
 mod imports;
 mod interposition;
+// the CDI spec and the Pod example, validated offline
+mod kubernetes;
 mod limits;
 mod loaders;
 mod log_lines;
