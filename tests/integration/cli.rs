@@ -950,7 +950,6 @@ fn the_install_script_installs_a_cuquota_that_finds_its_library() {
         "bin/cuquota",
         "lib/libcuquota.so",
         "lib/libcuquota_audit.so",
-        "lib/libcuquota_spank.so",
     ] {
         assert!(prefix.join(file).is_file(), "{file} is not installed");
     }

@@ -36,10 +36,26 @@ fn gpu_mem_puts_a_jobs_tasks_under_one_quota_they_cannot_leave() {
         );
     }
     let art = artifacts();
-    let plugin = art.cli.parent().unwrap().join("libcuquota_spank.so");
-    assert!(plugin.is_file(), "{} is not built", plugin.display());
     let b = build();
     let dir = scratch_dir("slurm");
+    // The plugin as scripts/install.sh installs it, next to the library.
+    let prefix = dir.join("prefix");
+    let install = Command::new(art.workspace.join("scripts/install.sh"))
+        .arg(&prefix)
+        .env("CUQUOTA_INSTALL_FROM", art.cli.parent().unwrap())
+        .output()
+        .expect("run scripts/install.sh");
+    assert!(
+        install.status.success(),
+        "{}",
+        String::from_utf8_lossy(&install.stderr)
+    );
+    let plugin = prefix.join("lib/libcuquota_spank.so");
+    assert!(
+        plugin.is_file(),
+        "install.sh did not install {}",
+        plugin.display()
+    );
     let _policy = write_policy(
         Some(&format!(
             "jobs = {d}/jobs\nstate_dir = {d}/cq\n",
