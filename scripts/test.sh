@@ -32,6 +32,21 @@ if [ ${#missing[@]} -gt 0 ]; then
         export CUQUOTA_TEST_NO_APT=1
     fi
 fi
+# The SPANK plugin's test runs Debian's Slurm (slurmctld, slurmd, srun) on loopback, and the
+# plugin is built against libslurm-dev's spank.h version: installed with apt-get the first
+# time (10 packages, ~5 MB download, ~20 MB on disk).
+if ! command -v slurmd >/dev/null || ! command -v slurmctld >/dev/null ||
+    ! command -v srun >/dev/null || [ ! -f /usr/include/slurm/spank.h ]; then
+    step "Slurm for the SPANK plugin and its test: apt-get install slurmctld slurmd slurm-client libslurm-dev (~5 MB download)"
+    if [ "$(id -u)" != 0 ]; then
+        echo "test.sh: Slurm is not installed and this is not root: run" >&2
+        echo "  apt-get install slurmctld slurmd slurm-client libslurm-dev iproute2" >&2
+        exit 1
+    fi
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        slurmctld slurmd slurm-client libslurm-dev iproute2 util-linux >/dev/null
+fi
 step "cargo fmt --check"
 cargo fmt --all -- --check
 step "cargo clippy (builds everything in check mode: minutes the first time)"
@@ -45,8 +60,16 @@ cargo build --workspace --all-targets
 target_dir=$(cargo metadata --format-version 1 --no-deps |
     sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
 export CUQUOTA_TEST_BUILD="$target_dir/debug"
+# The policy tests' build of the library: the same code with the policy path baked in at
+# <target>/policy-test/etc/cuquota.conf (a build-time knob; nothing at run time moves it), in a
+# target dir of its own (the first time a minute or more: its dependencies are built again).
+step "the library with the tests' policy path (cargo build -p cuquota --lib into $target_dir/policy-build)"
+CUQUOTA_BUILD_POLICY_PATH="$target_dir/policy-test/etc/cuquota.conf" \
+    cargo build -q -p cuquota --lib --target-dir "$target_dir/policy-build"
 step "Python venv for the real-client tests (first time: ~100 MB from PyPI into target/real-clients)"
 scripts/real-clients-env.sh >/dev/null
+step "validators for the CDI spec and the pod example (first time: ~16 MB from PyPI into target/k8s-tools)"
+scripts/k8s-tools-env.sh >/dev/null
 step "cargo test (unit and integration tests; the log is also in target/test.log)"
 cargo test --workspace --no-fail-fast 2>&1 | tee target/test.log
 # The wheel as a user installs it (pip wheel . builds in release mode: the first time a

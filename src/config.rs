@@ -5,12 +5,50 @@
 //! variable costs one warning naming the variable and its default, which then applies.
 //! Values are case-insensitive, and an empty variable is unset (except `CUQUOTA_LIMIT=`,
 //! which is an error: it says a limit was meant).
+//!
+//! A policy (a root-owned file at [`POLICY_PATH`], and a per-job one it may point to; see
+//! `cuquota_format::policy`) comes first: the variables may only narrow it — a lower limit,
+//! enforce over observe — and never remove its limit or leave its group (such a variable is
+//! ignored with one line). A policy that is there but cannot be trusted or read fails closed.
 
+use cuquota_format::group;
+use cuquota_format::policy::{self, Loaded};
 use cuquota_format::settings::{self, printable};
 pub use cuquota_format::settings::{parse_limits, DeviceId, Limits, MAX_DEVICES};
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
+
+/// Where the library reads its policy: fixed when it is built, never taken from the
+/// environment. `CUQUOTA_BUILD_POLICY_PATH` at build time bakes another path in (the tests'
+/// build of the library uses it; a process cannot change it at run time).
+pub const POLICY_PATH: &str = match option_env!("CUQUOTA_BUILD_POLICY_PATH") {
+    Some(path) => path,
+    None => policy::DEFAULT_PATH,
+};
+
+/// What the variables are read against.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sources {
+    /// The main policy.
+    pub main: Loaded,
+    /// The job's policy (under the main policy's `jobs` directory).
+    pub job: Loaded,
+    /// The process asked for cuquota itself: a `CUQUOTA_*` variable, or `LD_PRELOAD` naming
+    /// the library. With no policy either, it is untouched (preloaded by /etc/ld.so.preload).
+    pub asked: bool,
+}
+
+impl Sources {
+    /// No policy; the process asked for cuquota.
+    pub fn variables_only() -> Sources {
+        Sources {
+            main: Loaded::Absent,
+            job: Loaded::Absent,
+            asked: true,
+        }
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
@@ -88,7 +126,16 @@ pub struct Config {
     pub group: Option<String>,
     /// `CUQUOTA_STATE_DIR`: where groups keep their state.
     pub state_dir: PathBuf,
-    /// One line per variable with a bad value that fell back to its default.
+    /// The policies' limits: the process's limit on a GPU is the smallest of these and
+    /// `limits` (empty: no policy limit).
+    pub ceilings: Vec<Limits>,
+    /// The policy files in force (none: the variables alone).
+    pub policies: Vec<PathBuf>,
+    /// No policy and nothing asked for: no line, no file, no limit (the library came from
+    /// /etc/ld.so.preload into a process nobody put under cuquota).
+    pub untouched: bool,
+    /// One line per variable with a bad value that fell back to its default, or that the
+    /// policy overrides.
     pub warnings: Vec<String>,
 }
 
@@ -101,6 +148,26 @@ impl Config {
     /// `CUQUOTA_LOG_LEVEL=debug`: as info, and every refusal of an episode gets its line.
     pub fn debug(&self) -> bool {
         self.log_level >= LogLevel::Debug
+    }
+
+    /// The process's limit on the GPU `device` in bytes: the smallest of the variable's and
+    /// the policies' (`None`: none names it). `uuid` and `total` are asked only if needed.
+    pub fn own_limit<E>(
+        &self,
+        device: u32,
+        uuid: impl Fn() -> Option<[u8; 16]>,
+        total: impl Fn() -> Result<u64, E>,
+    ) -> Result<Option<u64>, E> {
+        let mut own = None;
+        for l in std::iter::once(&self.limits).chain(&self.ceilings) {
+            let size = match l.for_device(device, &uuid) {
+                None => continue,
+                Some(cuquota_format::units::Size::Bytes(b)) => b,
+                Some(share) => share.resolve(total()?),
+            };
+            own = Some(own.map_or(size, |o: u64| o.min(size)));
+        }
+        Ok(own)
     }
 
     /// The group to join: (state directory, name).
@@ -125,6 +192,89 @@ impl Config {
     /// the bytes given; other values that are not UTF-8 fail to parse (read lossily, so they
     /// are errors or warnings rather than unset).
     pub fn from_os_vars(raw: impl Fn(&str) -> Option<OsString>) -> Result<Config, ConfigError> {
+        Config::with_policy(raw, &Sources::variables_only())
+    }
+
+    /// Reads the variables through `raw`, narrowing the policies in `sources`.
+    pub fn with_policy(
+        raw: impl Fn(&str) -> Option<OsString>,
+        sources: &Sources,
+    ) -> Result<Config, ConfigError> {
+        let trusted = |loaded: &Loaded| match loaded {
+            Loaded::Absent => Ok(None),
+            Loaded::Trusted(path, p) => Ok(Some((path.clone(), p.clone()))),
+            Loaded::Refused(why) => Err(ConfigError {
+                message: format!(
+                    "{why}: it is ignored, and CUDA calls fail with CUDA_ERROR_INVALID_VALUE \
+                     until it is fixed"
+                ),
+            }),
+        };
+        let main = trusted(&sources.main)?;
+        let job = trusted(&sources.job)?;
+        let mut config = Config::variables(&raw)?;
+        let Some((main_path, main)) = main else {
+            config.untouched = !sources.asked;
+            if config.untouched {
+                config.log = LogTarget::Off;
+            }
+            return Ok(config);
+        };
+        let job_policy = job.as_ref().map(|(_, p)| p);
+        let p = policy::narrow(&main, job_policy.unwrap_or(&policy::Policy::default()));
+        config.ceilings = policy::ceilings(&main, job_policy);
+        config.policies = std::iter::once(main_path)
+            .chain(job.map(|(path, _)| path))
+            .collect();
+        let named = config
+            .policies
+            .last()
+            .map_or(String::new(), |p| p.display().to_string());
+        let mut ignored = |var: &str, value: &str, policy_says: &str| {
+            config.warnings.push(format!(
+                "{var}=\"{}\" is ignored: the policy {named} says {policy_says}, and the \
+                 environment may only narrow it",
+                printable(value)
+            ))
+        };
+        let policy_enforces = p.enforce.unwrap_or(true);
+        if policy_enforces && config.mode == Mode::Observe {
+            ignored("CUQUOTA_MODE", "observe", "enforce");
+        }
+        let env_mode = raw("CUQUOTA_MODE").filter(|m| !m.to_string_lossy().trim().is_empty());
+        let mode = match (policy_enforces, env_mode) {
+            (true, _) => Mode::Enforce,
+            (false, Some(_)) => config.mode,
+            (false, None) => Mode::Observe,
+        };
+        let env_dir = raw("CUQUOTA_STATE_DIR").filter(|d| !d.is_empty());
+        let (group, state_dir) = match (&p.group, &p.state_dir) {
+            (Some(g), dir) => {
+                if let Some(mine) = config.group.as_ref().filter(|mine| *mine != g) {
+                    ignored("CUQUOTA_GROUP", mine, &format!("group = {g}"));
+                }
+                let dir = dir
+                    .clone()
+                    .unwrap_or_else(|| group::DEFAULT_STATE_DIR.into());
+                if let Some(d) = env_dir.filter(|d| *d != dir) {
+                    let says = format!("state_dir = {}", dir.display());
+                    ignored("CUQUOTA_STATE_DIR", &d.to_string_lossy(), &says);
+                }
+                (Some(g.clone()), dir)
+            }
+            (None, Some(dir)) => (config.group.clone(), dir.clone()),
+            (None, None) => (config.group.clone(), config.state_dir.clone()),
+        };
+        Ok(Config {
+            mode,
+            group,
+            state_dir,
+            ..config
+        })
+    }
+
+    /// The variables alone.
+    fn variables(raw: &impl Fn(&str) -> Option<OsString>) -> Result<Config, ConfigError> {
         let var = |name: &str| raw(name).map(|v| v.to_string_lossy().into_owned());
         // An empty variable is unset, but for CUQUOTA_LIMIT (below).
         let set = |name: &str| var(name).filter(|v| !v.trim().is_empty());
@@ -266,6 +416,9 @@ impl Config {
             context,
             group,
             state_dir,
+            ceilings: Vec::new(),
+            policies: Vec::new(),
+            untouched: false,
             warnings,
         })
     }
@@ -295,6 +448,10 @@ fn warning(var: &str, value: &str, valid: &str, default: &str) -> String {
         printable(value)
     )
 }
+
+#[cfg(test)]
+#[path = "config_policy_tests.rs"]
+mod policy_tests;
 
 #[cfg(test)]
 mod tests {

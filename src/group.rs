@@ -21,6 +21,9 @@ pub struct Member {
     /// The GPU's index in the group's table.
     pub index: usize,
     pub membership: &'static Membership,
+    /// This process's own bound on the group's limit (a policy's; `NO_LIMIT`: none): what
+    /// the group's shared file says cannot lift it.
+    pub cap: u64,
 }
 
 /// This process's place in its group.
@@ -93,7 +96,13 @@ impl Group {
 
     /// This process's hold on the group's GPU `uuid` (made with `own_limit` if the group has
     /// no entry for it yet; `total`: the GPU's real memory, for the views).
-    pub fn member(&self, uuid: [u8; 16], own_limit: u64, total: u64) -> Result<Member, String> {
+    pub fn member(
+        &self,
+        uuid: [u8; 16],
+        own_limit: u64,
+        total: u64,
+        cap: u64,
+    ) -> Result<Member, String> {
         let membership = self.join()?;
         let file = &membership.file;
         let index = {
@@ -107,6 +116,7 @@ impl Group {
             charged: &slot.charged[index],
             index,
             membership,
+            cap,
         })
     }
 
@@ -128,10 +138,10 @@ impl Group {
 }
 
 impl Member {
-    /// The group's limit now (`cuquota set` changes it live).
+    /// The group's limit now (`cuquota set` changes it live), within this process's cap.
     #[inline]
     pub fn limit(&self) -> u64 {
-        self.device.limit.load(Relaxed)
+        self.device.limit.load(Relaxed).min(self.cap)
     }
 
     /// `bytes` were added to the group's counter (now `in_use`): this member's record

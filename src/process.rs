@@ -194,7 +194,7 @@ fn new_engine() -> Engine {
 /// The books: in this process's registry file (listed by `cuquota top` while it lives), or,
 /// when it cannot be written, in memory (said at info).
 fn books(config: &Result<Config, ConfigError>, group: Group) -> Books {
-    let Ok(c) = config else {
+    let Some(c) = config.as_ref().ok().filter(|c| !c.untouched) else {
         return Books::new(group);
     };
     let argv = crate::sys::command_line();
@@ -237,8 +237,26 @@ fn register_handlers() {
 }
 
 pub fn read_config() -> Result<Config, ConfigError> {
+    use cuquota_format::policy::{self, Loaded};
+    let main = policy::load(std::path::Path::new(crate::config::POLICY_PATH), false);
+    // The job's policy, keyed by the job's cgroup (which a process in it cannot change).
+    let job = match &main {
+        Loaded::Trusted(_, p) => match (&p.jobs, std::fs::read_to_string("/proc/self/cgroup")) {
+            (Some(jobs), Ok(cgroup)) => match policy::job_key(&cgroup) {
+                Some(key) => policy::load_job(jobs, &key),
+                None => Loaded::Absent,
+            },
+            (Some(_), Err(e)) => Loaded::Refused(format!("/proc/self/cgroup cannot be read ({e})")),
+            (None, _) => Loaded::Absent,
+        },
+        _ => Loaded::Absent,
+    };
+    let asked = std::env::vars_os().any(|(k, _)| k.as_encoded_bytes().starts_with(b"CUQUOTA_"))
+        || std::env::var_os("LD_PRELOAD")
+            .is_some_and(|p| p.to_string_lossy().contains("libcuquota"));
+    let sources = crate::config::Sources { main, job, asked };
     // Non-UTF-8 values are kept (lossily) so that they fail to parse rather than read as unset.
-    Config::from_os_vars(|name| std::env::var_os(name))
+    Config::with_policy(|name| std::env::var_os(name), &sources)
 }
 
 /// At exit: one summary line per device used, then the trace's end. Hooks keep working

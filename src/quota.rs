@@ -126,20 +126,22 @@ impl Books {
 
     /// Joins `device` (GPU `uuid`, `total` bytes) to the group's quota of that GPU: from
     /// now on its reservations are checked against the group's counter and limit. The
-    /// group's entry is made with `own_limit` if it has none. Returns the group's limit.
+    /// group's entry is made with `own_limit` if it has none; `cap` bounds the group's limit
+    /// for this process (a policy's). Returns the group's limit.
     pub fn join_group(
         &self,
         device: u32,
         uuid: [u8; 16],
         own_limit: u64,
         total: u64,
+        cap: u64,
     ) -> Result<u64, String> {
         let quota = self.device(device).ok_or("no such device")?;
         if let Some(m) = quota.member() {
             return Ok(m.limit());
         }
         let member: &'static Member =
-            Box::leak(Box::new(self.group.member(uuid, own_limit, total)?));
+            Box::leak(Box::new(self.group.member(uuid, own_limit, total, cap)?));
         quota
             .member
             .store((member as *const Member).cast_mut(), Release);

@@ -25,7 +25,6 @@ use crate::ledger::{Charge, Ledger};
 use crate::quota::{Books, DeviceQuota, Part, Reservation, UNLIMITED};
 use crate::spin::{SpinLock, EXIT_LOCK_ATTEMPTS};
 use crate::vmm::VmmBooks;
-use cuquota_format::units::Size;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
@@ -266,19 +265,29 @@ impl Engine {
         quota.limit_or_resolve(|| {
             let limits = self.config.as_ref().map_or(&Limits::None, |c| &c.limits);
             self.check_named_devices(limits);
-            let named = limits.for_device(device, || self.queries.device_uuid(device));
-            let (own, total) = match named {
-                None => (UNLIMITED, None),
-                Some(Size::Bytes(b)) => (b, None),
-                Some(share) => {
-                    let total = self.queries.total_memory(device)?;
-                    (share.resolve(total), Some(total))
-                }
+            let ceilings = self.config.as_ref().map_or(&[][..], |c| &c.ceilings[..]);
+            // The smallest of the variable's limit and the policies' (which it only narrows);
+            // the GPU's real memory, when a percentage needed it, is kept for the views.
+            let total = std::cell::Cell::new(None);
+            let own = match &self.config {
+                Ok(c) => c.own_limit(
+                    device,
+                    || self.queries.device_uuid(device),
+                    || {
+                        let got = self.queries.total_memory(device);
+                        total.set(got.ok());
+                        got
+                    },
+                )?,
+                Err(_) => None,
             };
-            self.describe_device(device, total);
+            self.describe_device(device, total.get());
+            let (own, named) = (own.unwrap_or(UNLIMITED), own.is_some());
+            // Under a policy a group's limit is bounded by this process's too.
+            let cap = if ceilings.is_empty() { UNLIMITED } else { own };
             match self.books.group.name() {
                 None => Ok(own),
-                Some(_) => self.join_group(device, own, named.is_some()),
+                Some(_) => self.join_group(device, own, named, cap),
             }
         })
     }
@@ -314,11 +323,11 @@ impl Engine {
     /// own limit differs is told once; a GPU that cannot join fails closed.
     #[cold]
     #[inline(never)]
-    fn join_group(&self, device: u32, own: u64, named: bool) -> Result<u64, CuResult> {
+    fn join_group(&self, device: u32, own: u64, named: bool, cap: u64) -> Result<u64, CuResult> {
         let group = self.books.group.name().unwrap_or_default().to_string();
         let joined = match self.gpu_identity(device) {
             None => Err("the driver cannot name the GPU's UUID".to_string()),
-            Some((uuid, total)) => self.books.join_group(device, uuid, own, total),
+            Some((uuid, total)) => self.books.join_group(device, uuid, own, total, cap),
         };
         match joined {
             Ok(limit) => {

@@ -8,6 +8,7 @@ use super::*;
 use crate::config::Config;
 use cuquota_format::group::{GpuReading, NO_LIMIT, UNSET};
 use cuquota_format::settings::DeviceId;
+use cuquota_format::units::Size;
 
 /// A GPU's quota as NVML shows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

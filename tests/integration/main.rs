@@ -24,6 +24,8 @@ mod graph_memory;
 mod groups;
 mod imports;
 mod interposition;
+// the CDI spec and the Pod example, validated offline
+mod kubernetes;
 mod limits;
 mod loaders;
 mod log_lines;
@@ -31,6 +33,8 @@ mod paths;
 mod placement;
 // the pool cache: what pools keep beyond their allocations
 mod pool_cache;
+// the root-owned policy and /etc/ld.so.preload, on a test build of the library
+mod policy;
 mod real_clients;
 mod reliability_faults;
 mod reliability_files;
@@ -42,6 +46,8 @@ mod reliability_soak;
 mod shim_footprint;
 // cuquota top and cuquota metrics: the live views, Prometheus.
 mod top;
+// the SPANK plugin on a real Slurm (slurmctld and slurmd on loopback)
+mod slurm;
 mod trace;
 mod vmm;
 // The shim's context memory, NVML and other processes, as clients see them.

@@ -3,6 +3,7 @@
 //! This crate never links the hooks: it depends on `cuquota-format` (the trace schema, the
 //! reader, sizes, the episode rule), not on the interposer.
 
+mod cdi;
 mod export;
 mod metrics;
 mod plot;
@@ -32,6 +33,30 @@ struct Args {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Print a CDI specification (JSON) that puts a container under cuquota: the library
+    /// mounted read-only and preloaded, the policy read-only, the state directory shared.
+    ///
+    /// Save it as /etc/cdi/cuquota.json; a container asks for cuquota.io/quota=default.
+    Cdi {
+        /// The library on the host.
+        #[arg(
+            long,
+            value_name = "PATH",
+            default_value = "/usr/local/lib/libcuquota.so"
+        )]
+        library: PathBuf,
+        /// The policy on the host, mounted at /etc/cuquota.conf.
+        #[arg(long, value_name = "PATH", default_value = "/etc/cuquota.conf")]
+        policy: PathBuf,
+        /// The state directory on the host, mounted at /dev/shm/cuquota.
+        #[arg(long, value_name = "DIR", default_value = "/dev/shm/cuquota")]
+        state_dir: PathBuf,
+        /// A host file holding the line /usr/lib/cuquota/libcuquota.so, mounted over the
+        /// container's /etc/ld.so.preload (without it, LD_PRELOAD is set, which a process in
+        /// the container can unset).
+        #[arg(long, value_name = "PATH")]
+        ld_so_preload: Option<PathBuf>,
+    },
     /// Run COMMAND with libcuquota.so preloaded; its exit status is passed through.
     ///
     /// The values are checked before COMMAND starts (a bad one exits 2 with the line the
@@ -211,6 +236,24 @@ fn main() -> ExitCode {
             }
             // Only returns if the command could not be started.
             return run::exec(&settings, &command);
+        }
+        Command::Cdi {
+            library,
+            policy,
+            state_dir,
+            ld_so_preload,
+        } => {
+            let spec = cdi::spec(&cdi::Options {
+                library: &library,
+                policy: &policy,
+                state_dir: &state_dir,
+                ld_so_preload: ld_so_preload.as_deref(),
+            });
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&spec).unwrap_or_default()
+            );
+            Ok(())
         }
         Command::Report {
             traces,

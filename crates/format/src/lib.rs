@@ -15,6 +15,7 @@ pub mod fastline;
 pub mod group;
 pub mod hash;
 pub mod part;
+pub mod policy;
 pub mod read;
 pub mod registry;
 pub mod schema;
