@@ -307,3 +307,27 @@ fn a_forked_child_ended_by_sigterm_prints_its_own_summary() {
     assert_eq!(child_lines, [one_live(2 * MIB, 0)], "{out}");
     assert_eq!(said(&out)[..], [one_live(MIB, 0)], "{out}");
 }
+
+/// Output into a pipe whose reader has gone (`cuquota metrics | head` after head quit) ends
+/// as other Unix tools end there, by SIGPIPE: no panic, no message.
+#[test]
+fn a_closed_pipe_ends_the_output_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let mut fds = [0; 2];
+    // SAFETY: fds has room for the two descriptors pipe2 returns.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: the reading end is ours and closed once; the writing end goes to the child.
+    let stdout = unsafe {
+        libc::close(fds[0]);
+        std::process::Stdio::from(
+            <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fds[1]),
+        )
+    };
+    let out = Command::new(&artifacts().cli)
+        .arg("cdi")
+        .stdout(stdout)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "", "{out:?}");
+}

@@ -216,6 +216,21 @@ enum Format {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    // A reader that goes away (`cuquota metrics | head`) ends the output quietly, as with
+    // other Unix tools, rather than a panic on the failed write; `run`'s command starts with
+    // the default too, as a shell would give it. Not the metrics server: a scraper that hangs
+    // up must cost it one response, not its life.
+    let serving = matches!(
+        args.command,
+        Command::Metrics {
+            listen: Some(_),
+            ..
+        }
+    );
+    if !serving {
+        // SAFETY: setting a signal's disposition to the default, before any thread exists.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     let result = match args.command {
         Command::Run {
             limit,
