@@ -3,9 +3,8 @@
 //! live allocations (a peer's linked list made a free cost O(live)).
 
 use crate::contexts::{Slot, NO_CONTEXT};
+use crate::key_map::{self, KeyMap, SHARD_BITS};
 use crate::spin::SpinLock;
-use cuquota_format::hash::BuildKeyHasher;
-use std::collections::HashMap;
 
 /// What one live allocation charged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,7 +26,7 @@ impl Charge {
     }
 }
 
-const SHARDS: usize = 64;
+const SHARDS: usize = 1 << SHARD_BITS;
 
 /// A charge packed into one word (GPU ordinal in the top 8 bits, the context slot in the
 /// next 8, bytes below), so that an entry is 16 bytes and more of a large ledger stays in
@@ -59,7 +58,7 @@ impl From<Packed> for Charge {
     }
 }
 
-type Map = HashMap<u64, Packed, BuildKeyHasher>;
+type Map = KeyMap<Packed>;
 type Shard = SpinLock<Map>;
 
 pub struct Ledger {
@@ -79,14 +78,14 @@ impl Ledger {
         }
     }
 
+    #[inline(always)]
     fn shard(&self, key: u64) -> &Shard {
-        // Allocations are at least 256-byte aligned: drop the low bits, mix the rest.
-        let mixed = (key >> 8).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        &self.shards[(mixed >> 58) as usize % SHARDS]
+        &self.shards[(key_map::hash(key) >> (64 - SHARD_BITS)) as usize]
     }
 
     /// Records a new allocation. Returns the entry it replaced, if the key was already live
     /// (a free we never saw); the caller gives that charge back.
+    #[inline(always)]
     pub fn insert(&self, key: u64, charge: Charge) -> Option<Charge> {
         self.shard(key)
             .lock()
@@ -96,8 +95,9 @@ impl Ledger {
 
     /// Removes an allocation before the driver frees it, so that a thread which gets the
     /// same address from the driver right after cannot have its entry removed by us.
+    #[inline(always)]
     pub fn remove(&self, key: u64) -> Option<Charge> {
-        self.shard(key).lock().remove(&key).map(Charge::from)
+        self.shard(key).lock().remove(key).map(Charge::from)
     }
 
     /// In a forked child: no lock held, no entry (the parent's memory is not the child's).
@@ -120,10 +120,10 @@ impl Ledger {
         }
         for shard in &self.shards {
             shard.lock().retain(|key, p| {
-                let c = Charge::from(*p);
+                let c = Charge::from(p);
                 let keep = c.context != context;
                 if !keep {
-                    gone.push((*key, c));
+                    gone.push((key, c));
                 }
                 keep
             });
@@ -140,8 +140,8 @@ impl Ledger {
         for shard in &self.shards {
             for c in shard
                 .try_lock_for(attempts)?
-                .values()
-                .map(|p| Charge::from(*p))
+                .iter()
+                .map(|(_, p)| Charge::from(p))
                 .filter(|c| c.device == device)
             {
                 count += 1;
@@ -157,8 +157,8 @@ impl Ledger {
         for shard in &self.shards {
             for c in shard
                 .lock()
-                .values()
-                .map(|p| Charge::from(*p))
+                .iter()
+                .map(|(_, p)| Charge::from(p))
                 .filter(|c| c.device == device)
             {
                 count += 1;

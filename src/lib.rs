@@ -22,7 +22,7 @@
 //!   words of the log lines), `log` (where they go), `config` (the environment variables);
 //! - books: `quota` (`Books`, every GPU's counters, kept in this process's registry file
 //!   or its memory), `group` (this process as a member of a group: its slot, its hold on
-//!   each GPU's shared counters), `ledger` (live allocations), `contexts` (the
+//!   each GPU's shared counters), `ledger` (live allocations, in `key_map`'s tables), `contexts` (the
 //!   contexts that own them, and each one's device), `vmm` (references and mappings of
 //!   `cuMemCreate` allocations), `context_memory` (what contexts themselves take: how it
 //!   is measured, charged per context and corrected from NVML);
@@ -43,6 +43,7 @@ mod episodes;
 mod exports;
 mod ffi;
 pub mod group;
+pub mod key_map;
 pub mod ledger;
 pub mod log;
 mod lookup;
