@@ -28,7 +28,7 @@
 //!   is measured, charged per context and corrected from NVML);
 //! - words: `cuda_abi` (the driver's types), `array_shape` (a CUDA array's shape and its
 //!   estimated size), `ffi` (caller pointers), `output` (cuquota's own writes: bounded,
-//!   never SIGPIPE), `spin` (the lock a forked child can clear), `sys` (the monotonic clock
+//!   never SIGPIPE), `in_hook` (each thread's flag that it runs a hook), `spin` (the lock a forked child can clear), `sys` (the monotonic clock
 //!   and the OS thread id).
 #![deny(unsafe_op_in_unsafe_fn)]
 
@@ -43,6 +43,7 @@ mod episodes;
 mod exports;
 mod ffi;
 pub mod group;
+mod in_hook;
 pub mod key_map;
 pub mod ledger;
 pub mod log;

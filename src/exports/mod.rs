@@ -133,20 +133,18 @@ every_area!(
 // put in other codegen units, where a function without it is never inlined (the frames then
 // cost a call of their own: cuMemAlloc_v2 + cuMemFree_v2 went from 568 to 621 instructions).
 
-thread_local! {
-    /// Set while this thread runs a hook: if the driver calls back into an exported hook,
-    /// that inner call passes straight through, so nothing is counted twice.
-    static IN_HOOK: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Holds this thread's `IN_HOOK` flag; keeps its address so that leaving costs no second
-/// thread-local look-up (each is a `__tls_get_addr` call in a shared library).
+/// Holds this thread's in-hook flag ([`crate::in_hook`]) while a hook runs; keeps its
+/// address so that leaving reads no thread-local storage again.
 struct InHook(*const Cell<bool>);
 
 impl InHook {
     #[inline]
     fn enter() -> Option<InHook> {
-        IN_HOOK.with(|h| (!h.replace(true)).then_some(InHook(h)))
+        let flag = crate::in_hook::flag();
+        // SAFETY: this thread's flag, which lives as long as the thread; only this thread
+        // touches it.
+        let entered = unsafe { !(*flag).replace(true) };
+        entered.then_some(InHook(flag))
     }
 }
 
