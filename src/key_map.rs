@@ -95,6 +95,18 @@ impl<V: Copy> KeyMap<V> {
         self.find(key).ok().map(|i| self.slots[i].1)
     }
 
+    #[inline]
+    pub fn get_mut(&mut self, key: u64) -> Option<&mut V> {
+        if key == EMPTY {
+            return self.zero.as_mut();
+        }
+        if self.slots.is_empty() {
+            return None;
+        }
+        let i = self.find(key).ok()?;
+        Some(&mut self.slots[i].1)
+    }
+
     /// Enters `key`; returns the value it replaced, if it was there.
     #[inline(always)]
     pub fn insert(&mut self, key: u64, value: V) -> Option<V> {
@@ -193,10 +205,13 @@ mod tests {
         assert_eq!(m.remove(0x1000), None, "an empty map has nothing");
         assert_eq!(m.insert(0x1000, 1), None);
         assert_eq!(m.insert(0x1000, 2), Some(1));
+        *m.get_mut(0x1000).unwrap() += 1;
+        assert_eq!(m.get(0x1000), Some(3));
+        assert_eq!(m.get_mut(0x2000), None);
         assert_eq!(m.insert(0, 7), None, "key 0 is a key like any other");
         assert_eq!(m.len(), 2);
         assert_eq!(m.get(0), Some(7));
-        assert_eq!(m.remove(0x1000), Some(2));
+        assert_eq!(m.remove(0x1000), Some(3));
         assert_eq!(m.remove(0x1000), None);
         assert_eq!(m.remove(0), Some(7));
         assert!(m.is_empty());

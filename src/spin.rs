@@ -33,7 +33,23 @@ impl<T> SpinLock<T> {
         }
     }
 
+    /// Inline, the first try only: the lock is free almost always, and on the hooks' path a
+    /// call costs more than the try.
+    #[inline(always)]
     pub fn lock(&self) -> SpinGuard<'_, T> {
+        if self
+            .locked
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            self.lock_contended();
+        }
+        SpinGuard { lock: self }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn lock_contended(&self) {
         let mut spins = 0u32;
         while self
             .locked
@@ -51,7 +67,6 @@ impl<T> SpinLock<T> {
                 }
             }
         }
-        SpinGuard { lock: self }
     }
 
     /// The lock if it can be had within `attempts` tries (yielding between them), else None:
@@ -96,6 +111,7 @@ impl<T> SpinLock<T> {
 
 impl<T> Deref for SpinGuard<'_, T> {
     type Target = T;
+    #[inline(always)]
     fn deref(&self) -> &T {
         // SAFETY: this guard holds the lock.
         unsafe { &*self.lock.data.get() }
@@ -103,6 +119,7 @@ impl<T> Deref for SpinGuard<'_, T> {
 }
 
 impl<T> DerefMut for SpinGuard<'_, T> {
+    #[inline(always)]
     fn deref_mut(&mut self) -> &mut T {
         // SAFETY: this guard holds the lock, so no other reference exists.
         unsafe { &mut *self.lock.data.get() }
@@ -110,6 +127,7 @@ impl<T> DerefMut for SpinGuard<'_, T> {
 }
 
 impl<T> Drop for SpinGuard<'_, T> {
+    #[inline(always)]
     fn drop(&mut self) {
         self.lock.locked.store(false, Ordering::Release);
     }

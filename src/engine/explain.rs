@@ -380,10 +380,17 @@ impl Engine {
     }
 
     /// Appends a trace event; the trace module starts the trace at the first one.
+    /// Inline, the check only: with no trace, an event is never built.
+    #[inline(always)]
     fn emit(&self, event: Event) {
         if self.tracing {
-            trace::emit(event, || self.trace_header());
+            self.emit_traced(event);
         }
+    }
+
+    #[inline(never)]
+    fn emit_traced(&self, event: Event) {
+        trace::emit(event, || self.trace_header());
     }
 
     /// What the trace header needs: the template, the mode, and every device the driver
