@@ -34,10 +34,9 @@ use super::{Engine, Kind, Place, PoolPlace};
 use crate::config::Mode;
 use crate::cuda_abi::CuResult;
 use crate::engine::PartRefusal;
+use crate::key_map::KeyMap;
 use crate::ledger::Charge;
 use crate::quota::{DeviceQuota, Part, Reservation, UNLIMITED};
-use cuquota_format::hash::BuildKeyHasher;
-use std::collections::HashMap;
 
 /// A context's pool allocations taken out of the books: pointer, charge, pool.
 pub(super) type TakenPooled = Vec<(u64, Charge, Option<u64>)>;
@@ -54,6 +53,8 @@ pub enum PoolOf {
 /// One pool this process allocated from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Pool {
+    /// Our own number for it: a destroyed pool's handle can come back for another pool.
+    id: u64,
     handle: usize,
     device: u32,
     /// Its share of the pool cache: `reserved − used` at the last reading, plus what was
@@ -80,33 +81,45 @@ enum Freed {
 /// The pool cache's books: plain data, kept under the engine's `pool_books` lock.
 #[derive(Default)]
 pub struct PoolBooks {
-    /// Pools by a number of our own (a destroyed pool's handle can come back for another).
-    pools: HashMap<u64, Pool, BuildKeyHasher>,
-    /// Pools not destroyed: handle → number.
-    handles: HashMap<usize, u64, BuildKeyHasher>,
+    /// The pools, in a list: a process allocates from a few (one per device, as a rule), and
+    /// a short scan costs less than any map on the stream-ordered allocation's path.
+    pools: Vec<Pool>,
     /// Live pool allocations: pointer → its pool's number.
-    pointers: HashMap<u64, u64, BuildKeyHasher>,
+    pointers: KeyMap<u64>,
     next: u64,
 }
 
 impl PoolBooks {
+    #[inline]
+    fn by_id(&mut self, id: u64) -> Option<&mut Pool> {
+        self.pools.iter_mut().find(|p| p.id == id)
+    }
+
+    fn remove(&mut self, id: u64) -> Option<Pool> {
+        let i = self.pools.iter().position(|p| p.id == id)?;
+        Some(self.pools.swap_remove(i))
+    }
+
     /// The number of pool `handle` (not destroyed), on `device`, entered if new.
+    #[inline]
     fn pool(&mut self, handle: usize, device: u32) -> u64 {
-        if let Some(&id) = self.handles.get(&handle) {
-            return id;
+        if let Some(p) = self
+            .pools
+            .iter()
+            .find(|p| p.handle == handle && !p.destroyed)
+        {
+            return p.id;
         }
         self.next += 1;
-        let id = self.next;
-        self.handles.insert(handle, id);
-        let pool = Pool {
+        self.pools.push(Pool {
+            id: self.next,
             handle,
             device,
             cached: 0,
             live: 0,
             destroyed: false,
-        };
-        self.pools.insert(id, pool);
-        id
+        });
+        self.next
     }
 
     /// Pools not destroyed on `device` (`None`: on every device): (number, handle, cached).
@@ -114,34 +127,37 @@ impl PoolBooks {
         let mut found: Vec<_> = self
             .pools
             .iter()
-            .filter(|(_, p)| !p.destroyed && device.is_none_or(|d| p.device == d))
-            .map(|(&id, p)| (id, p.handle, p.cached))
+            .filter(|p| !p.destroyed && device.is_none_or(|d| p.device == d))
+            .map(|p| (p.id, p.handle, p.cached))
             .collect();
         found.sort_unstable();
         found
     }
 
-    fn get(&self, id: u64) -> Option<&Pool> {
-        self.pools.get(&id)
+    #[inline]
+    fn get(&self, id: u64) -> Option<Pool> {
+        self.pools.iter().find(|p| p.id == id).copied()
     }
 
     fn cached(&self, id: u64) -> u64 {
-        self.pools.get(&id).map_or(0, |p| p.cached)
+        self.get(id).map_or(0, |p| p.cached)
     }
 
+    #[inline]
     fn set_cached(&mut self, id: u64, bytes: u64) {
-        if let Some(p) = self.pools.get_mut(&id) {
+        if let Some(p) = self.by_id(id) {
             p.cached = bytes;
         }
     }
 
     /// A live allocation at `ptr` from pool `id`.
+    #[inline(always)]
     fn allocated(&mut self, ptr: u64, id: u64) {
         if let Some(stale) = self.pointers.insert(ptr, id) {
             // A free we never saw: that allocation is gone.
             self.drop_pointer(stale);
         }
-        if let Some(p) = self.pools.get_mut(&id) {
+        if let Some(p) = self.by_id(id) {
             p.live += 1;
         }
     }
@@ -150,14 +166,12 @@ impl PoolBooks {
     /// or its address was reused). Returns the `cached` bytes of a destroyed pool that
     /// goes with it.
     fn drop_pointer(&mut self, id: u64) -> u64 {
-        let Some(p) = self.pools.get_mut(&id) else {
+        let Some(p) = self.by_id(id) else {
             return 0;
         };
         p.live = p.live.saturating_sub(1);
         if p.destroyed && p.live == 0 {
-            let cached = p.cached;
-            self.pools.remove(&id);
-            return cached;
+            return self.remove(id).map_or(0, |p| p.cached);
         }
         0
     }
@@ -165,8 +179,9 @@ impl PoolBooks {
     /// A free of `ptr` is about to be called: its pool's number, out of the books (so that
     /// another thread that gets the same address from the driver right after cannot have
     /// its entry taken by this free).
+    #[inline(always)]
     fn take_pointer(&mut self, ptr: u64) -> Option<u64> {
-        self.pointers.remove(&ptr)
+        self.pointers.remove(ptr)
     }
 
     /// The free failed: `ptr` is live again.
@@ -175,16 +190,15 @@ impl PoolBooks {
     }
 
     /// An allocation of `bytes` from pool `id` (`take_pointer`'s) was freed.
+    #[inline(always)]
     fn freed(&mut self, id: Option<u64>, bytes: u64) -> Freed {
-        let Some(p) = id.and_then(|id| self.pools.get_mut(&id)) else {
+        let Some((id, p)) = id.and_then(|id| Some((id, self.by_id(id)?))) else {
             return Freed::Untracked;
         };
         p.live = p.live.saturating_sub(1);
         if p.destroyed && p.live == 0 {
             let cached = p.cached;
-            if let Some(id) = id {
-                self.pools.remove(&id);
-            }
+            self.remove(id);
             return Freed::PoolGone { cached };
         }
         p.cached = p.cached.saturating_add(bytes);
@@ -194,25 +208,26 @@ impl PoolBooks {
     /// `cuMemPoolDestroy(handle)`: `Some((device, cached))` when its memory goes now (no
     /// live allocation left); else it goes with the last one.
     fn destroyed(&mut self, handle: usize) -> Option<(u32, u64)> {
-        let id = self.handles.remove(&handle)?;
-        let p = self.pools.get_mut(&id)?;
+        let p = self
+            .pools
+            .iter_mut()
+            .find(|p| p.handle == handle && !p.destroyed)?;
         p.destroyed = true;
         if p.live > 0 {
             return None;
         }
-        let gone = (p.device, p.cached);
-        self.pools.remove(&id);
+        let (id, gone) = (p.id, (p.device, p.cached));
+        self.remove(id);
         Some(gone)
     }
 
     /// A readable pool the driver no longer knows (gone with its context): forgotten, with
     /// its pointers. Returns its `cached` bytes.
     fn forget(&mut self, id: u64) -> u64 {
-        let Some(p) = self.pools.remove(&id) else {
+        let Some(p) = self.remove(id) else {
             return 0;
         };
-        self.handles.remove(&p.handle);
-        self.pointers.retain(|_, pool| *pool != id);
+        self.pointers.retain(|_, pool| pool != id);
         p.cached
     }
 }
