@@ -17,6 +17,10 @@ pub struct KeyMap<V> {
     slots: Vec<(u64, V)>,
     /// Entries in `slots`.
     len: usize,
+    /// `len` at which the table grows: three quarters full, so that probes stay short.
+    grow_at: usize,
+    /// 64 − log2(slots): the shift that takes a hash's top bits as a slot number.
+    shift: u32,
     /// The value of key 0, which cannot live in a slot.
     zero: Option<V>,
 }
@@ -26,6 +30,8 @@ impl<V> Default for KeyMap<V> {
         KeyMap {
             slots: Vec::new(),
             len: 0,
+            grow_at: 0,
+            shift: 64,
             zero: None,
         }
     }
@@ -64,10 +70,9 @@ impl<V: Copy> KeyMap<V> {
     /// The slot where `key`'s probe starts.
     #[inline(always)]
     fn home(&self, key: u64) -> usize {
-        // The shard bits are the same for every key of one ledger shard: skip them.
-        let h = hash(key) << SHARD_BITS;
-        // A capacity of 2^k takes the top k bits (the best mixed ones).
-        (h >> (64 - self.slots.len().trailing_zeros())) as usize
+        // The shard bits are the same for every key of one ledger shard: skip them. A
+        // capacity of 2^k takes the top k bits of the rest (the best mixed ones).
+        ((hash(key) << SHARD_BITS) >> self.shift) as usize
     }
 
     /// The slot holding `key`, or the empty slot where it would go.
@@ -113,8 +118,7 @@ impl<V: Copy> KeyMap<V> {
         if key == EMPTY {
             return self.zero.replace(value);
         }
-        // At most three quarters full, so that probes stay short.
-        if (self.len + 1) * 4 > self.slots.len() * 3 {
+        if self.len >= self.grow_at {
             self.grow(value);
         }
         match self.find(key) {
@@ -163,6 +167,8 @@ impl<V: Copy> KeyMap<V> {
     fn grow(&mut self, filler: V) {
         let capacity = (self.slots.len() * 2).max(FIRST_CAPACITY);
         let old = std::mem::replace(&mut self.slots, vec![(EMPTY, filler); capacity]);
+        self.grow_at = capacity / 4 * 3;
+        self.shift = 64 - capacity.trailing_zeros();
         for (key, value) in old {
             if key != EMPTY {
                 let Err(i) = self.find(key) else {
