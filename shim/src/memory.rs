@@ -2,11 +2,12 @@
 //! address of its backing, so copies are plain memory copies.
 //!
 //! Backing: anonymous `MAP_NORESERVE` mappings for 64 KiB and more (so multi-GiB simulated
-//! allocations cost no resident memory until touched), `posix_memalign` below that. Devices
-//! are charged the requested bytes exactly.
+//! allocations cost no resident memory until touched), `posix_memalign` below that, with
+//! a few freed blocks kept for reuse. Devices are charged the requested bytes exactly.
 
 use std::ffi::c_void;
 use std::ptr;
+use std::sync::Mutex;
 
 use crate::abi::*;
 use crate::state::{self, State};
@@ -30,7 +31,23 @@ pub enum Placement {
 #[derive(Clone, Copy, Debug)]
 enum Backing {
     Mapped { len: usize },
-    Heap,
+    Heap { size: usize },
+}
+
+/// Freed small blocks, `(size, address)`, newest last, reused for the next allocation of
+/// the same size. Why: `posix_memalign`'s path, and with it the time an allocation takes
+/// here, depends on where glibc's heap happens to stand, which any other allocation in the
+/// process shifts; an interposer in front of this library (one that allocates a few
+/// bytes of its own at start) then measured a third of a pair more or less by chance.
+/// Reusing blocks makes the stand-in's own cost the same in every run.
+static SPARE: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+/// At most this many spare blocks (below `MMAP_THRESHOLD` each: at most 4 MiB kept).
+const SPARE_BLOCKS: usize = 64;
+
+fn spare() -> std::sync::MutexGuard<'static, Vec<(usize, usize)>> {
+    SPARE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 pub struct Allocation {
@@ -77,10 +94,16 @@ impl Payer {
 /// Gets `size` bytes of host memory.
 fn obtain(size: usize, placement: Placement) -> Option<(usize, Backing)> {
     if size < MMAP_THRESHOLD && placement == Placement::Anywhere {
+        let backing = Backing::Heap { size };
+        let mut spare = spare();
+        if let Some(i) = spare.iter().rposition(|&(s, _)| s == size) {
+            return Some((spare.remove(i).1, backing));
+        }
+        drop(spare);
         let mut p: *mut c_void = ptr::null_mut();
         // SAFETY: posix_memalign only writes the new block's address into `p`.
         let rc = unsafe { libc::posix_memalign(&mut p, SMALL_ALIGNMENT, size) };
-        return (rc == 0 && !p.is_null()).then_some((p as usize, Backing::Heap));
+        return (rc == 0 && !p.is_null()).then_some((p as usize, backing));
     }
     let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
     if placement == Placement::Low32 {
@@ -112,8 +135,16 @@ fn obtain(size: usize, placement: Placement) -> Option<(usize, Backing)> {
 /// Gives back memory obtained by [`obtain`].
 fn release(address: usize, backing: Backing) {
     match backing {
-        // SAFETY: `address` came from posix_memalign and is freed once, by its owner.
-        Backing::Heap => unsafe { libc::free(address as *mut c_void) },
+        Backing::Heap { size } => {
+            let mut spare = spare();
+            if spare.len() < SPARE_BLOCKS {
+                spare.push((size, address));
+                return;
+            }
+            drop(spare);
+            // SAFETY: `address` came from posix_memalign and is freed once, by its owner.
+            unsafe { libc::free(address as *mut c_void) }
+        }
         // SAFETY: `address..address+len` is a mapping we created and nothing else uses.
         Backing::Mapped { len } => unsafe {
             libc::munmap(address as *mut c_void, len);
