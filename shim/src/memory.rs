@@ -3,8 +3,9 @@
 //!
 //! Backing: anonymous `MAP_NORESERVE` mappings for 64 KiB and more (so multi-GiB simulated
 //! allocations cost no resident memory until touched), `posix_memalign` below that, with
-//! a few freed blocks kept for reuse. Devices are charged the requested bytes exactly.
+//! freed blocks kept for reuse (up to 256 MiB). Devices are charged the requested bytes exactly.
 
+use std::collections::BTreeMap;
 use std::ffi::c_void;
 use std::ptr;
 use std::sync::Mutex;
@@ -34,17 +35,25 @@ enum Backing {
     Heap { size: usize },
 }
 
-/// Freed small blocks, `(size, address)`, newest last, reused for the next allocation of
-/// the same size. Why: `posix_memalign`'s path, and with it the time an allocation takes
-/// here, depends on where glibc's heap happens to stand, which any other allocation in the
-/// process shifts; an interposer in front of this library (one that allocates a few
-/// bytes of its own at start) then measured a third of a pair more or less by chance.
-/// Reusing blocks makes the stand-in's own cost the same in every run.
-static SPARE: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
-/// At most this many spare blocks (below `MMAP_THRESHOLD` each: at most 4 MiB kept).
-const SPARE_BLOCKS: usize = 64;
+/// Freed small blocks by size, newest last, reused for the next allocation of the same
+/// size. Why: `posix_memalign`'s path, and with it the time an allocation or a free takes
+/// here, depends on where glibc's heap happens to stand (which any other allocation in the
+/// process shifts) and, with many blocks live, on consolidating free neighbours across the
+/// heap; a benchmark of an interposer in front of this library then measured glibc, by
+/// chance. Reused blocks make the stand-in's own cost small and the same in every run.
+static SPARE: Mutex<Spare> = Mutex::new(Spare {
+    by_size: BTreeMap::new(),
+    bytes: 0,
+});
+/// At most this many bytes of spare blocks; beyond it, freed blocks go back to glibc.
+const SPARE_BYTES: usize = 256 << 20;
 
-fn spare() -> std::sync::MutexGuard<'static, Vec<(usize, usize)>> {
+struct Spare {
+    by_size: BTreeMap<usize, Vec<usize>>,
+    bytes: usize,
+}
+
+fn spare() -> std::sync::MutexGuard<'static, Spare> {
     SPARE
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -96,8 +105,9 @@ fn obtain(size: usize, placement: Placement) -> Option<(usize, Backing)> {
     if size < MMAP_THRESHOLD && placement == Placement::Anywhere {
         let backing = Backing::Heap { size };
         let mut spare = spare();
-        if let Some(i) = spare.iter().rposition(|&(s, _)| s == size) {
-            return Some((spare.remove(i).1, backing));
+        if let Some(address) = spare.by_size.get_mut(&size).and_then(Vec::pop) {
+            spare.bytes -= size;
+            return Some((address, backing));
         }
         drop(spare);
         let mut p: *mut c_void = ptr::null_mut();
@@ -137,8 +147,9 @@ fn release(address: usize, backing: Backing) {
     match backing {
         Backing::Heap { size } => {
             let mut spare = spare();
-            if spare.len() < SPARE_BLOCKS {
-                spare.push((size, address));
+            if spare.bytes + size <= SPARE_BYTES {
+                spare.bytes += size;
+                spare.by_size.entry(size).or_default().push(address);
                 return;
             }
             drop(spare);
