@@ -66,6 +66,16 @@ struct Pool {
     destroyed: bool,
 }
 
+/// A pool's figure after an allocation from it, against its books.
+enum Reading {
+    /// Lower by this much (kept already): what its cache gave the allocation.
+    Fell(u64),
+    /// Higher by this much: the pool grew, still to charge.
+    Rose(u64),
+    /// The same, or the pool cannot be read.
+    Same,
+}
+
 /// What a free of pool memory does to its charge.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Freed {
@@ -280,30 +290,40 @@ impl Engine {
         };
         let mut books = self.pool_books.lock();
         let id = books.pool(handle, device);
-        if let Err((refusal, grow)) = self.settle(&mut books, api, device, quota, limit, id) {
-            // The pool grew beyond the quota's room: the allocation goes back, and what the
-            // pool kept for it with it.
-            undo(ptr);
-            let _ = self.queries.trim_pool(handle);
-            // Lowered only: what is above our figure now is another thread's growth, in
-            // flight, which its own settlement checks against the quota. (A real driver
-            // may hold the freed block until the stream reaches the free; the next
-            // settlement of this pool charges it then.)
-            self.reread(&mut books, api, device, quota, id, false);
-            drop(books);
-            quota.rollback(bytes);
-            // Refused for what it needed: its size and the pool's growth beyond it, on top
-            // of what the quota held without it.
-            self.explain(Outcome::Refused(Refusal {
-                device,
-                api,
-                bytes: bytes + grow,
-                limit: refusal.limit,
-                in_use: refusal.in_use.saturating_sub(bytes),
-                what: Request::Memory,
-            }));
-            return CuResult::OUT_OF_MEMORY;
-        }
+        // The pool's figure now: what it fell by, its cache gave this allocation (charged
+        // with the commit below); what it rose by, the pool grew, checked against the quota.
+        let taken = match self.pool_reading(&mut books, id) {
+            Reading::Fell(taken) => taken,
+            Reading::Same => 0,
+            Reading::Rose(grow) => {
+                let settled = self.settle(&mut books, api, device, quota, limit, id, grow);
+                if let Err((refusal, grow)) = settled {
+                    // The pool grew beyond the quota's room: the allocation goes back, and
+                    // what the pool kept for it with it.
+                    undo(ptr);
+                    let _ = self.queries.trim_pool(handle);
+                    // Lowered only: what is above our figure now is another thread's
+                    // growth, in flight, which its own settlement checks against the quota.
+                    // (A real driver may hold the freed block until the stream reaches the
+                    // free; the next settlement of this pool charges it then.)
+                    self.reread(&mut books, api, device, quota, id, false);
+                    drop(books);
+                    quota.rollback(bytes);
+                    // Refused for what it needed: its size and the pool's growth beyond it,
+                    // on top of what the quota held without it.
+                    self.explain(Outcome::Refused(Refusal {
+                        device,
+                        api,
+                        bytes: bytes + grow,
+                        limit: refusal.limit,
+                        in_use: refusal.in_use.saturating_sub(bytes),
+                        what: Request::Memory,
+                    }));
+                    return CuResult::OUT_OF_MEMORY;
+                }
+                0
+            }
+        };
         books.allocated(ptr, id);
         // A plain allocation's entry at this address is stale (its free was not seen: its
         // context's end, recorded after the driver gave the address out again); left there,
@@ -318,13 +338,69 @@ impl Engine {
             bytes,
             context: owner,
         };
-        self.committed(api, Kind::PoolPointer, ptr, quota, charge);
+        if taken == 0 {
+            self.committed(api, Kind::PoolPointer, ptr, quota, charge);
+        } else {
+            self.committed_from_cache(api, ptr, quota, charge, taken);
+        }
         rc
     }
 
-    /// Settles pool `id`'s share of the pool cache to the driver's figure. Growth must fit
-    /// the quota, after one trim of the device's pools; refused: what the quota held and the
-    /// growth that did not fit.
+    /// Reads pool `id` after an allocation from it: a lower figure is kept at once.
+    #[inline]
+    fn pool_reading(&self, books: &mut PoolBooks, id: u64) -> Reading {
+        let Some(pool) = books.get(id).filter(|p| !p.destroyed) else {
+            return Reading::Same;
+        };
+        let Ok((reserved, used)) = self.queries.pool_usage(pool.handle) else {
+            return Reading::Same;
+        };
+        let figure = reserved.saturating_sub(used);
+        if figure < pool.cached {
+            books.set_cached(id, figure);
+            Reading::Fell(pool.cached - figure)
+        } else if figure > pool.cached {
+            Reading::Rose(figure - pool.cached)
+        } else {
+            Reading::Same
+        }
+    }
+
+    /// A pool allocation that the pool's cache gave `taken` bytes of: the part gives them
+    /// up and the allocation is held, in one step (see `DeviceQuota::commit_from_part`); the
+    /// lines are those of the part's change and then the allocation.
+    fn committed_from_cache(
+        &self,
+        api: &'static str,
+        ptr: u64,
+        quota: &DeviceQuota,
+        charge: Charge,
+        taken: u64,
+    ) {
+        let (device, bytes) = (charge.device, charge.bytes);
+        let (held, taken) = quota.commit_from_part(Part::PoolCache, taken, bytes);
+        if let Some(stale) = self.ledger(Kind::PoolPointer).insert(ptr, charge) {
+            self.released_stale(ptr, stale);
+        }
+        if taken > 0 {
+            // Held as it was between the two steps: without the part's bytes, before the
+            // allocation's.
+            let between = held.saturating_sub(bytes);
+            self.part_changed(api, device, quota, Part::PoolCache, between);
+        }
+        self.explain(Outcome::Admitted {
+            device,
+            api,
+            key: ptr,
+            bytes,
+            held,
+        });
+    }
+
+    /// Charges pool `id`'s growth `grow` (its figure read above its books'). Growth must fit
+    /// the quota, after one trim of the device's pools (and a new reading); refused: what
+    /// the quota held and the growth that did not fit.
+    #[allow(clippy::too_many_arguments)]
     fn settle(
         &self,
         books: &mut PoolBooks,
@@ -333,11 +409,8 @@ impl Engine {
         quota: &DeviceQuota,
         limit: u64,
         id: u64,
+        mut grow: u64,
     ) -> Result<(), (PartRefusal, u64)> {
-        let mut grow = self.reread(books, api, device, quota, id, false);
-        if grow == 0 {
-            return Ok(());
-        }
         // Not `reserve_or_trim`: the pools' books are held here, and after a trim what is
         // left to charge is read again.
         let enforce = self.mode() == Mode::Enforce;
