@@ -89,7 +89,7 @@ mod tests {
         })
         .join()
         .unwrap();
-        assert_eq!(other.0, false, "another thread's flag is clear");
+        assert!(!other.0, "another thread's flag is clear");
         assert_ne!(other.1, here as *const Cell<bool> as usize);
         here.set(false);
     }
