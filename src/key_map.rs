@@ -15,7 +15,7 @@ const FIRST_CAPACITY: usize = 16;
 pub struct KeyMap<V> {
     /// `(key, value)`, a power-of-two count of them (or none before the first insert).
     slots: Vec<(u64, V)>,
-    /// Entries in `slots`.
+    /// Entries, key 0's included.
     len: usize,
     /// `len` at which the table grows: three quarters full, so that probes stay short.
     grow_at: usize,
@@ -54,8 +54,9 @@ impl<V: Copy> KeyMap<V> {
         Self::default()
     }
 
+    #[inline(always)]
     pub fn len(&self) -> usize {
-        self.len + usize::from(self.zero.is_some())
+        self.len
     }
 
     pub fn is_empty(&self) -> bool {
@@ -116,7 +117,9 @@ impl<V: Copy> KeyMap<V> {
     #[inline(always)]
     pub fn insert(&mut self, key: u64, value: V) -> Option<V> {
         if key == EMPTY {
-            return self.zero.replace(value);
+            let old = self.zero.replace(value);
+            self.len += usize::from(old.is_none());
+            return old;
         }
         if self.len >= self.grow_at {
             self.grow(value);
@@ -135,9 +138,11 @@ impl<V: Copy> KeyMap<V> {
     #[inline(always)]
     pub fn remove(&mut self, key: u64) -> Option<V> {
         if key == EMPTY {
-            return self.zero.take();
+            let old = self.zero.take();
+            self.len -= usize::from(old.is_some());
+            return old;
         }
-        if self.len == 0 {
+        if self.len == 0 || self.slots.is_empty() {
             return None;
         }
         let mut hole = self.find(key).ok()?;
@@ -209,6 +214,9 @@ mod tests {
     fn insert_replace_remove() {
         let mut m = KeyMap::new();
         assert_eq!(m.remove(0x1000), None, "an empty map has nothing");
+        assert_eq!(m.insert(0, 1), None);
+        assert_eq!(m.remove(0x1000), None, "key 0 alone: still no table");
+        assert_eq!(m.remove(0), Some(1));
         assert_eq!(m.insert(0x1000, 1), None);
         assert_eq!(m.insert(0x1000, 2), Some(1));
         *m.get_mut(0x1000).unwrap() += 1;

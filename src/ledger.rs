@@ -4,7 +4,8 @@
 
 use crate::contexts::{Slot, NO_CONTEXT};
 use crate::key_map::{self, KeyMap, SHARD_BITS};
-use crate::spin::SpinLock;
+use crate::spin::{SpinGuard, SpinLock};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 /// What one live allocation charged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,7 +60,37 @@ impl From<Packed> for Charge {
 }
 
 type Map = KeyMap<Packed>;
-type Shard = SpinLock<Map>;
+
+struct Shard {
+    map: SpinLock<Map>,
+    /// The map's entries, written under its lock after every change, so that a look-up of a
+    /// key in an empty shard (a free of pool memory, which asks this ledger first) takes no
+    /// lock. Whoever frees a key learnt it after its insert, and so sees this count count it.
+    live: AtomicUsize,
+}
+
+impl Shard {
+    #[inline(always)]
+    fn lock(&self) -> ShardGuard<'_> {
+        ShardGuard {
+            map: self.map.lock(),
+            live: &self.live,
+        }
+    }
+}
+
+/// A shard's map, locked; its `live` count follows it when the guard goes.
+struct ShardGuard<'a> {
+    map: SpinGuard<'a, Map>,
+    live: &'a AtomicUsize,
+}
+
+impl Drop for ShardGuard<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        self.live.store(self.map.len(), Relaxed);
+    }
+}
 
 pub struct Ledger {
     shards: [Shard; SHARDS],
@@ -74,7 +105,10 @@ impl Default for Ledger {
 impl Ledger {
     pub fn new() -> Self {
         Ledger {
-            shards: std::array::from_fn(|_| SpinLock::new(Map::default())),
+            shards: std::array::from_fn(|_| Shard {
+                map: SpinLock::new(Map::default()),
+                live: AtomicUsize::new(0),
+            }),
         }
     }
 
@@ -89,6 +123,7 @@ impl Ledger {
     pub fn insert(&self, key: u64, charge: Charge) -> Option<Charge> {
         self.shard(key)
             .lock()
+            .map
             .insert(key, charge.into())
             .map(Charge::from)
     }
@@ -97,7 +132,11 @@ impl Ledger {
     /// same address from the driver right after cannot have its entry removed by us.
     #[inline(always)]
     pub fn remove(&self, key: u64) -> Option<Charge> {
-        self.shard(key).lock().remove(key).map(Charge::from)
+        let shard = self.shard(key);
+        if shard.live.load(Relaxed) == 0 {
+            return None;
+        }
+        shard.lock().map.remove(key).map(Charge::from)
     }
 
     /// In a forked child: no lock held, no entry (the parent's memory is not the child's).
@@ -107,7 +146,8 @@ impl Ledger {
     pub unsafe fn reset_in_child(&self) {
         for shard in &self.shards {
             // SAFETY: the caller's promise: the child of a fork, with one thread.
-            unsafe { shard.reset_in_child(Map::default()) };
+            unsafe { shard.map.reset_in_child(Map::default()) };
+            shard.live.store(0, Relaxed);
         }
     }
 
@@ -119,7 +159,7 @@ impl Ledger {
             return gone;
         }
         for shard in &self.shards {
-            shard.lock().retain(|key, p| {
+            shard.lock().map.retain(|key, p| {
                 let c = Charge::from(p);
                 let keep = c.context != context;
                 if !keep {
@@ -139,6 +179,7 @@ impl Ledger {
         let mut bytes = 0;
         for shard in &self.shards {
             for c in shard
+                .map
                 .try_lock_for(attempts)?
                 .iter()
                 .map(|(_, p)| Charge::from(p))
@@ -156,6 +197,7 @@ impl Ledger {
         let mut bytes = 0;
         for shard in &self.shards {
             for c in shard
+                .map
                 .lock()
                 .iter()
                 .map(|(_, p)| Charge::from(p))
@@ -204,7 +246,7 @@ mod tests {
         assert_eq!(gone, [5, 6], "only that context's charges");
         assert_eq!(l.live_on(2), (1, 7));
         assert!(l.remove_context(NO_CONTEXT).is_empty());
-        std::mem::forget(l.shard(0x7000_1000).lock());
+        std::mem::forget(l.shard(0x7000_1000).map.lock());
         // SAFETY: this test is the ledger's only user.
         unsafe { l.reset_in_child() };
         assert_eq!(l.live_on(1), (0, 0));
