@@ -157,10 +157,8 @@ impl Engine {
         let pooled = self.take_context_pool_pointers(slot);
         let mut plain = Vec::new();
         for kind in Kind::ALL {
-            if kind != Kind::PoolPointer {
-                for (key, charge) in self.ledger(kind).remove_context(slot) {
-                    plain.push((kind, key, charge));
-                }
+            for (key, charge) in self.ledger(kind).remove_context(slot) {
+                plain.push((kind, key, charge));
             }
         }
         let keys: Vec<u64> = (pooled.iter().map(|(k, _, _)| *k))

@@ -120,10 +120,11 @@ impl Engine {
                 }
                 // The exit handler may run on a thread that holds a ledger lock (exit from a
                 // signal handler inside a hook): a few tries each, never a wait.
-                let live = self
-                    .ledgers
-                    .iter()
+                let pooled = (self.pool_books.try_lock_for(EXIT_LOCK_ATTEMPTS))
+                    .map(|books| books.live_on(d));
+                let live = (self.ledgers.iter())
                     .map(|l| l.try_live_on(d, EXIT_LOCK_ATTEMPTS))
+                    .chain([pooled])
                     .try_fold((0, 0), |(n, b), l| l.map(|(n2, b2)| (n + n2, b + b2)));
                 Some(DeviceAtExit {
                     device: d,

@@ -58,7 +58,9 @@ pub use queries::Queries;
 
 /// What a charge is keyed by: each kind is a key space with a ledger of its own. A new kind
 /// (arrays, contexts) is a variant here and an entry in [`Kind::ALL`]; the engine keeps one
-/// ledger per entry, and everything that sums or resets goes over all of them.
+/// ledger per entry, and everything that sums or resets goes over all of them. (Pool
+/// allocations, while the quota counts the footprint, are in the pool cache's books, with
+/// their pools: see `pool_cache`.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 // A kind indexes the ledgers: as a usize it needs no widening on the alloc/free path.
 #[repr(usize)]
@@ -69,14 +71,11 @@ pub enum Kind {
     Handle,
     /// CUDA arrays and mipmapped arrays (`CUarray`, `CUmipmappedArray` handles).
     Array,
-    /// Stream-ordered allocations from a pool while the quota counts the footprint: their
-    /// free moves the charge to the pool cache (see `pool_cache`).
-    PoolPointer,
 }
 
 impl Kind {
     /// Every kind, in the order of their discriminants (which index the ledgers).
-    pub const ALL: [Kind; 4] = [Kind::Pointer, Kind::Handle, Kind::Array, Kind::PoolPointer];
+    pub const ALL: [Kind; 3] = [Kind::Pointer, Kind::Handle, Kind::Array];
 }
 
 /// Where an allocation lands, and which context owns it.

@@ -88,14 +88,23 @@ enum Freed {
     Untracked,
 }
 
-/// The pool cache's books: plain data, kept under the engine's `pool_books` lock.
+/// A live pool allocation: what it charged, and its pool (`None`: a pool forgotten since).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Pooled {
+    pub charge: Charge,
+    pub pool: Option<u64>,
+}
+
+/// The pool cache's books: plain data, kept under the engine's `pool_books` lock. They are
+/// also the ledger of pool allocations: one look-up under the one lock finds a pointer's
+/// charge and its pool.
 #[derive(Default)]
 pub struct PoolBooks {
     /// The pools, in a list: a process allocates from a few (one per device, as a rule), and
     /// a short scan costs less than any map on the stream-ordered allocation's path.
     pools: Vec<Pool>,
-    /// Live pool allocations: pointer → its pool's number.
-    pointers: KeyMap<u64>,
+    /// Live pool allocations by pointer.
+    pointers: KeyMap<Pooled>,
     next: u64,
 }
 
@@ -160,16 +169,22 @@ impl PoolBooks {
         }
     }
 
-    /// A live allocation at `ptr` from pool `id`.
+    /// A live allocation at `ptr` from pool `id`. Returns the charge of an entry it
+    /// replaced: a free we never saw, that allocation is gone (the caller gives it back).
     #[inline(always)]
-    fn allocated(&mut self, ptr: u64, id: u64) {
-        if let Some(stale) = self.pointers.insert(ptr, id) {
-            // A free we never saw: that allocation is gone.
-            self.drop_pointer(stale);
+    fn allocated(&mut self, ptr: u64, charge: Charge, id: u64) -> Option<Charge> {
+        let pooled = Pooled {
+            charge,
+            pool: Some(id),
+        };
+        let stale = self.pointers.insert(ptr, pooled);
+        if let Some(old) = stale.and_then(|s| s.pool) {
+            self.drop_pointer(old);
         }
         if let Some(p) = self.by_id(id) {
             p.live += 1;
         }
+        stale.map(|s| s.charge)
     }
 
     /// One live allocation of pool `id` is gone without a free of ours (its context went,
@@ -186,17 +201,38 @@ impl PoolBooks {
         0
     }
 
-    /// A free of `ptr` is about to be called: its pool's number, out of the books (so that
-    /// another thread that gets the same address from the driver right after cannot have
-    /// its entry taken by this free).
+    /// A free of `ptr` is about to be called: its entry, out of the books (so that another
+    /// thread that gets the same address from the driver right after cannot have its entry
+    /// taken by this free).
     #[inline(always)]
-    fn take_pointer(&mut self, ptr: u64) -> Option<u64> {
+    fn take_pointer(&mut self, ptr: u64) -> Option<Pooled> {
         self.pointers.remove(ptr)
     }
 
     /// The free failed: `ptr` is live again.
-    fn restore_pointer(&mut self, ptr: u64, id: u64) {
-        self.pointers.insert(ptr, id);
+    fn restore_pointer(&mut self, ptr: u64, pooled: Pooled) {
+        self.pointers.insert(ptr, pooled);
+    }
+
+    /// Every live allocation context `slot` owns, out of the books: pointer, charge, pool.
+    fn take_context(&mut self, slot: crate::contexts::Slot) -> TakenPooled {
+        let mut taken = Vec::new();
+        self.pointers.retain(|ptr, p| {
+            let keep = p.charge.context != slot;
+            if !keep {
+                taken.push((ptr, p.charge, p.pool));
+            }
+            keep
+        });
+        taken
+    }
+
+    /// Live pool allocations on `device`: (count, bytes).
+    pub(super) fn live_on(&self, device: u32) -> (u64, u64) {
+        self.pointers
+            .iter()
+            .filter(|(_, p)| p.charge.device == device)
+            .fold((0, 0), |(n, b), (_, p)| (n + 1, b + p.charge.bytes))
     }
 
     /// An allocation of `bytes` from pool `id` (`take_pointer`'s) was freed.
@@ -237,7 +273,16 @@ impl PoolBooks {
         let Some(p) = self.remove(id) else {
             return 0;
         };
-        self.pointers.retain(|_, pool| pool != id);
+        // Its allocations stay charged, as any whose pool is not known.
+        let orphans: Vec<u64> = (self.pointers.iter())
+            .filter(|(_, p)| p.pool == Some(id))
+            .map(|(ptr, _)| ptr)
+            .collect();
+        for ptr in orphans {
+            if let Some(p) = self.pointers.get_mut(ptr) {
+                p.pool = None;
+            }
+        }
         p.cached
     }
 }
@@ -324,7 +369,6 @@ impl Engine {
                 0
             }
         };
-        books.allocated(ptr, id);
         // A plain allocation's entry at this address is stale (its free was not seen: its
         // context's end, recorded after the driver gave the address out again); left there,
         // the free of this pool allocation would find it first.
@@ -332,17 +376,16 @@ impl Engine {
             self.released_stale(ptr, stale);
         }
         // Committed under the books' lock, so that a context's end (which takes its pool
-        // allocations out of the ledger and the books together) sees both or neither.
+        // allocations out of the books) sees it whole or not at all.
         let charge = Charge {
             device,
             bytes,
             context: owner,
         };
-        if taken == 0 {
-            self.committed(api, Kind::PoolPointer, ptr, quota, charge);
-        } else {
-            self.committed_from_cache(api, ptr, quota, charge, taken);
+        if let Some(stale) = books.allocated(ptr, charge, id) {
+            self.released_stale(ptr, stale);
         }
+        self.committed_pooled(api, ptr, quota, charge, taken);
         rc
     }
 
@@ -366,10 +409,10 @@ impl Engine {
         }
     }
 
-    /// A pool allocation that the pool's cache gave `taken` bytes of: the part gives them
-    /// up and the allocation is held, in one step (see `DeviceQuota::commit_from_part`); the
-    /// lines are those of the part's change and then the allocation.
-    fn committed_from_cache(
+    /// A pool allocation, in the books, is held; if the pool's cache gave `taken` bytes of
+    /// it, the part gives them up in the same step (see `DeviceQuota::commit_from_part`),
+    /// and the lines are those of the part's change and then the allocation.
+    fn committed_pooled(
         &self,
         api: &'static str,
         ptr: u64,
@@ -378,10 +421,11 @@ impl Engine {
         taken: u64,
     ) {
         let (device, bytes) = (charge.device, charge.bytes);
-        let (held, taken) = quota.commit_from_part(Part::PoolCache, taken, bytes);
-        if let Some(stale) = self.ledger(Kind::PoolPointer).insert(ptr, charge) {
-            self.released_stale(ptr, stale);
-        }
+        let (held, taken) = if taken == 0 {
+            (quota.commit(bytes), 0)
+        } else {
+            quota.commit_from_part(Part::PoolCache, taken, bytes)
+        };
         if taken > 0 {
             // Held as it was between the two steps: without the part's bytes, before the
             // allocation's.
@@ -576,22 +620,17 @@ impl Engine {
     /// the books' lock), each with its pool: before the driver ends the context, when the
     /// end is certain (see `Engine::context_end`).
     pub(super) fn take_context_pool_pointers(&self, slot: crate::contexts::Slot) -> TakenPooled {
-        let mut books = self.pool_books.lock();
-        let taken = self.ledger(Kind::PoolPointer).remove_context(slot);
-        taken
-            .into_iter()
-            .map(|(key, charge)| (key, charge, books.take_pointer(key)))
-            .collect()
+        if slot == crate::contexts::NO_CONTEXT {
+            return Vec::new();
+        }
+        self.pool_books.lock().take_context(slot)
     }
 
     /// The end did not happen: the pool allocations taken are live again.
     pub(super) fn restore_context_pool_pointers(&self, taken: TakenPooled) {
         let mut books = self.pool_books.lock();
-        for (key, charge, id) in taken {
-            if let Some(id) = id {
-                books.restore_pointer(key, id);
-            }
-            self.ledger(Kind::PoolPointer).insert(key, charge);
+        for (key, charge, pool) in taken {
+            books.restore_pointer(key, Pooled { charge, pool });
         }
     }
 
@@ -670,17 +709,12 @@ impl Engine {
         if kind != Kind::Pointer {
             return call();
         }
-        let ledger = self.ledger(Kind::PoolPointer);
-        // Out of the ledger and the books together, under the books' lock: a context's end
-        // prunes the books by the ledger, and must not see one without the other.
-        let (charge, id) = {
-            let mut books = self.pool_books.lock();
-            let Some(charge) = ledger.remove(key) else {
-                drop(books);
-                return call();
-            };
-            (charge, books.take_pointer(key))
+        // Out of the books under their lock: a context's end takes its pool allocations
+        // from them, and must find each one there or not at all.
+        let Some(pooled) = self.pool_books.lock().take_pointer(key) else {
+            return call();
         };
+        let Pooled { charge, pool: id } = pooled;
         // Before the driver frees, as for any free (`traced_free`); the pool cache's line
         // follows after the call.
         if self.tracing {
@@ -688,11 +722,7 @@ impl Engine {
         }
         let rc = call();
         if !rc.is_ok() {
-            let mut books = self.pool_books.lock();
-            if let Some(id) = id {
-                books.restore_pointer(key, id);
-            }
-            ledger.insert(key, charge);
+            self.pool_books.lock().restore_pointer(key, pooled);
             if self.tracing {
                 self.traced_free_failed(api, key, charge);
             }
