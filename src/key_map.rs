@@ -37,14 +37,9 @@ impl<V> Default for KeyMap<V> {
     }
 }
 
-/// A key's hash: a folded multiply, so that aligned addresses and small handles alike spread
-/// over every bit. The ledger picks its shard from the top bits; [`KeyMap`] its slot from
-/// the bits below them.
-#[inline(always)]
-pub fn hash(key: u64) -> u64 {
-    let product = u128::from(key) * 0x9e37_79b9_7f4a_7c15;
-    (product as u64) ^ ((product >> 64) as u64)
-}
+/// A key's hash (the format crate's, shared with the CLI's maps): the ledger picks its
+/// shard from the top bits; [`KeyMap`] its slot from the bits below them.
+pub use cuquota_format::hash::fold as hash;
 
 /// Bits at the top of [`hash`] that pick a ledger's shard; the slot comes from the rest.
 pub const SHARD_BITS: u32 = 6;

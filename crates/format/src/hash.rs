@@ -1,7 +1,8 @@
-//! The one hasher for maps keyed by device addresses and handles: the interposer's ledger
-//! and trace writer, and the live-allocation map of `cuquota report`. SipHash (std's
-//! default) would cost the ledger a third of a hook and the report a third of its time, and
-//! these keys are not chosen by an attacker.
+//! The one hash for maps keyed by device addresses and handles: [`fold`] for the
+//! interposer's ledger (tables of its own), [`KeyHasher`] for std maps (the trace writer's
+//! tally, the live-allocation map of `cuquota report`). SipHash (std's default) would cost
+//! the ledger a third of a hook and the report a third of its time, and these keys are not
+//! chosen by an attacker.
 
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -17,6 +18,14 @@ pub struct KeyHasher(u64);
 pub type BuildKeyHasher = BuildHasherDefault<KeyHasher>;
 
 const MULTIPLIER: u128 = 0x9e37_79b9_7f4a_7c15;
+
+/// One key's hash: a folded multiply, which spreads aligned addresses and small handles
+/// alike over every bit, the top ones included.
+#[inline(always)]
+pub fn fold(key: u64) -> u64 {
+    let product = u128::from(key) * MULTIPLIER;
+    (product as u64) ^ ((product >> 64) as u64)
+}
 
 // `#[inline]` throughout: the interposer's hot path calls these across the crate boundary.
 impl Hasher for KeyHasher {
@@ -34,8 +43,7 @@ impl Hasher for KeyHasher {
 
     #[inline]
     fn write_u64(&mut self, key: u64) {
-        let product = u128::from(self.0 ^ key) * MULTIPLIER;
-        self.0 = (product as u64) ^ ((product >> 64) as u64);
+        self.0 = fold(self.0 ^ key);
     }
 
     #[inline]
