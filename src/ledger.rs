@@ -65,7 +65,8 @@ struct Shard {
     map: SpinLock<Map>,
     /// The map's entries, written under its lock after every change, so that a look-up of a
     /// key in an empty shard (a free of pool memory, which asks this ledger first) takes no
-    /// lock. Whoever frees a key learnt it after its insert, and so sees this count count it.
+    /// lock. Whoever frees a key learnt it after its insert, so the count it reads includes
+    /// that entry.
     live: AtomicUsize,
 }
 
