@@ -11,6 +11,17 @@ use std::sync::atomic::{
     AtomicPtr, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
 };
 
+/// A group's quota as one member sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupShare {
+    pub name: String,
+    /// What this process holds or has reserved on the GPU.
+    pub this_process: u64,
+    /// The other members holding anything there, and what they hold.
+    pub others: usize,
+    pub others_bytes: u64,
+}
+
 /// A member's hold on one GPU of its group: the group's counters for that GPU and this
 /// member's record of what it charged there (which the reaper gives back at its death).
 /// Made once per GPU and never freed (the mapping it points into is never unmapped).
@@ -177,7 +188,7 @@ impl Member {
 
     /// Who holds the group's quota on this GPU besides this process: the other members with
     /// anything there, and their bytes (in flight included, as the quota counts them).
-    pub fn share(&self) -> crate::quota::GroupShare {
+    pub fn share(&self) -> GroupShare {
         let this_process = self.charged.load(Relaxed);
         let layout = self.membership.file.layout();
         let others = (layout.slots.iter().enumerate())
@@ -187,7 +198,7 @@ impl Member {
                     && s.charged[self.index].load(Relaxed) > 0
             })
             .count();
-        crate::quota::GroupShare {
+        GroupShare {
             name: self.membership.name.clone(),
             this_process,
             others,

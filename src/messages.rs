@@ -4,7 +4,8 @@
 
 use crate::config::Count;
 use crate::config::{Config, DeviceId, Limits};
-use crate::quota::{GroupShare, Part, Usage};
+use crate::group::GroupShare;
+use crate::quota::{Part, Usage};
 use cuquota_format::episodes;
 use cuquota_format::settings::format_uuid;
 use cuquota_format::units::{human, Size};

@@ -2,7 +2,7 @@
 //! after. Lock-free (one compare-and-swap per reservation), so `in_use` never exceeds the
 //! limit whatever the threads do. No FFI here.
 
-use crate::group::{Group, Member};
+use crate::group::{Group, GroupShare, Member};
 use cuquota_format::registry::ProcessFile;
 use cuquota_format::settings::MAX_DEVICES;
 use std::sync::atomic::{
@@ -177,17 +177,6 @@ impl Books {
         // SAFETY: the caller's promise.
         unsafe { self.group.reset_in_child() };
     }
-}
-
-/// A group's quota as one member sees it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct GroupShare {
-    pub name: String,
-    /// What this process holds or has reserved on the GPU.
-    pub this_process: u64,
-    /// The other members holding anything there, and what they hold.
-    pub others: usize,
-    pub others_bytes: u64,
 }
 
 /// The counters of one device.
