@@ -22,14 +22,14 @@
 //!   words of the log lines), `log` (where they go), `config` (the environment variables);
 //! - books: `quota` (`Books`, every GPU's counters, kept in this process's registry file
 //!   or its memory), `group` (this process as a member of a group: its slot, its hold on
-//!   each GPU's shared counters), `ledger` (live allocations, in `key_map`'s tables), `contexts` (the
-//!   contexts that own them, and each one's device), `vmm` (references and mappings of
-//!   `cuMemCreate` allocations), `context_memory` (what contexts themselves take: how it
-//!   is measured, charged per context and corrected from NVML);
+//!   each GPU's shared counters), `ledger` (live allocations, in `key_map`'s tables),
+//!   `contexts` (the contexts that own them, and each one's device), `vmm` (references and
+//!   mappings of `cuMemCreate` allocations), `context_memory` (what contexts themselves
+//!   take: how it is measured, charged per context and corrected from NVML);
 //! - words: `cuda_abi` (the driver's types), `array_shape` (a CUDA array's shape and its
 //!   estimated size), `ffi` (caller pointers), `output` (cuquota's own writes: bounded,
-//!   never SIGPIPE), `in_hook` (each thread's flag that it runs a hook), `spin` (the lock a forked child can clear), `sys` (the monotonic clock
-//!   and the OS thread id).
+//!   never SIGPIPE), `in_hook` (each thread's flag that it runs a hook), `spin` (the lock a
+//!   forked child can clear), `sys` (the monotonic clock and the OS thread id).
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod array_shape;

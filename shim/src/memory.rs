@@ -3,7 +3,8 @@
 //!
 //! Backing: anonymous `MAP_NORESERVE` mappings for 64 KiB and more (so multi-GiB simulated
 //! allocations cost no resident memory until touched), `posix_memalign` below that, with
-//! freed blocks kept for reuse (up to 256 MiB). Devices are charged the requested bytes exactly.
+//! freed blocks kept for reuse (up to 256 MiB). Devices are charged the requested bytes
+//! exactly.
 
 use std::collections::BTreeMap;
 use std::ffi::c_void;
