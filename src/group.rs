@@ -88,11 +88,7 @@ impl Group {
         if let Some(m) = unsafe { self.joined.load(Acquire).as_ref() } {
             return Ok(m);
         }
-        let file = GroupFile::open(dir, name).map_err(|e| e.0)?;
-        let slot = {
-            let locked = file.lock().map_err(|e| e.0)?;
-            file.claim_slot(&locked).map_err(|e| e.0)?
-        };
+        let (file, slot) = GroupFile::join(dir, name).map_err(|e| e.0)?;
         let m: &'static Membership = Box::leak(Box::new(Membership {
             file,
             slot,

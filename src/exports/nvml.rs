@@ -133,8 +133,9 @@ fn governed(device: NvmlDevice, total: u64) -> Option<Governed> {
     let books = engine.zip(ordinal);
     let own_used = books.map(|(e, d)| e.footprint(d));
     let file = config.group_spec().map(|(dir, name)| {
-        // A group file that cannot be read is no group yet: the process's own figures.
-        GroupFile::open_read_only(&dir, &name).ok().flatten()
+        // A group file that cannot be read is no group yet, and one this process may not
+        // trust decides nothing (its CUDA calls are refused): the process's own figures.
+        (GroupFile::open_read_only(&dir, &name).ok().flatten()).filter(|f| f.trusted().is_ok())
     });
     let reading = file.as_ref().map(|f| f.as_ref().map(|f| f.read_gpu(uuid)));
     let quota = match books.and_then(|(e, d)| e.nvml_quota(d)) {

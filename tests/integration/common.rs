@@ -400,6 +400,8 @@ pub struct Run {
     merged: bool,
     cwd: Option<PathBuf>,
     timeout: Duration,
+    /// Runs as this user: (uid, gid, supplementary groups).
+    user: Option<(u32, u32, Vec<u32>)>,
 }
 
 impl Run {
@@ -421,7 +423,16 @@ impl Run {
             merged: false,
             cwd: None,
             timeout: TIMEOUT,
+            user: None,
         }
+    }
+
+    /// Runs the program as user `uid` with group `gid` and supplementary `groups` (the test
+    /// must be root; the program, the shim and the interposer must be where that user can
+    /// read them).
+    pub fn user(mut self, uid: u32, gid: u32, groups: &[u32]) -> Run {
+        self.user = Some((uid, gid, groups.to_vec()));
+        self
     }
 
     /// Appends ops (or arguments), given as one whitespace-separated string.
@@ -538,6 +549,23 @@ impl Run {
         if let Some(dir) = &self.cwd {
             cmd.current_dir(dir);
         }
+        if let Some((uid, gid, groups)) = self.user.clone() {
+            use std::os::unix::process::CommandExt;
+            let groups: Vec<libc::gid_t> = groups.into_iter().collect();
+            // SAFETY: between fork and exec only async-signal-safe calls are made (setgroups,
+            // setgid, setuid), on data prepared before the fork.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::setgroups(groups.len(), groups.as_ptr()) != 0
+                        || libc::setgid(gid) != 0
+                        || libc::setuid(uid) != 0
+                    {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
         let description = self.describe();
 
         let mut child = cmd
@@ -573,6 +601,9 @@ impl Run {
         }
         if !self.preload {
             s.push_str("(no LD_PRELOAD) ");
+        }
+        if let Some((uid, gid, _)) = &self.user {
+            s.push_str(&format!("(as uid {uid} gid {gid}) "));
         }
         s.push_str(&self.program.display().to_string());
         for a in &self.args {

@@ -91,7 +91,7 @@ pub fn bodies(out: &Output) -> Vec<String> {
         .collect()
 }
 
-fn needs_root() {
+pub(crate) fn needs_root() {
     // SAFETY: geteuid has no preconditions.
     let euid = unsafe { libc::geteuid() };
     assert_eq!(

@@ -156,8 +156,11 @@ Other settings (CUQUOTA_LOG_LEVEL, CUQUOTA_VIRTUALIZE) pass through the environm
         #[arg(value_name = "NAME")]
         name: String,
         /// One size for every GPU (6GiB), `none`, or GPU-<uuid>:SIZE entries, comma-separated.
-        #[arg(long, value_name = "SPEC")]
-        limit: String,
+        #[arg(long, value_name = "SPEC", required_unless_present = "remove")]
+        limit: Option<String>,
+        /// Remove the group's state instead: refused, naming them, while members live.
+        #[arg(long, conflicts_with = "limit")]
+        remove: bool,
         /// Where groups keep their state (default: CUQUOTA_STATE_DIR, else /dev/shm/cuquota).
         #[arg(long, value_name = "DIR")]
         state_dir: Option<PathBuf>,
@@ -289,8 +292,13 @@ fn main() -> ExitCode {
         Command::Set {
             name,
             limit,
+            remove,
             state_dir: dir,
-        } => set::run(&name, &limit, &state_dir(dir)).map(|said| println!("{said}")),
+        } => match limit {
+            Some(limit) if !remove => set::run(&name, &limit, &state_dir(dir)),
+            _ => set::remove(&name, &state_dir(dir)),
+        }
+        .map(|said| println!("{said}")),
         Command::Top {
             once,
             json,

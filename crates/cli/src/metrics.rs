@@ -50,7 +50,7 @@ const REFUSALS: Family = Family {
 const MEMBERS: Family = Family {
     name: "cuquota_group_members",
     kind: "gauge",
-    help: "Processes in a group now.",
+    help: "Living processes in a group now (0: a group with no living member, whose other series are gone).",
 };
 const PROCESSES: Family = Family {
     name: "cuquota_processes",
@@ -171,6 +171,9 @@ pub fn exposition(s: &Snapshot) -> String {
         if seen.insert(g.name.as_str()) {
             e.add(&MEMBERS, &[("group", &g.name)], g.members as u64);
         }
+    }
+    for name in &s.idle_groups {
+        e.add(&MEMBERS, &[("group", name)], 0);
     }
     e.add(&PROCESSES, &[], s.process_count as u64);
     e.add(&SKIPPED, &[], s.notes.len() as u64);

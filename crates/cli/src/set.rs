@@ -1,5 +1,6 @@
 //! `cuquota set NAME --limit SPEC`: changes a group's limit while its members run (they read
-//! it at every check), or prepares a group before its first member starts. Who may do it is
+//! it at every check), or prepares a group before its first member starts; `--remove` takes
+//! away a group none of whose members lives. Who may do it is
 //! whoever may write the group's state file.
 
 use cuquota_format::group::{GroupFile, NO_LIMIT};
@@ -52,6 +53,15 @@ pub fn run(name: &str, spec: &str, state_dir: &Path) -> Result<String, String> {
         file.reap(&locked, None);
     }
     Ok(describe(&file))
+}
+
+/// Removes group `name` under `state_dir` when no member of it lives.
+pub fn remove(name: &str, state_dir: &Path) -> Result<String, String> {
+    GroupFile::remove(state_dir, name).map_err(|e| e.0)?;
+    Ok(format!(
+        "group {name} removed ({})",
+        cuquota_format::group::group_path(state_dir, name).display()
+    ))
 }
 
 fn limit_words(limit: u64) -> String {

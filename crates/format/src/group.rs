@@ -35,6 +35,11 @@ pub const NO_LIMIT: u64 = u64::MAX - 1;
 pub const DEFAULT_STATE_DIR: &str = "/dev/shm/cuquota";
 
 const MAGIC: u64 = u64::from_le_bytes(*b"CUQGROUP");
+/// Written over the magic, under the header lock, just before `cuquota set --remove`
+/// unlinks the file: whoever opened it meanwhile opens the path again.
+const REMOVED: u64 = u64::from_le_bytes(*b"CUQGONE!");
+/// How often an open retries a group that was removed under it.
+const REOPENS: usize = 3;
 /// The layout's version: a file of another version is refused, never mixed.
 pub const LAYOUT_VERSION: u64 = 1;
 const NAME_BYTES: usize = 64;
@@ -125,6 +130,68 @@ pub fn check_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Who a process is, for [`check_trust`]: its effective user and every group it is in.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    pub uid: u32,
+    pub groups: Vec<u32>,
+}
+
+impl Identity {
+    pub fn this_process() -> Identity {
+        // SAFETY: geteuid and getegid have no preconditions.
+        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        let mut groups = vec![gid];
+        // SAFETY: asking the count with a null list of length 0, as getgroups(2) allows.
+        let n = unsafe { libc::getgroups(0, std::ptr::null_mut()) };
+        if n > 0 {
+            let mut list = vec![0 as libc::gid_t; n as usize];
+            // SAFETY: `list` has room for `n` entries.
+            let got = unsafe { libc::getgroups(n, list.as_mut_ptr()) };
+            list.truncate(got.max(0) as usize);
+            groups.extend(list);
+        }
+        Identity { uid, groups }
+    }
+}
+
+/// Whether a group file of owner `uid`, group `gid` and permission bits `mode` may decide
+/// the limit of process `me`: anyone who can write the file can widen the quota, so only
+/// those `me` trusts may. It is trusted when writable by nobody but its owner and, where its
+/// group may write, a Unix group `me` is in (shared the documented way: `chgrp TEAM; chmod
+/// 660`), and its owner is `me`, root, or — for a file shared so — another member of that
+/// group. A file anyone may write is never trusted. Err says why not.
+pub fn check_trust(uid: u32, gid: u32, mode: u32, me: &Identity) -> Result<(), String> {
+    if mode & 0o002 != 0 {
+        return Err("is writable by every user".into());
+    }
+    let group_writes = mode & 0o020 != 0;
+    if group_writes && !me.groups.contains(&gid) {
+        return Err(format!(
+            "is writable by group {gid}, which this process (uid {}) is not in",
+            me.uid
+        ));
+    }
+    if uid == me.uid || uid == 0 || group_writes {
+        return Ok(());
+    }
+    Err(format!(
+        "belongs to another user and is not shared with this process (uid {}) through a \
+         group (mode 660, a group it is in)",
+        me.uid
+    ))
+}
+
+/// Whether a directory of permission bits `mode` may hold group files: one that others may
+/// write must have the sticky bit (as /dev/shm and a state directory cuquota makes do), or
+/// anyone could replace a group's file with their own.
+pub fn check_dir_trust(mode: u32) -> Result<(), String> {
+    if mode & 0o022 != 0 && mode & 0o1000 == 0 {
+        return Err("may be written by others and has no sticky bit".into());
+    }
+    Ok(())
+}
+
 /// Where group NAME's state lives under `state_dir`.
 pub fn group_path(state_dir: &Path, name: &str) -> PathBuf {
     state_dir.join("groups").join(name)
@@ -155,17 +222,113 @@ impl GroupFile {
         shared::make_dir(state_dir).map_err(GroupError)?;
         shared::make_dir(&state_dir.join("groups")).map_err(GroupError)?;
         let path = group_path(state_dir, name);
-        let file = SharedFile::open(&path, true).map_err(GroupError)?;
         let fail = |what: String| GroupError(format!("{}: {what}", path.display()));
-        let mut g = GroupFile {
-            file,
-            path: path.clone(),
-        };
-        g.file.lock_wait(0).map_err(fail)?;
-        let result = g.init(name);
-        g.file.unlock_byte(0);
-        result.map_err(fail)?;
-        Ok(g)
+        for _ in 0..REOPENS {
+            let file = SharedFile::open(&path, true).map_err(GroupError)?;
+            let mut g = GroupFile {
+                file,
+                path: path.clone(),
+            };
+            g.file.lock_wait(0).map_err(fail)?;
+            let result = g.init(name);
+            g.file.unlock_byte(0);
+            match result {
+                Ok(()) if g.removed() => continue,
+                Ok(()) => return Ok(g),
+                Err(e) => return Err(fail(e)),
+            }
+        }
+        Err(fail(format!("removed {REOPENS} times while being opened")))
+    }
+
+    /// Whether `cuquota set --remove` took this file away (its path now names another file,
+    /// or none).
+    fn removed(&self) -> bool {
+        self.layout().header.magic.load(Acquire) == REMOVED
+    }
+
+    /// Opens group `name` under `state_dir` as a member: the file must be one this process
+    /// may let decide its limit ([`check_trust`]); a slot is claimed under the header lock.
+    /// Returns the file and the slot's index.
+    pub fn join(state_dir: &Path, name: &str) -> Result<(GroupFile, usize), GroupError> {
+        for _ in 0..REOPENS {
+            let file = GroupFile::open(state_dir, name)?;
+            file.trusted()?;
+            let locked = file.lock()?;
+            if file.removed() {
+                continue;
+            }
+            let slot = file.claim_slot(&locked)?;
+            drop(locked);
+            return Ok((file, slot));
+        }
+        Err(GroupError(format!(
+            "group {name}: removed {REOPENS} times while being joined"
+        )))
+    }
+
+    /// Whether this process may let the file decide its limit, by its owner and mode, and
+    /// those of the directories it lies in.
+    pub fn trusted(&self) -> Result<(), GroupError> {
+        for dir in self.path.ancestors().skip(1).take(2) {
+            let meta = std::fs::metadata(dir)
+                .map_err(|e| GroupError(format!("{}: {e}", dir.display())))?;
+            use std::os::unix::fs::MetadataExt;
+            check_dir_trust(meta.mode() & 0o7777).map_err(|why| {
+                GroupError(format!(
+                    "{} (owner uid {}, mode {:o}) {why}, so no group file in it can decide \
+                     this process's limit",
+                    dir.display(),
+                    meta.uid(),
+                    meta.mode() & 0o7777
+                ))
+            })?;
+        }
+        let (uid, gid, mode) = self
+            .file
+            .owner()
+            .map_err(|e| GroupError(format!("{}: {e}", self.path.display())))?;
+        check_trust(uid, gid, mode, &Identity::this_process()).map_err(|why| {
+            GroupError(format!(
+                "{} (owner uid {uid}, group gid {gid}, mode {mode:o}) {why}, so it cannot \
+                 decide this process's limit: remove it (`cuquota set NAME --remove`) or use \
+                 another group name",
+                self.path.display()
+            ))
+        })
+    }
+
+    /// Removes group `name` under `state_dir` if no member of it lives (dead members' charges
+    /// are given back first); refused, naming the living members' pids, otherwise. A process
+    /// opening the group meanwhile opens a fresh one.
+    pub fn remove(state_dir: &Path, name: &str) -> Result<(), GroupError> {
+        check_name(name).map_err(GroupError)?;
+        let path = group_path(state_dir, name);
+        if !path.exists() {
+            return Err(GroupError(format!(
+                "no group {name} under {}",
+                state_dir.display()
+            )));
+        }
+        let file = GroupFile::open(state_dir, name)?;
+        let locked = file.lock()?;
+        file.reap(&locked, None);
+        let living = file.snapshot().members;
+        if !living.is_empty() {
+            let pids: Vec<String> = living.iter().map(u64::to_string).collect();
+            return Err(GroupError(format!(
+                "group {name} has {} living member{} (pid {}): stop {} first",
+                living.len(),
+                if living.len() == 1 { "" } else { "s" },
+                pids.join(", "),
+                if living.len() == 1 { "it" } else { "them" },
+            )));
+        }
+        file.layout().header.magic.store(REMOVED, Release);
+        std::fs::remove_file(&path)
+            .map_err(|e| GroupError(format!("cannot remove {}: {e}", path.display())))?;
+        drop(locked);
+        Ok(())
     }
 
     /// Under the header lock: sizes and initialises a fresh file, checks an existing one.
@@ -192,6 +355,8 @@ impl GroupFile {
                 Ok(())
             }
             (MAGIC, LAYOUT_VERSION) if h.size.load(Relaxed) == FILE_SIZE as u64 => Ok(()),
+            // Being removed: the caller opens the path again.
+            (REMOVED, _) => Ok(()),
             (MAGIC, v) => Err(format!(
                 "a cuquota group of layout {v}; this cuquota reads layout {LAYOUT_VERSION}"
             )),
@@ -225,7 +390,7 @@ impl GroupFile {
         let h = &g.layout().header;
         match (h.magic.load(Acquire), h.version.load(Relaxed)) {
             (MAGIC, LAYOUT_VERSION) => Ok(Some(g)),
-            (0, _) => Ok(None),
+            (0, _) | (REMOVED, _) => Ok(None),
             (MAGIC, v) => Err(fail(format!(
                 "layout {v}, this cuquota reads {LAYOUT_VERSION}"
             ))),
@@ -409,9 +574,34 @@ impl GroupFile {
         Ok(())
     }
 
-    /// What each GPU entry holds now, and its members: for `cuquota set` and the views.
+    /// Whether slot `index` belongs to a living member, as a process that is not that member
+    /// sees it: a slot in use whose life lock another description holds. Takes no lock and
+    /// writes nothing, so a viewer with read access alone can ask.
+    fn lives(&self, index: usize) -> bool {
+        self.layout().slots[index].is_member() && self.file.held_elsewhere(1 + index as u64)
+    }
+
+    /// What the living members reserved or hold on GPU entry `g`: its counter less what dead
+    /// members (not reaped yet) left there, and 0 when no member lives (a member killed
+    /// between two of its adds may have left the counter too high). Nothing is reaped.
+    fn living_in_use(&self, g: usize, living: &[bool]) -> u64 {
+        let layout = self.layout();
+        if !living.contains(&true) {
+            return 0;
+        }
+        let dead: u64 = (layout.slots.iter().zip(living))
+            .filter(|(s, alive)| s.is_member() && !**alive)
+            .map(|(s, _)| s.charged[g].load(Relaxed))
+            .fold(0, u64::saturating_add);
+        layout.devices[g].in_use.load(Relaxed).saturating_sub(dead)
+    }
+
+    /// What each GPU entry holds now and the living members, as a process that is no member
+    /// sees them (`cuquota set` and the views): dead members, reaped or not, count for
+    /// nothing. Nothing is locked or written.
     pub fn snapshot(&self) -> Snapshot {
         let layout = self.layout();
+        let living: Vec<bool> = (0..SLOTS).map(|i| self.lives(i)).collect();
         let devices = (layout.devices.iter().enumerate())
             .filter(|(_, d)| d.state.load(Acquire) == 1)
             .map(|(g, d)| DeviceSnapshot {
@@ -419,14 +609,14 @@ impl GroupFile {
                 uuid: words_uuid([d.uuid[0].load(Relaxed), d.uuid[1].load(Relaxed)]),
                 total: d.total.load(Relaxed),
                 limit: d.limit.load(Relaxed),
-                in_use: d.in_use.load(Relaxed),
+                in_use: self.living_in_use(g, &living),
                 peak: d.peak.load(Relaxed),
                 refusals: d.refusals.load(Relaxed),
             })
             .collect();
-        let members = (layout.slots.iter())
-            .filter(|s| s.state.load(Acquire) == 1)
-            .map(|s| s.pid.load(Relaxed))
+        let members = (layout.slots.iter().zip(&living))
+            .filter(|(_, alive)| **alive)
+            .map(|(s, _)| s.pid.load(Relaxed))
             .collect();
         Snapshot {
             name: self.name(),
@@ -481,32 +671,14 @@ impl GroupFile {
                 && d.uuid[0].load(Relaxed) == words[0]
                 && d.uuid[1].load(Relaxed) == words[1]
         });
-        let gpu = found.map(|g| {
-            let d = &layout.devices[g];
-            let (mut members, mut dead, mut living) = (Vec::new(), 0u64, 0);
-            for (i, slot) in layout.slots.iter().enumerate() {
-                if !slot.is_member() {
-                    continue;
-                }
-                let charged = slot.charged[g].load(Relaxed);
-                if self.file.held_elsewhere(1 + i as u64) {
-                    living += 1;
-                    if charged > 0 {
-                        members.push((slot.pid.load(Relaxed), charged));
-                    }
-                } else {
-                    dead = dead.saturating_add(charged);
-                }
-            }
-            let in_use = match living {
-                0 => 0,
-                _ => d.in_use.load(Relaxed).saturating_sub(dead),
-            };
-            GpuFigures {
-                limit: d.limit.load(Relaxed),
-                in_use,
-                members,
-            }
+        let living: Vec<bool> = (0..SLOTS).map(|i| self.lives(i)).collect();
+        let gpu = found.map(|g| GpuFigures {
+            limit: layout.devices[g].limit.load(Relaxed),
+            in_use: self.living_in_use(g, &living),
+            members: (layout.slots.iter().zip(&living))
+                .filter(|(s, alive)| **alive && s.charged[g].load(Relaxed) > 0)
+                .map(|(s, _)| (s.pid.load(Relaxed), s.charged[g].load(Relaxed)))
+                .collect(),
         });
         GpuReading {
             default_limit: layout.header.default_limit.load(Relaxed),
@@ -521,7 +693,7 @@ pub struct Snapshot {
     pub name: String,
     pub default_limit: u64,
     pub devices: Vec<DeviceSnapshot>,
-    /// The pids of the slots in use (alive or not yet reaped).
+    /// The living members' pids (as each sees itself).
     pub members: Vec<u64>,
 }
 
@@ -601,6 +773,102 @@ mod tests {
         let seen = reader.read_gpu(uuid).gpu.unwrap();
         assert_eq!((seen.in_use, seen.members.len()), (0, 0));
         assert_eq!(reader.layout().devices[g].in_use.load(Relaxed), 300 << 20);
+        let _ = fs::remove_dir_all(&d);
+    }
+
+    /// `cuquota set` and the views see the living only: a dead member's slot and charges
+    /// count for nothing, reaped or not, and with no member alive nothing is in use.
+    #[test]
+    fn a_snapshot_counts_only_living_members() {
+        let d = dir("snapshot");
+        let (a, slot_a) = GroupFile::join(&d, "svc").unwrap();
+        let (b, slot_b) = GroupFile::join(&d, "svc").unwrap();
+        let g = a.device(&a.lock().unwrap(), [3; 16], 1 << 30, 0).unwrap();
+        let layout = a.layout();
+        layout.devices[g].in_use.store(700, Relaxed);
+        layout.slots[slot_a].charged[g].store(400, Relaxed);
+        layout.slots[slot_b].charged[g].store(300, Relaxed);
+        let viewer = GroupFile::open_read_only(&d, "svc").unwrap().unwrap();
+        let pid = std::process::id() as u64;
+        let snap = viewer.snapshot();
+        assert_eq!(
+            (snap.devices[0].in_use, snap.members),
+            (700, vec![pid, pid])
+        );
+        drop(a);
+        let snap = viewer.snapshot();
+        assert_eq!((snap.devices[0].in_use, snap.members), (300, vec![pid]));
+        drop(b);
+        let snap = viewer.snapshot();
+        assert_eq!((snap.devices[0].in_use, snap.members.len()), (0, 0));
+        assert_eq!(
+            viewer.layout().devices[g].in_use.load(Relaxed),
+            700,
+            "reaped"
+        );
+        let _ = fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn trust_by_owner_group_and_mode() {
+        let me = Identity {
+            uid: 1000,
+            groups: vec![1000, 50],
+        };
+        let ok = |uid, gid, mode| check_trust(uid, gid, mode, &me);
+        assert!(ok(1000, 1000, 0o600).is_ok());
+        assert!(ok(0, 0, 0o644).is_ok(), "root's");
+        assert!(
+            ok(1001, 50, 0o660).is_ok(),
+            "shared through a group it is in"
+        );
+        assert!(ok(1000, 50, 0o660).is_ok());
+        for (uid, gid, mode, why) in [
+            (1000, 1000, 0o666, "writable by every user"),
+            (0, 0, 0o602, "writable by every user"),
+            (1001, 1001, 0o600, "belongs to another user"),
+            (1001, 1001, 0o644, "belongs to another user"),
+            (
+                1001,
+                60,
+                0o660,
+                "writable by group 60, which this process (uid 1000) is not in",
+            ),
+            (1000, 60, 0o620, "writable by group 60"),
+        ] {
+            let e = ok(uid, gid, mode).unwrap_err();
+            assert!(e.contains(why), "{uid} {gid} {mode:o}: {e}");
+        }
+    }
+
+    #[test]
+    fn directories_others_may_write_need_the_sticky_bit() {
+        assert!(check_dir_trust(0o1777).is_ok());
+        assert!(check_dir_trust(0o755).is_ok());
+        assert!(check_dir_trust(0o777).is_err());
+        assert!(check_dir_trust(0o775).is_err());
+    }
+
+    #[test]
+    fn a_group_is_removed_only_with_no_living_member() {
+        let d = dir("remove");
+        let (member, _) = GroupFile::join(&d, "svc").unwrap();
+        let e = GroupFile::remove(&d, "svc").unwrap_err().0;
+        let pid = std::process::id();
+        assert!(
+            e.contains(&format!("1 living member (pid {pid}): stop it first")),
+            "{e}"
+        );
+        // A file opened before the removal is known removed; the path is opened anew.
+        let before = GroupFile::open(&d, "svc").unwrap();
+        drop(member);
+        GroupFile::remove(&d, "svc").unwrap();
+        assert!(!group_path(&d, "svc").exists());
+        assert!(before.removed());
+        let (again, _) = GroupFile::join(&d, "svc").unwrap();
+        assert!(!again.removed());
+        let e = GroupFile::remove(&d, "nope").unwrap_err().0;
+        assert!(e.contains("no group nope under"), "{e}");
         let _ = fs::remove_dir_all(&d);
     }
 

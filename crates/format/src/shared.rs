@@ -123,6 +123,17 @@ impl SharedFile {
         Ok(st.st_size as u64)
     }
 
+    /// The file's owner, group and permission bits (`st_uid`, `st_gid`, `st_mode & 0o7777`).
+    pub fn owner(&self) -> Result<(u32, u32, u32), String> {
+        // SAFETY: fstat into a zeroed struct of the right type.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: our fd, a valid out-pointer.
+        if unsafe { libc::fstat(self.fd, &mut st) } != 0 {
+            return Err(io::Error::last_os_error().to_string());
+        }
+        Ok((st.st_uid, st.st_gid, st.st_mode & 0o7777))
+    }
+
     /// Sets an empty file's size.
     pub fn set_size(&self, len: usize) -> Result<(), String> {
         // SAFETY: our fd.

@@ -542,3 +542,52 @@ fn the_trace_header_names_the_group() {
 
 mod bad_state;
 mod survival;
+mod trust;
+
+/// `cuquota set NAME --remove`: refused, naming the living members, while any lives; then
+/// the file goes, and the next member starts a fresh group.
+#[test]
+fn a_group_is_removed_once_no_member_lives() {
+    let g = Group::new("group-remove", "svc");
+    let remove = || {
+        Run::program(&artifacts().cli)
+            .no_preload()
+            .args(&["set", g.name, "--remove", "--state-dir", g.state_dir()])
+            .timeout(PROCESS_TIMEOUT)
+            .run()
+    };
+    g.set("1GiB").check_exit(0);
+    let gate = g.gate("hold");
+    let mut member = g
+        .member(None, &format!("init alloc:256M {}", gate.op()))
+        .start();
+    member.wait_for(|l| l.op == "alloc");
+    let out = remove();
+    out.check_exit(1);
+    let pid = member.pid();
+    assert_eq!(
+        out.stderr,
+        [format!(
+            "cuquota: group svc has 1 living member (pid {pid}): stop it first"
+        )],
+        "{out}"
+    );
+    assert!(g.file().exists());
+    gate.open();
+    member.wait().check_exit(0);
+    let out = remove();
+    out.check_exit(0);
+    assert_eq!(
+        out.stdout,
+        format!("group svc removed ({})\n", g.file().display())
+    );
+    assert!(!g.file().exists());
+    // A new member makes a fresh group: its own limit, nothing of the old one's.
+    let out = g.member(Some("512MiB"), "init alloc:768M").run();
+    out.check_rcs(&[0, OUT_OF_MEMORY]);
+    let out = remove();
+    out.check_exit(0);
+    let out = remove();
+    out.check_exit(1);
+    assert!(out.stderr[0].contains("no group svc under"), "{out}");
+}

@@ -183,7 +183,17 @@ fn a_dead_member_with_the_same_pid_is_still_reaped() {
     assert_eq!(unsafe { libc::kill(member, libc::SIGKILL) }, 0);
     let first = first.wait();
     assert!(!first.timed_out, "{first}");
-    assert_eq!(g.snapshot().members, [1], "the dead member was PID 1");
+    let file = GroupFile::open(&g.dir, g.name).unwrap();
+    let unreaped: Vec<u64> = (file.layout().slots.iter())
+        .filter(|s| s.is_member())
+        .map(|s| s.pid.load(std::sync::atomic::Ordering::Relaxed))
+        .collect();
+    assert_eq!(unreaped, [1], "the dead member was PID 1, not reaped yet");
+    assert_eq!(
+        g.snapshot().members,
+        [0u64; 0],
+        "dead, it is no member to a view"
+    );
 
     let second = in_namespace("init fill:64M").run();
     assert!(second.status.success(), "{second}");

@@ -400,6 +400,14 @@ pub fn render(s: &Snapshot, view: &View) -> Vec<Line> {
         );
         out.push(vec![span(fit(&text, w), Style::Dim)]);
     }
+    if !s.idle_groups.is_empty() {
+        let text = format!(
+            "{} with no living member: {} (`cuquota set NAME --remove` removes one)",
+            plural(s.idle_groups.len(), "group", "groups"),
+            s.idle_groups.join(", ")
+        );
+        out.push(vec![span(fit(&text, w), Style::Dim)]);
+    }
     for note in s.notes.iter().take(5) {
         out.push(vec![span(fit(&format!("note: {note}"), w), Style::Dim)]);
     }

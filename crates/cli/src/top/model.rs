@@ -20,9 +20,12 @@ pub struct Snapshot {
     pub gpus: Vec<Gpu>,
     /// Governed processes that have used no GPU yet.
     pub idle_processes: Vec<Process>,
-    /// Living governed processes, and groups, in all.
+    /// Living governed processes, and groups with a living member, in all.
     pub process_count: usize,
     pub group_count: usize,
+    /// Groups whose file is there but with no living member: nothing of theirs is held, so
+    /// they are listed under no GPU (`cuquota set NAME --remove` removes one).
+    pub idle_groups: Vec<String>,
     /// A line per state file skipped (another layout, half-created, not cuquota's).
     pub notes: Vec<String>,
 }
@@ -71,7 +74,7 @@ pub struct GroupRow {
     /// Its living members' parts on this GPU, added up (None: no member is listed, e.g.
     /// members of a cuquota that does not register processes).
     pub parts: Option<Parts>,
-    /// Members of the group (all its slots in use, whatever GPU they use).
+    /// Living members of the group, whatever GPU they use (dead ones count for nothing).
     pub members: usize,
     /// The members that use this GPU.
     pub processes: Vec<Process>,
@@ -205,6 +208,7 @@ pub fn build(
     now: u64,
 ) -> Snapshot {
     let mut gpus: BTreeMap<[u8; 16], Gpu> = BTreeMap::new();
+    let (groups, idle): (Vec<_>, Vec<_>) = groups.into_iter().partition(|g| !g.members.is_empty());
     let known: BTreeMap<&str, &group::Snapshot> =
         groups.iter().map(|g| (g.name.as_str(), g)).collect();
     for g in &groups {
@@ -226,10 +230,10 @@ pub fn build(
             });
         }
     }
-    let mut idle = Vec::new();
+    let mut idle_processes = Vec::new();
     for p in &processes {
         if p.devices.is_empty() {
-            idle.push(process(p, None));
+            idle_processes.push(process(p, None));
             continue;
         }
         for d in &p.devices {
@@ -269,9 +273,10 @@ pub fn build(
         taken_unix_ns: now,
         state_dir: state_dir.display().to_string(),
         gpus,
-        idle_processes: idle,
+        idle_processes,
         process_count: processes.len(),
         group_count: groups.len(),
+        idle_groups: idle.into_iter().map(|g| g.name).collect(),
         notes,
     }
 }
@@ -431,7 +436,8 @@ pub(crate) mod tests {
                 .store(u64::from(pid) << 20, std::sync::atomic::Ordering::Relaxed);
             files.push(f);
         }
-        let g = group::GroupFile::open(&d, "svc").unwrap();
+        // A group with one living member (this process) and a limit on the GPU.
+        let (g, _) = group::GroupFile::join(&d, "svc").unwrap();
         g.set_limit(Some([7; 16]), 1 << 30).unwrap();
         // Another layout version: a living process's file whose version word says 2.
         let other = register(20_001, None);
@@ -471,16 +477,25 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn a_group_with_no_limit_and_no_living_member_still_shows() {
+    fn a_group_with_no_living_member_is_listed_under_no_gpu() {
         let s = build(
             Path::new("/s"),
             vec![],
-            vec![group("idle", 3, NO_LIMIT, 0, 0)],
+            vec![
+                group("idle", 3, NO_LIMIT, 0, 0),
+                group("svc", 3, NO_LIMIT, 0, 1),
+            ],
             vec![],
             0,
         );
         assert_eq!(s.gpus.len(), 1);
         assert_eq!(s.gpus[0].index, None);
+        let names: Vec<&str> = s.gpus[0].groups.iter().map(|g| g.name.as_str()).collect();
+        assert_eq!(names, ["svc"]);
         assert_eq!(s.gpus[0].groups[0].limit, None);
+        assert_eq!(
+            (s.group_count, s.idle_groups.clone()),
+            (1, vec!["idle".to_string()])
+        );
     }
 }

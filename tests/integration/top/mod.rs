@@ -8,6 +8,9 @@
 //! them). Without them a test fails, unless scripts/test.sh found no apt-get and said so
 //! (CUQUOTA_TEST_NO_APT=1): then it prints a loud SKIPPED line.
 
+// Views read with members dead: SIGKILLed, exited holding memory, all gone.
+mod living;
+
 use crate::common::*;
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -48,9 +51,19 @@ fn have(tool: &str) -> bool {
 
 /// A group member on the shim holding `size` for up to a minute.
 fn member(state: &Path, group: &str, limit: &str, size: &str) -> Bg {
+    member_ops(
+        state,
+        group,
+        limit,
+        &["init", &format!("alloc:{size}"), "sleep:60000"],
+    )
+}
+
+/// A group member on the shim running `ops`.
+fn member_ops(state: &Path, group: &str, limit: &str, ops: &[&str]) -> Bg {
     let art = artifacts();
     let child = Command::new(Client::Dlsym.path())
-        .args(["init", &format!("alloc:{size}"), "sleep:60000"])
+        .args(ops)
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("LD_LIBRARY_PATH", &art.shim_dir)
@@ -332,17 +345,11 @@ fn query(port: u16, query: &str) -> Option<u64> {
     result[0]["value"][1].as_str()?.parse().ok()
 }
 
-#[test]
-fn a_real_prometheus_scrapes_the_exporter() {
-    if !have("prometheus") {
-        return;
-    }
-    let state = scratch_dir("top-prometheus");
-    let (_member, g) = holding_group(&state);
-    // The exporter, on a port it picks and says.
+/// `cuquota metrics --listen` on a loopback port it picks and says: (the exporter, its port).
+fn start_exporter(state: &Path) -> (Bg, u16) {
     let mut exporter = Bg(Command::new(&artifacts().cli)
         .args(["metrics", "--listen", "127.0.0.1:0", "--state-dir"])
-        .arg(&state)
+        .arg(state)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -357,14 +364,13 @@ fn a_real_prometheus_scrapes_the_exporter() {
         .and_then(|(_, p)| p.strip_suffix("/metrics"))
         .and_then(|p| p.parse().ok())
         .unwrap_or_else(|| panic!("no address in {said:?}"));
-    let (status, body) = get(port, "/metrics").expect("GET /metrics");
-    assert!(status.contains(" 200"), "{status}");
-    assert!(body.contains("# TYPE cuquota_in_use_bytes gauge"), "{body}");
-    assert!(get(port, "/nothing").unwrap().0.contains(" 404"));
+    (exporter, port)
+}
 
-    // Prometheus, on loopback, scraping it every second.
-    let dir: PathBuf = state.join("prometheus");
-    std::fs::create_dir_all(&dir).unwrap();
+/// A Prometheus server on loopback scraping the exporter at `port` every second, its data
+/// and log under `dir`: (the server, its web port).
+fn start_prometheus(dir: &Path, port: u16) -> (Bg, u16) {
+    std::fs::create_dir_all(dir).unwrap();
     let config = dir.join("prometheus.yml");
     std::fs::write(
         &config,
@@ -376,7 +382,7 @@ fn a_real_prometheus_scrapes_the_exporter() {
     .unwrap();
     let web = free_port();
     let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
-    let _prometheus = Bg(Command::new("prometheus")
+    let server = Bg(Command::new("prometheus")
         .arg(format!("--config.file={}", config.display()))
         .arg(format!(
             "--storage.tsdb.path={}",
@@ -387,19 +393,42 @@ fn a_real_prometheus_scrapes_the_exporter() {
         .stderr(log)
         .spawn()
         .unwrap());
-    let in_use = r#"cuquota_in_use_bytes{group="svc"}"#;
-    let limit = r#"cuquota_limit_bytes{group="svc"}"#;
-    let deadline = Duration::from_secs(90);
-    let got = std::panic::catch_unwind(|| {
-        wait_for(deadline, "Prometheus to have scraped the group", || {
-            Some((query(web, in_use)?, query(web, limit)?))
-        })
-    });
-    let got = got.unwrap_or_else(|_| {
+    (server, web)
+}
+
+/// Waits (at most 90 s) until `what` gives Some from Prometheus at `web`; on time-out, fails
+/// with Prometheus's log (under `dir`).
+fn wait_for_prometheus<T>(dir: &Path, what: &str, f: impl FnMut() -> Option<T>) -> T {
+    let got = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_for(Duration::from_secs(90), what, f)
+    }));
+    got.unwrap_or_else(|_| {
         panic!(
-            "Prometheus's log:\n{}",
+            "{what}: Prometheus's log:\n{}",
             std::fs::read_to_string(dir.join("prometheus.log")).unwrap_or_default()
         )
+    })
+}
+
+#[test]
+fn a_real_prometheus_scrapes_the_exporter() {
+    if !have("prometheus") {
+        return;
+    }
+    let state = scratch_dir("top-prometheus");
+    let (_member, g) = holding_group(&state);
+    let (_exporter, port) = start_exporter(&state);
+    let (status, body) = get(port, "/metrics").expect("GET /metrics");
+    assert!(status.contains(" 200"), "{status}");
+    assert!(body.contains("# TYPE cuquota_in_use_bytes gauge"), "{body}");
+    assert!(get(port, "/nothing").unwrap().0.contains(" 404"));
+
+    let dir: PathBuf = state.join("prometheus");
+    let (_prometheus, web) = start_prometheus(&dir, port);
+    let in_use = r#"cuquota_in_use_bytes{group="svc"}"#;
+    let limit = r#"cuquota_limit_bytes{group="svc"}"#;
+    let got = wait_for_prometheus(&dir, "Prometheus to have scraped the group", || {
+        Some((query(web, in_use)?, query(web, limit)?))
     });
     // Exactly what cuquota top --json shows.
     assert_eq!(Value::from(got.0), g["in_use"]);
