@@ -209,6 +209,7 @@ fn books(config: &Result<Config, ConfigError>, group: Group) -> Books {
         group: group.name(),
         observe: c.mode == crate::config::Mode::Observe,
         allocations_only: c.count == crate::config::Count::Allocations,
+        identity: &cuquota_format::identity::Identity::own(),
     };
     match registry::ProcessFile::register(&c.state_dir, &who) {
         Ok(file) => Books::registered(group, file),

@@ -94,13 +94,25 @@ fn others_on(state: &State, physical: usize) -> u64 {
         .sum()
 }
 
+/// This process's PID as NVML reports it: the kernel's outermost view, not the PID a process
+/// in a PID namespace (a container) sees. The stand-in reads it from `/proc/self/status`'s
+/// `NSpid:` line, whose first field is the PID in the namespace the `/proc` mount belongs to:
+/// the host's unless the process mounted a `/proc` of its own (then its own PID).
+fn reported_pid() -> u32 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    (status.lines())
+        .find_map(|l| l.strip_prefix("NSpid:"))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(std::process::id)
+}
+
 /// The compute processes on a device, (pid, used bytes): this process first, once it has a
 /// context there, then the simulated others.
 pub fn processes(state: &State, physical: usize) -> Vec<(u32, u64)> {
     let mut list = Vec::new();
     if let Some(ordinal) = state::ordinal_of_physical(state, physical) {
         if has_context(state, ordinal) {
-            list.push((std::process::id(), state.devices[ordinal].footprint()));
+            list.push((reported_pid(), state.devices[ordinal].footprint()));
         }
     }
     list.extend(

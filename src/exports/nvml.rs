@@ -154,7 +154,8 @@ fn governed(device: NvmlDevice, total: u64) -> Option<Governed> {
         .filter_map(|&(pid, bytes)| Some((u32::try_from(pid).ok()?, bytes)))
         .collect();
     if let Some(bytes) = own_used {
-        let pid = std::process::id();
+        // As NVML lists it: the outermost PID (in a PID namespace, not the one getpid gives).
+        let pid = cuquota_format::identity::outer_pid();
         footprints.retain(|(p, _)| *p != pid);
         footprints.push((pid, bytes));
     }

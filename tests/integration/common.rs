@@ -446,6 +446,11 @@ impl Run {
         self
     }
 
+    pub fn args(mut self, args: &[&str]) -> Run {
+        self.args.extend(args.iter().map(|a| a.to_string()));
+        self
+    }
+
     pub fn env(mut self, key: &str, value: &str) -> Run {
         self.env.push((key.into(), value.into()));
         self

@@ -22,6 +22,11 @@ const GPU_TOTAL: Family = Family {
     kind: "gauge",
     help: "The GPU's real memory, as a governed process's driver reports it.",
 };
+const GPU_INFO: Family = Family {
+    name: "cuquota_gpu_info",
+    kind: "gauge",
+    help: "1 for each GPU a living governed process sees: its lowest CUDA ordinal and its name (the other series name a GPU by UUID alone, so their labels never change).",
+};
 const LIMIT: Family = Family {
     name: "cuquota_limit_bytes",
     kind: "gauge",
@@ -46,6 +51,12 @@ const REFUSALS: Family = Family {
     name: "cuquota_refusals_total",
     kind: "counter",
     help: "Requests refused (or, in observe mode, that would have been) for the quota on a GPU.",
+};
+const MEMBER_IN_USE: Family = Family {
+    name: "cuquota_member_in_use_bytes",
+    kind: "gauge",
+    help:
+        "What one living member of a group holds on a GPU, within its group's cuquota_in_use_bytes.",
 };
 const MEMBERS: Family = Family {
     name: "cuquota_group_members",
@@ -117,32 +128,73 @@ type Series<'a> = (
     u64,
 );
 
+/// A process's PID labels: `pid` as the exporter sees it (its own where the exporter cannot
+/// tell), and `ns_pid`, the PID it sees itself, when that differs (a PID namespace).
+struct ProcessLabels {
+    pid: String,
+    ns_pid: Option<String>,
+}
+
+impl ProcessLabels {
+    fn of(p: &model::Process) -> ProcessLabels {
+        let seen = p.host_pid.unwrap_or(p.pid);
+        ProcessLabels {
+            pid: seen.to_string(),
+            ns_pid: (seen != p.pid || p.host_pid.is_none()).then(|| p.pid.to_string()),
+        }
+    }
+
+    /// Appends `pid`, `ns_pid` where it differs, and `container` where there is one.
+    fn push<'a>(&'a self, l: &mut Vec<(&'static str, &'a str)>, p: &'a model::Process) {
+        l.push(("pid", &self.pid));
+        if let Some(own) = &self.ns_pid {
+            l.push(("ns_pid", own));
+        }
+        if let Some(c) = &p.container {
+            l.push(("container", c));
+        }
+    }
+}
+
 /// The exposition of a snapshot.
 pub fn exposition(s: &Snapshot) -> String {
     let mut e = Exposition {
         samples: Vec::new(),
     };
     for gpu in &s.gpus {
-        let index = gpu.index.map_or(String::new(), |i| i.to_string());
-        let on_gpu = [("gpu_uuid", gpu.uuid.as_str()), ("gpu_index", &index)];
+        let on_gpu = [("gpu_uuid", gpu.uuid.as_str())];
+        if let Some(index) = gpu.index {
+            let index = index.to_string();
+            let l = [
+                on_gpu[0],
+                ("gpu_index", index.as_str()),
+                ("gpu_name", gpu.name.as_str()),
+            ];
+            e.add(&GPU_INFO, &l, 1);
+        }
         if gpu.total > 0 {
-            let mut l = on_gpu.to_vec();
-            l.push(("gpu_name", &gpu.name));
-            e.add(&GPU_TOTAL, &l, gpu.total);
+            e.add(&GPU_TOTAL, &on_gpu, gpu.total);
         }
         let mut rows: Vec<Series> = Vec::new();
-        let pids: Vec<String> = gpu.processes.iter().map(|p| p.pid.to_string()).collect();
+        let ids: Vec<ProcessLabels> = gpu.processes.iter().map(ProcessLabels::of).collect();
         for g in &gpu.groups {
             let mut l = vec![("group", g.name.as_str())];
             l.extend(on_gpu);
             rows.push((l, g.limit, g.in_use, g.parts.as_ref(), g.peak, g.refusals));
+            for p in &g.processes {
+                let id = ProcessLabels::of(p);
+                let mut l = vec![("group", g.name.as_str())];
+                id.push(&mut l, p);
+                l.extend(on_gpu);
+                e.add(&MEMBER_IN_USE, &l, p.in_use);
+            }
         }
-        for (p, pid) in gpu.processes.iter().zip(&pids) {
+        for (p, id) in gpu.processes.iter().zip(&ids) {
             let mut l = Vec::new();
             if let Some(g) = &p.group {
                 l.push(("group", g.as_str()));
             }
-            l.push(("pid", pid.as_str()));
+            id.push(&mut l, p);
             l.extend(on_gpu);
             rows.push((l, p.limit, p.in_use, Some(&p.parts), p.peak, p.refusals));
         }
@@ -178,7 +230,17 @@ pub fn exposition(s: &Snapshot) -> String {
     e.add(&PROCESSES, &[], s.process_count as u64);
     e.add(&SKIPPED, &[], s.notes.len() as u64);
     e.text(&[
-        &GPU_TOTAL, &LIMIT, &IN_USE, &PART, &PEAK, &REFUSALS, &MEMBERS, &PROCESSES, &SKIPPED,
+        &GPU_INFO,
+        &GPU_TOTAL,
+        &LIMIT,
+        &IN_USE,
+        &PART,
+        &PEAK,
+        &REFUSALS,
+        &MEMBER_IN_USE,
+        &MEMBERS,
+        &PROCESSES,
+        &SKIPPED,
     ])
 }
 
@@ -230,16 +292,47 @@ mod tests {
     use super::*;
     use crate::top::model::tests::sample;
 
+    /// A GPU's series keep their labels whether or not a living process sees it (its index
+    /// and name go only to `cuquota_gpu_info`); a process in another PID namespace is
+    /// labelled by the PID the exporter sees, its own PID and its container beside.
+    #[test]
+    fn labels_stay_when_no_living_process_sees_the_gpu() {
+        let mut s = sample();
+        let seen = exposition(&s);
+        for gpu in &mut s.gpus {
+            gpu.index = None;
+            gpu.name.clear();
+        }
+        let unseen = exposition(&s);
+        let series = |t: &str| -> Vec<String> {
+            (t.lines())
+                .filter(|l| !l.starts_with('#') && !l.starts_with("cuquota_gpu_info"))
+                .map(str::to_string)
+                .collect()
+        };
+        assert_eq!(series(&seen), series(&unseen));
+        assert!(!unseen.contains("cuquota_gpu_info{"));
+        let p = &mut s.gpus[0].processes[0];
+        (p.pid, p.host_pid, p.container) = (1, Some(4242), Some("0123456789ab".into()));
+        let t = exposition(&s);
+        assert!(
+            t.contains("cuquota_in_use_bytes{pid=\"4242\",ns_pid=\"1\",container=\"0123456789ab\",gpu_uuid="),
+            "{t}"
+        );
+    }
+
     #[test]
     fn every_family_has_help_and_type_and_its_series() {
         let t = exposition(&sample());
         println!("{t}");
-        for f in [&LIMIT, &IN_USE, &PART, &PEAK, &REFUSALS, &MEMBERS] {
+        for f in [
+            &GPU_INFO, &LIMIT, &IN_USE, &PART, &PEAK, &REFUSALS, &MEMBERS,
+        ] {
             assert!(t.contains(&format!("# HELP {} ", f.name)), "{}", f.name);
             assert!(t.contains(&format!("# TYPE {} {}\n", f.name, f.kind)));
         }
         let uuid = "GPU-01010101-0101-0101-0101-010101010101";
-        let group = format!("group=\"svc\",gpu_uuid=\"{uuid}\",gpu_index=\"0\"");
+        let group = format!("group=\"svc\",gpu_uuid=\"{uuid}\"");
         assert!(
             t.contains(&format!("cuquota_limit_bytes{{{group}}} 1073741824\n")),
             "{t}"
@@ -250,10 +343,16 @@ mod tests {
         )));
         assert!(t.contains(&format!("cuquota_refusals_total{{{group}}} 2\n")));
         assert!(t.contains("cuquota_group_members{group=\"svc\"} 2\n"));
-        let own = format!("pid=\"103\",gpu_uuid=\"{uuid}\",gpu_index=\"0\"");
+        assert!(t.contains(&format!(
+            "cuquota_member_in_use_bytes{{group=\"svc\",pid=\"102\",gpu_uuid=\"{uuid}\"}} 209715200\n"
+        )));
+        let own = format!("pid=\"103\",gpu_uuid=\"{uuid}\"");
         assert!(t.contains(&format!("cuquota_limit_bytes{{{own}}} 1073741824\n")));
         assert!(t.contains(&format!("cuquota_in_use_bytes{{{own}}} 104857600\n")));
         assert!(t.contains("cuquota_gpu_total_bytes{gpu_uuid=\""));
+        assert!(t.contains(&format!(
+            "cuquota_gpu_info{{gpu_uuid=\"{uuid}\",gpu_index=\"0\",gpu_name=\"Stand-in GPU\"}} 1\n"
+        )));
         assert!(t.contains("cuquota_processes 4\n"));
         assert!(t.contains("cuquota_state_files_skipped 1\n"));
         // Every sample line is `name{labels} value` or `name value`.

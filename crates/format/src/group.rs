@@ -41,7 +41,7 @@ const REMOVED: u64 = u64::from_le_bytes(*b"CUQGONE!");
 /// How often an open retries a group that was removed under it.
 const REOPENS: usize = 3;
 /// The layout's version: a file of another version is refused, never mixed.
-pub const LAYOUT_VERSION: u64 = 1;
+pub const LAYOUT_VERSION: u64 = 2;
 const NAME_BYTES: usize = 64;
 
 /// The file's first bytes.
@@ -85,6 +85,8 @@ pub struct Slot {
     pub started_unix_ns: AtomicU64,
     /// Per GPU entry: what this member reserved or holds there (inside the GPU's `in_use`).
     pub charged: [AtomicU64; GROUP_DEVICES],
+    /// Its PID as NVML lists it: the outermost one its /proc shows ([`crate::identity`]).
+    pub outer_pid: AtomicU64,
 }
 
 impl Slot {
@@ -482,6 +484,7 @@ impl GroupFile {
     /// dead members are reaped first.
     pub fn claim_slot(&self, locked: &Locked<'_>) -> Result<usize, GroupError> {
         self.reap(locked, None);
+        let outer_pid = crate::identity::outer_pid();
         let layout = self.layout();
         for (i, slot) in layout.slots.iter().enumerate() {
             if slot.state.load(Acquire) != 0 {
@@ -496,6 +499,7 @@ impl GroupFile {
             slot.generation.fetch_add(1, Relaxed);
             // SAFETY: getpid has no preconditions.
             slot.pid.store(unsafe { libc::getpid() } as u64, Relaxed);
+            slot.outer_pid.store(u64::from(outer_pid), Relaxed);
             slot.started_unix_ns.store(shared::unix_ns(), Relaxed);
             slot.state.store(1, Release);
             return Ok(i);
@@ -643,7 +647,8 @@ pub struct GpuFigures {
     /// What the living members reserved or hold there: the GPU's counter less what dead
     /// members (not reaped yet) left on it; 0 when no member lives.
     pub in_use: u64,
-    /// Each living member's pid and what it reserved or holds there.
+    /// Each living member's pid as NVML lists it (its outermost, [`Slot::outer_pid`]) and
+    /// what it reserved or holds there.
     pub members: Vec<(u64, u64)>,
 }
 
@@ -677,7 +682,7 @@ impl GroupFile {
             in_use: self.living_in_use(g, &living),
             members: (layout.slots.iter().zip(&living))
                 .filter(|(s, alive)| **alive && s.charged[g].load(Relaxed) > 0)
-                .map(|(s, _)| (s.pid.load(Relaxed), s.charged[g].load(Relaxed)))
+                .map(|(s, _)| (s.outer_pid.load(Relaxed), s.charged[g].load(Relaxed)))
                 .collect(),
         });
         GpuReading {

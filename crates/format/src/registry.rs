@@ -7,6 +7,7 @@
 //! whose lock anyone can take belongs to a dead process and is never listed (the next
 //! process to register removes it). Viewers open files read-only and only read.
 
+use crate::identity::{self, Identity};
 use crate::part::{Part, PerPart};
 use crate::settings::MAX_DEVICES;
 use crate::shared::{self, SharedFile};
@@ -15,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Relaxed, Orderin
 
 const MAGIC: u64 = u64::from_le_bytes(*b"CUQPROC1");
 /// The layout's version: a file of another version is skipped with a note.
-pub const LAYOUT_VERSION: u64 = 1;
+pub const LAYOUT_VERSION: u64 = 2;
 /// A limit not resolved yet (the process has not used the GPU), and no limit.
 pub const UNRESOLVED: u64 = u64::MAX;
 pub const UNLIMITED: u64 = u64::MAX - 1;
@@ -41,6 +42,10 @@ pub struct ProcessHeader {
     pub refusal_unix_ns: AtomicU64,
     pub refusal_device: AtomicU64,
     refusal: [AtomicU64; 40],
+    /// Who it is as the host sees it: see [`Identity`].
+    pub outer_pid: AtomicU64,
+    pub pid_ns: AtomicU64,
+    cgroup: [AtomicU64; 32],
 }
 
 /// What a GPU is, written when the process first uses it.
@@ -92,6 +97,7 @@ pub struct Registration<'a> {
     pub group: Option<&'a str>,
     pub observe: bool,
     pub allocations_only: bool,
+    pub identity: &'a Identity,
 }
 
 /// This process's registered file. Kept for the process's life (its lock says it lives).
@@ -126,6 +132,10 @@ impl ProcessFile {
         h.observe.store(u64::from(who.observe), Relaxed);
         h.allocations_only
             .store(u64::from(who.allocations_only), Relaxed);
+        h.outer_pid
+            .store(u64::from(who.identity.outer_pid), Relaxed);
+        h.pid_ns.store(who.identity.pid_ns, Relaxed);
+        shared::store_text(&h.cgroup, &who.identity.cgroup);
         for c in &p.layout().counters {
             c.limit.store(UNRESOLVED, Relaxed);
         }
@@ -216,6 +226,10 @@ pub struct ProcessSnapshot {
     pub devices: Vec<DeviceSnapshot>,
     /// (when, GPU ordinal, the line) of the last refusal.
     pub last_refusal: Option<(u64, u32, String)>,
+    /// Who it said it is: its PID namespace and cgroup.
+    pub identity: Identity,
+    /// Its PID as the viewer's /proc gives it (None: the viewer cannot tell).
+    pub host_pid: Option<u32>,
 }
 
 /// One GPU of a process.
@@ -317,9 +331,15 @@ fn read_one(path: &Path) -> Result<Option<ProcessSnapshot>, String> {
         })
         .collect();
     let group = shared::load_text(&h.group);
+    let pid = h.pid.load(Relaxed) as u32;
+    let identity = Identity {
+        outer_pid: h.outer_pid.load(Relaxed) as u32,
+        pid_ns: h.pid_ns.load(Relaxed),
+        cgroup: shared::load_text(&h.cgroup),
+    };
     Ok(Some(ProcessSnapshot {
         file: path.to_path_buf(),
-        pid: h.pid.load(Relaxed) as u32,
+        pid,
         started_unix_ns: h.started_unix_ns.load(Relaxed),
         host: shared::load_text(&h.host),
         argv: shared::load_text(&h.argv),
@@ -328,6 +348,8 @@ fn read_one(path: &Path) -> Result<Option<ProcessSnapshot>, String> {
         allocations_only: h.allocations_only.load(Relaxed) == 1,
         devices,
         last_refusal: last_refusal(h),
+        host_pid: identity::host_pid(Path::new("/proc"), pid, &identity),
+        identity,
     }))
 }
 
@@ -371,6 +393,7 @@ mod tests {
             group: Some("svc"),
             observe: false,
             allocations_only: false,
+            identity: &Identity::own(),
         };
         let p = ProcessFile::register(&d, &who).unwrap();
         p.describe_device(1, [9; 16], 8 << 30, "Stand-in GPU");

@@ -2,6 +2,7 @@
 //! directory that cannot be made, a full table.
 
 use super::*;
+use cuquota_format::group::LAYOUT_VERSION;
 
 // ---------------------------------------------------------------------------------------
 // Errors
@@ -102,7 +103,7 @@ fn a_corrupt_or_foreign_state_file_fails_every_call() {
     check_unusable(
         &g,
         &format!(
-            "{}: 100 bytes, not a cuquota group of layout 1 ({FILE_SIZE} bytes)",
+            "{}: 100 bytes, not a cuquota group of layout {LAYOUT_VERSION} ({FILE_SIZE} bytes)",
             file.display()
         ),
     );
@@ -117,14 +118,15 @@ fn a_corrupt_or_foreign_state_file_fails_every_call() {
     // A group file of another layout.
     let mut other = vec![0u8; FILE_SIZE];
     other[..8].copy_from_slice(b"CUQGROUP");
-    other[8..16].copy_from_slice(&2u64.to_le_bytes());
+    other[8..16].copy_from_slice(&(LAYOUT_VERSION + 1).to_le_bytes());
     other[16..24].copy_from_slice(&(FILE_SIZE as u64).to_le_bytes());
     fs::write(&file, &other).unwrap();
     check_unusable(
         &g,
         &format!(
-            "{}: a cuquota group of layout 2; this cuquota reads layout 1",
-            file.display()
+            "{}: a cuquota group of layout {}; this cuquota reads layout {LAYOUT_VERSION}",
+            file.display(),
+            LAYOUT_VERSION + 1
         ),
     );
 

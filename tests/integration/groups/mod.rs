@@ -104,19 +104,6 @@ impl Gate {
     }
 }
 
-trait RunArgs {
-    fn args(self, args: &[&str]) -> Self;
-}
-
-impl RunArgs for Run {
-    fn args(mut self, args: &[&str]) -> Run {
-        for a in args {
-            self = self.arg(a);
-        }
-        self
-    }
-}
-
 /// The line a refusal of `bytes` via cuMemAlloc_v2 on GPU 0 writes in a group.
 fn refusal(bytes: u64, group_state: &str) -> String {
     format!(

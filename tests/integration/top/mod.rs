@@ -10,6 +10,8 @@
 
 // Views read with members dead: SIGKILLed, exited holding memory, all gone.
 mod living;
+// Members in PID namespaces: host PIDs in the views, NVML's process list.
+mod namespaces;
 
 use crate::common::*;
 use serde_json::Value;

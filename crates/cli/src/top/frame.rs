@@ -216,7 +216,9 @@ fn row_lines(out: &mut Vec<Line>, r: &Row, c: &Columns, now: u64, width: usize) 
     }
 }
 
-/// `PID [observe] COMMAND ARGS`, the command's directory left out (the JSON keeps it).
+/// `PID [observe] COMMAND ARGS`, the command's directory left out (the JSON keeps it). PID
+/// is as this viewer sees it; in another PID namespace `HOST(OWN)` (`?(OWN)` where the viewer
+/// cannot tell), and the container, when there is one, in brackets before the command.
 fn process_name(p: &Process) -> String {
     let mode = if p.mode == "observe" {
         " [observe]"
@@ -225,7 +227,16 @@ fn process_name(p: &Process) -> String {
     };
     let (program, args) = p.argv.split_once(' ').unwrap_or((&p.argv, ""));
     let program = program.rsplit('/').next().unwrap_or(program);
-    format!("{}{mode} {program} {args}", p.pid)
+    let pid = match p.host_pid {
+        Some(host) if host == p.pid => host.to_string(),
+        Some(host) => format!("{host}({})", p.pid),
+        None => format!("?({})", p.pid),
+    };
+    let container = p
+        .container
+        .as_ref()
+        .map_or(String::new(), |c| format!(" [{c}]"));
+    format!("{pid}{mode}{container} {program} {args}")
         .trim_end()
         .to_string()
 }

@@ -85,7 +85,15 @@ pub struct GroupRow {
 /// One process (on one GPU, when under a GPU).
 #[derive(Clone, Debug, Serialize)]
 pub struct Process {
+    /// Its PID as it sees itself (in a container: the container's).
     pub pid: u32,
+    /// Its PID as this viewer sees it (None: the viewer cannot tell, e.g. another user's
+    /// process in another PID namespace).
+    pub host_pid: Option<u32>,
+    /// The container it runs in, from its cgroup (the short id; None: none).
+    pub container: Option<String>,
+    /// Its cgroup path.
+    pub cgroup: String,
     pub started_unix_ns: u64,
     pub host: String,
     pub argv: String,
@@ -161,6 +169,9 @@ fn process(p: &ProcessSnapshot, d: Option<&DeviceSnapshot>) -> Process {
     };
     Process {
         pid: p.pid,
+        host_pid: p.host_pid,
+        container: cuquota_format::identity::container_of(&p.identity.cgroup),
+        cgroup: p.identity.cgroup.clone(),
         started_unix_ns: p.started_unix_ns,
         host: p.host.clone(),
         argv: p.argv.clone(),
@@ -321,6 +332,8 @@ pub(crate) mod tests {
             allocations_only: false,
             devices,
             last_refusal: None,
+            identity: Default::default(),
+            host_pid: Some(pid),
         }
     }
 
@@ -424,6 +437,7 @@ pub(crate) mod tests {
                 group,
                 observe: false,
                 allocations_only: false,
+                identity: &cuquota_format::identity::Identity::own(),
             };
             ProcessFile::register(&d, &who).unwrap()
         };
@@ -439,11 +453,11 @@ pub(crate) mod tests {
         // A group with one living member (this process) and a limit on the GPU.
         let (g, _) = group::GroupFile::join(&d, "svc").unwrap();
         g.set_limit(Some([7; 16]), 1 << 30).unwrap();
-        // Another layout version: a living process's file whose version word says 2.
+        // Another layout version: a living process's file whose version word says 3.
         let other = register(20_001, None);
         let path = d.join("processes/20001-1");
         let raw = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-        raw.write_all_at(&2u64.to_le_bytes(), 8).unwrap();
+        raw.write_all_at(&3u64.to_le_bytes(), 8).unwrap();
         // Half-created: locked by its (living) creator, still empty.
         let half = SharedFile::open(&d.join("processes/20002-1"), true).unwrap();
         half.lock_wait(0).unwrap();
@@ -459,7 +473,7 @@ pub(crate) mod tests {
         assert_eq!(s.gpus[0].groups[0].limit, Some(1 << 30));
         assert_eq!(s.notes.len(), 2, "{:?}", s.notes);
         assert!(
-            s.notes.iter().any(|n| n.contains("layout 2")),
+            s.notes.iter().any(|n| n.contains("layout 3")),
             "{:?}",
             s.notes
         );
