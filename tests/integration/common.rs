@@ -402,6 +402,8 @@ pub struct Run {
     timeout: Duration,
     /// Runs as this user: (uid, gid, supplementary groups).
     user: Option<(u32, u32, Vec<u32>)>,
+    /// Dumps core on a crash (RLIMIT_CORE raised).
+    core_dumps: bool,
 }
 
 impl Run {
@@ -424,7 +426,14 @@ impl Run {
             cwd: None,
             timeout: TIMEOUT,
             user: None,
+            core_dumps: false,
         }
+    }
+
+    /// Lets the program dump core where the kernel's core_pattern says (RLIMIT_CORE raised).
+    pub fn core_dumps(mut self) -> Run {
+        self.core_dumps = true;
+        self
     }
 
     /// Runs the program as user `uid` with group `gid` and supplementary `groups` (the test
@@ -553,6 +562,20 @@ impl Run {
         }
         if let Some(dir) = &self.cwd {
             cmd.current_dir(dir);
+        }
+        if self.core_dumps {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: setrlimit is async-signal-safe; the limit is built before the fork.
+            unsafe {
+                cmd.pre_exec(|| {
+                    let unlimited = libc::rlimit {
+                        rlim_cur: libc::RLIM_INFINITY,
+                        rlim_max: libc::RLIM_INFINITY,
+                    };
+                    libc::setrlimit(libc::RLIMIT_CORE, &unlimited);
+                    Ok(())
+                });
+            }
         }
         if let Some((uid, gid, groups)) = self.user.clone() {
             use std::os::unix::process::CommandExt;

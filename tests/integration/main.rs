@@ -13,7 +13,9 @@ mod reliability_util;
 mod arrays;
 mod cli;
 mod concurrency;
+// The BFC client run many times over, core dumps kept, backtraces printed on a crash.
 mod config;
+mod crash_hunt;
 mod episodes;
 mod faults;
 // A newcomer's first runs: the configuration line, plot titles, SIGTERM, observe reports.
