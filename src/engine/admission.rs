@@ -1,8 +1,10 @@
 //! Reserve → call → commit or roll back: the one way a request meets the quota. Every kind
-//! goes through [`Engine::reserve_and_call`] (an allocation of any kind, a pool allocation)
-//! or, for growth with no call of its own, [`Engine::reserve_or_trim`] (the footprint's
-//! parts); the caller settles what the driver gave (an array's true size, a pool's growth)
-//! and hands it to [`Engine::committed`].
+//! goes through [`Engine::reserve_and_call`] (an allocation of any kind, a pool allocation);
+//! whatever the driver gave beyond what was reserved — a pitch wider than the width, an
+//! array's true size, a pool's growth, a part's growth with no call of its own — goes
+//! through the one [`Engine::settle`], which reserves it as a first reservation is (a trim
+//! and one retry when refused, observe mode's "would refuse" said). The caller then hands
+//! what it got to [`Engine::committed`] (or a part's commit).
 
 use super::explain::{Outcome, Refusal, Request};
 use super::*;
@@ -72,9 +74,10 @@ impl Engine {
 
     /// Reserves or refuses; refusals are said (and, in observe mode, what would have been).
     /// Inline: it is on the alloc path (left to the compiler, a second caller made it an
-    /// out-of-line call there), and its rare branches are out of line. It spells out
-    /// [`Engine::reserve_or_trim`] rather than calling it: matching that one's result again
-    /// cost the plain pair 9 instructions.
+    /// out-of-line call there), and its rare branches are out of line. It takes the steps of
+    /// [`Engine::settle`] (reserve; refused, make room once and retry; observe mode said)
+    /// rather than calling it: matching that one's result again costs the plain pair
+    /// instructions (bench/README.md).
     #[inline(always)]
     fn reserve(
         &self,
@@ -113,22 +116,52 @@ impl Engine {
         }
     }
 
-    /// Reserves `bytes` against `limit`; refused, trims this process's unused pool and
-    /// graph memory on `device` once and, if that gave anything back, tries again.
-    pub(super) fn reserve_or_trim(
+    /// Settles growth the driver made beyond what was reserved: reserves `bytes` more on
+    /// `device` against `limit` as a first reservation is (`reserved`: bytes of the same
+    /// request reserved already, such as a pitched allocation's estimate, so that what is
+    /// said names the whole request, as a refusal of it would). Refused, `make_room` is asked
+    /// once to make room (this process's unused pool and graph memory trimmed) and returns
+    /// the bytes still to charge (read again: a trim may have taken the growth back too), or
+    /// None when it gave nothing back; then it is tried again. Observe mode charges what the
+    /// quota would have refused and says so. Ok: the bytes reserved, for the caller to commit
+    /// (0: nothing to charge). Err: refused and counted, nothing charged, with the bytes
+    /// that did not fit; the caller undoes what the driver did and says so.
+    pub(super) fn settle(
         &self,
         api: &'static str,
         device: u32,
         quota: &DeviceQuota,
-        bytes: u64,
+        reserved: u64,
+        mut bytes: u64,
         limit: u64,
-    ) -> Reservation {
-        let reservation = quota.reserve(bytes, limit, self.mode() == Mode::Enforce);
-        match reservation {
-            Reservation::Refused { .. } => {
-                self.reserve_after_room(api, device, quota, bytes, limit, reservation)
+        make_room: impl FnOnce() -> Option<u64>,
+    ) -> Result<u64, (PartRefusal, u64)> {
+        let enforce = self.mode() == Mode::Enforce;
+        let mut reservation = quota.reserve(bytes, limit, enforce);
+        if matches!(reservation, Reservation::Refused { .. }) {
+            if let Some(left) = make_room() {
+                // Not a refusal after all, if it fits now.
+                quota.forgive_refusal();
+                if left == 0 {
+                    return Ok(0);
+                }
+                bytes = left;
+                reservation = quota.reserve(bytes, limit, enforce);
             }
-            _ => reservation,
+        }
+        match reservation {
+            Reservation::Refused { in_use, limit } => Err((PartRefusal { in_use, limit }, bytes)),
+            // Beyond any counter: the driver would not have it; nothing to charge.
+            Reservation::Uncharged => Ok(0),
+            Reservation::Granted { .. } => Ok(bytes),
+            Reservation::Allowed {
+                in_use_before,
+                limit,
+            } => {
+                let in_use = in_use_before.saturating_sub(reserved);
+                self.would_refuse(device, api, reserved + bytes, limit, in_use);
+                Ok(bytes)
+            }
         }
     }
 

@@ -125,10 +125,12 @@ impl Engine {
             Err(rc) => return rc,
         };
         if actual > estimate {
-            let enforce = self.mode() == Mode::Enforce;
-            if let Reservation::Refused { .. } | Reservation::Uncharged =
-                quota.reserve(actual - estimate, limit, enforce)
-            {
+            let extra = actual - estimate;
+            let make_room = || self.made_room(api, device, extra).then_some(extra);
+            let settled = self.settle(api, device, quota, estimate, extra, limit, make_room);
+            // Refused, or beyond any counter (nothing reserved): the allocation goes.
+            if settled != Ok(extra) {
+                let limit = settled.err().map_or(limit, |(r, _)| r.limit);
                 undo(key);
                 let in_use = quota.rollback(estimate);
                 self.explain(Outcome::Refused(Refusal {

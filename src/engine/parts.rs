@@ -54,18 +54,13 @@ impl Engine {
             return Ok(());
         };
         let limit = self.limit(device, quota).unwrap_or(UNLIMITED);
-        let reservation = self.reserve_or_trim(api, device, quota, bytes, limit);
-        match reservation {
-            Reservation::Refused { in_use, limit } => return Err(PartRefusal { in_use, limit }),
-            Reservation::Uncharged => return Ok(()),
-            Reservation::Granted { .. } => {}
-            Reservation::Allowed {
-                in_use_before,
-                limit,
-            } => self.would_refuse(device, api, bytes, limit, in_use_before),
+        let make_room = || self.made_room(api, device, bytes).then_some(bytes);
+        let bytes =
+            (self.settle(api, device, quota, 0, bytes, limit, make_room)).map_err(|(r, _)| r)?;
+        if bytes > 0 {
+            let held = quota.commit_part(part, bytes);
+            self.part_changed(api, device, quota, part, held);
         }
-        let held = quota.commit_part(part, bytes);
-        self.part_changed(api, device, quota, part, held);
         Ok(())
     }
 

@@ -31,12 +31,11 @@
 use super::admission::Granted;
 use super::explain::{Outcome, Refusal, Request};
 use super::{Engine, Kind, Place, PoolPlace};
-use crate::config::Mode;
 use crate::cuda_abi::CuResult;
 use crate::engine::PartRefusal;
 use crate::key_map::KeyMap;
 use crate::ledger::Charge;
-use crate::quota::{DeviceQuota, Part, Reservation, UNLIMITED};
+use crate::quota::{DeviceQuota, Part, UNLIMITED};
 
 /// A context's pool allocations taken out of the books: pointer, charge, pool.
 pub(super) type TakenPooled = Vec<(u64, Charge, Option<u64>)>;
@@ -341,7 +340,7 @@ impl Engine {
             Reading::Fell(taken) => taken,
             Reading::Same => 0,
             Reading::Rose(grow) => {
-                let settled = self.settle(&mut books, api, device, quota, limit, id, grow);
+                let settled = self.charge_growth(&mut books, api, device, quota, limit, id, grow);
                 if let Err((refusal, grow)) = settled {
                     // The pool grew beyond the quota's room: the allocation goes back, and
                     // what the pool kept for it with it.
@@ -441,11 +440,12 @@ impl Engine {
         });
     }
 
-    /// Charges pool `id`'s growth `grow` (its figure read above its books'). Growth must fit
-    /// the quota, after one trim of the device's pools (and a new reading); refused: what
-    /// the quota held and the growth that did not fit.
+    /// Charges pool `id`'s growth `grow` (its figure read above its books') through the one
+    /// settlement: refused, the device's pools are trimmed once (under the books' lock held
+    /// here) and what is left to charge is read again. Refused: what the quota held and the
+    /// growth that did not fit.
     #[allow(clippy::too_many_arguments)]
-    fn settle(
+    fn charge_growth(
         &self,
         books: &mut PoolBooks,
         api: &'static str,
@@ -453,37 +453,18 @@ impl Engine {
         quota: &DeviceQuota,
         limit: u64,
         id: u64,
-        mut grow: u64,
+        grow: u64,
     ) -> Result<(), (PartRefusal, u64)> {
-        // Not `reserve_or_trim`: the pools' books are held here, and after a trim what is
-        // left to charge is read again.
-        let enforce = self.mode() == Mode::Enforce;
-        let mut reservation = quota.reserve(grow, limit, enforce);
-        if matches!(reservation, Reservation::Refused { .. })
-            && self.trim_locked(books, api, device, quota, grow) > 0
-        {
-            quota.forgive_refusal();
-            grow = self.reread(books, api, device, quota, id, false);
-            if grow == 0 {
-                return Ok(());
-            }
-            reservation = quota.reserve(grow, limit, enforce);
+        let make_room = || {
+            (self.trim_locked(books, api, device, quota, grow) > 0)
+                .then(|| self.reread(books, api, device, quota, id, false))
+        };
+        let grow = self.settle(api, device, quota, 0, grow, limit, make_room)?;
+        if grow > 0 {
+            books.set_cached(id, books.cached(id) + grow);
+            let held = quota.commit_part(Part::PoolCache, grow);
+            self.part_changed(api, device, quota, Part::PoolCache, held);
         }
-        match reservation {
-            Reservation::Refused { in_use, limit } => {
-                return Err((PartRefusal { in_use, limit }, grow))
-            }
-            // Beyond any counter: the driver would not have it; nothing to charge.
-            Reservation::Uncharged => return Ok(()),
-            Reservation::Granted { .. } => {}
-            Reservation::Allowed {
-                in_use_before,
-                limit,
-            } => self.would_refuse(device, api, grow, limit, in_use_before),
-        }
-        books.set_cached(id, books.cached(id) + grow);
-        let held = quota.commit_part(Part::PoolCache, grow);
-        self.part_changed(api, device, quota, Part::PoolCache, held);
         Ok(())
     }
 

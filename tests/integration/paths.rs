@@ -208,3 +208,72 @@ fn dlsym_clients_bind_the_intended_glibc_version() {
         );
     }
 }
+
+/// A pitched allocation's excess (the driver's pitch wider than the width) settles as a first
+/// reservation would: refused, the pool cache is trimmed and it is tried again; refused for
+/// good, one line and one event name the whole request; in observe mode one "would refuse"
+/// line, one observed event, and the summary counts that one refusal.
+#[test]
+fn a_pitched_allocations_excess_settles_as_a_first_reservation_would() {
+    let dir = scratch_dir("pitch-settle");
+    // 1040 × 20000 (19.8 MiB) fits beside the pool's 40 MiB under 64 MiB; the shim's 1536-byte
+    // pitch (30,720,000 bytes) fits only once the pool cache is trimmed.
+    let out = run(
+        Client::Dlsym,
+        "init poolthreshold:defpool:16G async:40M freeasync:0 sync pitch:1040:20000:4 \
+         footprint:0",
+        &[("CUQUOTA_LIMIT", "64MiB"), ("CUQUOTA_CONTEXT", "0")],
+    );
+    out.check_exit(0);
+    out.check(5, "pitch", &[("rc", 0), ("pitch", 1536)]);
+    out.check(
+        6,
+        "footprint",
+        &[("allocations", 30_720_000), ("pool_cache", 0)],
+    );
+    out.check_log(
+        "GPU 0 summary: peak 40.00 MiB (41943040 bytes) of quota 64.00 MiB, 2 allocations, 0 \
+         refusals, 1 live at exit (29.30 MiB); besides allocations at exit: pool cache 0 B \
+         (peak 40.00 MiB); 1 trim gave back 40.00 MiB",
+    );
+
+    for (mode, rc) in [("enforce", OUT_OF_MEMORY), ("observe", 0)] {
+        let trace = dir.join(format!("{mode}.jsonl"));
+        let out = run(
+            Client::Dlsym,
+            "init pitch:1040:1000:4",
+            &[
+                ("CUQUOTA_LIMIT", "1MiB"),
+                ("CUQUOTA_CONTEXT", "0"),
+                ("CUQUOTA_MODE", mode),
+                ("CUQUOTA_TRACE", trace.to_str().unwrap()),
+            ],
+        );
+        out.check_exit(0);
+        out.check(1, "pitch", &[("rc", rc)]);
+        let said = match mode {
+            "enforce" => "refused",
+            _ => "would refuse",
+        };
+        let left = if mode == "enforce" { "" } else { " (observe mode: allowed)" };
+        out.check_log(&format!(
+            "GPU 0 {said} 1.46 MiB (1536000 bytes) via cuMemAllocPitch_v2: quota 1.00 MiB, in \
+             use 0 B, 1.00 MiB left{left}"
+        ));
+        let summary = out.logs_starting("GPU 0 summary:");
+        assert_eq!(summary.len(), 1, "{out}");
+        assert!(summary[0].contains(", 1 refusal"), "{out}");
+        let refusals: Vec<serde_json::Value> = std::fs::read_to_string(&trace)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|e| e["type"] == "refused")
+            .collect();
+        assert_eq!(refusals.len(), 1, "{refusals:?}");
+        assert_eq!(refusals[0]["bytes"].as_u64(), Some(1_536_000), "{refusals:?}");
+        assert_eq!(refusals[0]["observed"].as_bool(), (mode == "observe").then_some(true));
+        let end = std::fs::read_to_string(&trace).unwrap();
+        let last: serde_json::Value = serde_json::from_str(end.lines().last().unwrap()).unwrap();
+        assert_eq!(last["devices"][0]["refusals"].as_u64(), Some(1), "{last}");
+    }
+}
