@@ -126,6 +126,7 @@ impl Engine {
     /// quota would have refused and says so. Ok: the bytes reserved, for the caller to commit
     /// (0: nothing to charge). Err: refused and counted, nothing charged, with the bytes
     /// that did not fit; the caller undoes what the driver did and says so.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn settle(
         &self,
         api: &'static str,
