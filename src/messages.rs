@@ -433,11 +433,11 @@ mod tests {
     #[test]
     fn refusal_lines() {
         assert_eq!(
-            quota_refusal(0, 4 * GIB, "cuMemAlloc_v2", &held(6 * GIB, 3_328_599_654, [0; 3])),
+            quota_refusal(0, 4 * GIB, "cuMemAlloc_v2", &held(6 * GIB, 3_328_599_654, [0; Part::ALL.len()])),
             "GPU 0 refused 4.00 GiB (4294967296 bytes) via cuMemAlloc_v2: quota 6.00 GiB, in use 3.10 GiB, 2.90 GiB left"
         );
         assert_eq!(
-            would_refuse(1, 2048, "cuMemCreate", &held(1024, 0, [0; 3])),
+            would_refuse(1, 2048, "cuMemCreate", &held(1024, 0, [0; Part::ALL.len()])),
             "GPU 1 would refuse 2.00 KiB (2048 bytes) via cuMemCreate: quota 1.00 KiB, in use 0 B, 1.00 KiB left (observe mode: allowed)"
         );
         assert_eq!(
@@ -506,7 +506,7 @@ mod tests {
                 1,
                 512 * MIB,
                 "cuDevicePrimaryCtxRetain",
-                &held(256 * MIB, 0, [0; 3])
+                &held(256 * MIB, 0, [0; Part::ALL.len()])
             ),
             "GPU 1 refused a new context via cuDevicePrimaryCtxRetain: the context alone takes \
              512.00 MiB (536870912 bytes) of the quota 256.00 MiB"

@@ -56,26 +56,23 @@ pub use parts::PartRefusal;
 pub use pool_cache::PoolOf;
 pub use queries::Queries;
 
-/// What a charge is keyed by: each kind is a key space with a ledger of its own. A new kind
-/// (arrays, contexts) is a variant here and an entry in [`Kind::ALL`]; the engine keeps one
-/// ledger per entry, and everything that sums or resets goes over all of them. (Pool
-/// allocations, while the quota counts the footprint, are in the pool cache's books, with
-/// their pools: see `pool_cache`.)
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-// A kind indexes the ledgers: as a usize it needs no widening on the alloc/free path.
-#[repr(usize)]
-pub enum Kind {
-    /// Device pointers (`cuMemAlloc`, pools, pitch).
-    Pointer,
-    /// `cuMemCreate` handles.
-    Handle,
-    /// CUDA arrays and mipmapped arrays (`CUarray`, `CUmipmappedArray` handles).
-    Array,
-}
-
-impl Kind {
-    /// Every kind, in the order of their discriminants (which index the ledgers).
-    pub const ALL: [Kind; 3] = [Kind::Pointer, Kind::Handle, Kind::Array];
+cuquota_format::listed_enum! {
+    /// What a charge is keyed by: each kind is a key space with a ledger of its own. A new
+    /// kind (arrays, contexts) is a variant here; the engine keeps one ledger per entry of
+    /// `ALL`, and everything that sums or resets goes over all of them. (Pool allocations,
+    /// while the quota counts the footprint, are in the pool cache's books, with their
+    /// pools: see `pool_cache`.) A kind indexes the ledgers: as a usize it needs no widening
+    /// on the alloc/free path.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    #[repr(usize)]
+    pub enum Kind {
+        /// Device pointers (`cuMemAlloc`, pools, pitch).
+        Pointer,
+        /// `cuMemCreate` handles.
+        Handle,
+        /// CUDA arrays and mipmapped arrays (`CUarray`, `CUmipmappedArray` handles).
+        Array,
+    }
 }
 
 /// Where an allocation lands, and which context owns it.

@@ -255,7 +255,11 @@ fn a_pitched_allocations_excess_settles_as_a_first_reservation_would() {
             "enforce" => "refused",
             _ => "would refuse",
         };
-        let left = if mode == "enforce" { "" } else { " (observe mode: allowed)" };
+        let left = if mode == "enforce" {
+            ""
+        } else {
+            " (observe mode: allowed)"
+        };
         out.check_log(&format!(
             "GPU 0 {said} 1.46 MiB (1536000 bytes) via cuMemAllocPitch_v2: quota 1.00 MiB, in \
              use 0 B, 1.00 MiB left{left}"
@@ -270,8 +274,15 @@ fn a_pitched_allocations_excess_settles_as_a_first_reservation_would() {
             .filter(|e| e["type"] == "refused")
             .collect();
         assert_eq!(refusals.len(), 1, "{refusals:?}");
-        assert_eq!(refusals[0]["bytes"].as_u64(), Some(1_536_000), "{refusals:?}");
-        assert_eq!(refusals[0]["observed"].as_bool(), (mode == "observe").then_some(true));
+        assert_eq!(
+            refusals[0]["bytes"].as_u64(),
+            Some(1_536_000),
+            "{refusals:?}"
+        );
+        assert_eq!(
+            refusals[0]["observed"].as_bool(),
+            (mode == "observe").then_some(true)
+        );
         let end = std::fs::read_to_string(&trace).unwrap();
         let last: serde_json::Value = serde_json::from_str(end.lines().last().unwrap()).unwrap();
         assert_eq!(last["devices"][0]["refusals"].as_u64(), Some(1), "{last}");

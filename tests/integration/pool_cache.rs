@@ -13,8 +13,8 @@ const KINDS: [&str; 3] = ["async", "pool", "defpool"];
 
 /// The shim's whole footprint of the device at footprint line `i`.
 fn footprint(out: &Output, i: usize) -> u64 {
-    ["allocations", "pool_cache", "graph", "context"]
-        .iter()
+    std::iter::once("allocations")
+        .chain(cuquota_format::part::Part::ALL.map(|p| p.name()))
         .map(|k| out.value(i, "footprint", k))
         .sum()
 }

@@ -130,18 +130,19 @@ fn canonical() -> impl Strategy<Value = String> {
         0usize..4,
     )
         .prop_map(|(t, tid, dev, ptr, bytes, in_use, shape)| {
-            const PARTS: [&str; 3] = ["context", "pool_cache", "graph"];
+            use cuquota_format::part::Part;
             match shape {
                 0 | 1 => format!(
                     "{{\"type\":\"alloc\",\"t_ns\":{t},\"tid\":{tid},\"dev\":{dev},\"api\":\"cuMemAlloc_v2\",\"ptr\":\"{ptr:#x}\",\"bytes\":{bytes},\"result\":\"CUDA_SUCCESS\",\"in_use\":{in_use}}}"
                 ),
                 2 => format!(
                     "{{\"type\":\"footprint\",\"t_ns\":{t},\"tid\":{tid},\"dev\":{dev},\"api\":\"cuDevicePrimaryCtxRetain\",\"part\":\"{}\",\"bytes\":{bytes},\"in_use\":{in_use}}}",
-                    PARTS[(ptr % 3) as usize]
+                    Part::ALL[(ptr % Part::ALL.len() as u64) as usize].name()
                 ),
                 _ => format!(
                     "{{\"type\":\"trim\",\"t_ns\":{t},\"tid\":{tid},\"dev\":{dev},\"api\":\"cuMemAlloc_v2\",\"part\":\"{}\",\"bytes\":{bytes},\"in_use\":{in_use}}}",
-                    PARTS[1 + (ptr % 2) as usize]
+                    // The parts cuquota trims.
+                    [Part::PoolCache, Part::Graph][(ptr % 2) as usize].name()
                 ),
             }
         })

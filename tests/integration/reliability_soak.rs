@@ -123,8 +123,8 @@ fn check_end(out: &Output, first: usize, n: &BTreeMap<String, u64>) {
     assert!(peak <= QUOTA, "the driver's peak {peak} > {QUOTA}:\n{out}");
     // The quota bounds the footprint: the live allocations and what the pools
     // keep beyond them, by the shim's own figures.
-    let footprint: u64 = ["allocations", "pool_cache", "graph", "context"]
-        .iter()
+    let footprint: u64 = std::iter::once("allocations")
+        .chain(cuquota_format::part::Part::ALL.map(|p| p.name()))
         .map(|k| out.value(first + 2, "footprint", k))
         .sum();
     assert_eq!(

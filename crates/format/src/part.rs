@@ -1,23 +1,45 @@
 //! The footprint's vocabulary: the parts a device's footprint holds besides allocations, and
-//! tables indexed by them. Adding a part is a change to [`Part`] here (its variant, `ALL`,
-//! `name`, `words` and `label`) plus the code that measures it in the interposer: the trace's names,
+//! tables indexed by them. Adding a part is a change to [`Part`] here (its variant, then
+//! `name`, `words` and `label`, which the compiler asks for) plus the code that measures it in the interposer: the trace's names,
 //! the CLI's reports, tracks and chart layers all follow from this list.
 
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use std::ops::{Index, IndexMut};
 
-/// What a device's footprint holds besides live allocations. The interposer charges each
-/// into the same `in_use` as allocations, so one compare-and-swap checks the whole footprint
-/// against the limit, and keeps them apart to say where the room went.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(usize)]
-pub enum Part {
-    /// Memory pools' reservation beyond their live allocations.
-    PoolCache,
-    /// The device's graph memory pool reservation.
-    Graph,
-    /// What the process's contexts on the device take (measured, or `CUQUOTA_CONTEXT`).
-    Context,
+/// Declares a field-less enum and its `ALL`, every variant in declaration order (the order
+/// of their discriminants), from the one list: a variant cannot be left out of `ALL`.
+#[macro_export]
+macro_rules! listed_enum {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $name:ident { $($(#[$vmeta:meta])* $variant:ident,)* }
+    ) => {
+        $(#[$meta])*
+        $vis enum $name { $($(#[$vmeta])* $variant,)* }
+
+        impl $name {
+            /// Every variant, in declaration order (the order of their discriminants).
+            pub const ALL: [$name; [$(stringify!($variant)),*].len()] = [$($name::$variant),*];
+        }
+    };
+}
+
+listed_enum! {
+    /// What a device's footprint holds besides live allocations. The interposer charges each
+    /// into the same `in_use` as allocations, so one compare-and-swap checks the whole
+    /// footprint against the limit, and keeps them apart to say where the room went. `ALL`
+    /// (declaration order) indexes the counters and [`PerPart`], and is the order reports
+    /// list the parts and charts stack them.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    #[repr(usize)]
+    pub enum Part {
+        /// Memory pools' reservation beyond their live allocations.
+        PoolCache,
+        /// The device's graph memory pool reservation.
+        Graph,
+        /// What the process's contexts on the device take (measured, or `CUQUOTA_CONTEXT`).
+        Context,
+    }
 }
 
 /// How many parts there are.
@@ -26,10 +48,6 @@ pub const PARTS: usize = Part::ALL.len();
 pub const LAYERS: usize = PARTS + 1;
 
 impl Part {
-    /// Every part, in the order of their discriminants (which index the counters and
-    /// [`PerPart`]), which is also the order reports list them and charts stack them.
-    pub const ALL: [Part; 3] = [Part::PoolCache, Part::Graph, Part::Context];
-
     /// The trace's name (`"part"` of a `footprint` or `trim` line, the summary's fields and
     /// the report's JSON keys).
     pub const fn name(self) -> &'static str {
