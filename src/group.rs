@@ -182,6 +182,20 @@ impl Member {
         }
     }
 
+    /// The other living members holding anything of the group's quota on this GPU, named
+    /// from their registry files under `state_dir` (read, never locked), most first. For a
+    /// refusal's words: it reads every registry file.
+    pub fn holders(&self, state_dir: &std::path::Path) -> Vec<cuquota_format::holders::Holder> {
+        let file = &self.membership.file;
+        let members = file.others_on(self.index, self.membership.slot);
+        if members.is_empty() {
+            return Vec::new();
+        }
+        let processes = cuquota_format::registry::scan(state_dir).processes;
+        let uuid = self.device.uuid();
+        cuquota_format::holders::holders(&members, &processes, &self.membership.name, uuid)
+    }
+
     /// Who holds the group's quota on this GPU besides this process: the other members with
     /// anything there, and their bytes (in flight included, as the quota counts them).
     pub fn share(&self) -> GroupShare {

@@ -85,7 +85,9 @@ impl Encoder {
         let (kind, sizes): (usize, &[u64]) = match &ev.kind {
             EventKind::Alloc => (0, &[]),
             EventKind::Free => (1, &[]),
-            EventKind::Refused { .. } | EventKind::Observed => (2, &[]),
+            EventKind::Refused { .. } | EventKind::Observed | EventKind::GroupRefused { .. } => {
+                (2, &[])
+            }
             EventKind::MemInfo { .. } => (3, &[]),
             EventKind::Backoff { sizes } => (4, sizes),
             EventKind::Context { ptrs } => (5, ptrs),
@@ -96,9 +98,15 @@ impl Encoder {
             0 => None, // written as a constant below
             code => CuResult(code).name(),
         };
+        // A group's refusal (rare: a refusal) carries its fields ready-made.
+        let group = match &ev.kind {
+            EventKind::GroupRefused { detail, .. } => detail.json_fields(),
+            _ => String::new(),
+        };
         let max = LINE_FIXED_MAX
             + ESCAPE_MAX * (ev.api.len() + result.map_or(0, str::len))
-            + SIZE_MAX * sizes.len();
+            + SIZE_MAX * sizes.len()
+            + group.len();
         // `max` bounds how far the writes below advance: the fixed part and every number at
         // its widest (LINE_FIXED_MAX), the two names even if escaped, the sizes.
         let mut w = Cursor::new(out, max);
@@ -164,6 +172,14 @@ impl Encoder {
             EventKind::Refused { by_driver: true } => w.put(b",\"reason\":\"driver\"}\n"),
             EventKind::Refused { by_driver: false } => w.put(b",\"reason\":\"quota\"}\n"),
             EventKind::Observed => w.put(b",\"reason\":\"quota\",\"observed\":true}\n"),
+            EventKind::GroupRefused { observed, .. } => {
+                w.put(b",\"reason\":\"quota\"");
+                if *observed {
+                    w.put(b",\"observed\":true");
+                }
+                w.put(group.as_bytes());
+                w.put(b"}\n");
+            }
             EventKind::MemInfo {
                 told_free,
                 told_total,
@@ -490,6 +506,14 @@ mod tests {
         observed: Option<bool>,
         #[serde(skip_serializing_if = "Option::is_none")]
         part: Option<&'static str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        group: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        group_in_use: Option<u64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        group_limit: Option<u64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        holders: Option<&'a [cuquota_format::holders::Holder]>,
     }
 
     fn reference(s: &Stamped) -> String {
@@ -516,6 +540,10 @@ mod tests {
             ptrs: None,
             observed: None,
             part: None,
+            group: None,
+            group_in_use: None,
+            group_limit: None,
+            holders: None,
         };
         match &ev.kind {
             EventKind::Alloc => r.kind = kind::ALLOC,
@@ -528,6 +556,15 @@ mod tests {
                 r.kind = kind::REFUSED;
                 r.reason = Some("quota");
                 r.observed = Some(true);
+            }
+            EventKind::GroupRefused { observed, detail } => {
+                r.kind = kind::REFUSED;
+                r.reason = Some("quota");
+                r.observed = observed.then_some(true);
+                r.group = Some(&detail.name);
+                r.group_in_use = Some(detail.in_use);
+                r.group_limit = Some(detail.limit);
+                r.holders = Some(&detail.holders);
             }
             EventKind::MemInfo {
                 told_free,
@@ -581,6 +618,22 @@ mod tests {
                 EventKind::Refused { by_driver: true },
                 EventKind::Refused { by_driver: false },
                 EventKind::Observed,
+                EventKind::GroupRefused {
+                    observed: i % 2 == 0,
+                    detail: Box::new(crate::trace::GroupDetail {
+                        name: "sv\"c".into(),
+                        in_use: n,
+                        limit: m,
+                        holders: vec![cuquota_format::holders::Holder {
+                            pid: 1,
+                            outer_pid: 4242,
+                            command: "py\\thon ü".into(),
+                            container: Some("abababababab".into()),
+                            in_use: m,
+                            parts: [("pool_cache".to_string(), n / 2)].into(),
+                        }],
+                    }),
+                },
                 EventKind::MemInfo {
                     told_free: n,
                     told_total: m,

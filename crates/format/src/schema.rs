@@ -176,6 +176,18 @@ pub struct EventLine<'a> {
     /// footprint, trim: which part (one of [`part`]).
     #[serde(default, borrow)]
     pub part: Option<Cow<'a, str>>,
+    /// refused by a group's quota: the group, what it held then (the request not included;
+    /// `in_use` is this process's own) and its limit.
+    #[serde(default, borrow)]
+    pub group: Option<Cow<'a, str>>,
+    #[serde(default)]
+    pub group_in_use: Option<u64>,
+    #[serde(default)]
+    pub group_limit: Option<u64>,
+    /// refused by a group's quota, when its line was printed: the other members holding the
+    /// group's quota on the GPU, most first.
+    #[serde(default)]
+    pub holders: Option<Vec<crate::holders::Holder>>,
 }
 
 /// Last line, written at exit (or on SIGTERM/SIGINT) after the final flush.

@@ -194,14 +194,16 @@ fn racing_members_fill_the_group_quota_exactly() {
 fn a_member_sees_another_members_memory() {
     let g = Group::new("group-info", "svc");
     let hold = g.gate("hold");
-    let mut holder = g
-        .member(Some("1GiB"), &format!("init alloc:768M info {}", hold.op()))
-        .start();
+    let holder_ops = format!("init alloc:768M info {}", hold.op());
+    let mut holder = g.member(Some("1GiB"), &holder_ops).start();
     holder.wait_for(|l| l.op == "info");
+    let trace = g.dir.join("other.jsonl");
     let other = g
         .member(Some("1GiB"), "init info alloc:512M alloc:256M info")
+        .env("CUQUOTA_TRACE", trace.to_str().unwrap())
         .run();
     hold.open();
+    let holder_pid = holder.pid();
     let holder = holder.wait();
     holder.check_exit(0);
     holder.check(2, "info", &[("rc", 0), ("free", 256 * MIB), ("total", GIB)]);
@@ -211,8 +213,14 @@ fn a_member_sees_another_members_memory() {
     other.check(2, "alloc", &[("rc", OUT_OF_MEMORY)]);
     other.check(3, "alloc", &[("rc", 0)]);
     other.check(4, "info", &[("rc", 0), ("free", 0), ("total", GIB)]);
+    // The refusal names who holds the group's quota: the other member's pid and command.
+    let command = cuquota_format::holders::short_command(&format!(
+        "{} {holder_ops}",
+        Client::Dlsym.path().display()
+    ));
     other.check_log(&format!(
-        "{}: quota 1.00 GiB, this process 0 B, 1 other member 768.00 MiB, 256.00 MiB left",
+        "{}: quota 1.00 GiB, this process 0 B, 1 other member 768.00 MiB, 256.00 MiB left; \
+         held by pid {holder_pid} ({command}) 768.00 MiB",
         refusal(512 * MIB, "svc")
     ));
     other.check_log(
@@ -223,6 +231,55 @@ fn a_member_sees_another_members_memory() {
         "GPU 0 summary: peak 768.00 MiB (805306368 bytes) of quota 1.00 GiB, 1 allocation, \
          0 refusals, 1 live at exit (768.00 MiB); group svc: peak 1.00 GiB of all its members",
     );
+    // The trace's refusal: this process's figure as `in_use`, the group's beside it, and
+    // the holder.
+    let text = fs::read_to_string(&trace).unwrap();
+    let refused: serde_json::Value = (text.lines())
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|e| e["type"] == "refused")
+        .unwrap_or_else(|| panic!("no refusal in\n{text}"));
+    assert_eq!(
+        (
+            refused["in_use"].as_u64(),
+            refused["group"].as_str(),
+            refused["group_in_use"].as_u64(),
+            refused["group_limit"].as_u64(),
+        ),
+        (Some(0), Some("svc"), Some(768 * MIB), Some(GIB)),
+        "{refused}"
+    );
+    let holders = refused["holders"].as_array().unwrap();
+    assert_eq!(holders.len(), 1, "{refused}");
+    assert_eq!(
+        (
+            holders[0]["pid"].as_u64(),
+            holders[0]["command"].as_str(),
+            holders[0]["in_use"].as_u64()
+        ),
+        (
+            Some(holder_pid.into()),
+            Some(command.as_str()),
+            Some(768 * MIB)
+        ),
+        "{refused}"
+    );
+    // The report answers the refusal: who held it, and what would have made it fit.
+    let report = Run::program(&artifacts().cli)
+        .no_preload()
+        .args(&["report", trace.to_str().unwrap()])
+        .run();
+    report.check_exit(0);
+    for want in [
+        "held then: this process 0 B; group svc 768.00 MiB of 1.00 GiB".to_string(),
+        format!("pid {holder_pid} ({command}) 768.00 MiB"),
+        format!(
+            "to fit 512.00 MiB: 256.00 MiB more had to be free; it would have fit with memory \
+             given back by other members (pid {holder_pid} holds 768.00 MiB), or a quota of \
+             1.25 GiB"
+        ),
+    ] {
+        assert!(report.stdout.contains(&want), "{want}\n{report}");
+    }
 }
 
 /// A group is its name and its state directory: the same name under another directory
@@ -442,14 +499,13 @@ fn cuquota_set_refuses_percentages_ordinals_and_nonsense() {
 fn members_share_a_gpu_by_uuid_whatever_its_ordinal() {
     let g = Group::new("group-uuid", "svc");
     let hold = g.gate("hold");
+    let a_ops = format!("init uuid:0 alloc:768M {}", hold.op());
     let mut a = g
-        .member(
-            Some("1GiB"),
-            &format!("init uuid:0 alloc:768M {}", hold.op()),
-        )
+        .member(Some("1GiB"), &a_ops)
         .env("CUDA_SHIM_DEVICES", "2")
         .env("CUDA_VISIBLE_DEVICES", "1")
         .start();
+    let a_pid = a.pid();
     let uuid = a.wait_for(|l| l.op == "uuid");
     assert_eq!(uuid.get("uuid"), Some(GPU1));
     a.wait_for(|l| l.op == "alloc" && l.num("rc") == Some(0));
@@ -477,8 +533,13 @@ fn members_share_a_gpu_by_uuid_whatever_its_ordinal() {
         lines,
         [format!(
             "{}GPU 1 refused 512.00 MiB (536870912 bytes) via cuMemAlloc_v2: group svc: quota \
-             1.00 GiB, this process 0 B, 1 other member 768.00 MiB, 256.00 MiB left",
-            b.prefix()
+             1.00 GiB, this process 0 B, 1 other member 768.00 MiB, 256.00 MiB left; held by \
+             pid {a_pid} ({}) 768.00 MiB",
+            b.prefix(),
+            cuquota_format::holders::short_command(&format!(
+                "{} {a_ops}",
+                Client::Dlsym.path().display()
+            ))
         )],
         "{b}"
     );

@@ -180,6 +180,10 @@ struct OpenEpisode {
     episode: Episode<EPISODE_HEAD, EPISODE_TAIL>,
     t_ns: u64,
     api: u32,
+    /// What the process held at the first refusal, by layer, and its quota.
+    held: PerLayer<u64>,
+    quota: Option<u64>,
+    group: Option<EpisodeGroup>,
 }
 
 struct Process {
@@ -391,10 +395,24 @@ impl Process {
                     },
                     None => None,
                 };
+                let d = device(&mut self.devices, dev);
+                let group = e.group_in_use.map(|in_use| EpisodeGroup {
+                    name: e.group.as_deref().unwrap_or_default().to_string(),
+                    in_use,
+                    limit: e.group_limit.unwrap_or(0),
+                    holders: e.holders.clone().unwrap_or_default(),
+                });
                 let started = OpenEpisode {
                     episode: Episode::start(dev, e.bytes, t),
                     t_ns: t,
                     api,
+                    held: d.parts.device.layers(e.in_use, footprint),
+                    quota: if group.is_some() {
+                        None
+                    } else {
+                        d.report.quota
+                    },
+                    group,
                 };
                 if let (Some(old), Some(outcome)) = (self.open.insert(e.tid, started), ended) {
                     self.close_episode(e.tid, old, outcome, t);
@@ -496,6 +514,9 @@ impl Process {
                 got_t_ns: got.map(|g| g.1),
                 outcome: outcome_words,
                 gave_up,
+                held: open.held,
+                quota: open.quota,
+                group: open.group,
             });
         }
     }

@@ -1,5 +1,6 @@
 //! The report's data: what `cuquota report --json` prints, and what the text renders.
 
+use cuquota_format::holders::Holder;
 use cuquota_format::part::PerLayer;
 use cuquota_format::units::human;
 use serde::Serialize;
@@ -215,6 +216,23 @@ pub struct EpisodeReport {
     /// Why it counts as given up: `"gap"` (no request within the gap), `"larger"` (the next
     /// request was larger), `"other device"`, `"end"` (the trace ended); null otherwise.
     pub gave_up: Option<&'static str>,
+    /// What this process held at its first refusal, by layer (allocations, then each part).
+    pub held: PerLayer<u64>,
+    /// This process's quota then (null: none, or its group's applies).
+    pub quota: Option<u64>,
+    /// In a group: the group's figures and who held its quota at the first refusal.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<EpisodeGroup>,
+}
+
+/// A group's quota at a refusal: what the members held, and who.
+#[derive(Serialize, Debug, Clone)]
+pub struct EpisodeGroup {
+    pub name: String,
+    pub in_use: u64,
+    pub limit: u64,
+    /// The other members holding it, most first (empty in traces that do not name them).
+    pub holders: Vec<Holder>,
 }
 
 #[derive(Serialize, Debug, Clone)]
