@@ -4,7 +4,7 @@
 //! reads the test policy (`jobs = …`). `scripts/test.sh` installs Slurm with apt-get; a
 //! machine without it, or where a part cannot start, fails here with what and why.
 //! With the README's whole set-up `--gpu-mem` is exact; with one piece of it missing at a
-//! time (the site policy, /etc/ld.so.preload, the job cgroup) the job is refused before
+//! time (the site policy, its jobs directory, /etc/ld.so.preload, the job cgroup) the job is refused before
 //! anything of it runs, with one line naming the piece.
 
 use crate::common::*;
@@ -142,7 +142,7 @@ fn gpu_mem_puts_a_jobs_tasks_under_one_quota_they_cannot_leave() {
         1,
         "{text}"
     );
-    // Jobs D, E, F: one piece of the set-up missing each. srun fails; its stderr has the one
+    // Jobs D to G: one piece of the set-up missing each. srun fails; its stderr has the one
     // line naming that piece (from the node's first task); no task ran the client, so
     // nothing was allocated, limited or not.
     let conf = b.conf.display().to_string();
@@ -154,13 +154,18 @@ fn gpu_mem_puts_a_jobs_tasks_under_one_quota_they_cannot_leave() {
         ),
         (
             "e",
+            "no jobs directory",
+            format!("the site policy {conf} names no jobs directory, so the library never reads"),
+        ),
+        (
+            "f",
             "no ld.so.preload",
             "there is no /etc/ld.so.preload, so the job's processes load libcuquota.so only \
              through LD_PRELOAD"
                 .to_string(),
         ),
         (
-            "f",
+            "g",
             "no job cgroup",
             "the task is in no job cgroup (no job_".to_string(),
         ),
@@ -186,7 +191,8 @@ fn gpu_mem_puts_a_jobs_tasks_under_one_quota_they_cannot_leave() {
         );
         // The client's lines, and the library's, are nowhere: nothing of it ran.
         assert_eq!(count(&format!("job {job}: "), ""), 0, "{text}");
-        assert_eq!(count(&err, "alloc"), 0, "{text}");
+        assert_eq!(count(&err, "init rc="), 0, "{text}");
+        assert_eq!(count(&err, "alloc 536870912"), 0, "{text}");
         assert_eq!(count(&err, "cuquota["), 0, "{text}");
     }
     // Nothing of the jobs is left.

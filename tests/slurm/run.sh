@@ -7,8 +7,9 @@
 # their cgroups removed on the way out, whatever happens. Prints `slurm-test:` lines and each
 # job's output; the Rust test asserts on them.
 # With the README's whole set-up (jobs A, B, C), then with one piece taken away at a time
-# (jobs D: no site policy, E: no /etc/ld.so.preload, F: no job cgroup, the cluster restarted
-# with proctrack/linuxproc), each of which the plugin must refuse.
+# (jobs D: no site policy, E: a site policy naming no jobs directory, F: no
+# /etc/ld.so.preload, G: no job cgroup, the cluster restarted with proctrack/linuxproc), each
+# of which the plugin must refuse.
 # Usage: run.sh PLUGIN LIBRARY CLIENT SHIM_DIR DIR POLICY
 set -euo pipefail
 plugin=$1 library=$2 client=$3 shim=$4 dir=$5 policy=$6
@@ -61,14 +62,18 @@ echo "required $plugin jobs=$dir/jobs state_dir=$dir/cq policy=$policy" >"$dir/p
 export SLURM_CONF=$dir/slurm.conf
 pids=()
 stop() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    for _ in $(seq 50); do
-        alive=0
-        for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
-        [ $alive = 0 ] && break
-        sleep 0.1
+    # slurmd first (it tells slurmctld it is going, and waits on it if slurmctld is gone
+    # already), each given 5 s before SIGKILL.
+    local i p
+    for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+        p=${pids[i]}
+        kill "$p" 2>/dev/null || true
+        for _ in $(seq 50); do
+            kill -0 "$p" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill -9 "$p" 2>/dev/null || true
     done
-    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
     pids=()
     # proctrack/cgroup's hierarchy, deepest first.
     find /sys/fs/cgroup/freezer/slurm_localhost -depth -type d -exec rmdir {} + 2>/dev/null || true
@@ -143,19 +148,24 @@ timeout 60 srun -n1 "$client" init info >"$dir/c.out" 2>&1 || say "job C failed:
 mv "$policy" "$policy.away"
 refused_job d "no site policy"
 mv "$policy.away" "$policy"
-# Job E: no /etc/ld.so.preload (in this namespace's overlay only).
+# Job E: the site policy without its `jobs` line (the same file mode and owner).
+cp -p "$policy" "$policy.away"
+sed -i '/^jobs *=/d' "$policy"
+refused_job e "no jobs directory"
+mv "$policy.away" "$policy"
+# Job F: no /etc/ld.so.preload (in this namespace's overlay only).
 rm /etc/ld.so.preload
-refused_job e "no ld.so.preload"
+refused_job f "no ld.so.preload"
 echo "$library" >/etc/ld.so.preload
-# Job F: no job cgroup, Slurm restarted with proctrack/linuxproc.
+# Job G: no job cgroup, Slurm restarted with proctrack/linuxproc.
 drained
 stop
 start proctrack/linuxproc
-refused_job f "no job cgroup"
+refused_job g "no job cgroup"
 # At each job's end the epilog removes its policy and group (bounded wait).
 drained
 say "left in the jobs directory: [$(ls -A "$dir/jobs" 2>/dev/null | tr '\n' ' ')]"
 say "left in the groups directory: [$(ls -A "$dir/cq/groups" 2>/dev/null | tr '\n' ' ')]"
-for j in a b c d e f; do sed "s/^/job $j: /" "$dir/$j.out"; done
-for j in d e f; do sed "s/^/job $j err: /" "$dir/$j.err"; done
+for j in a b c d e f g; do sed "s/^/job $j: /" "$dir/$j.out"; done
+for j in d e f g; do sed "s/^/job $j err: /" "$dir/$j.err"; done
 say "done in $(awk "BEGIN { printf \"%.2f\", $(now) - $t0 }") s"
