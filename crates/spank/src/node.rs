@@ -56,6 +56,21 @@ pub fn check_cgroup(cgroup: &str, job: u32) -> Result<(), String> {
     }
 }
 
+/// The job's own policy, as the task's library finds it under `jobs` (`loaded`), must be
+/// there and trusted. The prolog writes it, so this fails only when that went wrong (the
+/// library would then fail closed, not run unlimited; this says why before anything runs).
+pub fn check_job_policy(jobs: &Path, job: u32, loaded: &Loaded) -> Result<(), String> {
+    match loaded {
+        Loaded::Trusted(..) => Ok(()),
+        Loaded::Absent => Err(format!(
+            "the job's policy {} is not there, so nothing limits it; the job prolog writes \
+             it: see slurmd's log for why it did not",
+            jobs.join(job.to_string()).display()
+        )),
+        Loaded::Refused(why) => Err(format!("{why}; the job's CUDA calls would fail")),
+    }
+}
+
 /// `/etc/ld.so.preload` (its text, `None` when there is none) must name the library, and
 /// that file must be there (`is_file`), as the dynamic loader reads it: entries separated
 /// by white space or `:`.
@@ -91,25 +106,28 @@ pub fn check_preload(preload: Option<&str>, is_file: impl Fn(&Path) -> bool) -> 
 /// Every check, from the running task's view: one line per missing piece, each saying what
 /// is missing and what to do (empty when the job's limit holds).
 pub fn missing(policy_path: &Path, jobs: &Path, job: u32) -> Vec<String> {
-    let mut lines = Vec::new();
-    let main = policy::load(policy_path, false);
-    lines.extend(check_policy(policy_path, &main, jobs).err());
-    match std::fs::read_to_string("/proc/self/cgroup") {
-        Ok(cgroup) => lines.extend(check_cgroup(&cgroup, job).err()),
-        Err(e) => lines.push(format!("/proc/self/cgroup cannot be read ({e})")),
-    }
-    match std::fs::read_to_string("/etc/ld.so.preload") {
-        Ok(text) => lines.extend(check_preload(Some(&text), Path::is_file).err()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            lines.extend(check_preload(None, Path::is_file).err())
-        }
+    let main = check_policy(policy_path, &policy::load(policy_path, false), jobs);
+    let cgroup = std::fs::read_to_string("/proc/self/cgroup")
+        .map_err(|e| format!("/proc/self/cgroup cannot be read ({e})"))
+        .and_then(|text| check_cgroup(&text, job));
+    // With both, the job's policy as the library will look it up.
+    let own = match (&main, &cgroup) {
+        (Ok(()), Ok(())) => check_job_policy(jobs, job, &policy::load_job(jobs, &job.to_string())),
+        _ => Ok(()),
+    };
+    let preload = match std::fs::read_to_string("/etc/ld.so.preload") {
+        Ok(text) => check_preload(Some(&text), Path::is_file),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => check_preload(None, Path::is_file),
         // Unreadable to the task is unread by its loader too.
-        Err(e) => lines.push(format!(
+        Err(e) => Err(format!(
             "/etc/ld.so.preload cannot be read ({e}), so the job's processes do not load \
              {LIBRARY}; make it readable by all"
         )),
-    }
-    lines
+    };
+    [main, cgroup, own, preload]
+        .into_iter()
+        .filter_map(Result::err)
+        .collect()
 }
 
 #[cfg(test)]
@@ -170,6 +188,24 @@ mod tests {
                 && none.contains("ProctrackType=proctrack/cgroup"),
             "{none}"
         );
+    }
+
+    #[test]
+    fn the_jobs_own_policy_must_be_there() {
+        let jobs = Path::new("/run/cuquota/jobs");
+        assert_eq!(
+            check_job_policy(jobs, 42, &trusted("limit = 1GiB\n")),
+            Ok(())
+        );
+        let absent = check_job_policy(jobs, 42, &Loaded::Absent).unwrap_err();
+        assert!(
+            absent.starts_with("the job's policy /run/cuquota/jobs/42 is not there"),
+            "{absent}"
+        );
+        let refused =
+            Loaded::Refused("the jobs directory /run/cuquota/jobs is owned by uid 7".into());
+        let refused = check_job_policy(jobs, 42, &refused).unwrap_err();
+        assert!(refused.starts_with("the jobs directory /run/cuquota/jobs is owned by uid 7;"));
     }
 
     #[test]
