@@ -35,6 +35,8 @@ pub struct Member {
     /// This process's own bound on the group's limit (a policy's; `NO_LIMIT`: none): what
     /// the group's shared file says cannot lift it.
     pub cap: u64,
+    /// The limit this member last saw (`cuquota set` changes the group's).
+    seen_limit: AtomicU64,
 }
 
 /// This process's place in its group.
@@ -118,12 +120,14 @@ impl Group {
                 .map_err(|e| e.0)?
         };
         let slot = membership.slot();
+        let device = &file.layout().devices[index];
         Ok(Member {
-            device: &file.layout().devices[index],
+            device,
             charged: &slot.charged[index],
             index,
             membership,
             cap,
+            seen_limit: AtomicU64::new(device.limit.load(Relaxed).min(cap)),
         })
     }
 
@@ -165,6 +169,17 @@ impl Member {
     pub fn charged_less(&self, bytes: u64) -> u64 {
         self.charged.fetch_sub(bytes, Relaxed);
         self.device.in_use.fetch_sub(bytes, Release) - bytes
+    }
+
+    /// `limit` (the group's now) differs from the limit this member last saw: the one it
+    /// saw before, once per change (threads racing on one change: one of them).
+    #[inline]
+    pub fn limit_moved(&self, limit: u64) -> Option<u64> {
+        if self.seen_limit.load(Relaxed) == limit {
+            return None;
+        }
+        let before = self.seen_limit.swap(limit, Relaxed);
+        (before != limit).then_some(before)
     }
 
     /// The limit if there is one.

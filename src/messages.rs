@@ -457,6 +457,15 @@ pub fn group_limit_differs(device: u32, group: &str, own: u64, limit: u64) -> St
     )
 }
 
+/// `cuquota set` moved a group's limit while this process ran.
+pub fn group_limit_moved(device: u32, group: &str, before: u64, limit: u64) -> String {
+    format!(
+        "GPU {device}: group {group}'s quota is now {} (was {}): changed by `cuquota set`",
+        limit_words(limit),
+        limit_words(before)
+    )
+}
+
 /// The exit summary's tail in a group: `; group svc: peak 7.90 GiB`.
 pub fn group_summary(group: &str, peak: u64) -> String {
     format!("; group {group}: peak {} of all its members", human(peak))

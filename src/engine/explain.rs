@@ -101,6 +101,13 @@ pub(super) enum Outcome {
     },
     /// The group's quota cannot be used: every call fails.
     GroupUnusable { group: String, why: String },
+    /// `cuquota set` moved the group's limit on a GPU since this process last read it.
+    GroupLimitMoved {
+        device: u32,
+        group: String,
+        before: u64,
+        limit: u64,
+    },
 }
 
 /// A request the quota refused (or, in observe mode, would have).
@@ -219,6 +226,16 @@ impl Engine {
             } => crate::log::line(&messages::group_limit_differs(device, &group, own, limit)),
             Outcome::GroupUnusable { group, why } => {
                 crate::log::line(&messages::group_unusable(&group, &why))
+            }
+            Outcome::GroupLimitMoved {
+                device,
+                group,
+                before,
+                limit,
+            } => {
+                crate::log::line(&messages::group_limit_moved(device, &group, before, limit));
+                let in_use = self.held(device);
+                self.emit(Event::limit(device, limit, before, in_use));
             }
             Outcome::NvmlAbsent(why) => {
                 if self.config.as_ref().is_ok_and(|c| c.verbose()) {

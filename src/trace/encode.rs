@@ -67,7 +67,7 @@ const SIZE_MAX: usize = 21;
 const ESCAPE_MAX: usize = 6;
 
 // `{"type":"…","t_ns":` for each type, spelling out `kind::*` (the tests compare).
-const PREFIXES: [&[u8]; 8] = [
+const PREFIXES: [&[u8]; 9] = [
     b"{\"type\":\"alloc\",\"t_ns\":",
     b"{\"type\":\"free\",\"t_ns\":",
     b"{\"type\":\"refused\",\"t_ns\":",
@@ -76,6 +76,7 @@ const PREFIXES: [&[u8]; 8] = [
     b"{\"type\":\"context\",\"t_ns\":",
     b"{\"type\":\"footprint\",\"t_ns\":",
     b"{\"type\":\"trim\",\"t_ns\":",
+    b"{\"type\":\"limit\",\"t_ns\":",
 ];
 
 impl Encoder {
@@ -93,6 +94,7 @@ impl Encoder {
             EventKind::Context { ptrs } => (5, ptrs),
             EventKind::Footprint { .. } => (6, &[]),
             EventKind::Trim { .. } => (7, &[]),
+            EventKind::Limit { .. } => (8, &[]),
         };
         let result = match ev.result {
             0 => None, // written as a constant below
@@ -232,8 +234,24 @@ impl Encoder {
                 w.put(part.name().as_bytes());
                 w.put(b"\"}\n");
             }
+            EventKind::Limit { limit, before } => {
+                w.put(b",\"limit\":");
+                limit_value(&mut w, *limit);
+                w.put(b",\"before\":");
+                limit_value(&mut w, *before);
+                w.put(b"}\n");
+            }
         }
         w.finish();
+    }
+}
+
+/// A limit's value: its bytes, or `null` for none (`UNLIMITED` or more: a group's "none").
+fn limit_value(w: &mut Cursor, limit: u64) {
+    if limit >= crate::quota::UNLIMITED - 1 {
+        w.put(b"null");
+    } else {
+        w.decimal(limit);
     }
 }
 
@@ -514,6 +532,10 @@ mod tests {
         group_limit: Option<u64>,
         #[serde(skip_serializing_if = "Option::is_none")]
         holders: Option<&'a [cuquota_format::holders::Holder]>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        limit: Option<Option<u64>>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        before: Option<Option<u64>>,
     }
 
     fn reference(s: &Stamped) -> String {
@@ -544,6 +566,8 @@ mod tests {
             group_in_use: None,
             group_limit: None,
             holders: None,
+            limit: None,
+            before: None,
         };
         match &ev.kind {
             EventKind::Alloc => r.kind = kind::ALLOC,
@@ -595,6 +619,12 @@ mod tests {
                 r.kind = kind::TRIM;
                 r.part = Some(part.name());
             }
+            EventKind::Limit { limit, before } => {
+                let value = |l: u64| (l < crate::quota::UNLIMITED - 1).then_some(l);
+                r.kind = kind::LIMIT;
+                r.limit = Some(value(*limit));
+                r.before = Some(value(*before));
+            }
         }
         serde_json::to_string(&r).unwrap() + "\n"
     }
@@ -618,6 +648,10 @@ mod tests {
                 EventKind::Refused { by_driver: true },
                 EventKind::Refused { by_driver: false },
                 EventKind::Observed,
+                EventKind::Limit {
+                    limit: n,
+                    before: m,
+                },
                 EventKind::GroupRefused {
                     observed: i % 2 == 0,
                     detail: Box::new(crate::trace::GroupDetail {

@@ -174,6 +174,19 @@ impl Event {
         }
     }
 
+    /// The quota on `device` is now `limit` (was `before`; `crate::quota::UNLIMITED` or
+    /// more: none), with `in_use` held.
+    pub fn limit(device: u32, limit: u64, before: u64, in_use: u64) -> Event {
+        Event::ok(
+            EventKind::Limit { limit, before },
+            device,
+            "cuquota set",
+            0,
+            0,
+            in_use,
+        )
+    }
+
     /// `part` is now `bytes` on `device` (the whole footprint there: `in_use`).
     pub fn footprint(device: u32, api: &'static str, part: Part, bytes: u64, in_use: u64) -> Event {
         Event::ok(EventKind::Footprint { part }, device, api, 0, bytes, in_use)
@@ -242,6 +255,12 @@ pub enum EventKind {
     /// cuquota trimmed this part and got `bytes` back.
     Trim {
         part: Part,
+    },
+    /// The quota in force changed (a group's, by `cuquota set`): a `limit` line with the new
+    /// limit and the one before (`null`: none).
+    Limit {
+        limit: u64,
+        before: u64,
     },
 }
 

@@ -147,6 +147,10 @@ impl Tally {
                 d.trims += 1;
                 d.trimmed_bytes = d.trimmed_bytes.saturating_add(ev.bytes);
             }
+            // The summary's quota is the one in force at the end.
+            EventKind::Limit { limit, .. } => {
+                d.quota = (limit < crate::quota::UNLIMITED - 1).then_some(limit)
+            }
             _ => {}
         }
         d.in_use = ev.in_use;

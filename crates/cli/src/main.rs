@@ -129,8 +129,9 @@ Other settings (CUQUOTA_LOG_LEVEL, CUQUOTA_VIRTUALIZE) pass through the environm
         skip_bad: bool,
     },
     /// Draw device memory in use over time as an SVG chart: one panel per process and GPU on
-    /// a shared time axis that spans the events, with the quota (dashed) and the refusals
-    /// (crosses, at in use + the request).
+    /// a shared time axis that spans the events, with the quota in force (dashed, stepping
+    /// where `cuquota set` changed it) and the refusals (crosses, at in use + the request;
+    /// refusals within one time bucket share a cross, with their count beside it: ×N).
     ///
     /// When the quota counted the footprint, its parts are stacked under the in-use line
     /// (allocations, pool cache, graph memory, context) and cuquota's trims are marked.

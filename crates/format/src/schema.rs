@@ -48,6 +48,8 @@ pub mod kind {
     /// cuquota trimmed this process's pools or graph memory (`part`) by `bytes` to make room
     /// for a request through `api`; a `footprint` line with the part's new total follows.
     pub const TRIM: &str = "trim";
+    /// The quota in force changed (a group's, by `cuquota set`): `limit` and `before`.
+    pub const LIMIT: &str = "limit";
     pub const SUMMARY: &str = "summary";
 }
 
@@ -188,6 +190,11 @@ pub struct EventLine<'a> {
     /// group's quota on the GPU, most first.
     #[serde(default)]
     pub holders: Option<Vec<crate::holders::Holder>>,
+    /// limit: the quota from now on and the one before (null: none).
+    #[serde(default)]
+    pub limit: Option<u64>,
+    #[serde(default)]
+    pub before: Option<u64>,
 }
 
 /// Last line, written at exit (or on SIGTERM/SIGINT) after the final flush.

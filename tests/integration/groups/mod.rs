@@ -639,3 +639,70 @@ fn a_group_is_removed_once_no_member_lives() {
     out.check_exit(1);
     assert!(out.stderr[0].contains("no group svc under"), "{out}");
 }
+
+/// `cuquota set` while a member runs reaches the member's log and trace: one line, one
+/// `limit` event, and the summary, the report and the plot use the quota in force at each
+/// moment (the report says when it changed, the plot's quota line steps).
+#[test]
+fn a_live_limit_change_reaches_the_members_trace_and_report() {
+    let g = Group::new("group-limit-event", "svc");
+    let gate = g.gate("after-set");
+    let trace = g.dir.join("member.jsonl");
+    let mut member = g
+        .member(
+            Some("1GiB"),
+            &format!("init alloc:768M {} alloc:768M info", gate.op()),
+        )
+        .env("CUQUOTA_TRACE", trace.to_str().unwrap())
+        .start();
+    member.wait_for(|l| l.op == "alloc");
+    g.set("2GiB").check_exit(0);
+    gate.open();
+    let out = member.wait();
+    out.check_exit(0);
+    out.check(3, "alloc", &[("rc", 0)]);
+    out.check(4, "info", &[("total", 2 * GIB), ("free", 512 * MIB)]);
+    out.check_log(
+        "GPU 0: group svc's quota is now 2.00 GiB (2147483648 bytes) (was 1.00 GiB \
+         (1073741824 bytes)): changed by `cuquota set`",
+    );
+    assert_eq!(
+        out.logs_starting("GPU 0: group svc's quota is now").len(),
+        1,
+        "{out}"
+    );
+    let summary = out.logs_starting("GPU 0 summary:");
+    assert!(summary[0].contains("of quota 2.00 GiB"), "{out}");
+    let events: Vec<serde_json::Value> = fs::read_to_string(&trace)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let limits: Vec<&serde_json::Value> = events.iter().filter(|e| e["type"] == "limit").collect();
+    assert_eq!(limits.len(), 1, "{events:?}");
+    assert_eq!(
+        (limits[0]["limit"].as_u64(), limits[0]["before"].as_u64()),
+        (Some(2 * GIB), Some(GIB))
+    );
+    assert_eq!(
+        events.last().unwrap()["devices"][0]["quota"].as_u64(),
+        Some(2 * GIB)
+    );
+    let report = Run::program(&artifacts().cli)
+        .no_preload()
+        .args(&["report", trace.to_str().unwrap()])
+        .run();
+    report.check_exit(0);
+    assert!(
+        report.stdout.contains("the quota became 2.00 GiB at"),
+        "{report}"
+    );
+    let svg = g.dir.join("member.svg");
+    Run::program(&artifacts().cli)
+        .no_preload()
+        .args(&["plot", trace.to_str().unwrap(), "-o", svg.to_str().unwrap()])
+        .run()
+        .check_exit(0);
+    let svg = fs::read_to_string(&svg).unwrap();
+    assert_eq!(svg.matches("class=\"quota\"").count(), 2, "{svg}");
+}

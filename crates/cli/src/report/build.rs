@@ -201,6 +201,8 @@ struct Process {
     events: u64,
     dropped: u64,
     end_t_ns: u64,
+    /// The last event's time (the summary line's not counted): where the charts end.
+    last_event_t_ns: u64,
     /// The first device-memory event's time.
     first_t_ns: Option<u64>,
     summary: Option<Summary>,
@@ -240,6 +242,7 @@ impl Process {
             events: 0,
             dropped: 0,
             end_t_ns: 0,
+            last_event_t_ns: 0,
             first_t_ns: None,
             summary: None,
             skipped: 0,
@@ -265,8 +268,19 @@ impl Process {
 
     fn event(&mut self, e: &EventLine) {
         self.end_t_ns = self.end_t_ns.max(e.t_ns);
+        self.last_event_t_ns = self.last_event_t_ns.max(e.t_ns);
         let kind = e.kind.as_ref();
         match kind {
+            kind::LIMIT => {
+                self.events += 1;
+                let dev = device(&mut self.devices, e.dev);
+                let change = QuotaChange {
+                    t_ns: e.t_ns,
+                    quota: e.limit,
+                };
+                dev.report.quota_changes.push(change);
+                return;
+            }
             kind::ALLOC | kind::FREE | kind::REFUSED | kind::MEMINFO | kind::CONTEXT => {}
             kind::FOOTPRINT | kind::TRIM => {
                 // The consequences of a call (one call may write several), not calls: not in
@@ -583,6 +597,7 @@ impl Process {
             .collect();
         let footprint = self.header.counts_footprint();
         let first = self.first_t_ns.unwrap_or(0);
+        let last = self.last_event_t_ns.max(first);
         let devices: Vec<DeviceReport> = self
             .devices
             .into_values()
@@ -599,7 +614,7 @@ impl Process {
                     d.report.timeline = t.columns(end, CHART_COLUMNS);
                 }
                 if let Some(t) = &d.chart {
-                    d.report.chart = t.columns(end.saturating_sub(first), CHART_COLUMNS);
+                    d.report.chart = t.columns(last.saturating_sub(first), CHART_COLUMNS);
                 }
                 d.report
             })
@@ -641,6 +656,7 @@ impl Process {
             },
             api_mix,
             first_event_ns: first,
+            last_event_ns: last,
         }
     }
 }

@@ -45,6 +45,10 @@ pub struct ProcessReport {
     /// The first device-memory event (ns since start): where the terminal charts begin.
     #[serde(skip)]
     pub first_event_ns: u64,
+    /// When its last event was (the exit summary, written later, not counted): the charts
+    /// span first to last event.
+    #[serde(skip)]
+    pub last_event_ns: u64,
 }
 
 #[derive(Serialize, Debug, Default)]
@@ -53,6 +57,9 @@ pub struct DeviceReport {
     pub name: Option<String>,
     pub total: Option<u64>,
     pub quota: Option<u64>,
+    /// Changes of the quota in force while the process ran (`cuquota set` on its group).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub quota_changes: Vec<QuotaChange>,
     pub peak: u64,
     pub peak_t_ns: u64,
     pub in_use_at_end: u64,
@@ -223,6 +230,13 @@ pub struct EpisodeReport {
     /// In a group: the group's figures and who held its quota at the first refusal.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub group: Option<EpisodeGroup>,
+}
+
+/// The quota in force from `t_ns` on (null: none).
+#[derive(Serialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuotaChange {
+    pub t_ns: u64,
+    pub quota: Option<u64>,
 }
 
 /// A group's quota at a refusal: what the members held, and who.

@@ -183,6 +183,14 @@ fn render_device(out: &mut String, p: &ProcessReport, d: &DeviceReport) {
         d.dev,
         seconds(d.peak_t_ns)
     );
+    for c in &d.quota_changes {
+        let _ = writeln!(
+            out,
+            "     the quota became {} at {} (`cuquota set` on the group)",
+            c.quota.map_or("none".to_string(), human),
+            seconds(c.t_ns)
+        );
+    }
     let _ = writeln!(
         out,
         "     {} ({} in all), {}, {} ({} by quota, {} by the driver{}), {} live ({})",
@@ -207,13 +215,16 @@ fn render_device(out: &mut String, p: &ProcessReport, d: &DeviceReport) {
     if d.refused_observed > 0 || p.mode == "observe" {
         render_observed(out, d);
     }
-    let scale = d.quota.unwrap_or(0).max(d.peak);
+    let highest_quota = (d.quota_changes.iter().filter_map(|c| c.quota))
+        .chain(d.quota)
+        .max();
+    let scale = highest_quota.unwrap_or(0).max(d.peak);
     chart(
         out,
         &d.chart,
         scale,
-        (p.first_event_ns, p.duration_ns),
-        d.quota.is_some_and(|q| q == scale),
+        (p.first_event_ns, p.last_event_ns),
+        highest_quota.is_some_and(|q| q == scale),
     );
 }
 
