@@ -450,7 +450,6 @@ fn warning(var: &str, value: &str, valid: &str, default: &str) -> String {
 }
 
 #[cfg(test)]
-#[path = "config_policy_tests.rs"]
 mod policy_tests;
 
 #[cfg(test)]

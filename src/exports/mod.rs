@@ -150,7 +150,7 @@ every_area!(
 //
 // Each is `#[inline]`: the hooks that use them are in the area files, which the compiler may
 // put in other codegen units, where a function without it is never inlined (the frames then
-// cost a call of their own: cuMemAlloc_v2 + cuMemFree_v2 went from 568 to 621 instructions).
+// cost a call of their own on every hooked call; bench/README.md has the figures).
 
 /// Holds this thread's in-hook flag ([`crate::in_hook`]) while a hook runs; keeps its
 /// address so that leaving reads no thread-local storage again.

@@ -1,7 +1,7 @@
 //! Event → JSON line. Runs on the writer thread only, so it may allocate freely.
 //!
 //! The writer must keep up with a tight alloc/free loop (millions of events a second), so a
-//! line costs a few hundred instructions rather than a few thousand: no `core::fmt`; each
+//! line costs far less than formatting it would (bench/README.md): no `core::fmt`; each
 //! line is written through a raw cursor into capacity reserved once for the whole line
 //! ([`Cursor`], which also formats the numbers, eight digits at a time); and what repeats
 //! from one line to the next is copied from small caches rather than formatted again: the
