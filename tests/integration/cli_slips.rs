@@ -239,3 +239,21 @@ fn run_joins_a_group() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// With cuquota's library preloaded into `cuquota` itself (LD_PRELOAD exported, or
+/// /etc/ld.so.preload), `run` does not ask the driver (that would make itself a governed
+/// process): the command starts, and the interposer's own check at its first CUDA call is
+/// what stands.
+#[test]
+fn run_leaves_the_check_to_the_interposer_when_preloaded_itself() {
+    let client = Client::Linked.path();
+    let out = Run::program(&artifacts().cli)
+        .env_os("CUQUOTA_LIB", &artifacts().interposer)
+        .args(&["run", "--limit", "3:1GiB", s(&client), "init"])
+        .run();
+    assert!(
+        !out.stderr.iter().any(|l| l.starts_with("cuquota: --limit")),
+        "{out}"
+    );
+    out.op(0, "init");
+}
