@@ -90,7 +90,8 @@ Other settings (CUQUOTA_LOG_LEVEL, CUQUOTA_VIRTUALIZE) pass through the environm
         /// --limit of its first member, or `cuquota set`).
         #[arg(long, value_name = "NAME")]
         group: Option<String>,
-        /// Where groups keep their state (CUQUOTA_STATE_DIR; default /dev/shm/cuquota).
+        /// Where groups keep their state and governed processes are listed for `cuquota top`
+        /// (CUQUOTA_STATE_DIR; default /dev/shm/cuquota).
         #[arg(long, value_name = "DIR")]
         state_dir: Option<PathBuf>,
         /// The command and its arguments (after an optional `--`; an option cuquota does not
