@@ -12,6 +12,8 @@ mod reliability_util;
 
 mod arrays;
 mod cli;
+// slips caught by `cuquota run` and `set` before the command starts; `run --group`
+mod cli_slips;
 mod concurrency;
 // The BFC client run many times over, core dumps kept, backtraces printed on a crash.
 mod config;

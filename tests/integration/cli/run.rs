@@ -143,10 +143,10 @@ fn run_checks_its_values_before_starting_the_command() {
     let marker = dir.join("ran");
     let touch = ["sh", "-c", &format!("touch {}", s(&marker))].map(String::from);
     for (args, line) in [
-        (vec!["--limit", "6GBB"], "cuquota: CUQUOTA_LIMIT=\"6GBB\" is not valid: unknown unit \"GBB\"; use e.g. CUQUOTA_LIMIT=6GiB, 6144MiB, 75% or 0:6GiB,1:50%"),
-        (vec!["--limit", "1.5"], "cuquota: CUQUOTA_LIMIT=\"1.5\" is not valid: \"1.5\" has no unit, so it would be a count of bytes, which is whole; did you mean 1.5GiB?; use e.g. CUQUOTA_LIMIT=6GiB, 6144MiB, 75% or 0:6GiB,1:50%"),
-        (vec!["--trace", "t-%x"], "cuquota: CUQUOTA_TRACE=\"t-%x\": unknown \"%x\" (use %p, %h, %r, %t or %%)"),
-        (vec!["--log", "/nonexistent/dir/log"], "cuquota: CUQUOTA_LOG=\"/nonexistent/dir/log\": there is no directory /nonexistent/dir"),
+        (vec!["--limit", "6GBB"], "cuquota: --limit \"6GBB\" is not valid: unknown unit \"GBB\"; use e.g. --limit 6GiB, 6144MiB, 75%, 0:6GiB,1:50% or none"),
+        (vec!["--limit", "1.5"], "cuquota: --limit \"1.5\" is not valid: \"1.5\" has no unit, so it would be a count of bytes, which is whole; did you mean 1.5GiB?; use e.g. --limit 6GiB, 6144MiB, 75%, 0:6GiB,1:50% or none"),
+        (vec!["--trace", "t-%x"], "cuquota: --trace \"t-%x\": unknown \"%x\" (use %p, %h, %r, %t or %%)"),
+        (vec!["--log", "/nonexistent/dir/log"], "cuquota: --log \"/nonexistent/dir/log\": there is no directory /nonexistent/dir"),
     ] {
         let out = run_cmd(&args).args(&touch).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
@@ -179,6 +179,8 @@ fn every_option_of_every_subcommand_has_a_help_line() {
                 "--trace",
                 "--observe",
                 "--log",
+                "--group",
+                "--state-dir",
                 "<COMMAND>",
                 "CUQUOTA_LIB",
                 "libcuda.so.1",
