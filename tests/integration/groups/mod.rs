@@ -466,7 +466,8 @@ fn cuquota_set_refuses_percentages_ordinals_and_nonsense() {
         ("lots", "cuquota: --limit lots: "),
     ] {
         let out = g.set(spec);
-        assert_eq!(out.status.code(), Some(1), "{out}");
+        // A usage error: 2, as every subcommand's.
+        assert_eq!(out.status.code(), Some(2), "{out}");
         assert!(out.stdout.is_empty(), "{out}");
         assert_eq!(out.stderr.len(), 1, "{out}");
         assert!(out.stderr[0].starts_with(says), "{out}");
@@ -484,7 +485,7 @@ fn cuquota_set_refuses_percentages_ordinals_and_nonsense() {
         ])
         .timeout(PROCESS_TIMEOUT)
         .run();
-    assert_eq!(out.status.code(), Some(1), "{out}");
+    assert_eq!(out.status.code(), Some(2), "{out}");
     assert!(
         out.stderr[0].contains("a group name is 1 to 64 characters"),
         "{out}"
