@@ -2,7 +2,9 @@
 JSON schema (tests/cdi/schema.json and defs.json, from the container-device-interface crate
 1.1.1, Apache-2.0, the upstream CNCF schema), and deploy/kubernetes/pod.yaml with
 kubernetes-validate --strict. A broken spec and a broken pod must be refused, so the
-validators are shown to fail. Prints one line per check; exits 1 on any failure.
+validators are shown to fail. The schema is only the first check: a CDI library loads the
+spec in crates/cli's unit tests, and podman runs it in tests/integration/containers.rs.
+Prints one line per check; exits 1 on any failure.
 Usage: validate.py CUQUOTA WORKSPACE KUBERNETES_VALIDATE"""
 import json
 import subprocess
@@ -34,7 +36,8 @@ for args in ([], ["--ld-so-preload", "/etc/cuquota/ld.so.preload"]):
     spec = json.loads(out.stdout)
     errors = [e.message for e in validator.iter_errors(spec)]
     check(f"cuquota cdi {' '.join(args)} is a valid CDI spec", not errors, "; ".join(errors))
-    targets = sorted(m["containerPath"] for m in spec["containerEdits"]["mounts"])
+    # The edits are the device's: CDI libraries refuse a device without edits of its own.
+    targets = sorted(m["containerPath"] for m in spec["devices"][0]["containerEdits"]["mounts"])
     want = ["/dev/shm/cuquota", "/etc/cuquota.conf", "/usr/lib/cuquota/libcuquota.so"]
     if args:
         want = sorted(want + ["/etc/ld.so.preload"])
