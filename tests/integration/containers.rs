@@ -135,7 +135,7 @@ impl Podman {
         let mut spec: Value = serde_json::from_str(&out.stdout).unwrap();
         // The spec as written, but for the device's name: no other spec on the machine (a real
         // cuquota one, another test run) can declare the same device.
-        let device = names.replace('-', "");
+        let device = names.clone();
         spec["devices"][0]["name"] = device.clone().into();
         fs::create_dir_all(CDI_DIR).unwrap();
         let spec_file = Path::new(CDI_DIR).join(format!("{names}.json"));
