@@ -516,12 +516,28 @@ fn podman_containers_share_one_group_quota_through_ld_so_preload() {
     c.check(13, "alloc", &[("rc", SUCCESS)]);
     c.check(14, "info", &[("free", 0), ("total", GIB)]);
     c.check(15, "shimstats", &[("in_use", GIB)]);
-    c.check_log(&format!(
+    // C's refusal names who held the group's quota: A's container, then B's (most first).
+    let refused = c.logs_starting("GPU 0 refused");
+    assert_eq!(refused.len(), 1, "{c}");
+    let container = |name: &str| {
+        (inspect.stdout.lines())
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .and_then(|l| Some(l.split_whitespace().nth(2)?[..12].to_string()))
+            .unwrap_or_else(|| panic!("no {name} in {inspect}"))
+    };
+    let (held_a, held_b) = (container(&names[0]), container(&names[1]));
+    let head = format!(
         "GPU 0 refused 512.00 MiB ({} bytes) via cuMemAlloc_v2: group pod: quota 1.00 GiB, \
-         this process 0 B, 2 other members 768.00 MiB, 256.00 MiB left",
+         this process 0 B, 2 other members 768.00 MiB, 256.00 MiB left; held by pid 1 \
+         [{held_a}] (dlsym init alloc:512M",
         512 * MIB
-    ));
-    assert_eq!(c.logs_starting("GPU 0 refused").len(), 1, "{c}");
+    );
+    assert!(refused[0].contains(&head), "{head}\n{c}");
+    let b_at = refused[0].find(&format!("; pid 1 [{held_b}] (dlsym init alloc:256M"));
+    assert!(
+        b_at.is_some_and(|at| refused[0][at..].contains(") 256.00 MiB")),
+        "{c}"
+    );
     let snap = group();
     assert_eq!((snap.devices[0].peak, snap.devices[0].refusals), (GIB, 1));
 }

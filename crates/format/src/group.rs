@@ -94,6 +94,8 @@ pub struct Slot {
     pub charged: [AtomicU64; GROUP_DEVICES],
     /// Its PID as NVML lists it: the outermost one its /proc shows ([`crate::identity`]).
     pub outer_pid: AtomicU64,
+    /// Its PID namespace (the inode; 0: unknown): PIDs repeat across containers.
+    pub pid_ns: AtomicU64,
 }
 
 impl Slot {
@@ -492,6 +494,7 @@ impl GroupFile {
     pub fn claim_slot(&self, locked: &Locked<'_>) -> Result<usize, GroupError> {
         self.reap(locked, None);
         let outer_pid = crate::identity::outer_pid();
+        let pid_ns = crate::identity::namespace_inode(Path::new("/proc/self/ns/pid"));
         let layout = self.layout();
         for (i, slot) in layout.slots.iter().enumerate() {
             if slot.state.load(Acquire) != 0 {
@@ -507,6 +510,7 @@ impl GroupFile {
             // SAFETY: getpid has no preconditions.
             slot.pid.store(unsafe { libc::getpid() } as u64, Relaxed);
             slot.outer_pid.store(u64::from(outer_pid), Relaxed);
+            slot.pid_ns.store(pid_ns, Relaxed);
             slot.started_unix_ns.store(shared::unix_ns(), Relaxed);
             slot.state.store(1, Release);
             return Ok(i);
@@ -615,6 +619,7 @@ impl GroupFile {
             .map(|(_, s)| MemberShare {
                 pid: s.pid.load(Relaxed) as u32,
                 outer_pid: s.outer_pid.load(Relaxed) as u32,
+                pid_ns: s.pid_ns.load(Relaxed),
                 charged: s.charged[g].load(Relaxed),
             })
             .collect();
@@ -659,6 +664,8 @@ pub struct MemberShare {
     /// Its PID as it sees itself, and as NVML lists it ([`Slot::outer_pid`]).
     pub pid: u32,
     pub outer_pid: u32,
+    /// Its PID namespace (0: unknown).
+    pub pid_ns: u64,
     /// What it reserved or holds there.
     pub charged: u64,
 }

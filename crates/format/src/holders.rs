@@ -60,8 +60,9 @@ pub fn short_command(argv: &str) -> String {
 
 /// The holders among `members` (a group's living members on a GPU other than the refused
 /// process), each with what its registry file among `processes` says of it on GPU `uuid`.
-/// A member is matched by its PID, its outermost PID and its group; one whose file cannot
-/// be found is named by its PIDs and share alone. In the order given (most first).
+/// A member is matched by its PID, its outermost PID, its PID namespace (PIDs repeat across
+/// containers) and its group; one whose file cannot be found is named by its PIDs and share
+/// alone. In the order given (most first).
 pub fn holders(
     members: &[MemberShare],
     processes: &[ProcessSnapshot],
@@ -74,6 +75,7 @@ pub fn holders(
             let process = processes.iter().find(|p| {
                 p.pid == m.pid
                     && p.identity.outer_pid == m.outer_pid
+                    && p.identity.pid_ns == m.pid_ns
                     && p.group.as_deref() == Some(group)
             });
             let parts = (process.and_then(|p| p.devices.iter().find(|d| d.uuid == uuid)))
@@ -103,7 +105,7 @@ mod tests {
     use crate::part::PerPart;
     use crate::registry::DeviceSnapshot;
 
-    fn process(pid: u32, outer: u32, group: &str, pool_cache: u64) -> ProcessSnapshot {
+    fn process(pid: u32, pid_ns: u64, group: &str, pool_cache: u64) -> ProcessSnapshot {
         let mut parts = PerPart::default();
         parts[Part::PoolCache] = pool_cache;
         ProcessSnapshot {
@@ -133,8 +135,8 @@ mod tests {
             }],
             last_refusal: None,
             identity: Identity {
-                outer_pid: outer,
-                pid_ns: 1,
+                outer_pid: pid,
+                pid_ns,
                 cgroup: format!("/libpod_parent/libpod-{}", "ab".repeat(32)),
             },
             host_pid: None,
@@ -146,17 +148,21 @@ mod tests {
         let members = [
             MemberShare {
                 pid: 1,
-                outer_pid: 4242,
+                outer_pid: 1,
+                pid_ns: 11,
                 charged: 700,
             },
             MemberShare {
                 pid: 1,
-                outer_pid: 4343,
+                outer_pid: 1,
+                pid_ns: 12,
                 charged: 100,
             },
         ];
-        // Two PID-1 processes; the second's file is another group's.
-        let processes = [process(1, 4242, "svc", 500), process(1, 4343, "other", 0)];
+        // PID-1 processes, each in a PID namespace of its own (containers with their own
+        // /proc): the first member's file is the second; the one in the second member's
+        // namespace is another group's.
+        let processes = [process(1, 12, "other", 0), process(1, 11, "svc", 500)];
         let h = holders(&members, &processes, "svc", [7; 16]);
         assert_eq!(h[0].command, "python3 serve.py --port 8080");
         assert_eq!(h[0].container.as_deref(), Some("abababababab"));
