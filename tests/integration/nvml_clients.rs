@@ -75,10 +75,17 @@ fn pynvml_nvitop_and_gpustat_show_the_groups_quota() {
         ("PYTHONDONTWRITEBYTECODE".into(), "1".into()),
     ];
     let member_env = env.clone();
-    let hold = format!("init alloc:300M waitgone:{}", go.display());
+    // The member holds its memory until the test is done with the monitors, which start
+    // Python three times each (slow on a loaded machine): up to 6 × 30 s.
+    let wait = format!(" waitgone:{}", go.display());
+    let hold = format!("init alloc:300M{}", wait.repeat(6));
     let member = std::thread::spawn(move || {
         let env: Vec<(&str, &str)> = member_env.iter().map(|(k, v)| (&k[..], &v[..])).collect();
-        run(Client::Dlsym, &hold, &env)
+        Run::client(Client::Dlsym)
+            .ops(&hold)
+            .envs(&env)
+            .timeout(Duration::from_secs(200))
+            .run()
     });
     let start = Instant::now();
     while !GroupFile::open_read_only(&state, "svc")
