@@ -7,14 +7,14 @@
 //! which is an error: it says a limit was meant).
 //!
 //! A policy (a root-owned file at [`POLICY_PATH`], and a per-job one it may point to; see
-//! `cuquota_format::policy`) comes first: the variables may only narrow it — a lower limit,
+//! `cuquota_state::policy`) comes first: the variables may only narrow it — a lower limit,
 //! enforce over observe — and never remove its limit or leave its group (such a variable is
 //! ignored with one line). A policy that is there but cannot be trusted or read fails closed.
 
-use cuquota_format::group;
-use cuquota_format::policy::{self, Loaded};
 use cuquota_format::settings::{self, printable};
 pub use cuquota_format::settings::{parse_limits, DeviceId, Limits, MAX_DEVICES};
+use cuquota_state::group;
+use cuquota_state::policy::{self, Loaded};
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
@@ -388,7 +388,7 @@ impl Config {
         // A bad group name could leave the process unbounded by the group: an error.
         let group = match set("CUQUOTA_GROUP") {
             None => None,
-            Some(v) => match cuquota_format::group::check_name(&v) {
+            Some(v) => match cuquota_state::group::check_name(&v) {
                 Ok(()) => Some(v),
                 Err(why) => {
                     return Err(ConfigError {
@@ -403,7 +403,7 @@ impl Config {
         };
         let state_dir = match raw("CUQUOTA_STATE_DIR") {
             Some(d) if !d.is_empty() => PathBuf::from(d),
-            _ => PathBuf::from(cuquota_format::group::DEFAULT_STATE_DIR),
+            _ => PathBuf::from(cuquota_state::group::DEFAULT_STATE_DIR),
         };
         Ok(Config {
             limits,

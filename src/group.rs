@@ -1,11 +1,11 @@
 //! This process as a member of a group (`CUQUOTA_GROUP`): every process with the same group
 //! name and state directory shares one quota per GPU, matched by UUID. The shared state
-//! (its layout, the header lock, slots, reaping dead members) is `cuquota_format::group`'s;
+//! (its layout, the header lock, slots, reaping dead members) is `cuquota_state::group`'s;
 //! here is this process's side of it: its slot, and for each GPU it uses, the counters it
 //! charges besides its own ([`Member`]). [`crate::quota::DeviceQuota`] charges through them.
 
 use crate::spin::SpinLock;
-use cuquota_format::group::{GroupDevice, GroupFile, Slot, NO_LIMIT};
+use cuquota_state::group::{GroupDevice, GroupFile, Slot, NO_LIMIT};
 use std::path::PathBuf;
 use std::sync::atomic::{
     AtomicPtr, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
@@ -200,15 +200,15 @@ impl Member {
     /// The other living members holding anything of the group's quota on this GPU, named
     /// from their registry files under `state_dir` (read, never locked), most first. For a
     /// refusal's words: it reads every registry file.
-    pub fn holders(&self, state_dir: &std::path::Path) -> Vec<cuquota_format::holders::Holder> {
+    pub fn holders(&self, state_dir: &std::path::Path) -> Vec<cuquota_format::holder::Holder> {
         let file = &self.membership.file;
         let members = file.others_on(self.index, self.membership.slot);
         if members.is_empty() {
             return Vec::new();
         }
-        let processes = cuquota_format::registry::scan(state_dir).processes;
+        let processes = cuquota_state::registry::scan(state_dir).processes;
         let uuid = self.device.uuid();
-        cuquota_format::holders::holders(&members, &processes, &self.membership.name, uuid)
+        cuquota_state::holders::holders(&members, &processes, &self.membership.name, uuid)
     }
 
     /// Who holds the group's quota on this GPU besides this process: the other members with

@@ -7,7 +7,7 @@ use crate::config::{Config, DeviceId, Limits};
 use crate::group::GroupShare;
 use crate::quota::{Part, Usage};
 use cuquota_format::episodes;
-use cuquota_format::holders::Holder;
+use cuquota_format::holder::Holder;
 use cuquota_format::settings::format_uuid;
 use cuquota_format::units::{human, Size};
 

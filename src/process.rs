@@ -26,7 +26,7 @@ use crate::engine::{Engine, GraphNode, Queries};
 use crate::group::Group;
 use crate::quota::Books;
 use crate::real_driver;
-use cuquota_format::registry;
+use cuquota_state::registry;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, Ordering};
 
 /// The engine, once made (leaked: it lives as long as the process, exit handler included).
@@ -209,7 +209,7 @@ fn books(config: &Result<Config, ConfigError>, group: Group) -> Books {
         group: group.name(),
         observe: c.mode == crate::config::Mode::Observe,
         allocations_only: c.count == crate::config::Count::Allocations,
-        identity: &cuquota_format::identity::Identity::own(),
+        identity: &cuquota_state::identity::Identity::own(),
     };
     match registry::ProcessFile::register(&c.state_dir, &who) {
         Ok(file) => Books::registered(group, file),
@@ -238,7 +238,7 @@ fn register_handlers() {
 }
 
 pub fn read_config() -> Result<Config, ConfigError> {
-    use cuquota_format::policy::{self, Loaded};
+    use cuquota_state::policy::{self, Loaded};
     let main = policy::load(std::path::Path::new(crate::config::POLICY_PATH), false);
     // The job's policy, keyed by the job's cgroup (which a process in it cannot change).
     let job = match &main {

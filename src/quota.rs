@@ -3,8 +3,8 @@
 //! limit whatever the threads do. No FFI here.
 
 use crate::group::{Group, GroupShare, Member};
-use cuquota_format::registry::ProcessFile;
 use cuquota_format::settings::MAX_DEVICES;
+use cuquota_state::registry::ProcessFile;
 use std::sync::atomic::{
     AtomicPtr, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
 };
@@ -40,7 +40,7 @@ static CHILD_COUNTERS: [DeviceQuota; MAX_DEVICES] = [const { DeviceQuota::new() 
 
 // The registry's layout is the counters' layout: viewers read these very atomics.
 const _: () = {
-    use cuquota_format::registry::Counters;
+    use cuquota_state::registry::Counters;
     use std::mem::{offset_of, size_of};
     assert!(size_of::<DeviceQuota>() == size_of::<Counters>());
     assert!(offset_of!(DeviceQuota, limit) == offset_of!(Counters, limit));
@@ -75,7 +75,7 @@ impl Books {
         }
         // SAFETY: `Counters` and `DeviceQuota` have one layout (checked above) of atomics
         // only; the mapping lives as long as the leaked file, that is, for good.
-        let devices = (counters as *const [cuquota_format::registry::Counters; MAX_DEVICES])
+        let devices = (counters as *const [cuquota_state::registry::Counters; MAX_DEVICES])
             .cast::<[DeviceQuota; MAX_DEVICES]>()
             .cast_mut();
         Books {

@@ -2,7 +2,7 @@
 //! variables may only narrow.
 
 use super::*;
-use cuquota_format::policy::{parse, Loaded};
+use cuquota_state::policy::{parse, Loaded};
 use std::collections::HashMap;
 use std::path::Path;
 

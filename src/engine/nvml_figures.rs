@@ -6,9 +6,9 @@
 
 use super::*;
 use crate::config::Config;
-use cuquota_format::group::{GpuReading, NO_LIMIT, UNSET};
 use cuquota_format::settings::DeviceId;
 use cuquota_format::units::Size;
+use cuquota_state::group::{GpuReading, NO_LIMIT, UNSET};
 
 /// A GPU's quota as NVML shows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -138,7 +138,7 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cuquota_format::group::GpuFigures;
+    use cuquota_state::group::GpuFigures;
 
     const MIB: u64 = 1 << 20;
     const GIB: u64 = 1 << 30;

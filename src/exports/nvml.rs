@@ -27,7 +27,7 @@ use crate::nvml::{
     UUID_BUFFER_SIZE,
 };
 use crate::process;
-use cuquota_format::group::GroupFile;
+use cuquota_state::group::GroupFile;
 use std::ffi::{c_char, c_uint};
 
 /// A GPU this process governs with a quota, as NVML should show it.
@@ -122,7 +122,7 @@ fn governed(device: NvmlDevice, total: u64) -> Option<Governed> {
         .collect();
     if let Some(bytes) = own_used {
         // As NVML lists it: the outermost PID (in a PID namespace, not the one getpid gives).
-        let pid = cuquota_format::identity::outer_pid();
+        let pid = cuquota_state::identity::outer_pid();
         footprints.retain(|(p, _)| *p != pid);
         footprints.push((pid, bytes));
     }

@@ -531,7 +531,7 @@ mod tests {
         #[serde(skip_serializing_if = "Option::is_none")]
         group_limit: Option<u64>,
         #[serde(skip_serializing_if = "Option::is_none")]
-        holders: Option<&'a [cuquota_format::holders::Holder]>,
+        holders: Option<&'a [cuquota_format::holder::Holder]>,
         #[serde(skip_serializing_if = "Option::is_none")]
         limit: Option<Option<u64>>,
         #[serde(skip_serializing_if = "Option::is_none")]
@@ -658,7 +658,7 @@ mod tests {
                         name: "sv\"c".into(),
                         in_use: n,
                         limit: m,
-                        holders: vec![cuquota_format::holders::Holder {
+                        holders: vec![cuquota_format::holder::Holder {
                             pid: 1,
                             outer_pid: 4242,
                             command: "py\\thon ü".into(),

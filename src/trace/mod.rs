@@ -274,7 +274,7 @@ pub struct GroupDetail {
     pub limit: u64,
     /// Who held it besides this process, most first (empty unless the refusal's line was
     /// printed: the first of a back-off episode, a context or a graph).
-    pub holders: Vec<cuquota_format::holders::Holder>,
+    pub holders: Vec<cuquota_format::holder::Holder>,
 }
 
 impl GroupDetail {

@@ -12,7 +12,7 @@
 //! machine's (raising them needs CAP_SYS_RESOURCE, which it lacks).
 
 use crate::common::*;
-use cuquota_format::group::GroupFile;
+use cuquota_state::group::GroupFile;
 use serde_json::Value;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;

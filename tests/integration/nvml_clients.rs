@@ -8,7 +8,7 @@
 
 use crate::common::*;
 use crate::real_clients::python;
-use cuquota_format::group::GroupFile;
+use cuquota_state::group::GroupFile;
 use std::time::{Duration, Instant};
 
 fn script() -> String {

@@ -5,7 +5,7 @@
 //! figures, and leaves no file and no line behind.
 
 use crate::common::*;
-use cuquota_format::group::{group_path, GroupFile};
+use cuquota_state::group::{group_path, GroupFile};
 use std::path::Path;
 use std::time::{Duration, Instant};
 

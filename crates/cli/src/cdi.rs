@@ -44,10 +44,10 @@ pub fn spec(o: &Options) -> Value {
     let ro = ["ro", "nosuid", "nodev", "bind"];
     let mut mounts = vec![
         mount(o.library, CONTAINER_LIBRARY, &ro),
-        mount(o.policy, cuquota_format::policy::DEFAULT_PATH, &ro),
+        mount(o.policy, cuquota_state::policy::DEFAULT_PATH, &ro),
         mount(
             o.state_dir,
-            cuquota_format::group::DEFAULT_STATE_DIR,
+            cuquota_state::group::DEFAULT_STATE_DIR,
             &["rw", "nosuid", "nodev", "bind"],
         ),
     ];

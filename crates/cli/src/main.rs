@@ -215,7 +215,7 @@ fn state_dir(given: Option<PathBuf>) -> PathBuf {
                 .filter(|d| !d.is_empty())
                 .map(PathBuf::from)
         })
-        .unwrap_or_else(|| cuquota_format::group::DEFAULT_STATE_DIR.into())
+        .unwrap_or_else(|| cuquota_state::group::DEFAULT_STATE_DIR.into())
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -311,7 +311,7 @@ fn main() -> ExitCode {
         } => {
             // Usage errors exit 2, as clap's own and `run`'s do; what the group's state
             // refuses (members live, a file that cannot be used) exits 1.
-            let usage = cuquota_format::group::check_name(&name)
+            let usage = cuquota_state::group::check_name(&name)
                 .map_err(|why| format!("group {name:?}: {why}"))
                 .and_then(|()| limit.as_deref().map(set::parse).transpose());
             match usage {

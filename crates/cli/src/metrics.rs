@@ -365,7 +365,7 @@ mod tests {
     #[test]
     fn a_group_with_no_listed_member_has_no_part_series_and_no_limit_none() {
         use crate::top::model::{build, tests::group};
-        use cuquota_format::group::NO_LIMIT;
+        use cuquota_state::group::NO_LIMIT;
         let s = build(
             Path::new("/s"),
             vec![],

@@ -38,7 +38,7 @@ impl Settings {
                 .map_err(|why| settings::option_limit_error(limit, &why))?;
         }
         if let Some(group) = &self.group {
-            cuquota_format::group::check_name(group).map_err(|why| {
+            cuquota_state::group::check_name(group).map_err(|why| {
                 format!(
                     "--group \"{}\" is not valid: {}",
                     settings::printable(group),

@@ -3,11 +3,11 @@
 //! away a group none of whose members lives. Who may do it is
 //! whoever may write the group's state file.
 
-use cuquota_format::group::{GroupFile, NO_LIMIT};
 use cuquota_format::settings::{
     format_uuid, means_no_limit, option_words, parse_limits, DeviceId, Limits,
 };
 use cuquota_format::units::{human, Size};
+use cuquota_state::group::{GroupFile, NO_LIMIT};
 use std::path::Path;
 
 /// What SPEC asks: (a GPU's UUID, or every GPU; bytes or [`NO_LIMIT`]).
@@ -59,14 +59,14 @@ pub fn remove(name: &str, state_dir: &Path) -> Result<String, String> {
     GroupFile::remove(state_dir, name).map_err(|e| e.0)?;
     Ok(format!(
         "group {name} removed ({})",
-        cuquota_format::group::group_path(state_dir, name).display()
+        cuquota_state::group::group_path(state_dir, name).display()
     ))
 }
 
 fn limit_words(limit: u64) -> String {
     match limit {
         NO_LIMIT => "none".into(),
-        cuquota_format::group::UNSET => "each GPU's first member's limit".into(),
+        cuquota_state::group::UNSET => "each GPU's first member's limit".into(),
         l => human(l),
     }
 }

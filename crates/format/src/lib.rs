@@ -1,5 +1,7 @@
-//! cuquota-format: what the interposer (`libcuquota.so`) writes and the `cuquota` CLI reads,
-//! in one place so that the two cannot drift apart. Pure code: no FFI, no global state.
+//! cuquota-format: the trace and its vocabulary — what the interposer (`libcuquota.so`)
+//! writes and the `cuquota` CLI reads, in one place so that the two cannot drift apart.
+//! Pure code: no FFI, no global state, no file but the traces it reads. What processes share
+//! at run time (group and registry files, locks, the policy) is `cuquota-state`'s.
 //!
 //! - [`part`]: the footprint's parts besides allocations ([`part::Part`]) and the tables
 //!   indexed by them;
@@ -8,19 +10,15 @@
 //! - [`settings`]: the values of the `CUQUOTA_*` variables, which `cuquota run` checks too;
 //! - [`read`] (with its fast path, `fastline`): the streaming trace reader;
 //! - [`episodes`]: the one rule that groups refusals into back-off episodes;
-//! - [`hash`]: the one hasher for maps keyed by device addresses.
+//! - [`hash`]: the one hasher for maps keyed by device addresses;
+//! - [`holder`]: a holder of a group's quota as a refusal's trace line names it.
 
 pub mod episodes;
 pub mod fastline;
-pub mod group;
 pub mod hash;
-pub mod holders;
-pub mod identity;
+pub mod holder;
 pub mod part;
-pub mod policy;
 pub mod read;
-pub mod registry;
 pub mod schema;
 pub mod settings;
-pub mod shared;
 pub mod units;

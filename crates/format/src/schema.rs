@@ -189,7 +189,7 @@ pub struct EventLine<'a> {
     /// refused by a group's quota, when its line was printed: the other members holding the
     /// group's quota on the GPU, most first.
     #[serde(default)]
-    pub holders: Option<Vec<crate::holders::Holder>>,
+    pub holders: Option<Vec<crate::holder::Holder>>,
     /// limit: the quota from now on and the one before (null: none).
     #[serde(default)]
     pub limit: Option<u64>,

@@ -45,7 +45,7 @@ pub const DEFAULT_STATE_DIR: &str = "/dev/shm/cuquota";
 /// The site policy's path, as the library's build has it.
 pub const DEFAULT_POLICY: &str = match option_env!("CUQUOTA_BUILD_POLICY_PATH") {
     Some(path) => path,
-    None => cuquota_format::policy::DEFAULT_PATH,
+    None => cuquota_state::policy::DEFAULT_PATH,
 };
 
 const fn parse_u32(s: &str) -> u32 {

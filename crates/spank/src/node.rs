@@ -12,7 +12,7 @@
 //! rewriting the node's own configuration (which governs every process there, not only
 //! Slurm's), so a missing piece refuses the task, with one line naming it and the fix.
 
-use cuquota_format::policy::{self, Loaded};
+use cuquota_state::policy::{self, Loaded};
 use std::path::Path;
 
 /// The library's file name as `/etc/ld.so.preload` names it.

@@ -2,7 +2,7 @@
 //! directory that cannot be made, a full table.
 
 use super::*;
-use cuquota_format::group::LAYOUT_VERSION;
+use cuquota_state::group::LAYOUT_VERSION;
 
 // ---------------------------------------------------------------------------------------
 // Errors

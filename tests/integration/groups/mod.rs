@@ -8,7 +8,7 @@
 
 use crate::common::*;
 use crate::reliability_util::*;
-use cuquota_format::group::{GroupFile, FILE_SIZE, SLOTS};
+use cuquota_state::group::{GroupFile, FILE_SIZE, SLOTS};
 use std::fs;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -74,7 +74,7 @@ impl Group {
     }
 
     /// The group's figures, read from its file (opened as `cuquota set` does).
-    fn snapshot(&self) -> cuquota_format::group::Snapshot {
+    fn snapshot(&self) -> cuquota_state::group::Snapshot {
         GroupFile::open(&self.dir, self.name)
             .unwrap_or_else(|e| panic!("open group {}: {e}", self.name))
             .snapshot()
@@ -214,7 +214,7 @@ fn a_member_sees_another_members_memory() {
     other.check(3, "alloc", &[("rc", 0)]);
     other.check(4, "info", &[("rc", 0), ("free", 0), ("total", GIB)]);
     // The refusal names who holds the group's quota: the other member's pid and command.
-    let command = cuquota_format::holders::short_command(&format!(
+    let command = cuquota_format::holder::short_command(&format!(
         "{} {holder_ops}",
         Client::Dlsym.path().display()
     ));
@@ -537,7 +537,7 @@ fn members_share_a_gpu_by_uuid_whatever_its_ordinal() {
              1.00 GiB, this process 0 B, 1 other member 768.00 MiB, 256.00 MiB left; held by \
              pid {a_pid} ({}) 768.00 MiB",
             b.prefix(),
-            cuquota_format::holders::short_command(&format!(
+            cuquota_format::holder::short_command(&format!(
                 "{} {a_ops}",
                 Client::Dlsym.path().display()
             ))

@@ -5,7 +5,7 @@
 //! every read, with nobody reaping in between.
 
 use super::*;
-use cuquota_format::group::GroupFile;
+use cuquota_state::group::GroupFile;
 use std::sync::atomic::Ordering::Relaxed;
 
 /// Waits (at most 30 s) for a member to end by itself; fails if it does not.

@@ -6,7 +6,7 @@
 //! it sees.
 
 use super::*;
-use cuquota_format::group::GroupFile;
+use cuquota_state::group::GroupFile;
 use std::sync::atomic::Ordering::Relaxed;
 
 /// A member in a PID namespace of its own, running `ops`.

@@ -1,6 +1,6 @@
 //! The report's data: what `cuquota report --json` prints, and what the text renders.
 
-use cuquota_format::holders::Holder;
+use cuquota_format::holder::Holder;
 use cuquota_format::part::PerLayer;
 use cuquota_format::units::human;
 use serde::Serialize;

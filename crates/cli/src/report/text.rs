@@ -3,7 +3,7 @@
 use super::model::*;
 use super::{CHART_ROWS, EPISODE_HEAD};
 use cuquota_format::episodes::GAP_NS;
-use cuquota_format::holders::Holder;
+use cuquota_format::holder::Holder;
 use cuquota_format::part::Part;
 use cuquota_format::units::human;
 use std::fmt::Write as _;

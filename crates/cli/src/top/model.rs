@@ -3,10 +3,10 @@
 //! pure function of what the registry and the group files say ([`build`]), so the frame,
 //! the JSON and the metrics are all tested on synthetic figures.
 
-use cuquota_format::group::{self, NO_LIMIT, UNSET};
 use cuquota_format::part::PerPart;
-use cuquota_format::registry::{self, DeviceSnapshot, ProcessSnapshot};
 use cuquota_format::settings::format_uuid;
+use cuquota_state::group::{self, NO_LIMIT, UNSET};
+use cuquota_state::registry::{self, DeviceSnapshot, ProcessSnapshot};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -130,7 +130,7 @@ pub struct Refusal {
 pub fn read(state_dir: &Path) -> Snapshot {
     let mut scan = registry::scan(state_dir);
     for p in &mut scan.processes {
-        p.host_pid = cuquota_format::identity::host_pid(Path::new("/proc"), p.pid, &p.identity);
+        p.host_pid = cuquota_state::identity::host_pid(Path::new("/proc"), p.pid, &p.identity);
     }
     let (groups, group_notes) = group::GroupFile::read_all(state_dir);
     let mut notes = scan.notes;
@@ -140,7 +140,7 @@ pub fn read(state_dir: &Path) -> Snapshot {
         scan.processes,
         groups,
         notes,
-        cuquota_format::shared::unix_ns(),
+        cuquota_state::shared::unix_ns(),
     )
 }
 
@@ -173,7 +173,7 @@ fn process(p: &ProcessSnapshot, d: Option<&DeviceSnapshot>) -> Process {
     Process {
         pid: p.pid,
         host_pid: p.host_pid,
-        container: cuquota_format::identity::container_of(&p.identity.cgroup),
+        container: cuquota_state::identity::container_of(&p.identity.cgroup),
         cgroup: p.identity.cgroup.clone(),
         started_unix_ns: p.started_unix_ns,
         host: p.host.clone(),
@@ -425,8 +425,8 @@ pub(crate) mod tests {
     /// (another layout version, half-created, killed mid-registration, a truncated group).
     #[test]
     fn real_state_files_are_read_and_bad_ones_skipped() {
-        use cuquota_format::registry::{ProcessFile, Registration};
-        use cuquota_format::shared::SharedFile;
+        use cuquota_state::registry::{ProcessFile, Registration};
+        use cuquota_state::shared::SharedFile;
         use std::os::unix::fs::FileExt;
         let d = std::env::temp_dir().join(format!("cuquota-top-model-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
@@ -440,7 +440,7 @@ pub(crate) mod tests {
                 group,
                 observe: false,
                 allocations_only: false,
-                identity: &cuquota_format::identity::Identity::own(),
+                identity: &cuquota_state::identity::Identity::own(),
             };
             ProcessFile::register(&d, &who).unwrap()
         };

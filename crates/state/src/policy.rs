@@ -20,7 +20,7 @@
 //! directory must be owned by root and writable by nobody else; anything else is refused,
 //! with the reason, and the caller fails closed.
 
-use crate::settings::{parse_limits, parse_mode, Limits};
+use cuquota_format::settings::{parse_limits, parse_mode, Limits};
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -212,7 +212,7 @@ pub fn ceilings(main: &Policy, job: Option<&Policy>) -> Vec<Limits> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::units::Size;
+    use cuquota_format::units::Size;
     use std::os::unix::fs::PermissionsExt;
 
     #[test]

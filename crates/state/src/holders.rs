@@ -5,58 +5,8 @@
 
 use crate::group::MemberShare;
 use crate::identity::container_of;
-use crate::part::Part;
 use crate::registry::ProcessSnapshot;
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
-
-/// One holder of a group's quota on one GPU.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Holder {
-    /// Its PID as it sees itself.
-    pub pid: u32,
-    /// Its PID in the outermost PID namespace its /proc showed (the host's where it shared
-    /// the host's /proc): what NVML lists.
-    pub outer_pid: u32,
-    /// Its command line, shortened (empty: its registry file could not be read).
-    pub command: String,
-    /// The container it runs in, from its cgroup (short id).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub container: Option<String>,
-    /// What it holds or has reserved of the quota there.
-    pub in_use: u64,
-    /// Its parts besides allocations there, by their trace names (empty: all allocations,
-    /// or unknown).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub parts: BTreeMap<String, u64>,
-}
-
-impl Holder {
-    /// Its part `part`'s bytes (0 when not known).
-    pub fn part(&self, part: Part) -> u64 {
-        self.parts.get(part.name()).copied().unwrap_or(0)
-    }
-
-    /// What it holds as allocations: its in-use less its parts.
-    pub fn allocations(&self) -> u64 {
-        let parts: u64 = self.parts.values().sum();
-        self.in_use.saturating_sub(parts)
-    }
-}
-
-/// The longest command a holder keeps.
-const COMMAND_CHARS: usize = 48;
-
-/// `argv` with the program's directory left out, cut to [`COMMAND_CHARS`].
-pub fn short_command(argv: &str) -> String {
-    let (program, args) = argv.split_once(' ').unwrap_or((argv, ""));
-    let program = program.rsplit('/').next().unwrap_or(program);
-    let whole = format!("{program} {args}").trim_end().to_string();
-    match whole.char_indices().nth(COMMAND_CHARS) {
-        Some((at, _)) => format!("{}…", &whole[..at]),
-        None => whole,
-    }
-}
+pub use cuquota_format::holder::{short_command, Holder};
 
 /// The holders among `members` (a group's living members on a GPU other than the refused
 /// process), each with what its registry file among `processes` says of it on GPU `uuid`.
@@ -102,8 +52,8 @@ pub fn holders(
 mod tests {
     use super::*;
     use crate::identity::Identity;
-    use crate::part::PerPart;
     use crate::registry::DeviceSnapshot;
+    use cuquota_format::part::{Part, PerPart};
 
     fn process(pid: u32, pid_ns: u64, group: &str, pool_cache: u64) -> ProcessSnapshot {
         let mut parts = PerPart::default();
@@ -170,14 +120,5 @@ mod tests {
         assert_eq!((h[1].command.as_str(), h[1].in_use), ("", 100));
         let text = serde_json::to_string(&h[0]).unwrap();
         assert_eq!(serde_json::from_str::<Holder>(&text).unwrap(), h[0]);
-    }
-
-    #[test]
-    fn commands_are_shortened() {
-        assert_eq!(short_command("/opt/x/bin/trainer"), "trainer");
-        let long = format!("python {}", "a".repeat(100));
-        let short = short_command(&long);
-        assert_eq!(short.chars().count(), COMMAND_CHARS + 1);
-        assert!(short.ends_with('…'));
     }
 }

@@ -8,9 +8,9 @@
 //! process to register removes it). Viewers open files read-only and only read.
 
 use crate::identity::Identity;
-use crate::part::{Part, PerPart};
-use crate::settings::MAX_DEVICES;
 use crate::shared::{self, SharedFile};
+use cuquota_format::part::{Part, PerPart};
+use cuquota_format::settings::MAX_DEVICES;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
 
