@@ -384,38 +384,50 @@ impl Engine {
     /// # Safety
     /// Only in the child right after `fork()`, while it has one thread.
     pub unsafe fn reset_in_child(&self) {
-        for ledger in &self.ledgers {
+        // Every field named, so that a new one does not compile until it is decided here:
+        // reset (the parent's books), or kept (`_`: the configuration, the driver's answers
+        // about GPUs, flags said once).
+        let Engine {
+            config: _,
+            queries: _,
+            books,
+            group_failure_said: _,
+            gpus: _,
+            ledgers,
+            pools,
+            contexts,
+            primary,
+            ending,
+            attached,
+            array_sizes,
+            vmm,
+            pool_books,
+            tracing: _,
+            devices_checked: _,
+            context_memory,
+            graph_books,
+        } = self;
+        for ledger in ledgers {
             // SAFETY: the caller's promise: the child of a fork, with one thread.
             unsafe { ledger.reset_in_child() };
         }
-        // SAFETY: as above.
-        unsafe { self.pools.reset_in_child(HashMap::new()) };
-        // SAFETY: as above.
-        unsafe { self.array_sizes.reset_in_child(HashMap::new()) };
-        // SAFETY: as above.
-        unsafe { self.vmm.reset_in_child(VmmBooks::new()) };
-        // SAFETY: as above.
+        // SAFETY (each below): as above.
         unsafe {
-            self.pool_books
-                .reset_in_child(pool_cache::PoolBooks::default())
-        };
-        // SAFETY: as above.
-        unsafe { self.contexts.reset_in_child() };
-        // SAFETY: as above.
-        unsafe { self.attached.reset_in_child(HashMap::new()) };
-        // SAFETY: as above.
-        unsafe { self.ending.reset_in_child(Ending::new()) };
-        // SAFETY: as above.
-        unsafe {
-            self.graph_books
-                .reset_in_child(graph_memory::GraphBooks::new())
-        };
-        for p in &self.primary {
+            pools.reset_in_child(HashMap::new());
+            array_sizes.reset_in_child(HashMap::new());
+            vmm.reset_in_child(VmmBooks::new());
+            pool_books.reset_in_child(pool_cache::PoolBooks::default());
+            contexts.reset_in_child();
+            attached.reset_in_child(HashMap::new());
+            ending.reset_in_child(Ending::new());
+            graph_books.reset_in_child(graph_memory::GraphBooks::new());
+        }
+        for p in primary {
             p.store(0, Relaxed);
         }
         // SAFETY: as above.
-        unsafe { self.books.reset_in_child() };
+        unsafe { books.reset_in_child() };
         // SAFETY: as above.
-        unsafe { self.context_memory.reset_in_child() };
+        unsafe { context_memory.reset_in_child() };
     }
 }
