@@ -143,7 +143,8 @@ impl Engine {
                 held,
             } => {
                 if self.tracing {
-                    self.emit(Event::alloc(device, api, key, bytes, held));
+                    let stack = crate::stacks::capture();
+                    self.emit(Event::alloc(device, api, key, bytes, held).at_stack(stack));
                 }
                 if let Some(ended) = episodes::allocated(device, bytes, key, api) {
                     self.episodes_ended(ended);
@@ -172,7 +173,12 @@ impl Engine {
                 key,
                 bytes,
                 held,
-            } => self.emit(Event::alloc(device, api, key, bytes, held)),
+            } => {
+                if self.tracing {
+                    let stack = crate::stacks::capture();
+                    self.emit(Event::alloc(device, api, key, bytes, held).at_stack(stack));
+                }
+            }
             Outcome::ContextEnded {
                 device,
                 api,

@@ -12,7 +12,7 @@
 use super::cursor::{Cursor, Piece, E8, OVERHANG};
 use super::{EventKind, Stamped};
 use crate::cuda_abi::CuResult;
-use cuquota_format::schema::kind;
+use cuquota_format::schema::{self, kind};
 
 /// Formats event lines (schema 1). Keeps its caches between lines, so the writer uses one for
 /// its whole life.
@@ -160,6 +160,11 @@ impl Encoder {
         }
         w.decimal(ev.in_use);
         match &ev.kind {
+            EventKind::Alloc if ev.stack != 0 => {
+                w.put(b",\"stack\":");
+                w.decimal(u64::from(ev.stack));
+                w.put(b"}\n");
+            }
             EventKind::Alloc | EventKind::Free => w.put(b"}\n"),
             EventKind::Refused { by_driver: true } => w.put(b",\"reason\":\"driver\"}\n"),
             EventKind::Refused { by_driver: false } => w.put(b",\"reason\":\"quota\"}\n"),
@@ -233,6 +238,34 @@ pub fn dropped_line(out: &mut Vec<u8>, t_ns: u64, count: u64) {
     w.decimal(count);
     w.put(b"}\n");
     w.finish();
+}
+
+/// `{"type":"stack","id":…,"frames":["0x…",…]}`: an interned call stack, innermost frame
+/// first (return addresses, as the unwinder gave them). Rare: serde will do.
+pub fn stack_line(out: &mut Vec<u8>, id: u32, frames: &[u64]) {
+    let line = schema::StackLine {
+        kind: kind::STACK.into(),
+        id: u64::from(id),
+        frames: frames.iter().map(|f| format!("{f:#x}")).collect(),
+    };
+    if serde_json::to_writer(&mut *out, &line).is_ok() {
+        out.push(b'\n');
+    }
+}
+
+/// `{"type":"module",…}`: a loaded module, for symbolising stacks (see `schema::ModuleLine`).
+pub fn module_line(out: &mut Vec<u8>, m: &crate::stacks::modules::Module) {
+    let line = schema::ModuleLine {
+        kind: kind::MODULE.into(),
+        path: m.path.clone(),
+        base: format!("{:#x}", m.bias),
+        lo: format!("{:#x}", m.lo),
+        hi: format!("{:#x}", m.hi),
+        build_id: m.build_id.clone(),
+    };
+    if serde_json::to_writer(&mut *out, &line).is_ok() {
+        out.push(b'\n');
+    }
 }
 
 /// The longest `,"tid":…,"dev":…,"api":"…","ptr":"0x…` kept in the cache: 62 bytes with the
@@ -332,6 +365,7 @@ mod tests {
                 bytes,
                 result,
                 in_use,
+                stack: 0,
             },
         }
     }
@@ -341,6 +375,59 @@ mod tests {
         let mut out = Vec::new();
         Encoder::default().event_line(&mut out, s);
         String::from_utf8(out).unwrap().leak()
+    }
+
+    /// An allocation with a call stack names it; the `stack` and `module` lines read back.
+    #[test]
+    fn stacks_and_modules_parse_back() {
+        let mut s = stamped(EventKind::Alloc, 0x10, 4096, 0, 4096);
+        s.ev.stack = 4_000_000_000;
+        let text = line(&s);
+        assert!(text.ends_with(",\"stack\":4000000000}\n"), "{text}");
+        let ev: EventLine = serde_json::from_str(text).unwrap();
+        assert_eq!((ev.stack, ev.bytes), (4_000_000_000, 4096));
+        let fast = cuquota_format::fastline::parse(text.trim_end().as_bytes()).unwrap();
+        assert_eq!(fast.stack, 4_000_000_000);
+        // Without a stack the line is as it always was.
+        assert!(!line(&stamped(EventKind::Alloc, 0x10, 1, 0, 1)).contains("stack"));
+
+        let mut out = Vec::new();
+        stack_line(&mut out, 7, &[0x55aa_0000_1234, 0x1]);
+        let m = crate::stacks::modules::Module {
+            path: "/opt/a \"b\".so".into(),
+            bias: 0x7f00_0000_0000,
+            lo: 0x7f00_0000_1000,
+            hi: 0x7f00_0000_9000,
+            build_id: "ab12".into(),
+        };
+        module_line(&mut out, &m);
+        let text = String::from_utf8(out).unwrap();
+        let mut lines = text.lines();
+        let stack: EventLine = serde_json::from_str(lines.next().unwrap()).unwrap();
+        assert_eq!((stack.kind.as_ref(), stack.id), (kind::STACK, 7));
+        let frames: Vec<u64> = stack
+            .frames
+            .unwrap()
+            .iter()
+            .filter_map(|f| parse_ptr(f))
+            .collect();
+        assert_eq!(frames, [0x55aa_0000_1234, 0x1]);
+        let module: EventLine = serde_json::from_str(lines.next().unwrap()).unwrap();
+        assert_eq!(module.kind, kind::MODULE);
+        assert_eq!(module.path.as_deref(), Some("/opt/a \"b\".so"));
+        assert_eq!(
+            module.base.as_deref().and_then(parse_ptr),
+            Some(0x7f00_0000_0000)
+        );
+        assert_eq!(
+            module.lo.as_deref().and_then(parse_ptr),
+            Some(0x7f00_0000_1000)
+        );
+        assert_eq!(
+            module.hi.as_deref().and_then(parse_ptr),
+            Some(0x7f00_0000_9000)
+        );
+        assert_eq!(module.build_id.as_deref(), Some("ab12"));
     }
 
     #[test]
@@ -615,6 +702,7 @@ mod tests {
                         bytes: m,
                         result: results[(i + j) % results.len()],
                         in_use: n,
+                        stack: 0,
                     },
                 };
                 out.clear();
@@ -681,6 +769,7 @@ mod tests {
                     bytes: num(),
                     result: [0, 0, 2, 999, num() as u32][(num() % 5) as usize],
                     in_use: num(),
+                    stack: 0,
                 },
             };
             out.clear();
@@ -725,6 +814,7 @@ mod tests {
                         bytes: u64::MAX,
                         result,
                         in_use: u64::MAX,
+                        stack: 0,
                     },
                 };
                 let mut out = Vec::new();
@@ -779,6 +869,7 @@ mod tests {
                         bytes: 4096,
                         result: 0,
                         in_use: 0,
+                        stack: 0,
                     },
                 };
                 a.clear();

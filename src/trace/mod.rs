@@ -43,12 +43,19 @@ pub struct Event {
     pub result: u32,
     /// Bytes charged on that device after the event.
     pub in_use: u64,
+    /// The interned call stack of an allocation (`CUQUOTA_STACKS`; 0: none).
+    pub stack: u32,
 }
 
 impl Event {
     /// A successful allocation of `bytes` at `ptr`.
     pub fn alloc(device: u32, api: &'static str, ptr: u64, bytes: u64, in_use: u64) -> Event {
         Event::ok(EventKind::Alloc, device, api, ptr, bytes, in_use)
+    }
+
+    /// This event made at the call stack `stack` (an interned id, 0: none).
+    pub fn at_stack(self, stack: u32) -> Event {
+        Event { stack, ..self }
     }
 
     /// A successful free of what `ptr` charged.
@@ -180,6 +187,7 @@ impl Event {
             bytes,
             result: 0,
             in_use,
+            stack: 0,
         }
     }
 }

@@ -189,6 +189,7 @@ mod tests {
                 bytes,
                 result,
                 in_use,
+                stack: 0,
             },
         }
     }

@@ -42,6 +42,7 @@ fn ev(kind: EventKind, device: u32, ptr: u64, bytes: u64, result: u32, in_use: u
         bytes,
         result,
         in_use,
+        stack: 0,
     }
 }
 

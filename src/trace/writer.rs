@@ -6,7 +6,7 @@
 //! writes whole lines with write(2), so a killed process leaves only complete lines, all
 //! but the last `period` of them on disk.
 
-use super::encode::{dropped_line, Encoder};
+use super::encode::{dropped_line, module_line, stack_line, Encoder};
 use super::tally::Tally;
 use super::{Event, Stamped};
 use crate::sys::{monotonic_ns, thread_id};
@@ -236,6 +236,9 @@ impl Tracer {
             batch: Vec::with_capacity(self.capacity),
             dropped_written: 0,
             failed: false,
+            stacks_written: 0,
+            new_stacks: Vec::new(),
+            modules_written: Vec::new(),
         };
         // A panic here must not take the host down, nor leave `finish` waiting.
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| loop {
@@ -272,6 +275,7 @@ impl Tracer {
             dropped_line(&mut st.out, self.now_ns(), dropped - st.dropped_written);
             st.dropped_written = dropped;
         }
+        self.write_stacks(st);
         // By reference, then cleared: cheaper than moving each event out with `drain`.
         for s in &st.batch {
             if st.failed {
@@ -285,6 +289,30 @@ impl Tracer {
         }
         st.batch.clear();
         self.flush(&mut st.out, &mut st.failed);
+    }
+
+    /// The stacks interned since the last batch, and the modules loaded since, before the
+    /// events that name them (each of this batch's was interned before it was recorded).
+    fn write_stacks(&self, st: &mut WriterState) {
+        if crate::stacks::depth() == 0 {
+            return;
+        }
+        st.new_stacks.clear();
+        let now = crate::stacks::since(st.stacks_written, &mut st.new_stacks);
+        if now == st.stacks_written {
+            return;
+        }
+        st.stacks_written = now;
+        for m in crate::stacks::modules::loaded() {
+            let key = (m.path.clone(), m.bias);
+            if !st.modules_written.contains(&key) {
+                module_line(&mut st.out, &m);
+                st.modules_written.push(key);
+            }
+        }
+        for (id, frames) in &st.new_stacks {
+            stack_line(&mut st.out, *id, frames);
+        }
     }
 
     fn write_summary(&self, st: &mut WriterState, end: &str) {
@@ -318,6 +346,11 @@ struct WriterState {
     batch: Vec<Stamped>,
     dropped_written: u64,
     failed: bool,
+    /// Stacks written so far (ids 1 to this).
+    stacks_written: u32,
+    new_stacks: Vec<(u32, Vec<u64>)>,
+    /// Modules written: (path, load bias).
+    modules_written: Vec<(String, u64)>,
 }
 
 pub use crate::output::write_all;
