@@ -173,12 +173,7 @@ impl Engine {
                 key,
                 bytes,
                 held,
-            } => {
-                if self.tracing {
-                    let stack = crate::stacks::capture();
-                    self.emit(Event::alloc(device, api, key, bytes, held).at_stack(stack));
-                }
-            }
+            } => self.emit(Event::alloc(device, api, key, bytes, held)),
             Outcome::ContextEnded {
                 device,
                 api,

@@ -242,9 +242,10 @@ pub fn dropped_line(out: &mut Vec<u8>, t_ns: u64, count: u64) {
 
 /// `{"type":"stack","id":…,"frames":["0x…",…]}`: an interned call stack, innermost frame
 /// first (return addresses, as the unwinder gave them). Rare: serde will do.
-pub fn stack_line(out: &mut Vec<u8>, id: u32, frames: &[u64]) {
+pub fn stack_line(out: &mut Vec<u8>, t_ns: u64, id: u32, frames: &[u64]) {
     let line = schema::StackLine {
         kind: kind::STACK.into(),
+        t_ns,
         id: u64::from(id),
         frames: frames.iter().map(|f| format!("{f:#x}")).collect(),
     };
@@ -254,9 +255,10 @@ pub fn stack_line(out: &mut Vec<u8>, id: u32, frames: &[u64]) {
 }
 
 /// `{"type":"module",…}`: a loaded module, for symbolising stacks (see `schema::ModuleLine`).
-pub fn module_line(out: &mut Vec<u8>, m: &crate::stacks::modules::Module) {
+pub fn module_line(out: &mut Vec<u8>, t_ns: u64, m: &crate::stacks::modules::Module) {
     let line = schema::ModuleLine {
         kind: kind::MODULE.into(),
+        t_ns,
         path: m.path.clone(),
         base: format!("{:#x}", m.bias),
         lo: format!("{:#x}", m.lo),
@@ -392,7 +394,7 @@ mod tests {
         assert!(!line(&stamped(EventKind::Alloc, 0x10, 1, 0, 1)).contains("stack"));
 
         let mut out = Vec::new();
-        stack_line(&mut out, 7, &[0x55aa_0000_1234, 0x1]);
+        stack_line(&mut out, 5, 7, &[0x55aa_0000_1234, 0x1]);
         let m = crate::stacks::modules::Module {
             path: "/opt/a \"b\".so".into(),
             bias: 0x7f00_0000_0000,
@@ -400,11 +402,14 @@ mod tests {
             hi: 0x7f00_0000_9000,
             build_id: "ab12".into(),
         };
-        module_line(&mut out, &m);
+        module_line(&mut out, 5, &m);
         let text = String::from_utf8(out).unwrap();
         let mut lines = text.lines();
         let stack: EventLine = serde_json::from_str(lines.next().unwrap()).unwrap();
-        assert_eq!((stack.kind.as_ref(), stack.id), (kind::STACK, 7));
+        assert_eq!(
+            (stack.kind.as_ref(), stack.id, stack.t_ns),
+            (kind::STACK, 7, 5)
+        );
         let frames: Vec<u64> = stack
             .frames
             .unwrap()
@@ -413,7 +418,7 @@ mod tests {
             .collect();
         assert_eq!(frames, [0x55aa_0000_1234, 0x1]);
         let module: EventLine = serde_json::from_str(lines.next().unwrap()).unwrap();
-        assert_eq!(module.kind, kind::MODULE);
+        assert_eq!((module.kind.as_ref(), module.t_ns), (kind::MODULE, 5));
         assert_eq!(module.path.as_deref(), Some("/opt/a \"b\".so"));
         assert_eq!(
             module.base.as_deref().and_then(parse_ptr),

@@ -293,8 +293,14 @@ impl Tracer {
 
     /// The stacks interned since the last batch, and the modules loaded since, before the
     /// events that name them (each of this batch's was interned before it was recorded).
+    /// Every new one is written, also those whose events were dropped.
     fn write_stacks(&self, st: &mut WriterState) {
         if crate::stacks::depth() == 0 {
+            return;
+        }
+        // Only when an event names a stack not written yet (ids grow: the highest tells).
+        let named = st.batch.iter().map(|s| s.ev.stack).max().unwrap_or(0);
+        if named <= st.stacks_written {
             return;
         }
         st.new_stacks.clear();
@@ -303,15 +309,17 @@ impl Tracer {
             return;
         }
         st.stacks_written = now;
+        // Stamped as the batch's first event, so that the file stays in time order.
+        let t_ns = st.batch.first().map_or_else(|| self.now_ns(), |s| s.t_ns);
         for m in crate::stacks::modules::loaded() {
             let key = (m.path.clone(), m.bias);
             if !st.modules_written.contains(&key) {
-                module_line(&mut st.out, &m);
+                module_line(&mut st.out, t_ns, &m);
                 st.modules_written.push(key);
             }
         }
         for (id, frames) in &st.new_stacks {
-            stack_line(&mut st.out, *id, frames);
+            stack_line(&mut st.out, t_ns, *id, frames);
         }
     }
 

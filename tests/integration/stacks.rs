@@ -128,6 +128,14 @@ fn names_every_site(binary: &str, with_lines: bool) {
         let used = pos(&|l| l["type"] == "alloc" && l["stack"].as_u64() == Some(*stack));
         assert!(defined < used, "stack {stack}");
     }
+    // Stack and module lines keep the file in time order.
+    let times: Vec<u64> = lines.iter().filter_map(|l| l["t_ns"].as_u64()).collect();
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
+    assert_eq!(
+        times.len(),
+        lines.len() - 1,
+        "every line but the header has t_ns"
+    );
     let program = std::fs::canonicalize(artifacts().clients_dir.join(binary)).unwrap();
     let module = lines
         .iter()

@@ -214,6 +214,8 @@ pub struct EventLine<'a> {
 pub struct StackLine {
     #[serde(rename = "type")]
     pub kind: String,
+    /// The time of the first event after it, so that lines stay in time order.
+    pub t_ns: u64,
     pub id: u64,
     pub frames: Vec<String>,
 }
@@ -223,6 +225,8 @@ pub struct StackLine {
 pub struct ModuleLine {
     #[serde(rename = "type")]
     pub kind: String,
+    /// As a stack line's.
+    pub t_ns: u64,
     pub path: String,
     /// The load bias (hex): a frame's address in the file is `address - base`.
     pub base: String,

@@ -260,7 +260,8 @@ pub struct SiteLive {
 pub struct StacksReport {
     /// Distinct stacks recorded.
     pub stacks: u64,
-    /// Successful allocations that carry no stack (the interposer's table was full or busy).
+    /// Successful allocations that carry no stack (the interposer's table was full or busy,
+    /// or a free failed and the allocation was held again: its `alloc` line has none).
     pub allocations_without_stack: u64,
     /// Allocations from a memory pool (`cuMemAllocAsync`, `cuMemAllocFromPoolAsync`) were
     /// traced: each one's stack is the request's; the memory a pool keeps cached between

@@ -178,7 +178,8 @@ fn render_stacks(out: &mut String, p: &ProcessReport, stacks: &StacksReport) {
     if stacks.allocations_without_stack > 0 {
         let _ = writeln!(
             out,
-            "     {} no stack (the interposer's stack table was full or busy)",
+            "     {} no stack (the interposer's stack table was full or busy, or a free \
+             failed and the allocation was held again)",
             count(
                 stacks.allocations_without_stack,
                 "allocation has",
