@@ -83,7 +83,7 @@ impl Encoder {
     pub fn event_line(&mut self, out: &mut Vec<u8>, s: &Stamped) {
         let ev = &s.ev;
         let (kind, sizes): (usize, &[u64]) = match &ev.kind {
-            EventKind::Alloc => (0, &[]),
+            EventKind::Alloc { .. } => (0, &[]),
             EventKind::Free => (1, &[]),
             EventKind::Refused { .. } | EventKind::Observed => (2, &[]),
             EventKind::MemInfo { .. } => (3, &[]),
@@ -160,12 +160,12 @@ impl Encoder {
         }
         w.decimal(ev.in_use);
         match &ev.kind {
-            EventKind::Alloc if ev.stack != 0 => {
+            EventKind::Alloc { stack } if *stack != 0 => {
                 w.put(b",\"stack\":");
-                w.decimal(u64::from(ev.stack));
+                w.decimal(u64::from(*stack));
                 w.put(b"}\n");
             }
-            EventKind::Alloc | EventKind::Free => w.put(b"}\n"),
+            EventKind::Alloc { .. } | EventKind::Free => w.put(b"}\n"),
             EventKind::Refused { by_driver: true } => w.put(b",\"reason\":\"driver\"}\n"),
             EventKind::Refused { by_driver: false } => w.put(b",\"reason\":\"quota\"}\n"),
             EventKind::Observed => w.put(b",\"reason\":\"quota\",\"observed\":true}\n"),
@@ -367,7 +367,6 @@ mod tests {
                 bytes,
                 result,
                 in_use,
-                stack: 0,
             },
         }
     }
@@ -382,8 +381,15 @@ mod tests {
     /// An allocation with a call stack names it; the `stack` and `module` lines read back.
     #[test]
     fn stacks_and_modules_parse_back() {
-        let mut s = stamped(EventKind::Alloc, 0x10, 4096, 0, 4096);
-        s.ev.stack = 4_000_000_000;
+        let s = stamped(
+            EventKind::Alloc {
+                stack: 4_000_000_000,
+            },
+            0x10,
+            4096,
+            0,
+            4096,
+        );
         let text = line(&s);
         assert!(text.ends_with(",\"stack\":4000000000}\n"), "{text}");
         let ev: EventLine = serde_json::from_str(text).unwrap();
@@ -391,7 +397,7 @@ mod tests {
         let fast = cuquota_format::fastline::parse(text.trim_end().as_bytes()).unwrap();
         assert_eq!(fast.stack, 4_000_000_000);
         // Without a stack the line is as it always was.
-        assert!(!line(&stamped(EventKind::Alloc, 0x10, 1, 0, 1)).contains("stack"));
+        assert!(!line(&stamped(EventKind::ALLOC, 0x10, 1, 0, 1)).contains("stack"));
 
         let mut out = Vec::new();
         stack_line(&mut out, 5, 7, &[0x55aa_0000_1234, 0x1]);
@@ -437,7 +443,7 @@ mod tests {
 
     #[test]
     fn lines_parse_back_with_every_field() {
-        let text = line(&stamped(EventKind::Alloc, 0x7f12_3456_7800, 4096, 0, 8192));
+        let text = line(&stamped(EventKind::ALLOC, 0x7f12_3456_7800, 4096, 0, 8192));
         assert!(text.ends_with("}\n") && text.matches('\n').count() == 1);
         let ev: EventLine = serde_json::from_str(text).unwrap();
         assert_eq!(ev.kind, "alloc");
@@ -517,7 +523,7 @@ mod tests {
             (10, 7, 1 << 20, 0xabc, 1_000_000),
             (9, 1, i32::MAX as u32, 0x7f00_0000_0000, 999),
         ] {
-            let mut s = stamped(EventKind::Alloc, ptr, bytes, 0, bytes);
+            let mut s = stamped(EventKind::ALLOC, ptr, bytes, 0, bytes);
             (s.t_ns, s.tid, s.ev.device) = (t, tid, dev);
             let ev: EventLine = serde_json::from_str(line(&s)).unwrap();
             assert_eq!(
@@ -530,7 +536,7 @@ mod tests {
 
     #[test]
     fn a_typical_alloc_line_stays_short() {
-        let mut s = stamped(EventKind::Alloc, 0x7f12_3456_7800, 1 << 32, 0, 6 << 30);
+        let mut s = stamped(EventKind::ALLOC, 0x7f12_3456_7800, 1 << 32, 0, 6 << 30);
         s.t_ns = 60_000_000_000;
         s.tid = 123_456;
         assert!(line(&s).len() <= 170, "{} bytes", line(&s).len());
@@ -610,7 +616,7 @@ mod tests {
             part: None,
         };
         match &ev.kind {
-            EventKind::Alloc => r.kind = kind::ALLOC,
+            EventKind::Alloc { .. } => r.kind = kind::ALLOC,
             EventKind::Free => r.kind = kind::FREE,
             EventKind::Refused { by_driver } => {
                 r.kind = kind::REFUSED;
@@ -668,7 +674,7 @@ mod tests {
             // Each number in every field, next to other numbers in the others.
             let m = numbers[(i * 7 + 3) % numbers.len()];
             let kinds = [
-                EventKind::Alloc,
+                EventKind::ALLOC,
                 EventKind::Free,
                 EventKind::Refused { by_driver: true },
                 EventKind::Refused { by_driver: false },
@@ -707,7 +713,6 @@ mod tests {
                         bytes: m,
                         result: results[(i + j) % results.len()],
                         in_use: n,
-                        stack: 0,
                     },
                 };
                 out.clear();
@@ -748,7 +753,7 @@ mod tests {
                 5 => EventKind::Footprint {
                     part: Part::ALL[(num() % 3) as usize],
                 },
-                0 => EventKind::Alloc,
+                0 => EventKind::ALLOC,
                 1 => EventKind::Free,
                 2 => EventKind::Refused {
                     by_driver: num() % 2 == 0,
@@ -774,7 +779,6 @@ mod tests {
                     bytes: num(),
                     result: [0, 0, 2, 999, num() as u32][(num() % 5) as usize],
                     in_use: num(),
-                    stack: 0,
                 },
             };
             out.clear();
@@ -819,7 +823,6 @@ mod tests {
                         bytes: u64::MAX,
                         result,
                         in_use: u64::MAX,
-                        stack: 0,
                     },
                 };
                 let mut out = Vec::new();
@@ -863,7 +866,7 @@ mod tests {
                     tid: (i * 7919 + round) % 300,
                     ev: Event {
                         kind: match i % 3 {
-                            0 => EventKind::Alloc,
+                            0 => EventKind::ALLOC,
                             1 => EventKind::Free,
                             _ => EventKind::Refused { by_driver: true },
                         },
@@ -874,7 +877,6 @@ mod tests {
                         bytes: 4096,
                         result: 0,
                         in_use: 0,
-                        stack: 0,
                     },
                 };
                 a.clear();

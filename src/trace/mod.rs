@@ -43,19 +43,25 @@ pub struct Event {
     pub result: u32,
     /// Bytes charged on that device after the event.
     pub in_use: u64,
-    /// The interned call stack of an allocation (`CUQUOTA_STACKS`; 0: none).
-    pub stack: u32,
 }
 
 impl Event {
     /// A successful allocation of `bytes` at `ptr`.
     pub fn alloc(device: u32, api: &'static str, ptr: u64, bytes: u64, in_use: u64) -> Event {
-        Event::ok(EventKind::Alloc, device, api, ptr, bytes, in_use)
+        Event::ok(EventKind::ALLOC, device, api, ptr, bytes, in_use)
     }
 
-    /// This event made at the call stack `stack` (an interned id, 0: none).
-    pub fn at_stack(self, stack: u32) -> Event {
-        Event { stack, ..self }
+    /// A successful allocation made at the call stack `stack` (an interned id, 0: none).
+    #[inline(always)]
+    pub fn alloc_at(
+        device: u32,
+        api: &'static str,
+        ptr: u64,
+        bytes: u64,
+        in_use: u64,
+        stack: u32,
+    ) -> Event {
+        Event::ok(EventKind::Alloc { stack }, device, api, ptr, bytes, in_use)
     }
 
     /// A successful free of what `ptr` charged.
@@ -187,13 +193,16 @@ impl Event {
             bytes,
             result: 0,
             in_use,
-            stack: 0,
         }
     }
 }
 
 pub enum EventKind {
-    Alloc,
+    /// `stack`: the interned call stack (`CUQUOTA_STACKS`; 0: none). Here rather than in
+    /// `Event`, where it would make every event bigger: the largest variant has room.
+    Alloc {
+        stack: u32,
+    },
     Free,
     /// Reason `"quota"`, or `"driver"` when the driver itself refused.
     Refused {
@@ -224,6 +233,11 @@ pub enum EventKind {
     Trim {
         part: Part,
     },
+}
+
+impl EventKind {
+    /// An allocation without a call stack.
+    pub const ALLOC: EventKind = EventKind::Alloc { stack: 0 };
 }
 
 pub struct DeviceInfo {

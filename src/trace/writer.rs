@@ -8,7 +8,7 @@
 
 use super::encode::{dropped_line, module_line, stack_line, Encoder};
 use super::tally::Tally;
-use super::{Event, Stamped};
+use super::{Event, EventKind, Stamped};
 use crate::sys::{monotonic_ns, thread_id};
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
@@ -299,7 +299,15 @@ impl Tracer {
             return;
         }
         // Only when an event names a stack not written yet (ids grow: the highest tells).
-        let named = st.batch.iter().map(|s| s.ev.stack).max().unwrap_or(0);
+        let named = st
+            .batch
+            .iter()
+            .map(|s| match s.ev.kind {
+                EventKind::Alloc { stack } => stack,
+                _ => 0,
+            })
+            .max()
+            .unwrap_or(0);
         if named <= st.stacks_written {
             return;
         }

@@ -338,3 +338,46 @@ fn a_stack_is_written_once_and_a_child_writes_its_own() {
         );
     }
 }
+
+/// A real client nobody here wrote: NVIDIA's cuda-bindings from Python. The allocation's
+/// site is the binding's own native frame (its Cython module), named by module.
+#[test]
+fn cuda_bindings_allocations_are_placed_in_the_binding() {
+    let python = crate::real_clients::python();
+    let dir = scratch_dir("stacks-bindings");
+    let script = artifacts()
+        .workspace
+        .join("tests/real_clients/stacks_check.py");
+    let out = Run::program(python)
+        .arg(script.to_str().unwrap())
+        .cwd(&dir)
+        .envs(&[
+            ("CUDA_SHIM_MEMORY", "4GiB"),
+            ("CUDA_SHIM_DRIVER_VERSION", "13000"),
+            ("CUQUOTA_LIMIT", "1GiB"),
+            ("CUQUOTA_COUNT", "allocations"),
+            ("CUQUOTA_TRACE", "t.jsonl"),
+            ("CUQUOTA_STACKS", "48"),
+            ("PYTHONDONTWRITEBYTECODE", "1"),
+        ])
+        .run();
+    out.check_exit(0);
+    assert!(out.stdout.contains("done"), "{out}");
+    let trace = dir.join("t.jsonl");
+    let (report, _) = report(&trace, &dir, &[]);
+    let largest = &report["processes"][0]["largest_allocations"][0];
+    assert_eq!(
+        (largest["api"].as_str(), largest["bytes"].as_u64()),
+        (Some("cuMemAlloc_v2"), Some(64 << 20)),
+        "{largest}"
+    );
+    let module = largest["site"]["module"].as_str().unwrap_or_default();
+    assert!(
+        module.contains("/cuda/bindings/") && module.ends_with(".so"),
+        "the site is not the binding's: {largest}"
+    );
+    // The wheel's module is stripped to its exported symbols: the frame is in a local
+    // function, so it has no name, and certainly not the export that precedes it.
+    let function = largest["site"]["function"].as_str().unwrap_or_default();
+    assert!(!function.starts_with("PyInit_"), "a wrong name: {largest}");
+}

@@ -123,11 +123,53 @@ impl Site {
     }
 }
 
+/// A module's file: its DWARF, and its function symbols with their sizes.
+struct Opened {
+    dwarf: addr2line::Loader,
+    /// (address, size, name), by address: functions of the symbol table and the dynamic one.
+    symbols: Vec<(u64, u64, String)>,
+}
+
+impl Opened {
+    /// The function symbol whose extent holds `probe`. Only within its size: a stripped
+    /// library keeps its exported symbols only, and the one before an address of a local
+    /// function is not that function.
+    fn symbol(&self, probe: u64) -> Option<&str> {
+        let at = self
+            .symbols
+            .partition_point(|s| s.0 <= probe)
+            .checked_sub(1)?;
+        let (addr, size, name) = &self.symbols[at];
+        (probe < addr + size).then_some(name.as_str())
+    }
+}
+
+/// Function symbols of an ELF file, with sizes, by address.
+fn function_symbols(path: &Path) -> Vec<(u64, u64, String)> {
+    use object::{Object, ObjectSymbol, SymbolKind};
+    let Ok(file) = std::fs::File::open(path) else {
+        return Vec::new();
+    };
+    let cache = object::ReadCache::new(file);
+    let Ok(obj) = object::File::parse(&cache) else {
+        return Vec::new();
+    };
+    let mut v: Vec<(u64, u64, String)> = obj
+        .symbols()
+        .chain(obj.dynamic_symbols())
+        .filter(|s| s.kind() == SymbolKind::Text && s.size() > 0 && s.is_definition())
+        .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?.to_string())))
+        .collect();
+    v.sort();
+    v.dedup_by(|a, b| a.0 == b.0);
+    v
+}
+
 /// Symbolises frames, opening each module's file once.
 pub struct Symbolizer {
     debug_dirs: Vec<PathBuf>,
-    /// By module path and build id: its loader, or none (not found, or unreadable).
-    loaders: HashMap<(String, String), Option<addr2line::Loader>>,
+    /// By module path and build id: its file opened, or none (not found, or unreadable).
+    loaders: HashMap<(String, String), Option<Opened>>,
     /// Modules already warned about (once each).
     warned: Vec<String>,
 }
@@ -180,10 +222,10 @@ impl Symbolizer {
             let loader = self.open(module);
             self.loaders.insert(key.clone(), loader);
         }
-        let Some(loader) = self.loaders.get(&key).and_then(Option::as_ref) else {
+        let Some(opened) = self.loaders.get(&key).and_then(Option::as_ref) else {
             return site;
         };
-        if let Ok(mut frames) = loader.find_frames(probe) {
+        if let Ok(mut frames) = opened.dwarf.find_frames(probe) {
             // The innermost frame: the function (inlined or not) that holds the call.
             if let Ok(Some(frame)) = frames.next() {
                 site.function = frame
@@ -198,15 +240,15 @@ impl Symbolizer {
             }
         }
         if site.function.is_none() {
-            site.function = loader
-                .find_symbol(probe)
+            site.function = opened
+                .symbol(probe)
                 .map(|s| addr2line::demangle_auto(s.into(), None).into_owned());
         }
         site
     }
 
     /// The module's file, or its debug file found by build id.
-    fn open(&mut self, module: &Module) -> Option<addr2line::Loader> {
+    fn open(&mut self, module: &Module) -> Option<Opened> {
         let path = Path::new(&module.path);
         let same = |p: &Path| {
             module.build_id.is_empty() || build_id(p).as_deref() == Some(&module.build_id)
@@ -232,8 +274,9 @@ impl Symbolizer {
             }
         }
         for c in candidates {
-            if let Ok(loader) = addr2line::Loader::new(&c) {
-                return Some(loader);
+            if let Ok(dwarf) = addr2line::Loader::new(&c) {
+                let symbols = function_symbols(&c);
+                return Some(Opened { dwarf, symbols });
             }
         }
         if !self.warned.contains(&module.path) {
@@ -296,6 +339,23 @@ mod tests {
         for name in ["cuda_alloc_weights", "main", "cudax", "load"] {
             assert!(!is_runtime_function(name), "{name}");
         }
+    }
+
+    /// A symbol is a function's only within its size.
+    #[test]
+    fn symbols_hold_only_their_extent() {
+        let dwarf = addr2line::Loader::new(std::fs::read_link("/proc/self/exe").unwrap()).unwrap();
+        let opened = Opened {
+            dwarf,
+            symbols: vec![(0x100, 0x10, "a".into()), (0x200, 0x8, "b".into())],
+        };
+        assert_eq!(opened.symbol(0x100), Some("a"));
+        assert_eq!(opened.symbol(0x10f), Some("a"));
+        assert_eq!(opened.symbol(0x110), None);
+        assert_eq!(opened.symbol(0x1ff), None);
+        assert_eq!(opened.symbol(0x207), Some("b"));
+        assert_eq!(opened.symbol(0xff), None);
+        assert_eq!(opened.symbol(0x208), None);
     }
 
     #[test]
