@@ -47,6 +47,19 @@ if ! command -v slurmd >/dev/null || ! command -v slurmctld >/dev/null ||
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
         slurmctld slurmd slurm-client libslurm-dev iproute2 util-linux >/dev/null
 fi
+# The container test (tests/integration/containers.rs) runs `cuquota cdi`'s spec under Debian's
+# podman 4.3.1 with runc, no image pulled (each container's root is an overlay of the host's):
+# installed with apt-get the first time (30 packages, ~34 MB download, as root).
+if ! command -v podman >/dev/null || ! command -v runc >/dev/null; then
+    step "podman and runc for the CDI spec's container test: apt-get install podman runc (~34 MB download)"
+    if [ "$(id -u)" != 0 ]; then
+        echo "test.sh: podman is not installed and this is not root: run" >&2
+        echo "  apt-get install podman runc" >&2
+        exit 1
+    fi
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc >/dev/null
+fi
 step "cargo fmt --check"
 cargo fmt --all -- --check
 step "cargo clippy (builds everything in check mode: minutes the first time)"

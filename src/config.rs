@@ -480,7 +480,6 @@ fn warning(var: &str, value: &str, valid: &str, default: &str) -> String {
 }
 
 #[cfg(test)]
-#[path = "config_policy_tests.rs"]
 mod policy_tests;
 
 #[cfg(test)]

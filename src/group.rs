@@ -35,6 +35,8 @@ pub struct Member {
     /// This process's own bound on the group's limit (a policy's; `NO_LIMIT`: none): what
     /// the group's shared file says cannot lift it.
     pub cap: u64,
+    /// The limit this member last saw (`cuquota set` changes the group's).
+    seen_limit: AtomicU64,
 }
 
 /// This process's place in its group.
@@ -118,12 +120,14 @@ impl Group {
                 .map_err(|e| e.0)?
         };
         let slot = membership.slot();
+        let device = &file.layout().devices[index];
         Ok(Member {
-            device: &file.layout().devices[index],
+            device,
             charged: &slot.charged[index],
             index,
             membership,
             cap,
+            seen_limit: AtomicU64::new(device.limit.load(Relaxed).min(cap)),
         })
     }
 
@@ -167,6 +171,17 @@ impl Member {
         self.device.in_use.fetch_sub(bytes, Release) - bytes
     }
 
+    /// `limit` (the group's now) differs from the limit this member last saw: the one it
+    /// saw before, once per change (threads racing on one change: one of them).
+    #[inline]
+    pub fn limit_moved(&self, limit: u64) -> Option<u64> {
+        if self.seen_limit.load(Relaxed) == limit {
+            return None;
+        }
+        let before = self.seen_limit.swap(limit, Relaxed);
+        (before != limit).then_some(before)
+    }
+
     /// The limit if there is one.
     pub fn known_limit(&self) -> Option<u64> {
         Some(self.limit()).filter(|l| *l != NO_LIMIT)
@@ -180,6 +195,20 @@ impl Member {
             Ok(locked) => file.reap(&locked, Some(self.membership.slot)),
             Err(_) => 0,
         }
+    }
+
+    /// The other living members holding anything of the group's quota on this GPU, named
+    /// from their registry files under `state_dir` (read, never locked), most first. For a
+    /// refusal's words: it reads every registry file.
+    pub fn holders(&self, state_dir: &std::path::Path) -> Vec<cuquota_format::holders::Holder> {
+        let file = &self.membership.file;
+        let members = file.others_on(self.index, self.membership.slot);
+        if members.is_empty() {
+            return Vec::new();
+        }
+        let processes = cuquota_format::registry::scan(state_dir).processes;
+        let uuid = self.device.uuid();
+        cuquota_format::holders::holders(&members, &processes, &self.membership.name, uuid)
     }
 
     /// Who holds the group's quota on this GPU besides this process: the other members with

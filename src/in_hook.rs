@@ -3,10 +3,10 @@
 //!
 //! Every hooked call reads this flag, so where it lives matters. Rust's `thread_local!` in a
 //! shared library uses the general-dynamic TLS model: each access calls `__tls_get_addr`
-//! (about 25 instructions and a call through the PLT). cuquota is preloaded, so it loads
-//! with the program and may use the initial-exec model instead: the flag sits in the
-//! static TLS block at an offset the dynamic linker writes into the GOT once, and reading
-//! its address is two instructions. Rust has no stable way to ask for that model, so on
+//! through the PLT. cuquota is preloaded, so it loads with the program and may use the
+//! initial-exec model instead: the flag sits in the static TLS block at an offset the
+//! dynamic linker writes into the GOT once, and reading its address takes no call (the
+//! costs of both: bench/README.md). Rust has no stable way to ask for that model, so on
 //! x86-64 Linux the flag is declared in assembly; elsewhere it is a `thread_local!`.
 
 use std::cell::Cell;

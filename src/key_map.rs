@@ -1,8 +1,8 @@
 //! A map from a `u64` key (a device address or a handle) to a small `Copy` value: the
 //! ledger's shards and the pool cache's books. Open addressing with linear probing and
 //! backward-shift deletion (no tombstones), so an insert and a remove on the allocation
-//! path cost a few dozen instructions where a general-purpose map costs well over a hundred
-//! (its SIMD probing and tombstone upkeep pay off for large tables, not for these).
+//! path cost a fraction of what a general-purpose map costs (bench/README.md); its SIMD
+//! probing and tombstone upkeep pay off for large tables, not for these.
 //!
 //! Plain data: the caller locks. No FFI here.
 

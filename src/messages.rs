@@ -7,6 +7,7 @@ use crate::config::{Config, DeviceId, Limits};
 use crate::group::GroupShare;
 use crate::quota::{Part, Usage};
 use cuquota_format::episodes;
+use cuquota_format::holders::Holder;
 use cuquota_format::settings::format_uuid;
 use cuquota_format::units::{human, Size};
 
@@ -89,6 +90,80 @@ pub struct Held {
     pub parts: Parts,
     /// In a group: who holds the rest.
     pub group: Option<GroupShare>,
+    /// In a group, for a refusal that is said: the other members holding it, most first.
+    pub holders: Vec<Holder>,
+}
+
+/// How many holders a line names; the rest are counted.
+const HOLDERS_NAMED: usize = 3;
+
+/// `; held by pid 4242 (python serve.py) 700.00 MiB: allocations 200.00 MiB, pool cache
+/// 500.00 MiB unused (cuMemPoolTrimTo in that process would return it); pid 4343
+/// [abababababab] (trainer) 100.00 MiB; and 2 more (96.00 MiB)`, or nothing.
+fn holders_words(holders: &[Holder]) -> String {
+    if holders.is_empty() {
+        return String::new();
+    }
+    let named: Vec<String> = holders
+        .iter()
+        .take(HOLDERS_NAMED)
+        .map(holder_words)
+        .collect();
+    let rest = &holders[holders.len().min(HOLDERS_NAMED)..];
+    let more = match rest.len() {
+        0 => String::new(),
+        n => format!(
+            "; and {n} more ({})",
+            human(rest.iter().map(|h| h.in_use).sum())
+        ),
+    };
+    format!("; held by {}{more}", named.join("; "))
+}
+
+/// One holder: who, how much, and its parts where not all allocations, with what would give
+/// back what its pools and graphs keep unused.
+fn holder_words(h: &Holder) -> String {
+    let pid = if h.outer_pid != 0 && h.outer_pid != h.pid {
+        format!("pid {} ({} in its namespace)", h.outer_pid, h.pid)
+    } else {
+        format!("pid {}", h.pid)
+    };
+    let container = h
+        .container
+        .as_ref()
+        .map_or(String::new(), |c| format!(" [{c}]"));
+    let command = match h.command.as_str() {
+        "" => String::new(),
+        c => format!(" ({c})"),
+    };
+    let mut parts = Vec::new();
+    for part in Part::ALL {
+        let bytes = h.part(part);
+        if bytes == 0 {
+            continue;
+        }
+        parts.push(match part {
+            Part::PoolCache => format!(
+                "pool cache {} unused (cuMemPoolTrimTo in that process would return it)",
+                human(bytes)
+            ),
+            Part::Graph => format!(
+                "graph memory {} (cuDeviceGraphMemTrim in that process would return what it \
+                 does not use)",
+                human(bytes)
+            ),
+            Part::Context => format!("context {}", human(bytes)),
+        });
+    }
+    let breakdown = match parts.is_empty() {
+        true => String::new(),
+        false => format!(
+            ": allocations {}, {}",
+            human(h.allocations()),
+            parts.join(", ")
+        ),
+    };
+    format!("{pid}{container}{command} {}{breakdown}", human(h.in_use))
 }
 
 /// `quota 6.00 GiB, in use 5.99 GiB (allocations 4.90 GiB, pool cache 600.00 MiB, context
@@ -129,10 +204,12 @@ fn quota_state(held: &Held) -> String {
                 n => format!("{n} other members {}", human(g.others_bytes)),
             };
             format!(
-                "group {}: quota {}{lowered}, this process {}{breakdown}, {members}, {left} left",
+                "group {}: quota {}{lowered}, this process {}{breakdown}, {members}, {left} \
+                 left{}",
                 g.name,
                 human(limit),
-                human(g.this_process)
+                human(g.this_process),
+                holders_words(&held.holders)
             )
         }
     }
@@ -385,6 +462,15 @@ pub fn group_limit_differs(device: u32, group: &str, own: u64, limit: u64) -> St
     )
 }
 
+/// `cuquota set` moved a group's limit while this process ran.
+pub fn group_limit_moved(device: u32, group: &str, before: u64, limit: u64) -> String {
+    format!(
+        "GPU {device}: group {group}'s quota is now {} (was {}): changed by `cuquota set`",
+        limit_words(limit),
+        limit_words(before)
+    )
+}
+
 /// The exit summary's tail in a group: `; group svc: peak 7.90 GiB`.
 pub fn group_summary(group: &str, peak: u64) -> String {
     format!("; group {group}: peak {} of all its members", human(peak))
@@ -430,6 +516,7 @@ mod tests {
             in_use,
             parts,
             group: None,
+            holders: Vec::new(),
         }
     }
 

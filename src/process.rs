@@ -270,6 +270,7 @@ extern "C" fn at_exit() {
         // SAFETY: as in `engine`.
         if let Some(engine) = unsafe { ENGINE.load(Ordering::Acquire).as_ref() } {
             engine.end_episodes();
+            engine.note_group_limits();
             for line in engine.summary_lines() {
                 crate::log::line(&line);
             }
@@ -308,6 +309,7 @@ fn summary_on_signal(sig: i32) {
     // SAFETY: as in `engine`.
     if let Some(engine) = unsafe { ENGINE.load(Ordering::Acquire).as_ref() } {
         engine.end_episodes();
+        engine.note_group_limits();
         for line in engine.summary_lines() {
             crate::log::line(&line);
         }

@@ -318,15 +318,25 @@ impl DeviceQuota {
 
     /// The limit in bytes ([`UNLIMITED`] for none), resolving it on first use with
     /// `resolve` (which may ask the driver for the device's total memory, and joins the
-    /// group's quota of the GPU). A group's limit is read live, never kept here.
+    /// group's quota of the GPU). A group's limit is read live, never kept here: `moved`
+    /// hears of it, with the limit seen before, when `cuquota set` changed it (only a
+    /// member's path pays for that: a process's own limit never changes).
     #[inline(always)]
-    pub fn limit_or_resolve<E>(&self, resolve: impl FnOnce() -> Result<u64, E>) -> Result<u64, E> {
+    pub fn limit_or_resolve<E>(
+        &self,
+        resolve: impl FnOnce() -> Result<u64, E>,
+        moved: impl FnOnce(u64, u64),
+    ) -> Result<u64, E> {
         let limit = self.limit.load(Relaxed);
         if limit != UNRESOLVED {
             return Ok(limit);
         }
         if let Some(m) = self.member() {
-            return Ok(m.limit());
+            let limit = m.limit();
+            if let Some(before) = m.limit_moved(limit) {
+                moved(before, limit);
+            }
+            return Ok(limit);
         }
         let resolved = resolve()?.min(UNLIMITED);
         if self.member().is_none() {
@@ -643,7 +653,7 @@ mod tests {
         for (part_bytes, taken, bytes) in [(8, 4, 4), (8, 6, 4), (8, 2, 4), (3, 6, 4)] {
             let setup = || {
                 let q = DeviceQuota::new();
-                let limit = q.limit_or_resolve(|| Ok::<_, ()>(100)).unwrap();
+                let limit = q.limit_or_resolve(|| Ok::<_, ()>(100), |_, _| {}).unwrap();
                 q.force_part(Part::PoolCache, part_bytes);
                 assert!(matches!(
                     q.reserve(bytes, limit, true),
@@ -668,7 +678,7 @@ mod tests {
     #[test]
     fn reserve_up_to_the_limit_then_refuse() {
         let q = DeviceQuota::new();
-        let limit = q.limit_or_resolve(|| Ok::<_, ()>(100)).unwrap();
+        let limit = q.limit_or_resolve(|| Ok::<_, ()>(100), |_, _| {}).unwrap();
         assert_eq!(
             q.reserve(60, limit, true),
             Reservation::Granted { in_use: 60 }
@@ -770,13 +780,13 @@ mod tests {
     #[test]
     fn limit_resolves_once_and_errors_pass_through() {
         let q = DeviceQuota::new();
-        assert_eq!(q.limit_or_resolve(|| Err::<u64, _>(3)), Err(3));
+        assert_eq!(q.limit_or_resolve(|| Err::<u64, _>(3), |_, _| {}), Err(3));
         assert_eq!(q.known_limit(), None);
-        assert_eq!(q.limit_or_resolve(|| Ok::<_, ()>(7)), Ok(7));
-        assert_eq!(q.limit_or_resolve(|| Ok::<_, ()>(9)), Ok(7));
+        assert_eq!(q.limit_or_resolve(|| Ok::<_, ()>(7), |_, _| {}), Ok(7));
+        assert_eq!(q.limit_or_resolve(|| Ok::<_, ()>(9), |_, _| {}), Ok(7));
         let unlimited = DeviceQuota::new();
         assert_eq!(
-            unlimited.limit_or_resolve(|| Ok::<_, ()>(u64::MAX)),
+            unlimited.limit_or_resolve(|| Ok::<_, ()>(u64::MAX), |_, _| {}),
             Ok(UNLIMITED)
         );
         assert_eq!(unlimited.known_limit(), None);

@@ -1,4 +1,4 @@
-//! Drives the built shim from C: compiles `tests/c/smoke.c` with gcc against
+//! Drives the built shim from C: compiles `tests/c/smoke*.c` with gcc against
 //! `libcuda.so` (installed in a temp dir as `libcuda.so.1` plus a `libcuda.so` link, as users
 //! install it) and runs one scenario per test, each in its own process and environment.
 //! `tests/c/context_nvml.c` (context memory, NVML, `CUDA_VISIBLE_DEVICES`) likewise, with
@@ -38,6 +38,14 @@ fn gcc(args: &[&str]) {
     );
 }
 
+/// The smoke program: its main and its scenarios by what they exercise (smoke.h).
+const SMOKE_SOURCES: &[&str] = &[
+    "smoke.c",
+    "smoke_devices.c",
+    "smoke_vmm_pools.c",
+    "smoke_footprint.c",
+];
+
 fn build() -> &'static Built {
     static BUILT: OnceLock<Built> = OnceLock::new();
     BUILT.get_or_init(|| {
@@ -57,13 +65,10 @@ fn build() -> &'static Built {
         let sources = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
         let smoke = dir.join("smoke");
         let preload = dir.join("preload.so");
-        gcc(&[
-            "-std=c11",
-            "-Wall",
-            "-Werror",
-            "-O1",
-            "-pthread",
-            sources.join("smoke.c").to_str().unwrap(),
+        let smoke_sources: Vec<PathBuf> = SMOKE_SOURCES.iter().map(|s| sources.join(s)).collect();
+        let mut args = vec!["-std=c11", "-Wall", "-Werror", "-O1", "-pthread"];
+        args.extend(smoke_sources.iter().map(|s| s.to_str().unwrap()));
+        args.extend([
             "-o",
             smoke.to_str().unwrap(),
             "-L",
@@ -71,6 +76,7 @@ fn build() -> &'static Built {
             "-lcuda",
             "-ldl",
         ]);
+        gcc(&args);
         gcc(&[
             "-shared",
             "-fPIC",

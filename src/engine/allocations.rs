@@ -8,8 +8,8 @@ use super::*;
 impl Engine {
     /// An allocation of `bytes` at `place`. `call` runs the real driver function and returns
     /// its result and the new pointer or handle. Inline, as `alloc_settled` and `free` are:
-    /// as a call of its own, the frame and the closures' captures passed through memory cost
-    /// the plain pair a tenth of its instructions.
+    /// as a call of its own, the frame and the closures' captures passed through memory make
+    /// the plain pair measurably dearer (bench/README.md).
     #[inline(always)]
     pub fn alloc(
         &self,

@@ -101,6 +101,13 @@ pub(super) enum Outcome {
     },
     /// The group's quota cannot be used: every call fails.
     GroupUnusable { group: String, why: String },
+    /// `cuquota set` moved the group's limit on a GPU since this process last read it.
+    GroupLimitMoved {
+        device: u32,
+        group: String,
+        before: u64,
+        limit: u64,
+    },
 }
 
 /// A request the quota refused (or, in observe mode, would have).
@@ -224,6 +231,16 @@ impl Engine {
             Outcome::GroupUnusable { group, why } => {
                 crate::log::line(&messages::group_unusable(&group, &why))
             }
+            Outcome::GroupLimitMoved {
+                device,
+                group,
+                before,
+                limit,
+            } => {
+                crate::log::line(&messages::group_limit_moved(device, &group, before, limit));
+                let in_use = self.held(device);
+                self.emit(Event::limit(device, limit, before, in_use));
+            }
             Outcome::NvmlAbsent(why) => {
                 if self.config.as_ref().is_ok_and(|c| c.verbose()) {
                     crate::log::line(&messages::nvml_absent(&why));
@@ -234,7 +251,8 @@ impl Engine {
 
     /// Refused over quota: one line (an allocation's when it opens a back-off episode, any
     /// other always), and a `refused` event at the figure it was refused at (requests in
-    /// flight included: no peak counts it).
+    /// flight included: no peak counts it). In a group, a printed refusal names who holds
+    /// the quota, and its event carries them with the group's figure.
     #[cold]
     #[inline(never)]
     fn say_refused(&self, r: Refusal) {
@@ -242,24 +260,26 @@ impl Engine {
             device,
             api,
             bytes,
-            limit,
-            in_use,
             what,
+            ..
         } = r;
-        let held = self.held_figures(device, limit, in_use);
-        let line = match what {
-            Request::Memory => self
-                .episode_refusal(device, bytes, api)
-                .then(|| messages::quota_refusal(device, bytes, api, &held)),
-            Request::Growth => Some(messages::quota_refusal(device, bytes, api, &held)),
-            Request::Context => Some(messages::context_refusal(device, bytes, api, &held)),
-            Request::Graph => Some(messages::graph_refusal(device, bytes, api, &held)),
+        let printed = match what {
+            Request::Memory => self.episode_refusal(device, bytes, api),
+            Request::Growth | Request::Context | Request::Graph => true,
         };
-        if let Some(line) = line {
+        let held = self.held_figures(device, &r, printed);
+        if printed {
+            let line = match what {
+                Request::Memory | Request::Growth => {
+                    messages::quota_refusal(device, bytes, api, &held)
+                }
+                Request::Context => messages::context_refusal(device, bytes, api, &held),
+                Request::Graph => messages::graph_refusal(device, bytes, api, &held),
+            };
             crate::log::line(&line);
             self.books.refused(device, &line);
         }
-        self.emit(Event::refused_by_quota(device, api, bytes, in_use));
+        self.emit(self.refusal_event(device, &r, held, false));
     }
 
     /// Observe mode allowed what the quota would have refused: said, and traced as a refusal
@@ -268,17 +288,35 @@ impl Engine {
     #[cold]
     #[inline(never)]
     fn say_would_refuse(&self, r: Refusal) {
-        let Refusal {
-            device,
-            api,
-            bytes,
-            limit,
-            in_use,
-            ..
-        } = r;
-        let held = self.held_figures(device, limit, in_use);
-        crate::log::line(&messages::would_refuse(device, bytes, api, &held));
-        self.emit(Event::observed_refusal(device, api, bytes, in_use));
+        let held = self.held_figures(r.device, &r, true);
+        crate::log::line(&messages::would_refuse(r.device, r.bytes, r.api, &held));
+        self.emit(self.refusal_event(r.device, &r, held, true));
+    }
+
+    /// A refusal's `refused` event: in a group its `in_use` is this process's own and the
+    /// group's figure and holders go with it.
+    fn refusal_event(
+        &self,
+        device: u32,
+        r: &Refusal,
+        held: messages::Held,
+        observed: bool,
+    ) -> Event {
+        let (api, bytes) = (r.api, r.bytes);
+        match held.group {
+            None if observed => Event::observed_refusal(device, api, bytes, r.in_use),
+            None => Event::refused_by_quota(device, api, bytes, r.in_use),
+            Some(group) => {
+                let own = self.quota(device).map_or(0, |q| q.in_use());
+                let detail = crate::trace::GroupDetail {
+                    name: group.name,
+                    in_use: r.in_use,
+                    limit: r.limit,
+                    holders: held.holders,
+                };
+                Event::group_refusal(device, api, bytes, own, observed, detail)
+            }
+        }
     }
 
     /// The driver failed a call we had reserved for: traced; an out-of-memory is explained
@@ -320,12 +358,21 @@ impl Engine {
 
     /// What the quota of `device` held when it refused at `in_use` of `limit`: this
     /// process's parts and, in a group, who holds the rest.
-    fn held_figures(&self, device: u32, limit: u64, in_use: u64) -> messages::Held {
+    /// What the quota held at refusal `r`; with `holders`, in a group, who held it (this
+    /// reads every registry file: only for a refusal that is said).
+    fn held_figures(&self, device: u32, r: &Refusal, holders: bool) -> messages::Held {
+        let quota = self.quota(device);
+        let state_dir = self.config.as_ref().ok().map(|c| c.state_dir.as_path());
+        let holders = match (holders, quota.and_then(|q| q.member()), state_dir) {
+            (true, Some(m), Some(dir)) => m.holders(dir),
+            _ => Vec::new(),
+        };
         messages::Held {
-            limit,
-            in_use,
+            limit: r.limit,
+            in_use: r.in_use,
             parts: self.parts_of(device),
-            group: self.quota(device).and_then(|q| q.group_share()),
+            group: quota.and_then(|q| q.group_share()),
+            holders,
         }
     }
 

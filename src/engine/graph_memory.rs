@@ -445,5 +445,4 @@ impl Engine {
 }
 
 #[cfg(test)]
-#[path = "tests/graph_memory.rs"]
 mod tests;

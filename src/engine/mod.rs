@@ -263,34 +263,66 @@ impl Engine {
 
     /// The limit of `device` in bytes ([`UNLIMITED`] for none), resolved on first use.
     pub(super) fn limit(&self, device: u32, quota: &DeviceQuota) -> Result<u64, CuResult> {
-        quota.limit_or_resolve(|| {
-            let limits = self.config.as_ref().map_or(&Limits::None, |c| &c.limits);
-            self.check_named_devices(limits);
-            let ceilings = self.config.as_ref().map_or(&[][..], |c| &c.ceilings[..]);
-            // The smallest of the variable's limit and the policies' (which it only narrows);
-            // the GPU's real memory, when a percentage needed it, is kept for the views.
-            let total = std::cell::Cell::new(None);
-            let own = match &self.config {
-                Ok(c) => c.own_limit(
-                    device,
-                    || self.queries.device_uuid(device),
-                    || {
-                        let got = self.queries.total_memory(device);
-                        total.set(got.ok());
-                        got
-                    },
-                )?,
-                Err(_) => None,
+        let moved = |before, limit| self.group_limit_moved(device, before, limit);
+        quota.limit_or_resolve(
+            || {
+                let limits = self.config.as_ref().map_or(&Limits::None, |c| &c.limits);
+                self.check_named_devices(limits);
+                let ceilings = self.config.as_ref().map_or(&[][..], |c| &c.ceilings[..]);
+                // The smallest of the variable's limit and the policies' (which it only narrows);
+                // the GPU's real memory, when a percentage needed it, is kept for the views.
+                let total = std::cell::Cell::new(None);
+                let own = match &self.config {
+                    Ok(c) => c.own_limit(
+                        device,
+                        || self.queries.device_uuid(device),
+                        || {
+                            let got = self.queries.total_memory(device);
+                            total.set(got.ok());
+                            got
+                        },
+                    )?,
+                    Err(_) => None,
+                };
+                self.describe_device(device, total.get());
+                let (own, named) = (own.unwrap_or(UNLIMITED), own.is_some());
+                // Under a policy a group's limit is bounded by this process's too.
+                let cap = if ceilings.is_empty() { UNLIMITED } else { own };
+                match self.books.group.name() {
+                    None => Ok(own),
+                    Some(_) => self.join_group(device, own, named, cap),
+                }
+            },
+            moved,
+        )
+    }
+
+    /// `cuquota set` moved the group's limit of `device` from `before` to `limit`: said once,
+    /// and traced, so that the trace and the report know the quota in force at each moment.
+    #[cold]
+    #[inline(never)]
+    fn group_limit_moved(&self, device: u32, before: u64, limit: u64) {
+        let group = self.books.group.name().unwrap_or_default().to_string();
+        self.explain(Outcome::GroupLimitMoved {
+            device,
+            group,
+            before,
+            limit,
+        });
+    }
+
+    /// At exit (before the summary): a group limit moved since this process last asked is
+    /// said and traced, so that the summary's quota is the trace's last one.
+    pub fn note_group_limits(&self) {
+        for device in 0..MAX_DEVICES as u32 {
+            let Some(m) = self.quota(device).and_then(|q| q.member()) else {
+                continue;
             };
-            self.describe_device(device, total.get());
-            let (own, named) = (own.unwrap_or(UNLIMITED), own.is_some());
-            // Under a policy a group's limit is bounded by this process's too.
-            let cap = if ceilings.is_empty() { UNLIMITED } else { own };
-            match self.books.group.name() {
-                None => Ok(own),
-                Some(_) => self.join_group(device, own, named, cap),
+            let limit = m.limit();
+            if let Some(before) = m.limit_moved(limit) {
+                self.group_limit_moved(device, before, limit);
             }
-        })
+        }
     }
 
     /// At the first use of `device`: which GPU it is, for the views (its UUID, and its real

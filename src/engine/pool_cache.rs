@@ -738,5 +738,4 @@ impl Engine {
 }
 
 #[cfg(test)]
-#[path = "tests/pool_cache.rs"]
 mod tests;

@@ -18,7 +18,9 @@
 //! - a measured one, [`measured`]: the engine makes the call and measures what it took
 //!   (context creation, limits, module loads); a bad configuration passes it through.
 //!
-//! [`plain`] passes a call on unchanged; [`guard`], under all of them, catches panics.
+//! All of them, and NVML's hooks, open with the one [`frame`] (panics caught, a missing real
+//! function answered, nested calls passed straight through), whose status type — `CUresult`
+//! or `nvmlReturn_t` — is a parameter ([`Status`]). [`plain`] passes a call on unchanged.
 //!
 //! Adding a hooked function: its line in `real_driver`'s table; in its area's file, the
 //! hook, `hooked!(symbol, |arg: Type, …| { body })`, and its name in the file's `table!` at
@@ -70,11 +72,17 @@ pub use nvml::NVML_HOOKS;
 /// `hooked!(symbol, |arg: Type, …| { body })`: the exported hook `symbol`
 /// (`#[no_mangle] pub unsafe extern "C" fn symbol(arg: Type, …) -> CuResult { body }`: every
 /// driver function returns a `CUresult`), and a compile-time check that its file's `table!`
-/// lists it.
+/// lists it. `hooked!(nvml symbol, …)`: the same for an NVML function (`nvmlReturn_t`).
 macro_rules! hooked {
+    (nvml $symbol:ident, |$($arg:ident: $ty:ty),* $(,)?| $body:block) => {
+        $crate::exports::hooked!(@ $crate::nvml::NvmlReturn, $symbol, |$($arg: $ty),*| $body);
+    };
     ($symbol:ident, |$($arg:ident: $ty:ty),* $(,)?| $body:block) => {
+        $crate::exports::hooked!(@ $crate::cuda_abi::CuResult, $symbol, |$($arg: $ty),*| $body);
+    };
+    (@ $status:ty, $symbol:ident, |$($arg:ident: $ty:ty),*| $body:block) => {
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $symbol($($arg: $ty),*) -> $crate::cuda_abi::CuResult $body
+        pub unsafe extern "C" fn $symbol($($arg: $ty),*) -> $status $body
 
         const _: () = assert!(
             $crate::lookup::listed(HOOKED, stringify!($symbol)),
@@ -86,8 +94,19 @@ use hooked;
 
 /// `table!(hook, …)`, at the end of each file: the file's slice of `CUDA_HOOKS`, in the
 /// order lookups try them. The compiler checks that each hook has the prototype of the real
-/// function of the same name in `real_driver`.
+/// function of the same name in `real_driver`. `table!(nvml: hook, …)`: NVML's whole table,
+/// [`NVML_HOOKS`], checked against `crate::nvml`.
 macro_rules! table {
+    (nvml: $($hook:ident),* $(,)?) => {
+        /// The names this file's `hooked!` look for.
+        const HOOKED: &[&str] = &[$(stringify!($hook)),*];
+
+        /// Our hook for each hooked function of NVML.
+        pub static NVML_HOOKS: $crate::lookup::Hooks = $crate::lookup::Hooks {
+            library: &$crate::nvml::LIBNVML,
+            hooks: $crate::lookup::hook_slice!(in $crate::nvml: $($hook),*),
+        };
+    };
     ($($hook:ident),* $(,)?) => {
         /// The names this file's `hooked!` look for.
         pub(super) const HOOKED: &[&str] = &[$(stringify!($hook)),*];
@@ -131,7 +150,7 @@ every_area!(
 //
 // Each is `#[inline]`: the hooks that use them are in the area files, which the compiler may
 // put in other codegen units, where a function without it is never inlined (the frames then
-// cost a call of their own: cuMemAlloc_v2 + cuMemFree_v2 went from 568 to 621 instructions).
+// cost a call of their own on every hooked call; bench/README.md has the figures).
 
 /// Holds this thread's in-hook flag ([`crate::in_hook`]) while a hook runs; keeps its
 /// address so that leaving reads no thread-local storage again.
@@ -157,10 +176,48 @@ impl Drop for InHook {
     }
 }
 
-/// Catches a panic at the FFI boundary: the caller gets CUDA_ERROR_UNKNOWN, never an abort.
+/// What a hook returns: its library's status, with its answers for a real function that is
+/// missing and for a panic caught at the boundary.
+trait Status: Copy {
+    const NOT_FOUND: Self;
+    const UNKNOWN: Self;
+}
+
+impl Status for CuResult {
+    const NOT_FOUND: Self = CuResult::NOT_FOUND;
+    const UNKNOWN: Self = CuResult::UNKNOWN;
+}
+
+impl Status for crate::nvml::NvmlReturn {
+    const NOT_FOUND: Self = crate::nvml::NVML_ERROR_FUNCTION_NOT_FOUND;
+    const UNKNOWN: Self = crate::nvml::NVML_ERROR_UNKNOWN;
+}
+
+/// Catches a panic at the FFI boundary: the caller gets its library's "unknown error", never
+/// an abort.
 #[inline]
-fn guard(body: impl FnOnce() -> CuResult) -> CuResult {
-    catch_unwind(AssertUnwindSafe(body)).unwrap_or(CuResult::UNKNOWN)
+fn guard<R: Status>(body: impl FnOnce() -> R) -> R {
+    catch_unwind(AssertUnwindSafe(body)).unwrap_or(R::UNKNOWN)
+}
+
+/// The one prologue of every hook, the CUDA driver's and NVML's: no panic leaves it; a real
+/// function that is missing answers "not found"; a call made from inside a hook (the
+/// driver's own, or ours) goes to `nested`, any other to `body`.
+#[inline]
+fn frame<F: CFunction, R: Status>(
+    real: &'static Real<F>,
+    nested: impl FnOnce(F) -> R,
+    body: impl FnOnce(F) -> R,
+) -> R {
+    guard(|| {
+        let Some(f) = real.get() else {
+            return R::NOT_FOUND;
+        };
+        match InHook::enter() {
+            Some(_in_hook) => body(f),
+            None => nested(f),
+        }
+    })
 }
 
 /// The frame of every charged hook: resolve the real function, pass nested calls straight
@@ -171,16 +228,10 @@ fn hook<F: CFunction>(
     charged: impl FnOnce(F, &'static Engine) -> CuResult,
     plain: impl FnOnce(F) -> CuResult,
 ) -> CuResult {
-    guard(|| {
-        let Some(real) = real.get() else {
-            return CuResult::NOT_FOUND;
-        };
-        let Some(_in_hook) = InHook::enter() else {
-            return plain(real);
-        };
+    frame(real, plain, |f| {
         let engine = engine();
         match engine.check_config() {
-            Ok(()) => charged(real, engine),
+            Ok(()) => charged(f, engine),
             Err(rc) => rc,
         }
     })
@@ -203,13 +254,7 @@ fn watched<F: CFunction>(
     call: impl Fn(F) -> CuResult,
     then: impl FnOnce(&'static Engine),
 ) -> CuResult {
-    guard(|| {
-        let Some(f) = real.get() else {
-            return CuResult::NOT_FOUND;
-        };
-        let Some(_in_hook) = InHook::enter() else {
-            return call(f);
-        };
+    frame(real, &call, |f| {
         let rc = call(f);
         let engine = engine();
         if rc.is_ok() && engine.check_config().is_ok() {
@@ -240,13 +285,7 @@ fn watched_ending<F: CFunction>(
     call: impl Fn(F) -> CuResult,
     then: impl FnOnce(&'static Engine),
 ) -> CuResult {
-    guard(|| {
-        let Some(f) = real.get() else {
-            return CuResult::NOT_FOUND;
-        };
-        let Some(_in_hook) = InHook::enter() else {
-            return call(f);
-        };
+    frame(real, &call, |f| {
         let engine = engine();
         let context = context(engine);
         let surely = ends == Ends::Surely && engine.check_config().is_ok();
@@ -267,15 +306,9 @@ fn watched_ending<F: CFunction>(
 fn measured<F: CFunction>(
     real: &'static Real<F>,
     counted: impl FnOnce(F, &'static Engine) -> CuResult,
-    plain: impl FnOnce(F) -> CuResult,
+    plain: impl Fn(F) -> CuResult,
 ) -> CuResult {
-    guard(|| {
-        let Some(f) = real.get() else {
-            return CuResult::NOT_FOUND;
-        };
-        let Some(_in_hook) = InHook::enter() else {
-            return plain(f);
-        };
+    frame(real, &plain, |f| {
         let engine = engine();
         match engine.check_config() {
             Ok(()) => counted(f, engine),

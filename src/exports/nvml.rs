@@ -15,53 +15,20 @@
 //! from its configuration and a read-only look at its group's file: it makes no engine, joins
 //! nothing, creates no file and prints nothing.
 
+use super::{frame, hooked, table};
 use crate::engine::{
     configured_limit, cuda_ordinal, memory_told, quota_without_books, reserved_told, NvmlQuota,
 };
 use crate::ffi::{outs, Out};
-use crate::lookup::{hook_slice, listed, Hooks};
+use crate::lookup::Real;
 use crate::nvml::{
     self as real, NvmlDevice, NvmlMemoryV1, NvmlMemoryV2, NvmlProcessInfoV1, NvmlProcessInfoV2,
-    NvmlReturn, NVML_ERROR_ARGUMENT_VERSION_MISMATCH, NVML_ERROR_FUNCTION_NOT_FOUND,
-    NVML_ERROR_UNKNOWN, NVML_MEMORY_V2, NVML_SUCCESS, UUID_BUFFER_SIZE,
+    NvmlReturn, NVML_ERROR_ARGUMENT_VERSION_MISMATCH, NVML_MEMORY_V2, NVML_SUCCESS,
+    UUID_BUFFER_SIZE,
 };
 use crate::process;
 use cuquota_format::group::GroupFile;
 use std::ffi::{c_char, c_uint};
-use std::panic::{catch_unwind, AssertUnwindSafe};
-
-/// `nvml_hooked!(symbol, |arg: Type, …| { body })`: the exported NVML hook `symbol`
-/// (returning `nvmlReturn_t`), checked at compile time to be in this file's table.
-macro_rules! nvml_hooked {
-    ($symbol:ident, |$($arg:ident: $ty:ty),* $(,)?| $body:block) => {
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $symbol($($arg: $ty),*) -> NvmlReturn $body
-
-        const _: () = assert!(
-            listed(NVML_HOOKED, stringify!($symbol)),
-            concat!(stringify!($symbol), " is exported but missing from NVML_HOOKED"),
-        );
-    };
-}
-
-/// `nvml_table!(hook, …)`: the names `nvml_hooked!` checks against, and [`NVML_HOOKS`] (the
-/// compiler checks each hook's prototype against its line in `crate::nvml`).
-macro_rules! nvml_table {
-    ($($hook:ident),* $(,)?) => {
-        const NVML_HOOKED: &[&str] = &[$(stringify!($hook)),*];
-
-        /// Our hook for each hooked function of NVML.
-        pub static NVML_HOOKS: Hooks = Hooks {
-            library: &real::LIBNVML,
-            hooks: hook_slice!(in crate::nvml: $($hook),*),
-        };
-    };
-}
-
-/// Catches a panic at the FFI boundary: the caller gets `NVML_ERROR_UNKNOWN`.
-fn guard(body: impl FnOnce() -> NvmlReturn) -> NvmlReturn {
-    catch_unwind(AssertUnwindSafe(body)).unwrap_or(NVML_ERROR_UNKNOWN)
-}
 
 /// A GPU this process governs with a quota, as NVML should show it.
 struct Governed {
@@ -162,13 +129,12 @@ fn governed(device: NvmlDevice, total: u64) -> Option<Governed> {
     Some(Governed { quota, footprints })
 }
 
-nvml_hooked!(
-    nvmlDeviceGetMemoryInfo,
+hooked!(
+    nvml nvmlDeviceGetMemoryInfo,
     |device: NvmlDevice, memory: *mut NvmlMemoryV1| {
-        guard(|| {
-            let Some(f) = real::nvmlDeviceGetMemoryInfo.get() else {
-                return NVML_ERROR_FUNCTION_NOT_FOUND;
-            };
+        // SAFETY: the caller's arguments, passed on (a call from inside a hook).
+        let nested = |f: real::nvmlDeviceGetMemoryInfo| unsafe { f(device, memory) };
+        frame(&real::nvmlDeviceGetMemoryInfo, nested, |f| {
             // SAFETY: the caller's arguments, passed on; `memory` is its out-pointer.
             let (rc, out) = unsafe { (f(device, memory), Out::new(memory)) };
             if let (NVML_SUCCESS, Some(out)) = (rc, out) {
@@ -183,13 +149,12 @@ nvml_hooked!(
     }
 );
 
-nvml_hooked!(
-    nvmlDeviceGetMemoryInfo_v2,
+hooked!(
+    nvml nvmlDeviceGetMemoryInfo_v2,
     |device: NvmlDevice, memory: *mut NvmlMemoryV2| {
-        guard(|| {
-            let Some(f) = real::nvmlDeviceGetMemoryInfo_v2.get() else {
-                return NVML_ERROR_FUNCTION_NOT_FOUND;
-            };
+        // SAFETY: the caller's arguments, passed on (a call from inside a hook).
+        let nested = |f: real::nvmlDeviceGetMemoryInfo_v2| unsafe { f(device, memory) };
+        frame(&real::nvmlDeviceGetMemoryInfo_v2, nested, |f| {
             // SAFETY: the caller's out-pointer (null is passed on for NVML to answer).
             let out = unsafe { Out::new(memory) };
             if out
@@ -253,17 +218,17 @@ impl Entry for NvmlProcessInfoV2 {
 /// success the governed processes' entries get their footprints. Entries are read with
 /// nvml.h's layout of the version called (16 bytes for v1, 24 for v2 and v3).
 fn processes<T: Entry>(
-    call: Option<unsafe extern "C" fn(NvmlDevice, *mut c_uint, *mut T) -> NvmlReturn>,
+    real: &'static Real<unsafe extern "C" fn(NvmlDevice, *mut c_uint, *mut T) -> NvmlReturn>,
     device: NvmlDevice,
     count: *mut c_uint,
     infos: *mut T,
 ) -> NvmlReturn {
-    guard(|| {
-        let Some(f) = call else {
-            return NVML_ERROR_FUNCTION_NOT_FOUND;
-        };
-        // SAFETY: the caller's arguments, passed on.
-        let rc = unsafe { f(device, count, infos) };
+    // SAFETY (both calls): the caller's arguments, passed on.
+    let call = |f: unsafe extern "C" fn(NvmlDevice, *mut c_uint, *mut T) -> NvmlReturn| unsafe {
+        f(device, count, infos)
+    };
+    frame(real, call, |f| {
+        let rc = call(f);
         // SAFETY: the caller's count pointer (null or valid, as NVML asks).
         let listed = unsafe { Out::new(count) }.map_or(0, |c| c.get() as usize);
         if rc != NVML_SUCCESS || listed == 0 || infos.is_null() {
@@ -286,8 +251,8 @@ fn processes<T: Entry>(
 /// The nine process-list hooks: (symbol, entry type).
 macro_rules! process_hooks {
     ($($symbol:ident: $entry:ty;)*) => {$(
-        nvml_hooked!($symbol, |device: NvmlDevice, count: *mut c_uint, infos: *mut $entry| {
-            processes(real::$symbol.get(), device, count, infos)
+        hooked!(nvml $symbol, |device: NvmlDevice, count: *mut c_uint, infos: *mut $entry| {
+            processes(&real::$symbol, device, count, infos)
         });
     )*};
 }
@@ -304,8 +269,8 @@ process_hooks! {
     nvmlDeviceGetMPSComputeRunningProcesses: NvmlProcessInfoV1;
 }
 
-nvml_table!(
-    nvmlDeviceGetMemoryInfo,
+table!(
+    nvml: nvmlDeviceGetMemoryInfo,
     nvmlDeviceGetMemoryInfo_v2,
     nvmlDeviceGetComputeRunningProcesses_v3,
     nvmlDeviceGetComputeRunningProcesses_v2,
@@ -326,7 +291,7 @@ mod tests {
     #[test]
     fn the_nvml_hooks_are_routed_by_name_only() {
         let names: Vec<_> = NVML_HOOKS.hooks.iter().map(|h| h.real.name()).collect();
-        assert_eq!(names.len(), NVML_HOOKED.len());
+        assert_eq!(names.len(), HOOKED.len());
         for name in [
             "nvmlDeviceGetMemoryInfo",
             "nvmlDeviceGetComputeRunningProcesses",

@@ -1,7 +1,7 @@
 //! Event → JSON line. Runs on the writer thread only, so it may allocate freely.
 //!
 //! The writer must keep up with a tight alloc/free loop (millions of events a second), so a
-//! line costs a few hundred instructions rather than a few thousand: no `core::fmt`; each
+//! line costs far less than formatting it would (bench/README.md): no `core::fmt`; each
 //! line is written through a raw cursor into capacity reserved once for the whole line
 //! ([`Cursor`], which also formats the numbers, eight digits at a time); and what repeats
 //! from one line to the next is copied from small caches rather than formatted again: the
@@ -67,7 +67,7 @@ const SIZE_MAX: usize = 21;
 const ESCAPE_MAX: usize = 6;
 
 // `{"type":"…","t_ns":` for each type, spelling out `kind::*` (the tests compare).
-const PREFIXES: [&[u8]; 8] = [
+const PREFIXES: [&[u8]; 9] = [
     b"{\"type\":\"alloc\",\"t_ns\":",
     b"{\"type\":\"free\",\"t_ns\":",
     b"{\"type\":\"refused\",\"t_ns\":",
@@ -76,6 +76,7 @@ const PREFIXES: [&[u8]; 8] = [
     b"{\"type\":\"context\",\"t_ns\":",
     b"{\"type\":\"footprint\",\"t_ns\":",
     b"{\"type\":\"trim\",\"t_ns\":",
+    b"{\"type\":\"limit\",\"t_ns\":",
 ];
 
 impl Encoder {
@@ -85,20 +86,29 @@ impl Encoder {
         let (kind, sizes): (usize, &[u64]) = match &ev.kind {
             EventKind::Alloc { .. } => (0, &[]),
             EventKind::Free => (1, &[]),
-            EventKind::Refused { .. } | EventKind::Observed => (2, &[]),
+            EventKind::Refused { .. } | EventKind::Observed | EventKind::GroupRefused { .. } => {
+                (2, &[])
+            }
             EventKind::MemInfo { .. } => (3, &[]),
             EventKind::Backoff { sizes } => (4, sizes),
             EventKind::Context { ptrs } => (5, ptrs),
             EventKind::Footprint { .. } => (6, &[]),
             EventKind::Trim { .. } => (7, &[]),
+            EventKind::Limit { .. } => (8, &[]),
         };
         let result = match ev.result {
             0 => None, // written as a constant below
             code => CuResult(code).name(),
         };
+        // A group's refusal (rare: a refusal) carries its fields ready-made.
+        let group = match &ev.kind {
+            EventKind::GroupRefused { detail, .. } => detail.json_fields(),
+            _ => String::new(),
+        };
         let max = LINE_FIXED_MAX
             + ESCAPE_MAX * (ev.api.len() + result.map_or(0, str::len))
-            + SIZE_MAX * sizes.len();
+            + SIZE_MAX * sizes.len()
+            + group.len();
         // `max` bounds how far the writes below advance: the fixed part and every number at
         // its widest (LINE_FIXED_MAX), the two names even if escaped, the sizes.
         let mut w = Cursor::new(out, max);
@@ -169,6 +179,14 @@ impl Encoder {
             EventKind::Refused { by_driver: true } => w.put(b",\"reason\":\"driver\"}\n"),
             EventKind::Refused { by_driver: false } => w.put(b",\"reason\":\"quota\"}\n"),
             EventKind::Observed => w.put(b",\"reason\":\"quota\",\"observed\":true}\n"),
+            EventKind::GroupRefused { observed, .. } => {
+                w.put(b",\"reason\":\"quota\"");
+                if *observed {
+                    w.put(b",\"observed\":true");
+                }
+                w.put(group.as_bytes());
+                w.put(b"}\n");
+            }
             EventKind::MemInfo {
                 told_free,
                 told_total,
@@ -221,8 +239,24 @@ impl Encoder {
                 w.put(part.name().as_bytes());
                 w.put(b"\"}\n");
             }
+            EventKind::Limit { limit, before } => {
+                w.put(b",\"limit\":");
+                limit_value(&mut w, *limit);
+                w.put(b",\"before\":");
+                limit_value(&mut w, *before);
+                w.put(b"}\n");
+            }
         }
         w.finish();
+    }
+}
+
+/// A limit's value: its bytes, or `null` for none (`UNLIMITED` or more: a group's "none").
+fn limit_value(w: &mut Cursor, limit: u64) {
+    if limit >= crate::quota::UNLIMITED - 1 {
+        w.put(b"null");
+    } else {
+        w.decimal(limit);
     }
 }
 
@@ -588,6 +622,18 @@ mod tests {
         observed: Option<bool>,
         #[serde(skip_serializing_if = "Option::is_none")]
         part: Option<&'static str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        group: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        group_in_use: Option<u64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        group_limit: Option<u64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        holders: Option<&'a [cuquota_format::holders::Holder]>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        limit: Option<Option<u64>>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        before: Option<Option<u64>>,
     }
 
     fn reference(s: &Stamped) -> String {
@@ -614,6 +660,12 @@ mod tests {
             ptrs: None,
             observed: None,
             part: None,
+            group: None,
+            group_in_use: None,
+            group_limit: None,
+            holders: None,
+            limit: None,
+            before: None,
         };
         match &ev.kind {
             EventKind::Alloc { .. } => r.kind = kind::ALLOC,
@@ -626,6 +678,15 @@ mod tests {
                 r.kind = kind::REFUSED;
                 r.reason = Some("quota");
                 r.observed = Some(true);
+            }
+            EventKind::GroupRefused { observed, detail } => {
+                r.kind = kind::REFUSED;
+                r.reason = Some("quota");
+                r.observed = observed.then_some(true);
+                r.group = Some(&detail.name);
+                r.group_in_use = Some(detail.in_use);
+                r.group_limit = Some(detail.limit);
+                r.holders = Some(&detail.holders);
             }
             EventKind::MemInfo {
                 told_free,
@@ -656,6 +717,12 @@ mod tests {
                 r.kind = kind::TRIM;
                 r.part = Some(part.name());
             }
+            EventKind::Limit { limit, before } => {
+                let value = |l: u64| (l < crate::quota::UNLIMITED - 1).then_some(l);
+                r.kind = kind::LIMIT;
+                r.limit = Some(value(*limit));
+                r.before = Some(value(*before));
+            }
         }
         serde_json::to_string(&r).unwrap() + "\n"
     }
@@ -679,6 +746,26 @@ mod tests {
                 EventKind::Refused { by_driver: true },
                 EventKind::Refused { by_driver: false },
                 EventKind::Observed,
+                EventKind::Limit {
+                    limit: n,
+                    before: m,
+                },
+                EventKind::GroupRefused {
+                    observed: i % 2 == 0,
+                    detail: Box::new(crate::trace::GroupDetail {
+                        name: "sv\"c".into(),
+                        in_use: n,
+                        limit: m,
+                        holders: vec![cuquota_format::holders::Holder {
+                            pid: 1,
+                            outer_pid: 4242,
+                            command: "py\\thon ü".into(),
+                            container: Some("abababababab".into()),
+                            in_use: m,
+                            parts: [("pool_cache".to_string(), n / 2)].into(),
+                        }],
+                    }),
+                },
                 EventKind::MemInfo {
                     told_free: n,
                     told_total: m,

@@ -166,6 +166,40 @@ impl Event {
         }
     }
 
+    /// A refusal by a group's quota (`observed`: in observe mode, the call went ahead, and
+    /// `result` is what enforce mode would have returned); `in_use` is this process's own,
+    /// `detail` the group's.
+    pub fn group_refusal(
+        device: u32,
+        api: &'static str,
+        bytes: u64,
+        in_use: u64,
+        observed: bool,
+        detail: GroupDetail,
+    ) -> Event {
+        let kind = EventKind::GroupRefused {
+            observed,
+            detail: Box::new(detail),
+        };
+        Event {
+            result: crate::cuda_abi::CuResult::OUT_OF_MEMORY.0,
+            ..Event::ok(kind, device, api, 0, bytes, in_use)
+        }
+    }
+
+    /// The quota on `device` is now `limit` (was `before`; `crate::quota::UNLIMITED` or
+    /// more: none), with `in_use` held.
+    pub fn limit(device: u32, limit: u64, before: u64, in_use: u64) -> Event {
+        Event::ok(
+            EventKind::Limit { limit, before },
+            device,
+            "cuquota set",
+            0,
+            0,
+            in_use,
+        )
+    }
+
     /// `part` is now `bytes` on `device` (the whole footprint there: `in_use`).
     pub fn footprint(device: u32, api: &'static str, part: Part, bytes: u64, in_use: u64) -> Event {
         Event::ok(EventKind::Footprint { part }, device, api, 0, bytes, in_use)
@@ -217,6 +251,12 @@ pub enum EventKind {
     /// Observe mode's would-be refusal: a `refused` line with reason `"quota"` and
     /// `"observed":true`.
     Observed,
+    /// A refusal by a group's quota (observed or not): a `refused` line with reason
+    /// `"quota"` whose `in_use` is this process's, and the group's figure and holders.
+    GroupRefused {
+        observed: bool,
+        detail: Box<GroupDetail>,
+    },
     /// Refused sizes in order, then the size that succeeded (none when the caller gave up).
     Backoff {
         sizes: Box<[u64]>,
@@ -233,6 +273,38 @@ pub enum EventKind {
     Trim {
         part: Part,
     },
+    /// The quota in force changed (a group's, by `cuquota set`): a `limit` line with the new
+    /// limit and the one before (`null`: none).
+    Limit {
+        limit: u64,
+        before: u64,
+    },
+}
+
+/// What a refusal by a group's quota adds to its trace line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupDetail {
+    /// The group's name.
+    pub name: String,
+    /// What the group held then (the request not included), and its limit.
+    pub in_use: u64,
+    pub limit: u64,
+    /// Who held it besides this process, most first (empty unless the refusal's line was
+    /// printed: the first of a back-off episode, a context or a graph).
+    pub holders: Vec<cuquota_format::holders::Holder>,
+}
+
+impl GroupDetail {
+    /// `,"group":"…","group_in_use":…,"group_limit":…,"holders":[…]`, the tail of its
+    /// `refused` line.
+    pub fn json_fields(&self) -> String {
+        let name = serde_json::to_string(&self.name).unwrap_or_else(|_| "\"\"".into());
+        let holders = serde_json::to_string(&self.holders).unwrap_or_else(|_| "[]".into());
+        format!(
+            ",\"group\":{name},\"group_in_use\":{},\"group_limit\":{},\"holders\":{holders}",
+            self.in_use, self.limit
+        )
+    }
 }
 
 impl EventKind {

@@ -135,7 +135,9 @@ impl Tally {
                     d.live_bytes = d.live_bytes.wrapping_sub(old);
                 }
             }
-            EventKind::Refused { .. } | EventKind::Observed => d.refusals += 1,
+            EventKind::Refused { .. } | EventKind::Observed | EventKind::GroupRefused { .. } => {
+                d.refusals += 1
+            }
             EventKind::Footprint { part } => {
                 let i = part as usize;
                 parts[i] = ev.bytes;
@@ -145,11 +147,18 @@ impl Tally {
                 d.trims += 1;
                 d.trimmed_bytes = d.trimmed_bytes.saturating_add(ev.bytes);
             }
+            // The summary's quota is the one in force at the end.
+            EventKind::Limit { limit, .. } => {
+                d.quota = (limit < crate::quota::UNLIMITED - 1).then_some(limit)
+            }
             _ => {}
         }
         d.in_use = ev.in_use;
         // A refusal's figure includes requests in flight: the peak is of what was held.
-        let refused = matches!(ev.kind, EventKind::Refused { .. });
+        let refused = matches!(
+            ev.kind,
+            EventKind::Refused { .. } | EventKind::GroupRefused { .. }
+        );
         if ev.in_use > d.peak && !refused {
             d.peak = ev.in_use;
             d.peak_t_ns = s.t_ns;

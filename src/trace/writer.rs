@@ -1,6 +1,6 @@
 //! The bounded event buffer and the background thread that empties it into the file.
 //!
-//! Hooks push into a preallocated `Vec` under a mutex held for a few instructions (no
+//! Hooks push into a preallocated `Vec` under a mutex held only for the push (no
 //! allocation, no syscall); when it is full the event is dropped and counted. The writer
 //! thread swaps the buffer out every `period` (or sooner when woken), formats the batch and
 //! writes whole lines with write(2), so a killed process leaves only complete lines, all

@@ -1,8 +1,12 @@
 """Validates what cuquota ships for containers, offline: `cuquota cdi` specs against the CDI
 JSON schema (tests/cdi/schema.json and defs.json, from the container-device-interface crate
 1.1.1, Apache-2.0, the upstream CNCF schema), and deploy/kubernetes/pod.yaml with
-kubernetes-validate --strict. A broken spec and a broken pod must be refused, so the
-validators are shown to fail. Prints one line per check; exits 1 on any failure.
+kubernetes-validate --strict, and that the pod's containers mount and set what the spec's
+device does (PyYAML comes with kubernetes-validate). A broken spec and a broken pod must be
+refused, so the validators are shown to fail. The schema is only the first check: a CDI
+library loads the spec in crates/cli's unit tests, and podman runs it in
+tests/integration/containers.rs.
+Prints one line per check; exits 1 on any failure.
 Usage: validate.py CUQUOTA WORKSPACE KUBERNETES_VALIDATE"""
 import json
 import subprocess
@@ -34,7 +38,8 @@ for args in ([], ["--ld-so-preload", "/etc/cuquota/ld.so.preload"]):
     spec = json.loads(out.stdout)
     errors = [e.message for e in validator.iter_errors(spec)]
     check(f"cuquota cdi {' '.join(args)} is a valid CDI spec", not errors, "; ".join(errors))
-    targets = sorted(m["containerPath"] for m in spec["containerEdits"]["mounts"])
+    # The edits are the device's: CDI libraries refuse a device without edits of its own.
+    targets = sorted(m["containerPath"] for m in spec["devices"][0]["containerEdits"]["mounts"])
     want = ["/dev/shm/cuquota", "/etc/cuquota.conf", "/usr/lib/cuquota/libcuquota.so"]
     if args:
         want = sorted(want + ["/etc/ld.so.preload"])
@@ -43,6 +48,17 @@ for args in ([], ["--ld-so-preload", "/etc/cuquota/ld.so.preload"]):
     check("a device without a name is refused", not validator.is_valid(broken))
 
 pod = workspace / "deploy/kubernetes/pod.yaml"
+# The pod makes by hand what the spec's device makes: the same paths and LD_PRELOAD.
+import yaml
+
+spec = json.loads(subprocess.run([cuquota, "cdi"], check=True, capture_output=True, text=True).stdout)
+edits = spec["devices"][0]["containerEdits"]
+for c in [d for d in yaml.safe_load_all(pod.read_text()) if d["kind"] == "Pod"][0]["spec"]["containers"]:
+    got = (sorted(m["mountPath"] for m in c["volumeMounts"]),
+           [f"{e['name']}={e['value']}" for e in c["env"]])
+    want = (sorted(m["containerPath"] for m in edits["mounts"]), edits["env"])
+    check(f"pod.yaml container {c['name']} mounts and sets what the CDI spec does", got == want,
+          "" if got == want else f"{got} != {want}")
 run = subprocess.run([kv, "--strict", "-k", "1.31.0", str(pod)], capture_output=True, text=True)
 check("deploy/kubernetes/pod.yaml is valid (Kubernetes 1.31, strict)", run.returncode == 0,
       (run.stdout + run.stderr).strip())

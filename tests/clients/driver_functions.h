@@ -1,5 +1,5 @@
 /* The driver functions the op clients (linked.c, dlsym_client.c, runtime_client.c) resolve
- * into `struct drv` (ops.h) for ops.c, as one X-macro list; cuda_min.h makes the pointer
+ * into `struct drv` (ops.h) for the ops, as one X-macro list; cuda_min.h makes the pointer
  * types and the linked client's declarations from it, each client its lookups:
  *
  *   DRV(name, base, version, params)         the exported symbol `name` (also the field
@@ -13,7 +13,7 @@
  * Each returns CUresult. The order is the runtime client's lookup order.
  * tests/integration/paths.rs counts the lines that start with DRV( or DRV_LEGACY(: keep
  * one entry per line. Adding a hooked function the ops use: one line here, and its op in
- * ops.c (and any new types in cuda_min.h). */
+ * ops_table.h and its group's ops_*.c file (and any new types in cuda_min.h). */
 #define DRIVER_FUNCTIONS \
   /* Devices, contexts, plain allocations */ \
   DRV(cuInit, cuInit, 2000, (unsigned int flags)) \

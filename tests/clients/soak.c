@@ -1,4 +1,4 @@
-/* The concurrency soak behind the op soak:THREADS:MS:QUOTA[:SEED[:ROUNDS]] (see ops.c).
+/* The concurrency soak behind the op soak:THREADS:MS:QUOTA[:SEED[:ROUNDS]] (see ops_process.c).
  *
  * THREADS threads share the caller's context and, in rounds, each make OPS_PER_ROUND random
  * calls: cuMemAlloc_v2, cuMemAllocAsync, cuMemAllocFromPoolAsync, cuMemCreate (device 0),

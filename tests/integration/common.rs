@@ -30,7 +30,10 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::thread;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
+
+mod clients;
+use clients::build_clients;
 
 pub const KIB: u64 = 1 << 10;
 pub const MIB: u64 = 1 << 20;
@@ -205,146 +208,6 @@ fn install_shim(built: &Path, shim_dir: &Path) {
     {
         let _ = fs::remove_file(&nvml);
         std::os::unix::fs::symlink("libcuda.so.1", &nvml).unwrap();
-    }
-}
-
-/// One client binary: its sources (in tests/clients) and extra gcc arguments.
-struct ClientBuild {
-    name: &'static str,
-    sources: &'static [&'static str],
-    flags: &'static [&'static str],
-    link_cuda: bool,
-}
-
-const CLIENT_BUILDS: &[ClientBuild] = &[
-    ClientBuild {
-        name: "linked",
-        sources: &["linked.c", "ops.c", "soak.c"],
-        flags: &[],
-        link_cuda: true,
-    },
-    ClientBuild {
-        name: "dlsym",
-        sources: &["dlsym_client.c", "ops.c", "soak.c"],
-        flags: &[],
-        link_cuda: false,
-    },
-    ClientBuild {
-        name: "dlsym_old",
-        sources: &["dlsym_client.c", "ops.c", "soak.c"],
-        flags: &["-DOLD_DLSYM"],
-        link_cuda: false,
-    },
-    ClientBuild {
-        name: "runtime",
-        sources: &["runtime_client.c", "ops.c", "soak.c"],
-        flags: &[],
-        link_cuda: false,
-    },
-    ClientBuild {
-        name: "bfc_growth",
-        sources: &["bfc_growth.c"],
-        flags: &[],
-        link_cuda: false,
-    },
-    ClientBuild {
-        name: "array_sizes",
-        sources: &["array_sizes.c"],
-        flags: &[],
-        link_cuda: false,
-    },
-    // -- interposition: foreign wrappers, layered dlsym, deep binding --
-    ClientBuild {
-        name: "wrapper_client",
-        sources: &["wrapper_client.c"],
-        flags: &["-rdynamic"],
-        link_cuda: false,
-    },
-    ClientBuild {
-        name: "dlsym_layer.so",
-        sources: &["dlsym_layer.c"],
-        flags: &["-shared", "-fPIC"],
-        link_cuda: false,
-    },
-    ClientBuild {
-        name: "deep_plugin.so",
-        sources: &["deep_plugin.c"],
-        flags: &["-shared", "-fPIC"],
-        link_cuda: true,
-    },
-    // -- call stacks: the same allocations with and without frame pointers and debug info --
-    ClientBuild {
-        name: "stacks_fp",
-        sources: &["stacks_client.c"],
-        flags: &["-O2", "-g", "-fno-omit-frame-pointer"],
-        link_cuda: true,
-    },
-    ClientBuild {
-        name: "stacks_nofp",
-        sources: &["stacks_client.c"],
-        flags: &["-O2", "-g", "-fomit-frame-pointer"],
-        link_cuda: true,
-    },
-    ClientBuild {
-        name: "stacks_nodebug",
-        sources: &["stacks_client.c"],
-        flags: &["-O2", "-fomit-frame-pointer"],
-        link_cuda: true,
-    },
-    ClientBuild {
-        name: "deep_host",
-        sources: &["deep_host.c"],
-        flags: &[],
-        link_cuda: false,
-    },
-];
-
-fn mtime(path: &Path) -> Option<SystemTime> {
-    fs::metadata(path).and_then(|m| m.modified()).ok()
-}
-
-fn build_clients(src_dir: &Path, shim_dir: &Path, out_dir: &Path) {
-    fs::create_dir_all(out_dir).unwrap();
-    // Every client is rebuilt when any C file or header changed (they share ops.c and
-    // cuda_min.h), and the linked one also when the shim changed.
-    let newest_source = fs::read_dir(src_dir)
-        .unwrap()
-        .filter_map(|e| mtime(&e.unwrap().path()))
-        .max()
-        .unwrap();
-    let driver = mtime(&shim_dir.join("libcuda.so.1")).unwrap();
-    for client in CLIENT_BUILDS {
-        let out = out_dir.join(client.name);
-        let newest = if client.link_cuda {
-            newest_source.max(driver)
-        } else {
-            newest_source
-        };
-        if mtime(&out).is_some_and(|t| t > newest) {
-            continue;
-        }
-        let tmp = out_dir.join(format!(".{}.{}", client.name, std::process::id()));
-        let mut cmd = Command::new("gcc");
-        cmd.args(["-O1", "-Wall", "-Werror", "-pthread", "-I"])
-            .arg(src_dir)
-            .args(client.flags)
-            .args(client.sources.iter().map(|s| src_dir.join(s)))
-            .arg("-o")
-            .arg(&tmp);
-        if client.link_cuda {
-            cmd.arg("-L")
-                .arg(shim_dir)
-                .args(["-Wl,--no-as-needed", "-lcuda"]);
-        }
-        cmd.arg("-ldl");
-        let res = cmd.output().expect("run gcc");
-        assert!(
-            res.status.success(),
-            "gcc failed for the {} client:\n{}",
-            client.name,
-            String::from_utf8_lossy(&res.stderr)
-        );
-        fs::rename(&tmp, &out).unwrap();
     }
 }
 

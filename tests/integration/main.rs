@@ -12,9 +12,13 @@ mod reliability_util;
 
 mod arrays;
 mod cli;
+// slips caught by `cuquota run` and `set` before the command starts; `run --group`
+mod cli_slips;
 mod concurrency;
 // The BFC client run many times over, core dumps kept, backtraces printed on a crash.
 mod config;
+// `cuquota cdi`'s spec under podman and runc: containers in one group, on the host's views
+mod containers;
 mod crash_hunt;
 mod episodes;
 mod faults;

@@ -3,6 +3,9 @@
 //! whose /etc/ld.so.preload names the test build of the library (see `policy`), which
 //! reads the test policy (`jobs = …`). `scripts/test.sh` installs Slurm with apt-get; a
 //! machine without it, or where a part cannot start, fails here with what and why.
+//! With the README's whole set-up `--gpu-mem` is exact; with one piece of it missing at a
+//! time (the site policy, its jobs directory, /etc/ld.so.preload, the job cgroup) the job is refused before
+//! anything of it runs, with one line naming the piece.
 
 use crate::common::*;
 use crate::policy::{build, write_policy};
@@ -73,6 +76,7 @@ fn gpu_mem_puts_a_jobs_tasks_under_one_quota_they_cannot_leave() {
         .arg(Client::Linked.path())
         .arg(&art.shim_dir)
         .arg(&dir)
+        .arg(&b.conf)
         .env_remove("LD_PRELOAD")
         .output()
         .expect("start unshare");
@@ -138,6 +142,59 @@ fn gpu_mem_puts_a_jobs_tasks_under_one_quota_they_cannot_leave() {
         1,
         "{text}"
     );
+    // Jobs D to G: one piece of the set-up missing each. srun fails; its stderr has the one
+    // line naming that piece (from the node's first task); no task ran the client, so
+    // nothing was allocated, limited or not.
+    let conf = b.conf.display().to_string();
+    for (job, piece, says) in [
+        (
+            "d",
+            "no site policy",
+            format!("there is no site policy {conf}, so the library never reads"),
+        ),
+        (
+            "e",
+            "no jobs directory",
+            format!("the site policy {conf} names no jobs directory, so the library never reads"),
+        ),
+        (
+            "f",
+            "no ld.so.preload",
+            "there is no /etc/ld.so.preload, so the job's processes load libcuquota.so only \
+             through LD_PRELOAD"
+                .to_string(),
+        ),
+        (
+            "g",
+            "no job cgroup",
+            "the task is in no job cgroup (no job_".to_string(),
+        ),
+    ] {
+        let status = format!("slurm-test: job {job} ({piece}) rc=");
+        let rc = (lines.iter())
+            .find_map(|l| l.strip_prefix(status.as_str()))
+            .unwrap_or_else(|| panic!("no {status:?} line:\n{text}"));
+        assert_ne!(rc, "0", "job {job} ({piece}) ran:\n{text}");
+        let err = format!("job {job} err: ");
+        let refusals: Vec<&str> = (lines.iter())
+            .filter(|l| l.starts_with(&err) && l.contains("cuquota: job "))
+            .copied()
+            .collect();
+        assert_eq!(refusals.len(), 1, "job {job} ({piece}):\n{text}");
+        assert!(
+            refusals[0].contains(
+                "--gpu-mem=1GiB cannot be enforced on this node, so the job \
+                 does not start here: "
+            ) && refusals[0].contains(&says),
+            "job {job} ({piece}): {}",
+            refusals[0]
+        );
+        // The client's lines, and the library's, are nowhere: nothing of it ran.
+        assert_eq!(count(&format!("job {job}: "), ""), 0, "{text}");
+        assert_eq!(count(&err, "init rc="), 0, "{text}");
+        assert_eq!(count(&err, "alloc 536870912"), 0, "{text}");
+        assert_eq!(count(&err, "cuquota["), 0, "{text}");
+    }
     // Nothing of the jobs is left.
     assert!(
         lines.contains(&"slurm-test: left in the jobs directory: []"),

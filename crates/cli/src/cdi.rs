@@ -2,14 +2,18 @@
 //! under cuquota: the library mounted read-only and preloaded (`LD_PRELOAD`, or a file
 //! mounted over the container's `/etc/ld.so.preload`), the site's policy read-only, and the
 //! state directory shared read-write, so that containers of a pod that mount one directory
-//! are one group when the policy names one. containerd and CRI-O read CDI specs from
+//! are one group when the policy names one. containerd, CRI-O and podman read CDI specs from
 //! `/etc/cdi` or `/var/run/cdi`; a container asks for `cuquota.io/quota=default`.
+//!
+//! Two rules of the loaders runtimes really ship decide the shape: every CDI library refuses
+//! a device whose own `containerEdits` is empty, whatever the spec-level edits hold, so the
+//! edits are the device's; and runtimes vendor old libraries that refuse any version newer
+//! than they know (Debian 12's podman refuses 0.6.0), so the spec declares the lowest
+//! version its fields need, computed from them.
 
 use serde_json::{json, Value};
 use std::path::Path;
 
-/// The CDI version written (the fields used are in every version from 0.3.0).
-pub const CDI_VERSION: &str = "0.6.0";
 /// The kind a container requests.
 pub const KIND: &str = "cuquota.io/quota";
 /// Where the library is inside the container.
@@ -58,41 +62,86 @@ pub fn spec(o: &Options) -> Value {
         }
     }
     edits.insert("mounts".into(), Value::Array(mounts));
-    json!({
-        "cdiVersion": CDI_VERSION,
+    let mut spec = json!({
+        "cdiVersion": "",
         "kind": KIND,
-        "devices": [{ "name": "default", "containerEdits": {} }],
-        "containerEdits": Value::Object(edits),
-    })
+        "devices": [{ "name": "default", "containerEdits": Value::Object(edits) }],
+    });
+    spec["cdiVersion"] = required_version(&spec).into();
+    spec
+}
+
+/// Whether a spec uses a field that needs a given version.
+type Needs = fn(&Value) -> bool;
+
+/// The oldest version loaders accept (0.1.0 and 0.2.0 had another layout).
+const EARLIEST: &str = "0.3.0";
+
+/// The lowest CDI version whose loaders accept every field `spec` uses, by the
+/// specification's version rules (newest first): 1.1.0 network devices and Intel RDT
+/// schemata or monitoring; 0.7.0 Intel RDT and additional GIDs; 0.6.0 annotations and a
+/// class with a dot; 0.5.0 a device name not starting with a letter and device nodes with a
+/// host path; 0.4.0 a mount with a type; else 0.3.0.
+pub fn required_version(spec: &Value) -> &'static str {
+    let rules: [(&str, Needs); 5] = [
+        ("1.1.0", |s| {
+            edits(s).any(|e| {
+                non_empty(&e["netDevices"])
+                    || ["schemata", "enableMonitoring"]
+                        .iter()
+                        .any(|k| !e["intelRdt"][k].is_null())
+            })
+        }),
+        ("0.7.0", |s| {
+            edits(s).any(|e| !e["intelRdt"].is_null() || non_empty(&e["additionalGids"]))
+        }),
+        ("0.6.0", |s| {
+            let class = s["kind"].as_str().and_then(|k| k.split_once('/'));
+            non_empty(&s["annotations"])
+                || devices(s).any(|d| non_empty(&d["annotations"]))
+                || class.is_some_and(|(vendor, class)| !vendor.is_empty() && class.contains('.'))
+        }),
+        ("0.5.0", |s| {
+            devices(s).any(|d| {
+                let name = d["name"].as_str().unwrap_or_default();
+                !name.chars().next().is_some_and(char::is_alphabetic)
+            }) || edits(s).any(|e| {
+                list(&e["deviceNodes"]).any(|n| !n["hostPath"].as_str().unwrap_or("").is_empty())
+            })
+        }),
+        ("0.4.0", |s| {
+            edits(s)
+                .any(|e| list(&e["mounts"]).any(|m| !m["type"].as_str().unwrap_or("").is_empty()))
+        }),
+    ];
+    rules
+        .iter()
+        .find(|(_, needs)| needs(spec))
+        .map_or(EARLIEST, |(version, _)| version)
+}
+
+fn list(v: &Value) -> impl Iterator<Item = &Value> {
+    v.as_array().into_iter().flatten()
+}
+
+fn non_empty(v: &Value) -> bool {
+    match v {
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty(),
+        _ => false,
+    }
+}
+
+fn devices(spec: &Value) -> impl Iterator<Item = &Value> {
+    list(&spec["devices"])
+}
+
+/// The spec-level edits and every device's.
+fn edits(spec: &Value) -> impl Iterator<Item = &Value> {
+    std::iter::once(&spec["containerEdits"])
+        .chain(devices(spec).map(|d| &d["containerEdits"]))
+        .filter(|e| e.is_object())
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn preload_by_file_or_variable() {
-        let o = Options {
-            library: Path::new("/opt/cuquota/lib/libcuquota.so"),
-            policy: Path::new("/etc/cuquota.conf"),
-            state_dir: Path::new("/dev/shm/cuquota"),
-            ld_so_preload: None,
-        };
-        let s = spec(&o);
-        assert_eq!(s["kind"], KIND);
-        assert_eq!(
-            s["containerEdits"]["env"][0],
-            "LD_PRELOAD=/usr/lib/cuquota/libcuquota.so"
-        );
-        assert_eq!(s["containerEdits"]["mounts"].as_array().unwrap().len(), 3);
-        let s = spec(&Options {
-            ld_so_preload: Some(Path::new("/etc/cuquota/ld.so.preload")),
-            ..o
-        });
-        assert!(s["containerEdits"].get("env").is_none());
-        assert_eq!(
-            s["containerEdits"]["mounts"][3]["containerPath"],
-            "/etc/ld.so.preload"
-        );
-    }
-}
+mod tests;

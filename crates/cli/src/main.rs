@@ -14,6 +14,7 @@ mod symbols;
 mod timeline;
 mod top;
 mod traces;
+mod visible;
 mod walk;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -60,8 +61,9 @@ enum Command {
     },
     /// Run COMMAND with libcuquota.so preloaded; its exit status is passed through.
     ///
-    /// The values are checked before COMMAND starts (a bad one exits 2 with the line the
-    /// interposer would print). The `--` before COMMAND is optional.
+    /// The values are checked before COMMAND starts (a bad one exits 2, naming it), and so is
+    /// a per-GPU limit naming no GPU that COMMAND would see. The `--` before COMMAND is
+    /// optional; a COMMAND that starts with `-` needs it (`cuquota run -- -prog`).
     #[command(after_help = "\
 Finding the library: CUQUOTA_LIB=/path/to/libcuquota.so if set, else libcuquota.so next to \
 this cuquota, in its parent directory, or in ../lib (the layout of scripts/install.sh PREFIX: \
@@ -73,7 +75,7 @@ LD_LIBRARY_PATH=$(scripts/shim.sh) with CUDA_SHIM_MEMORY=8GiB and CUDA_SHIM_DEVI
 
 Other settings (CUQUOTA_LOG_LEVEL, CUQUOTA_VIRTUALIZE) pass through the environment.")]
     Run {
-        /// Quota, e.g. 6GiB, 75%, or 0:6GiB,1:50%, or GPU-<uuid>:6GiB (CUQUOTA_LIMIT).
+        /// Quota, e.g. 6GiB, 75%, or 0:6GiB,1:50%, or GPU-<uuid>:6GiB, or none (CUQUOTA_LIMIT).
         #[arg(long, value_name = "SPEC")]
         limit: Option<String>,
         /// Write a trace (CUQUOTA_TRACE; %p pid, %h host, %r rank, %t start time, %% a %).
@@ -85,13 +87,17 @@ Other settings (CUQUOTA_LOG_LEVEL, CUQUOTA_VIRTUALIZE) pass through the environm
         /// Write cuquota's log lines to PATH, or `stderr` (the default), or `off` (CUQUOTA_LOG).
         #[arg(long, value_name = "PATH")]
         log: Option<String>,
-        /// The command and its arguments (after an optional `--`).
-        #[arg(
-            required = true,
-            trailing_var_arg = true,
-            allow_hyphen_values = true,
-            value_name = "COMMAND"
-        )]
+        /// Share one quota per GPU with every process of this group (CUQUOTA_GROUP; its limit:
+        /// --limit of its first member, or `cuquota set`).
+        #[arg(long, value_name = "NAME")]
+        group: Option<String>,
+        /// Where groups keep their state and governed processes are listed for `cuquota top`
+        /// (CUQUOTA_STATE_DIR; default /dev/shm/cuquota).
+        #[arg(long, value_name = "DIR")]
+        state_dir: Option<PathBuf>,
+        /// The command and its arguments (after an optional `--`; an option cuquota does not
+        /// know, before COMMAND, is refused).
+        #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
         command: Vec<std::ffi::OsString>,
     },
     /// Summarise traces: peaks, a chart of memory in use, back-off episodes, largest and
@@ -136,8 +142,9 @@ Other settings (CUQUOTA_LOG_LEVEL, CUQUOTA_VIRTUALIZE) pass through the environm
         skip_bad: bool,
     },
     /// Draw device memory in use over time as an SVG chart: one panel per process and GPU on
-    /// a shared time axis that spans the events, with the quota (dashed) and the refusals
-    /// (crosses, at in use + the request).
+    /// a shared time axis that spans the events, with the quota in force (dashed, stepping
+    /// where `cuquota set` changed it) and the refusals (crosses, at in use + the request;
+    /// refusals within one time bucket share a cross, with their count beside it: ×N).
     ///
     /// When the quota counted the footprint, its parts are stacked under the in-use line
     /// (allocations, pool cache, graph memory, context) and cuquota's trims are marked.
@@ -247,6 +254,8 @@ fn main() -> ExitCode {
             trace,
             observe,
             log,
+            group,
+            state_dir,
             command,
         } => {
             let settings = run::Settings {
@@ -254,8 +263,13 @@ fn main() -> ExitCode {
                 trace,
                 observe,
                 log,
+                group,
+                state_dir,
             };
-            if let Err(e) = settings.check() {
+            if let Err(e) = settings
+                .check()
+                .and_then(|()| settings.check_intent(&command))
+            {
                 eprintln!("cuquota: {e}");
                 return ExitCode::from(2);
             }
@@ -302,11 +316,22 @@ fn main() -> ExitCode {
             limit,
             remove,
             state_dir: dir,
-        } => match limit {
-            Some(limit) if !remove => set::run(&name, &limit, &state_dir(dir)),
-            _ => set::remove(&name, &state_dir(dir)),
+        } => {
+            // Usage errors exit 2, as clap's own and `run`'s do; what the group's state
+            // refuses (members live, a file that cannot be used) exits 1.
+            let usage = cuquota_format::group::check_name(&name)
+                .map_err(|why| format!("group {name:?}: {why}"))
+                .and_then(|()| limit.as_deref().map(set::parse).transpose());
+            match usage {
+                Err(e) => {
+                    eprintln!("cuquota: {e}");
+                    return ExitCode::from(2);
+                }
+                Ok(Some(wanted)) if !remove => set::run(&name, wanted, &state_dir(dir)),
+                Ok(_) => set::remove(&name, &state_dir(dir)),
+            }
+            .map(|said| println!("{said}"))
         }
-        .map(|said| println!("{said}")),
         Command::Top {
             once,
             json,

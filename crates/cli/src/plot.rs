@@ -1,7 +1,9 @@
 //! `cuquota plot`: an SVG chart of device memory in use over time, as small multiples: one
 //! panel per process and GPU, stacked on a shared time axis that spans the events (not the
-//! process's idle start), each with its quota as a dark dashed line and its refusals as
-//! crosses at the level the refused request would have reached (in use + the request).
+//! process's idle start), each with its quota as a dark dashed line (stepping where `cuquota
+//! set` changed it) and its refusals as crosses at the level the refused request would have
+//! reached (in use + the request); refusals closer than one time bucket share a cross, whose
+//! count (×N) stands beside it.
 //!
 //! Each series is summarised in a fixed number of time buckets while the trace streams by
 //! (see `timeline`), so a trace of any length draws at most a few thousand points per panel.
@@ -63,6 +65,8 @@ const TRIM: &str = "#6a3d9a";
 struct Series {
     label: String,
     quota: Option<u64>,
+    /// Changes of the quota in force (`cuquota set`): job time and the quota from then on.
+    quota_changes: Vec<(u64, Option<u64>)>,
     peak: u64,
     /// First event, in job time (ns since the earliest start); the timeline counts from it.
     first_ns: u64,
@@ -230,6 +234,7 @@ impl Visit for Plot {
                 | kind::CONTEXT
                 | kind::FOOTPRINT
                 | kind::TRIM
+                | kind::LIMIT
         ) {
             return;
         }
@@ -239,6 +244,10 @@ impl Visit for Plot {
             .series
             .entry(e.dev)
             .or_insert_with(|| new_series(h, e.dev, t));
+        if kind == kind::LIMIT {
+            s.quota_changes.push((t, e.limit));
+            return;
+        }
         // The buckets start at the series' first event: all of them span events.
         let rel = t.saturating_sub(s.first_ns);
         if kind == kind::FOOTPRINT {
@@ -286,6 +295,7 @@ fn new_series(h: &Header, dev: u32, first_ns: u64) -> Series {
     Series {
         label,
         quota: device.and_then(|d| d.quota),
+        quota_changes: Vec::new(),
         peak: 0,
         first_ns,
         top_refusal: 0,
@@ -484,7 +494,12 @@ fn panel(
 ) {
     // The y range holds the line and the quota; refusal marks beyond twice that sit at
     // the top edge (a huge request would flatten everything else).
-    let held = s.peak.max(s.quota.unwrap_or(0)).max(1);
+    let quotas = s.quota_changes.iter().filter_map(|(_, q)| *q);
+    let held = s
+        .peak
+        .max(s.quota.unwrap_or(0))
+        .max(quotas.max().unwrap_or(0))
+        .max(1);
     let y_max_bytes = held.max(s.top_refusal.min(held.saturating_mul(2)));
     let (unit_name, unit) = unit(y_max_bytes);
     let panel_height = bottom - top;
@@ -593,14 +608,23 @@ fn panel(
         out,
         r#"<polyline class="in-use" points="{points}" fill="none" stroke="{IN_USE}" stroke-width="2"/>"#
     );
-    if let Some(q) = s.quota {
-        let _ = writeln!(
-            out,
-            r#"<line class="quota" x1="{LEFT}" y1="{:.1}" x2="{}" y2="{:.1}" stroke="{QUOTA}" stroke-width="1.5" stroke-dasharray="7 4"/>"#,
-            y(q),
-            LEFT + PLOT_WIDTH,
-            y(q)
-        );
+    // The quota in force at each moment: a dashed segment per stretch (none where there
+    // was no quota).
+    let mut from = (LEFT, s.quota);
+    let stretches = (s.quota_changes.iter())
+        .map(|(t, q)| (x(*t).clamp(LEFT, LEFT + PLOT_WIDTH), *q))
+        .chain(std::iter::once((LEFT + PLOT_WIDTH, None)));
+    for (to_x, next) in stretches {
+        if let Some(q) = from.1 {
+            let _ = writeln!(
+                out,
+                r#"<line class="quota" x1="{:.1}" y1="{:.1}" x2="{to_x:.1}" y2="{:.1}" stroke="{QUOTA}" stroke-width="1.5" stroke-dasharray="7 4"/>"#,
+                from.0,
+                y(q),
+                y(q)
+            );
+        }
+        from = (to_x, next);
     }
     // Trims: a small triangle pointing down at the top edge.
     for (start, b) in s.timeline.buckets() {
@@ -631,6 +655,16 @@ fn panel(
                 cx + 5.0,
                 cy - 5.0
             );
+            // Refusals closer than a bucket share its cross: their count beside it.
+            if b.refusals > 1 {
+                let _ = writeln!(
+                    out,
+                    r#"<text class="refusals" x="{:.1}" y="{:.1}" font-size="10" fill="{colour}">×{}</text>"#,
+                    cx + 7.0,
+                    cy - 3.0,
+                    b.refusals
+                );
+            }
         }
     }
     out.push_str("</g>\n");
@@ -803,6 +837,7 @@ mod tests {
         let mut s = Series {
             label: format!("rank 123456 · pid 4194304 · {long} · GPU 7 ({long})"),
             quota: Some(u64::MAX / 4),
+            quota_changes: Vec::new(),
             peak: u64::MAX / 3,
             first_ns: 0,
             top_refusal: u64::MAX,
@@ -873,6 +908,7 @@ mod tests {
                 let mut s = Series {
                     label: format!("rank {i}"),
                     quota: Some(1 << 30),
+                    quota_changes: Vec::new(),
                     peak: 1 << 29,
                     first_ns: 0,
                     top_refusal: 0,

@@ -16,28 +16,51 @@ const LIBRARY: &str = "libcuquota.so";
 const AUDIT_MODULE: &str = "libcuquota_audit.so";
 
 pub struct Settings {
+    /// `none` (or `unlimited`): no limit of the process's own, whatever the environment says.
     pub limit: Option<String>,
     pub trace: Option<String>,
     pub observe: bool,
     pub log: Option<String>,
+    pub group: Option<String>,
+    pub state_dir: Option<PathBuf>,
 }
 
 impl Settings {
     /// The checks the interposer makes of these values, made before the command starts: the
-    /// same parsers (`cuquota_format::settings`) and the same words.
+    /// same parsers (`cuquota_format::settings`), in the words of the options.
     pub fn check(&self) -> Result<(), String> {
-        if let Some(limit) = &self.limit {
-            settings::parse_limits(limit).map_err(|why| settings::limit_error(limit, &why))?;
+        if let Some(limit) = self
+            .limit
+            .as_deref()
+            .filter(|l| !settings::means_no_limit(l))
+        {
+            settings::parse_limits(limit)
+                .map_err(|why| settings::option_limit_error(limit, &why))?;
+        }
+        if let Some(group) = &self.group {
+            cuquota_format::group::check_name(group).map_err(|why| {
+                format!(
+                    "--group \"{}\" is not valid: {}",
+                    settings::printable(group),
+                    settings::printable(&why)
+                )
+            })?;
+        }
+        if let Some(dir) = &self.state_dir {
+            if dir.as_os_str().is_empty() || (dir.exists() && !dir.is_dir()) {
+                return Err(format!("--state-dir {}: not a directory", dir.display()));
+            }
         }
         if let Some(trace) = &self.trace {
-            settings::check_template(trace.as_bytes())?;
+            settings::check_template(trace.as_bytes())
+                .map_err(|e| e.replacen("CUQUOTA_TRACE=", "--trace ", 1))?;
         }
         if let Some(log) = &self.log {
             if let settings::LogTarget::File(path) = settings::parse_log_target(log.as_bytes()) {
                 let dir = Path::new(OsStr::from_bytes(path)).parent();
                 if let Some(dir) = dir.filter(|d| !d.as_os_str().is_empty() && !d.is_dir()) {
                     return Err(format!(
-                        "CUQUOTA_LOG=\"{}\": there is no directory {}",
+                        "--log \"{}\": there is no directory {}",
                         settings::printable(log),
                         dir.display()
                     ));
@@ -46,6 +69,74 @@ impl Settings {
         }
         Ok(())
     }
+
+    /// Slips that parse but say something else than meant: `--limit 1 GiB` (the unit became
+    /// the command), and a per-GPU limit that names no GPU the command will see (it would run
+    /// with no limit at all). Refused, as a bad value is, before the command starts.
+    pub fn check_intent(&self, command: &[OsString]) -> Result<(), String> {
+        let Some(limit) = self.limit.as_deref() else {
+            return Ok(());
+        };
+        let number = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit() || b == b'.');
+        if let Some(word) = command.first().and_then(|c| c.to_str()) {
+            let joined = format!("{}{word}", limit.trim());
+            if number(limit.trim()) && is_unit(word) && settings::parse_limits(&joined).is_ok() {
+                return Err(format!(
+                    "--limit {limit} {word}: the unit is a word of its own, so {word} would be \
+                     the command; write --limit {joined}"
+                ));
+            }
+        }
+        let Ok(limits @ settings::Limits::PerDevice(_)) = settings::parse_limits(limit) else {
+            return Ok(());
+        };
+        // A driver that cannot be asked leaves the check to the interposer (at the first
+        // CUDA call, with the same words), as it was before `run` asked.
+        let Ok(seen) = crate::visible::devices() else {
+            return Ok(());
+        };
+        let settings::Limits::PerDevice(named) = &limits else {
+            return Ok(());
+        };
+        let unseen = limits.unseen(&seen);
+        // Some named GPUs seen: the limit holds there; the interposer warns of the others.
+        if unseen.len() < named.len() {
+            return Ok(());
+        }
+        let names = unseen
+            .iter()
+            .map(|d| match d {
+                settings::DeviceId::Ordinal(o) => format!("GPU {o}"),
+                settings::DeviceId::Uuid(_) => d.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sees = if seen.is_empty() {
+            "no GPU".to_string()
+        } else {
+            seen.iter()
+                .map(|(d, u)| match u {
+                    Some(u) => format!("GPU {d} ({})", settings::format_uuid(u)),
+                    None => format!("GPU {d}"),
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        Err(format!(
+            "--limit {limit} names {names}, which the command would not see, so it would run \
+             with no limit; it sees {sees} (CUDA_VISIBLE_DEVICES renumbers from 0: name a GPU \
+             by its UUID, nvidia-smi -L, to follow it)"
+        ))
+    }
+}
+
+/// A size's unit as a word of its own (`GiB`, `g`, `MB`, `%`).
+fn is_unit(word: &str) -> bool {
+    let w = word.to_ascii_lowercase();
+    w == "%"
+        || w == "b"
+        || (["k", "m", "g", "t"].iter().any(|p| w.starts_with(p))
+            && matches!(&w[1..], "" | "b" | "i" | "ib"))
 }
 
 /// Returns only when the command could not be started (127: not found, 126: not runnable).
@@ -71,15 +162,41 @@ pub fn exec(settings: &Settings, command: &[OsString]) -> ExitCode {
             preload_with(&audit, std::env::var_os("LD_AUDIT").as_deref()),
         );
     }
+    let state_dir = settings.state_dir.as_deref().map(std::path::absolute);
+    let state_dir = match state_dir.transpose() {
+        Ok(dir) => dir,
+        Err(e) => {
+            eprintln!("cuquota: --state-dir: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let vars = [
-        ("CUQUOTA_LIMIT", settings.limit.as_deref()),
-        ("CUQUOTA_TRACE", settings.trace.as_deref()),
-        ("CUQUOTA_MODE", settings.observe.then_some("observe")),
-        ("CUQUOTA_LOG", settings.log.as_deref()),
+        ("CUQUOTA_LIMIT", settings.limit.as_deref().map(OsStr::new)),
+        ("CUQUOTA_TRACE", settings.trace.as_deref().map(OsStr::new)),
+        (
+            "CUQUOTA_MODE",
+            settings.observe.then_some(OsStr::new("observe")),
+        ),
+        ("CUQUOTA_LOG", settings.log.as_deref().map(OsStr::new)),
+        ("CUQUOTA_GROUP", settings.group.as_deref().map(OsStr::new)),
+        // Absolute: the command may change directory before its first CUDA call.
+        (
+            "CUQUOTA_STATE_DIR",
+            state_dir.as_deref().map(Path::as_os_str),
+        ),
     ];
     for (name, value) in vars {
-        if let Some(value) = value {
-            cmd.env(name, value);
+        match value {
+            // `--limit none`: no limit of its own, even one the environment gave.
+            Some(v)
+                if name == "CUQUOTA_LIMIT" && settings::means_no_limit(&v.to_string_lossy()) =>
+            {
+                cmd.env_remove(name);
+            }
+            Some(v) => {
+                cmd.env(name, v);
+            }
+            None => {}
         }
     }
     let err = cmd.exec();
@@ -157,6 +274,8 @@ mod tests {
             trace: trace.map(Into::into),
             observe: false,
             log: log.map(Into::into),
+            group: None,
+            state_dir: None,
         }
     }
 
@@ -164,7 +283,7 @@ mod tests {
     fn values_are_checked_with_the_interposers_parsers() {
         assert_eq!(
             settings(Some("6GBB"), None, None).check().unwrap_err(),
-            "CUQUOTA_LIMIT=\"6GBB\" is not valid: unknown unit \"GBB\"; use e.g. CUQUOTA_LIMIT=6GiB, 6144MiB, 75% or 0:6GiB,1:50%"
+            "--limit \"6GBB\" is not valid: unknown unit \"GBB\"; use e.g. --limit 6GiB, 6144MiB, 75%, 0:6GiB,1:50% or none"
         );
         assert!(settings(Some("1.5"), None, None)
             .check()
@@ -178,7 +297,7 @@ mod tests {
             settings(None, None, Some("/no/such/dir/log"))
                 .check()
                 .unwrap_err(),
-            "CUQUOTA_LOG=\"/no/such/dir/log\": there is no directory /no/such/dir"
+            "--log \"/no/such/dir/log\": there is no directory /no/such/dir"
         );
         for ok in [
             settings(
@@ -187,9 +306,27 @@ mod tests {
                 Some("OFF"),
             ),
             settings(None, None, Some("log.txt")),
+            settings(Some("none"), None, None),
+            settings(Some("Unlimited"), None, None),
         ] {
             assert_eq!(ok.check(), Ok(()));
         }
+    }
+
+    #[test]
+    fn units_as_words_of_their_own() {
+        for unit in ["GiB", "g", "MB", "ki", "T", "%", "b"] {
+            assert!(is_unit(unit), "{unit}");
+        }
+        for word in ["python", "gx", "torchrun", "Gib2", "", "mib/"] {
+            assert!(!is_unit(word), "{word}");
+        }
+        let s = settings(Some("1"), None, None);
+        assert_eq!(
+            s.check_intent(&["GiB".into(), "prog".into()]).unwrap_err(),
+            "--limit 1 GiB: the unit is a word of its own, so GiB would be the command; write --limit 1GiB"
+        );
+        assert_eq!(s.check_intent(&["prog".into()]), Ok(()));
     }
 
     #[test]

@@ -4,18 +4,18 @@
 //! whoever may write the group's state file.
 
 use cuquota_format::group::{GroupFile, NO_LIMIT};
-use cuquota_format::settings::{format_uuid, parse_limits, DeviceId, Limits};
+use cuquota_format::settings::{
+    format_uuid, means_no_limit, option_words, parse_limits, DeviceId, Limits,
+};
 use cuquota_format::units::{human, Size};
 use std::path::Path;
 
 /// What SPEC asks: (a GPU's UUID, or every GPU; bytes or [`NO_LIMIT`]).
-type Wanted = Vec<(Option<[u8; 16]>, u64)>;
+pub type Wanted = Vec<(Option<[u8; 16]>, u64)>;
 
-fn parse(spec: &str) -> Result<Wanted, String> {
-    if matches!(
-        spec.trim().to_ascii_lowercase().as_str(),
-        "none" | "unlimited"
-    ) {
+/// SPEC read, or a usage error (the caller exits 2 with it, as for any bad option).
+pub fn parse(spec: &str) -> Result<Wanted, String> {
+    if means_no_limit(spec) {
         return Ok(vec![(None, NO_LIMIT)]);
     }
     let bytes = |size: Size| match size {
@@ -25,7 +25,7 @@ fn parse(spec: &str) -> Result<Wanted, String> {
              or GPU-<uuid>:SIZE for each GPU"
         )),
     };
-    match parse_limits(spec).map_err(|why| format!("--limit {spec}: {why}"))? {
+    match parse_limits(spec).map_err(|why| format!("--limit {spec}: {}", option_words(&why)))? {
         Limits::None => Err("--limit needs a value".into()),
         Limits::All(size) => Ok(vec![(None, bytes(size)?)]),
         Limits::PerDevice(entries) => entries
@@ -42,8 +42,7 @@ fn parse(spec: &str) -> Result<Wanted, String> {
 }
 
 /// Sets group `name`'s limit under `state_dir` and returns what the group looks like after.
-pub fn run(name: &str, spec: &str, state_dir: &Path) -> Result<String, String> {
-    let wanted = parse(spec)?;
+pub fn run(name: &str, wanted: Wanted, state_dir: &Path) -> Result<String, String> {
     let file = GroupFile::open(state_dir, name).map_err(|e| e.0)?;
     for (uuid, limit) in wanted {
         file.set_limit(uuid, limit).map_err(|e| e.0)?;

@@ -8,8 +8,9 @@ pub struct Bucket {
     /// Highest value in the bucket, and the value after its last event.
     pub max: u64,
     pub last: u64,
-    /// In-use bytes at the bucket's refusals (the highest), if it had any.
+    /// In-use bytes at the bucket's refusals (the highest), if it had any, and how many.
     pub refusal: Option<u64>,
+    pub refusals: u32,
     /// cuquota trimmed the process's pools or graph memory in the bucket.
     pub trimmed: bool,
 }
@@ -19,11 +20,13 @@ impl Bucket {
         match (self.used, later.used) {
             (_, false) => Bucket {
                 refusal: self.refusal.max(later.refusal),
+                refusals: self.refusals + later.refusals,
                 trimmed: self.trimmed || later.trimmed,
                 ..self
             },
             (false, true) => Bucket {
                 refusal: self.refusal.max(later.refusal),
+                refusals: self.refusals + later.refusals,
                 trimmed: self.trimmed || later.trimmed,
                 ..later
             },
@@ -32,6 +35,7 @@ impl Bucket {
                 max: self.max.max(later.max),
                 last: later.last,
                 refusal: self.refusal.max(later.refusal),
+                refusals: self.refusals + later.refusals,
                 trimmed: self.trimmed || later.trimmed,
             },
         }
@@ -71,6 +75,7 @@ impl Timeline {
     pub fn refusal(&mut self, t_ns: u64, in_use: u64) {
         let b = self.bucket(t_ns);
         b.refusal = b.refusal.max(Some(in_use));
+        b.refusals += 1;
     }
 
     /// cuquota trimmed pools or graph memory at `t_ns`.

@@ -74,6 +74,13 @@ pub struct GroupDevice {
     _spare: [AtomicU64; 8],
 }
 
+impl GroupDevice {
+    /// The GPU's UUID.
+    pub fn uuid(&self) -> [u8; 16] {
+        words_uuid([self.uuid[0].load(Relaxed), self.uuid[1].load(Relaxed)])
+    }
+}
+
 /// One member.
 #[repr(C)]
 pub struct Slot {
@@ -600,6 +607,21 @@ impl GroupFile {
         layout.devices[g].in_use.load(Relaxed).saturating_sub(dead)
     }
 
+    /// The living members other than slot `mine` that hold anything on GPU entry `g`, as
+    /// that member sees them (nothing locked or written), most first.
+    pub fn others_on(&self, g: usize, mine: usize) -> Vec<MemberShare> {
+        let mut others: Vec<MemberShare> = (self.layout().slots.iter().enumerate())
+            .filter(|(i, s)| *i != mine && s.charged[g].load(Relaxed) > 0 && self.lives(*i))
+            .map(|(_, s)| MemberShare {
+                pid: s.pid.load(Relaxed) as u32,
+                outer_pid: s.outer_pid.load(Relaxed) as u32,
+                charged: s.charged[g].load(Relaxed),
+            })
+            .collect();
+        others.sort_by_key(|m| std::cmp::Reverse(m.charged));
+        others
+    }
+
     /// What each GPU entry holds now and the living members, as a process that is no member
     /// sees them (`cuquota set` and the views): dead members, reaped or not, count for
     /// nothing. Nothing is locked or written.
@@ -629,6 +651,16 @@ impl GroupFile {
             members,
         }
     }
+}
+
+/// A living member's share of one GPU ([`GroupFile::others_on`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemberShare {
+    /// Its PID as it sees itself, and as NVML lists it ([`Slot::outer_pid`]).
+    pub pid: u32,
+    pub outer_pid: u32,
+    /// What it reserved or holds there.
+    pub charged: u64,
 }
 
 /// One GPU of a group as a reader that is no member sees it ([`GroupFile::read_gpu`]).

@@ -14,6 +14,7 @@ pub mod episodes;
 pub mod fastline;
 pub mod group;
 pub mod hash;
+pub mod holders;
 pub mod identity;
 pub mod part;
 pub mod policy;

@@ -7,7 +7,7 @@
 //! whose lock anyone can take belongs to a dead process and is never listed (the next
 //! process to register removes it). Viewers open files read-only and only read.
 
-use crate::identity::{self, Identity};
+use crate::identity::Identity;
 use crate::part::{Part, PerPart};
 use crate::settings::MAX_DEVICES;
 use crate::shared::{self, SharedFile};
@@ -228,7 +228,8 @@ pub struct ProcessSnapshot {
     pub last_refusal: Option<(u64, u32, String)>,
     /// Who it said it is: its PID namespace and cgroup.
     pub identity: Identity,
-    /// Its PID as the viewer's /proc gives it (None: the viewer cannot tell).
+    /// Its PID as the viewer's /proc gives it (None: not asked, or the viewer cannot tell):
+    /// see [`crate::identity::host_pid`], which a viewer asks.
     pub host_pid: Option<u32>,
 }
 
@@ -348,7 +349,7 @@ fn read_one(path: &Path) -> Result<Option<ProcessSnapshot>, String> {
         allocations_only: h.allocations_only.load(Relaxed) == 1,
         devices,
         last_refusal: last_refusal(h),
-        host_pid: identity::host_pid(Path::new("/proc"), pid, &identity),
+        host_pid: None,
         identity,
     }))
 }

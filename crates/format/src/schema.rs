@@ -48,6 +48,8 @@ pub mod kind {
     /// cuquota trimmed this process's pools or graph memory (`part`) by `bytes` to make room
     /// for a request through `api`; a `footprint` line with the part's new total follows.
     pub const TRIM: &str = "trim";
+    /// The quota in force changed (a group's, by `cuquota set`): `limit` and `before`.
+    pub const LIMIT: &str = "limit";
     pub const SUMMARY: &str = "summary";
     /// A call stack (`CUQUOTA_STACKS`), written once before the first event that names it
     /// by `id` (an `alloc` line's `stack`): see [`super::StackLine`].
@@ -182,6 +184,23 @@ pub struct EventLine<'a> {
     /// footprint, trim: which part (one of [`part`]).
     #[serde(default, borrow)]
     pub part: Option<Cow<'a, str>>,
+    /// refused by a group's quota: the group, what it held then (the request not included;
+    /// `in_use` is this process's own) and its limit.
+    #[serde(default, borrow)]
+    pub group: Option<Cow<'a, str>>,
+    #[serde(default)]
+    pub group_in_use: Option<u64>,
+    #[serde(default)]
+    pub group_limit: Option<u64>,
+    /// refused by a group's quota, when its line was printed: the other members holding the
+    /// group's quota on the GPU, most first.
+    #[serde(default)]
+    pub holders: Option<Vec<crate::holders::Holder>>,
+    /// limit: the quota from now on and the one before (null: none).
+    #[serde(default)]
+    pub limit: Option<u64>,
+    #[serde(default)]
+    pub before: Option<u64>,
     /// alloc: the id of its call stack (a `stack` line's `id`); 0: none recorded.
     #[serde(default)]
     pub stack: u64,

@@ -187,6 +187,34 @@ pub fn limit_error(value: &str, why: &str) -> String {
     )
 }
 
+/// `none` or `unlimited` (any case): no limit, as `--limit` of `cuquota run` and `cuquota set`
+/// spell it (the variable spells it by being unset).
+pub fn means_no_limit(text: &str) -> bool {
+    matches!(
+        text.trim().to_ascii_lowercase().as_str(),
+        "none" | "unlimited"
+    )
+}
+
+/// The one-line error for a bad `--limit VALUE`: the words of [`limit_error`], in the
+/// option's terms for whoever typed the option.
+pub fn option_limit_error(value: &str, why: &str) -> String {
+    format!(
+        "--limit \"{}\" is not valid: {}; use e.g. --limit 6GiB, 6144MiB, 75%, 0:6GiB,1:50% or none",
+        printable(value),
+        printable(&option_words(why))
+    )
+}
+
+/// A parser's reason in `--limit`'s terms: the parsers name the variable where they suggest
+/// a value.
+pub fn option_words(why: &str) -> String {
+    why.replace(
+        "leave CUQUOTA_LIMIT unset for none",
+        "give --limit none for no limit",
+    )
+}
+
 /// The value as it can be shown on one line: control characters escaped (`\n`, `\u{1b}`).
 pub fn printable(value: &str) -> String {
     value

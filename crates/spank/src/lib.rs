@@ -8,13 +8,22 @@
 //! directory the site's `/etc/cuquota.conf` names; the library in each task finds it by the
 //! job's cgroup (`job_<id>` in `/proc/self/cgroup`), which the task cannot change, and the
 //! task's variables can only narrow it. The job epilog (root) removes the policy and the
-//! group's state. Nothing here runs as the job's user.
+//! group's state.
+//!
+//! A job asking `--gpu-mem` never runs unlimited in silence: each task, just before it
+//! starts, checks that its node has every piece that limit needs (the site policy naming the
+//! jobs directory, the job cgroup, the library in /etc/ld.so.preload; see [`node`]) and
+//! otherwise does not start, with one line per missing piece on the job's stderr.
 //!
 //! Arguments in plugstack.conf: `jobs=DIR` (default `/run/cuquota/jobs`) and
-//! `state_dir=DIR` (default `/dev/shm/cuquota`), the same as the policy's.
+//! `state_dir=DIR` (default `/dev/shm/cuquota`), the same as the policy's, and
+//! `policy=FILE`, the site policy the library reads (default `/etc/cuquota.conf`, or the
+//! `CUQUOTA_BUILD_POLICY_PATH` the plugin is built with, as the library).
 //!
 //! The SPANK declarations are written by hand from `slurm/spank.h` (no bindings crate);
 //! `plugin_version` is the Slurm release it is built for (build.rs).
+
+pub mod node;
 
 use std::ffi::c_uint;
 use std::path::{Path, PathBuf};
@@ -33,6 +42,11 @@ pub static spank_plugin_version: c_uint = 1;
 pub const SLURM_RELEASE: &str = env!("CUQUOTA_SLURM_VERSION_TEXT");
 pub const DEFAULT_JOBS: &str = "/run/cuquota/jobs";
 pub const DEFAULT_STATE_DIR: &str = "/dev/shm/cuquota";
+/// The site policy's path, as the library's build has it.
+pub const DEFAULT_POLICY: &str = match option_env!("CUQUOTA_BUILD_POLICY_PATH") {
+    Some(path) => path,
+    None => cuquota_format::policy::DEFAULT_PATH,
+};
 
 const fn parse_u32(s: &str) -> u32 {
     let b = s.as_bytes();
@@ -59,26 +73,49 @@ pub fn job_policy(job: u32, limit: &str) -> String {
     )
 }
 
-/// The plugin's arguments from plugstack.conf: (jobs directory, state directory).
-pub fn parse_args<'a>(
-    args: impl IntoIterator<Item = &'a str>,
-) -> Result<(PathBuf, PathBuf), String> {
-    let (mut jobs, mut state) = (
-        PathBuf::from(DEFAULT_JOBS),
-        PathBuf::from(DEFAULT_STATE_DIR),
-    );
+/// The plugin's arguments from plugstack.conf.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Args {
+    /// `jobs=`: where the job prolog writes each job's policy.
+    pub jobs: PathBuf,
+    /// `state_dir=`: where the groups' state lives.
+    pub state_dir: PathBuf,
+    /// `policy=`: the site policy the library reads.
+    pub policy: PathBuf,
+}
+
+pub fn parse_args<'a>(args: impl IntoIterator<Item = &'a str>) -> Result<Args, String> {
+    let mut parsed = Args {
+        jobs: DEFAULT_JOBS.into(),
+        state_dir: DEFAULT_STATE_DIR.into(),
+        policy: DEFAULT_POLICY.into(),
+    };
     for a in args {
         match a.split_once('=') {
-            Some(("jobs", d)) if d.starts_with('/') => jobs = d.into(),
-            Some(("state_dir", d)) if d.starts_with('/') => state = d.into(),
+            Some(("jobs", d)) if d.starts_with('/') => parsed.jobs = d.into(),
+            Some(("state_dir", d)) if d.starts_with('/') => parsed.state_dir = d.into(),
+            Some(("policy", f)) if f.starts_with('/') => parsed.policy = f.into(),
             _ => {
                 return Err(format!(
-                    "unknown argument {a:?} (use jobs=/DIR or state_dir=/DIR)"
+                    "unknown argument {a:?} (use jobs=/DIR, state_dir=/DIR or policy=/FILE)"
                 ))
             }
         }
     }
-    Ok((jobs, state))
+    Ok(parsed)
+}
+
+/// The lines that refuse job `job`'s tasks on a node (empty: they may start): one per
+/// missing piece, each whole on one line (slurmstepd prefixes its node's name).
+pub fn refusal(job: u32, limit: &str, missing: &[String]) -> Vec<String> {
+    (missing.iter())
+        .map(|why| {
+            format!(
+                "cuquota: job {job}'s --gpu-mem={limit} cannot be enforced on this node, so \
+                 the job does not start here: {why}"
+            )
+        })
+        .collect()
 }
 
 /// A light check of `--gpu-mem`'s value where the user typed it (the library checks it in
@@ -179,8 +216,9 @@ mod spank {
         cb: OptCb,
     }
 
-    // `enum spank_item`: S_JOB_ID.
+    // `enum spank_item`: S_JOB_ID, S_TASK_ID (the task's id on its node).
     const S_JOB_ID: c_int = 2;
+    const S_TASK_ID: c_int = 11;
     const ESPANK_SUCCESS: c_int = 0;
     const SLURM_ERROR: c_int = -1;
 
@@ -207,7 +245,12 @@ mod spank {
     };
 
     fn error(text: &str) {
-        let line = CString::new(format!("cuquota: {text}")).unwrap_or_default();
+        let text = if text.starts_with("cuquota: ") {
+            text.to_string()
+        } else {
+            format!("cuquota: {text}")
+        };
+        let line = CString::new(text).unwrap_or_default();
         // SAFETY: a "%s" format with one C string.
         unsafe { slurm_error(c"%s".as_ptr(), line.as_ptr()) };
     }
@@ -280,7 +323,7 @@ mod spank {
         };
         let written = check_limit(&limit)
             .and_then(|()| parse_args(args(ac, av)))
-            .and_then(|(jobs, _)| write_job_policy(&jobs, job, &limit));
+            .and_then(|args| write_job_policy(&args.jobs, job, &limit));
         match written {
             Ok(_) => 0,
             Err(why) => {
@@ -297,10 +340,42 @@ mod spank {
         ac: c_int,
         av: *mut *mut c_char,
     ) -> c_int {
-        if let (Some(job), Ok((jobs, state))) = (job_id(spank), parse_args(args(ac, av))) {
-            remove_job(&jobs, &state, job);
+        if let (Some(job), Ok(args)) = (job_id(spank), parse_args(args(ac, av))) {
+            remove_job(&args.jobs, &args.state_dir, job);
         }
         0
+    }
+
+    /// In each task (as the job's user, in its cgroup, stdio already the job's) just before
+    /// it runs the user's program: a node that cannot hold the job to `--gpu-mem` refuses
+    /// it. Every task fails (exit 1, nothing of the user's run); the node's first one says
+    /// why, one line per missing piece, through slurm_error, which slurmstepd writes both to
+    /// the task's stderr (srun's) and to slurmd's log.
+    #[no_mangle]
+    pub unsafe extern "C" fn slurm_spank_task_init(
+        spank: SpankT,
+        ac: c_int,
+        av: *mut *mut c_char,
+    ) -> c_int {
+        let Some((limit, job)) = used(spank) else {
+            return 0;
+        };
+        let args = args(ac, av);
+        let lines = std::panic::catch_unwind(|| match parse_args(args) {
+            Ok(args) => refusal(job, &limit, &node::missing(&args.policy, &args.jobs, job)),
+            Err(why) => vec![format!("cuquota: job {job}: plugstack.conf: {why}")],
+        })
+        .unwrap_or_else(|_| vec![format!("cuquota: job {job}: the node check failed")]);
+        if lines.is_empty() {
+            return 0;
+        }
+        let mut task: c_int = -1;
+        // SAFETY: S_TASK_ID takes an int *.
+        let rc = unsafe { spank_get_item(spank, S_TASK_ID, &mut task as *mut c_int) };
+        if rc != ESPANK_SUCCESS || task == 0 {
+            lines.iter().for_each(|line| error(line));
+        }
+        SLURM_ERROR
     }
 }
 
@@ -330,13 +405,34 @@ mod tests {
     fn arguments_and_files() {
         assert_eq!(
             parse_args([]).unwrap(),
-            (DEFAULT_JOBS.into(), DEFAULT_STATE_DIR.into())
+            Args {
+                jobs: DEFAULT_JOBS.into(),
+                state_dir: DEFAULT_STATE_DIR.into(),
+                policy: DEFAULT_POLICY.into()
+            }
         );
         assert_eq!(
-            parse_args(["jobs=/j", "state_dir=/s"]).unwrap(),
-            ("/j".into(), "/s".into())
+            parse_args(["jobs=/j", "state_dir=/s", "policy=/p.conf"]).unwrap(),
+            Args {
+                jobs: "/j".into(),
+                state_dir: "/s".into(),
+                policy: "/p.conf".into()
+            }
         );
         assert!(parse_args(["jobs=relative"]).is_err());
+        assert!(parse_args(["policy=p.conf"]).is_err());
+        assert_eq!(
+            refusal(
+                7,
+                "1GiB",
+                &["there is no site policy /etc/cuquota.conf".into()]
+            ),
+            [
+                "cuquota: job 7's --gpu-mem=1GiB cannot be enforced on this node, so the job does \
+              not start here: there is no site policy /etc/cuquota.conf"
+            ]
+        );
+        assert!(refusal(7, "1GiB", &[]).is_empty());
         assert_eq!(
             job_policy(42, "1GiB"),
             "# written by cuquota's SPANK plugin for Slurm job 42 (--gpu-mem=1GiB)\n\
@@ -344,7 +440,12 @@ mod tests {
         );
         assert_eq!(
             plugin_version >> 16,
-            SLURM_RELEASE.split('.').next().unwrap().parse().unwrap()
+            SLURM_RELEASE
+                .split('.')
+                .next()
+                .unwrap()
+                .parse::<u32>()
+                .unwrap()
         );
     }
 }

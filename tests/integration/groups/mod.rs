@@ -194,14 +194,16 @@ fn racing_members_fill_the_group_quota_exactly() {
 fn a_member_sees_another_members_memory() {
     let g = Group::new("group-info", "svc");
     let hold = g.gate("hold");
-    let mut holder = g
-        .member(Some("1GiB"), &format!("init alloc:768M info {}", hold.op()))
-        .start();
+    let holder_ops = format!("init alloc:768M info {}", hold.op());
+    let mut holder = g.member(Some("1GiB"), &holder_ops).start();
     holder.wait_for(|l| l.op == "info");
+    let trace = g.dir.join("other.jsonl");
     let other = g
         .member(Some("1GiB"), "init info alloc:512M alloc:256M info")
+        .env("CUQUOTA_TRACE", trace.to_str().unwrap())
         .run();
     hold.open();
+    let holder_pid = holder.pid();
     let holder = holder.wait();
     holder.check_exit(0);
     holder.check(2, "info", &[("rc", 0), ("free", 256 * MIB), ("total", GIB)]);
@@ -211,8 +213,14 @@ fn a_member_sees_another_members_memory() {
     other.check(2, "alloc", &[("rc", OUT_OF_MEMORY)]);
     other.check(3, "alloc", &[("rc", 0)]);
     other.check(4, "info", &[("rc", 0), ("free", 0), ("total", GIB)]);
+    // The refusal names who holds the group's quota: the other member's pid and command.
+    let command = cuquota_format::holders::short_command(&format!(
+        "{} {holder_ops}",
+        Client::Dlsym.path().display()
+    ));
     other.check_log(&format!(
-        "{}: quota 1.00 GiB, this process 0 B, 1 other member 768.00 MiB, 256.00 MiB left",
+        "{}: quota 1.00 GiB, this process 0 B, 1 other member 768.00 MiB, 256.00 MiB left; \
+         held by pid {holder_pid} ({command}) 768.00 MiB",
         refusal(512 * MIB, "svc")
     ));
     other.check_log(
@@ -223,6 +231,55 @@ fn a_member_sees_another_members_memory() {
         "GPU 0 summary: peak 768.00 MiB (805306368 bytes) of quota 1.00 GiB, 1 allocation, \
          0 refusals, 1 live at exit (768.00 MiB); group svc: peak 1.00 GiB of all its members",
     );
+    // The trace's refusal: this process's figure as `in_use`, the group's beside it, and
+    // the holder.
+    let text = fs::read_to_string(&trace).unwrap();
+    let refused: serde_json::Value = (text.lines())
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|e| e["type"] == "refused")
+        .unwrap_or_else(|| panic!("no refusal in\n{text}"));
+    assert_eq!(
+        (
+            refused["in_use"].as_u64(),
+            refused["group"].as_str(),
+            refused["group_in_use"].as_u64(),
+            refused["group_limit"].as_u64(),
+        ),
+        (Some(0), Some("svc"), Some(768 * MIB), Some(GIB)),
+        "{refused}"
+    );
+    let holders = refused["holders"].as_array().unwrap();
+    assert_eq!(holders.len(), 1, "{refused}");
+    assert_eq!(
+        (
+            holders[0]["pid"].as_u64(),
+            holders[0]["command"].as_str(),
+            holders[0]["in_use"].as_u64()
+        ),
+        (
+            Some(holder_pid.into()),
+            Some(command.as_str()),
+            Some(768 * MIB)
+        ),
+        "{refused}"
+    );
+    // The report answers the refusal: who held it, and what would have made it fit.
+    let report = Run::program(&artifacts().cli)
+        .no_preload()
+        .args(&["report", trace.to_str().unwrap()])
+        .run();
+    report.check_exit(0);
+    for want in [
+        "held then: this process 0 B; group svc 768.00 MiB of 1.00 GiB".to_string(),
+        format!("pid {holder_pid} ({command}) 768.00 MiB"),
+        format!(
+            "to fit 512.00 MiB: 256.00 MiB more had to be free; it would have fit with memory \
+             given back by other members (pid {holder_pid} holds 768.00 MiB), or a quota of \
+             1.25 GiB"
+        ),
+    ] {
+        assert!(report.stdout.contains(&want), "{want}\n{report}");
+    }
 }
 
 /// A group is its name and its state directory: the same name under another directory
@@ -409,7 +466,8 @@ fn cuquota_set_refuses_percentages_ordinals_and_nonsense() {
         ("lots", "cuquota: --limit lots: "),
     ] {
         let out = g.set(spec);
-        assert_eq!(out.status.code(), Some(1), "{out}");
+        // A usage error: 2, as every subcommand's.
+        assert_eq!(out.status.code(), Some(2), "{out}");
         assert!(out.stdout.is_empty(), "{out}");
         assert_eq!(out.stderr.len(), 1, "{out}");
         assert!(out.stderr[0].starts_with(says), "{out}");
@@ -427,7 +485,7 @@ fn cuquota_set_refuses_percentages_ordinals_and_nonsense() {
         ])
         .timeout(PROCESS_TIMEOUT)
         .run();
-    assert_eq!(out.status.code(), Some(1), "{out}");
+    assert_eq!(out.status.code(), Some(2), "{out}");
     assert!(
         out.stderr[0].contains("a group name is 1 to 64 characters"),
         "{out}"
@@ -442,14 +500,13 @@ fn cuquota_set_refuses_percentages_ordinals_and_nonsense() {
 fn members_share_a_gpu_by_uuid_whatever_its_ordinal() {
     let g = Group::new("group-uuid", "svc");
     let hold = g.gate("hold");
+    let a_ops = format!("init uuid:0 alloc:768M {}", hold.op());
     let mut a = g
-        .member(
-            Some("1GiB"),
-            &format!("init uuid:0 alloc:768M {}", hold.op()),
-        )
+        .member(Some("1GiB"), &a_ops)
         .env("CUDA_SHIM_DEVICES", "2")
         .env("CUDA_VISIBLE_DEVICES", "1")
         .start();
+    let a_pid = a.pid();
     let uuid = a.wait_for(|l| l.op == "uuid");
     assert_eq!(uuid.get("uuid"), Some(GPU1));
     a.wait_for(|l| l.op == "alloc" && l.num("rc") == Some(0));
@@ -477,8 +534,13 @@ fn members_share_a_gpu_by_uuid_whatever_its_ordinal() {
         lines,
         [format!(
             "{}GPU 1 refused 512.00 MiB (536870912 bytes) via cuMemAlloc_v2: group svc: quota \
-             1.00 GiB, this process 0 B, 1 other member 768.00 MiB, 256.00 MiB left",
-            b.prefix()
+             1.00 GiB, this process 0 B, 1 other member 768.00 MiB, 256.00 MiB left; held by \
+             pid {a_pid} ({}) 768.00 MiB",
+            b.prefix(),
+            cuquota_format::holders::short_command(&format!(
+                "{} {a_ops}",
+                Client::Dlsym.path().display()
+            ))
         )],
         "{b}"
     );
@@ -577,4 +639,71 @@ fn a_group_is_removed_once_no_member_lives() {
     let out = remove();
     out.check_exit(1);
     assert!(out.stderr[0].contains("no group svc under"), "{out}");
+}
+
+/// `cuquota set` while a member runs reaches the member's log and trace: one line, one
+/// `limit` event, and the summary, the report and the plot use the quota in force at each
+/// moment (the report says when it changed, the plot's quota line steps).
+#[test]
+fn a_live_limit_change_reaches_the_members_trace_and_report() {
+    let g = Group::new("group-limit-event", "svc");
+    let gate = g.gate("after-set");
+    let trace = g.dir.join("member.jsonl");
+    let mut member = g
+        .member(
+            Some("1GiB"),
+            &format!("init alloc:768M {} alloc:768M info", gate.op()),
+        )
+        .env("CUQUOTA_TRACE", trace.to_str().unwrap())
+        .start();
+    member.wait_for(|l| l.op == "alloc");
+    g.set("2GiB").check_exit(0);
+    gate.open();
+    let out = member.wait();
+    out.check_exit(0);
+    out.check(3, "alloc", &[("rc", 0)]);
+    out.check(4, "info", &[("total", 2 * GIB), ("free", 512 * MIB)]);
+    out.check_log(
+        "GPU 0: group svc's quota is now 2.00 GiB (2147483648 bytes) (was 1.00 GiB \
+         (1073741824 bytes)): changed by `cuquota set`",
+    );
+    assert_eq!(
+        out.logs_starting("GPU 0: group svc's quota is now").len(),
+        1,
+        "{out}"
+    );
+    let summary = out.logs_starting("GPU 0 summary:");
+    assert!(summary[0].contains("of quota 2.00 GiB"), "{out}");
+    let events: Vec<serde_json::Value> = fs::read_to_string(&trace)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let limits: Vec<&serde_json::Value> = events.iter().filter(|e| e["type"] == "limit").collect();
+    assert_eq!(limits.len(), 1, "{events:?}");
+    assert_eq!(
+        (limits[0]["limit"].as_u64(), limits[0]["before"].as_u64()),
+        (Some(2 * GIB), Some(GIB))
+    );
+    assert_eq!(
+        events.last().unwrap()["devices"][0]["quota"].as_u64(),
+        Some(2 * GIB)
+    );
+    let report = Run::program(&artifacts().cli)
+        .no_preload()
+        .args(&["report", trace.to_str().unwrap()])
+        .run();
+    report.check_exit(0);
+    assert!(
+        report.stdout.contains("the quota became 2.00 GiB at"),
+        "{report}"
+    );
+    let svg = g.dir.join("member.svg");
+    Run::program(&artifacts().cli)
+        .no_preload()
+        .args(&["plot", trace.to_str().unwrap(), "-o", svg.to_str().unwrap()])
+        .run()
+        .check_exit(0);
+    let svg = fs::read_to_string(&svg).unwrap();
+    assert_eq!(svg.matches("class=\"quota\"").count(), 2, "{svg}");
 }

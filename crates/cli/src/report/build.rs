@@ -249,6 +249,10 @@ struct OpenEpisode {
     episode: Episode<EPISODE_HEAD, EPISODE_TAIL>,
     t_ns: u64,
     api: u32,
+    /// What the process held at the first refusal, by layer, and its quota.
+    held: PerLayer<u64>,
+    quota: Option<u64>,
+    group: Option<EpisodeGroup>,
 }
 
 struct Process {
@@ -266,6 +270,8 @@ struct Process {
     events: u64,
     dropped: u64,
     end_t_ns: u64,
+    /// The last event's time (the summary line's not counted): where the charts end.
+    last_event_t_ns: u64,
     /// The first device-memory event's time.
     first_t_ns: Option<u64>,
     summary: Option<Summary>,
@@ -309,6 +315,7 @@ impl Process {
             events: 0,
             dropped: 0,
             end_t_ns: 0,
+            last_event_t_ns: 0,
             first_t_ns: None,
             summary: None,
             skipped: 0,
@@ -336,8 +343,19 @@ impl Process {
 
     fn event(&mut self, e: &EventLine) {
         self.end_t_ns = self.end_t_ns.max(e.t_ns);
+        self.last_event_t_ns = self.last_event_t_ns.max(e.t_ns);
         let kind = e.kind.as_ref();
         match kind {
+            kind::LIMIT => {
+                self.events += 1;
+                let dev = device(&mut self.devices, e.dev);
+                let change = QuotaChange {
+                    t_ns: e.t_ns,
+                    quota: e.limit,
+                };
+                dev.report.quota_changes.push(change);
+                return;
+            }
             kind::ALLOC | kind::FREE | kind::REFUSED | kind::MEMINFO | kind::CONTEXT => {}
             kind::FOOTPRINT | kind::TRIM => {
                 // The consequences of a call (one call may write several), not calls: not in
@@ -495,10 +513,24 @@ impl Process {
                     },
                     None => None,
                 };
+                let d = device(&mut self.devices, dev);
+                let group = e.group_in_use.map(|in_use| EpisodeGroup {
+                    name: e.group.as_deref().unwrap_or_default().to_string(),
+                    in_use,
+                    limit: e.group_limit.unwrap_or(0),
+                    holders: e.holders.clone().unwrap_or_default(),
+                });
                 let started = OpenEpisode {
                     episode: Episode::start(dev, e.bytes, t),
                     t_ns: t,
                     api,
+                    held: d.parts.device.layers(e.in_use, footprint),
+                    quota: if group.is_some() {
+                        None
+                    } else {
+                        d.report.quota
+                    },
+                    group,
                 };
                 if let (Some(old), Some(outcome)) = (self.open.insert(e.tid, started), ended) {
                     self.close_episode(e.tid, old, outcome, t);
@@ -611,6 +643,9 @@ impl Process {
                 got_t_ns: got.map(|g| g.1),
                 outcome: outcome_words,
                 gave_up,
+                held: open.held,
+                quota: open.quota,
+                group: open.group,
             });
         }
     }
@@ -694,6 +729,7 @@ impl Process {
         let footprint = self.header.counts_footprint();
         let with_stacks = self.stacks.any();
         let first = self.first_t_ns.unwrap_or(0);
+        let last = self.last_event_t_ns.max(first);
         let devices: Vec<DeviceReport> = self
             .devices
             .into_values()
@@ -710,7 +746,7 @@ impl Process {
                     d.report.timeline = t.columns(end, CHART_COLUMNS);
                 }
                 if let Some(t) = &d.chart {
-                    d.report.chart = t.columns(end.saturating_sub(first), CHART_COLUMNS);
+                    d.report.chart = t.columns(last.saturating_sub(first), CHART_COLUMNS);
                 }
                 if with_stacks {
                     d.report.by_call_site = by_site(d.sites.peak(), &mut site);
@@ -761,6 +797,7 @@ impl Process {
             api_mix,
             stacks: stacks_report,
             first_event_ns: first,
+            last_event_ns: last,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The report's data: what `cuquota report --json` prints, and what the text renders.
 
 pub use crate::symbols::Site;
+use cuquota_format::holders::Holder;
 use cuquota_format::part::PerLayer;
 use cuquota_format::units::human;
 use serde::Serialize;
@@ -48,6 +49,10 @@ pub struct ProcessReport {
     /// The first device-memory event (ns since start): where the terminal charts begin.
     #[serde(skip)]
     pub first_event_ns: u64,
+    /// When its last event was (the exit summary, written later, not counted): the charts
+    /// span first to last event.
+    #[serde(skip)]
+    pub last_event_ns: u64,
 }
 
 #[derive(Serialize, Debug, Default)]
@@ -56,6 +61,9 @@ pub struct DeviceReport {
     pub name: Option<String>,
     pub total: Option<u64>,
     pub quota: Option<u64>,
+    /// Changes of the quota in force while the process ran (`cuquota set` on its group).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub quota_changes: Vec<QuotaChange>,
     pub peak: u64,
     pub peak_t_ns: u64,
     pub in_use_at_end: u64,
@@ -223,6 +231,30 @@ pub struct EpisodeReport {
     /// Why it counts as given up: `"gap"` (no request within the gap), `"larger"` (the next
     /// request was larger), `"other device"`, `"end"` (the trace ended); null otherwise.
     pub gave_up: Option<&'static str>,
+    /// What this process held at its first refusal, by layer (allocations, then each part).
+    pub held: PerLayer<u64>,
+    /// This process's quota then (null: none, or its group's applies).
+    pub quota: Option<u64>,
+    /// In a group: the group's figures and who held its quota at the first refusal.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<EpisodeGroup>,
+}
+
+/// The quota in force from `t_ns` on (null: none).
+#[derive(Serialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuotaChange {
+    pub t_ns: u64,
+    pub quota: Option<u64>,
+}
+
+/// A group's quota at a refusal: what the members held, and who.
+#[derive(Serialize, Debug, Clone)]
+pub struct EpisodeGroup {
+    pub name: String,
+    pub in_use: u64,
+    pub limit: u64,
+    /// The other members holding it, most first (empty in traces that do not name them).
+    pub holders: Vec<Holder>,
 }
 
 #[derive(Serialize, Debug, Clone)]

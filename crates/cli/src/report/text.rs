@@ -3,6 +3,8 @@
 use super::model::*;
 use super::{CHART_ROWS, EPISODE_HEAD};
 use cuquota_format::episodes::GAP_NS;
+use cuquota_format::holders::Holder;
+use cuquota_format::part::Part;
 use cuquota_format::units::human;
 use std::fmt::Write as _;
 
@@ -255,6 +257,14 @@ fn render_device(out: &mut String, p: &ProcessReport, d: &DeviceReport) {
         d.dev,
         seconds(d.peak_t_ns)
     );
+    for c in &d.quota_changes {
+        let _ = writeln!(
+            out,
+            "     the quota became {} at {} (`cuquota set` on the group)",
+            c.quota.map_or("none".to_string(), human),
+            seconds(c.t_ns)
+        );
+    }
     let _ = writeln!(
         out,
         "     {} ({} in all), {}, {} ({} by quota, {} by the driver{}), {} live ({})",
@@ -279,13 +289,16 @@ fn render_device(out: &mut String, p: &ProcessReport, d: &DeviceReport) {
     if d.refused_observed > 0 || p.mode == "observe" {
         render_observed(out, d);
     }
-    let scale = d.quota.unwrap_or(0).max(d.peak);
+    let highest_quota = (d.quota_changes.iter().filter_map(|c| c.quota))
+        .chain(d.quota)
+        .max();
+    let scale = highest_quota.unwrap_or(0).max(d.peak);
     chart(
         out,
         &d.chart,
         scale,
-        (p.first_event_ns, p.duration_ns),
-        d.quota.is_some_and(|q| q == scale),
+        (p.first_event_ns, p.last_event_ns),
+        highest_quota.is_some_and(|q| q == scale),
     );
 }
 
@@ -472,10 +485,142 @@ fn render_episodes(out: &mut String, e: &EpisodesReport) {
             ep.api,
             sizes.join(" → ")
         );
+        render_held(out, ep);
     }
     if e.count > e.shown.len() as u64 {
         let _ = writeln!(out, "     … and {} more", e.count - e.shown.len() as u64);
     }
+}
+
+/// What was held at an episode's first refusal — by part, and in a group by member — and
+/// what would have made that request fit.
+fn render_held(out: &mut String, ep: &EpisodeReport) {
+    let asked = ep.refused.first().copied().unwrap_or(0);
+    let own: u64 = ep.held.0.iter().sum();
+    let mut parts: Vec<String> = Vec::new();
+    for (layer, bytes) in ep.held.iter() {
+        if *bytes > 0 {
+            parts.push(format!("{} {}", layer.words(), human(*bytes)));
+        }
+    }
+    let by_part = match parts.len() {
+        0 | 1 => String::new(),
+        _ => format!(" ({})", parts.join(", ")),
+    };
+    let (held, limit) = match &ep.group {
+        Some(g) => {
+            let _ = writeln!(
+                out,
+                "       held then: this process {}{by_part}; group {} {} of {}",
+                human(own),
+                g.name,
+                human(g.in_use),
+                human(g.limit)
+            );
+            for h in &g.holders {
+                let _ = writeln!(out, "         {}", holder_row(h));
+            }
+            (g.in_use, g.limit)
+        }
+        None => match ep.quota {
+            Some(q) if !by_part.is_empty() => {
+                let _ = writeln!(
+                    out,
+                    "       held then: {} of {}{by_part}",
+                    human(own),
+                    human(q)
+                );
+                (own, q)
+            }
+            Some(q) => (own, q),
+            None => return,
+        },
+    };
+    let short = (held + asked).saturating_sub(limit);
+    if short == 0 {
+        return;
+    }
+    let mut ways = Vec::new();
+    if let Some(g) = &ep.group {
+        let unused: Vec<&Holder> = (g.holders.iter())
+            .filter(|h| h.part(Part::PoolCache) + h.part(Part::Graph) > 0)
+            .collect();
+        let freed: u64 = unused
+            .iter()
+            .map(|h| h.part(Part::PoolCache) + h.part(Part::Graph))
+            .sum();
+        if freed >= short {
+            let who: Vec<String> = unused
+                .iter()
+                .map(|h| format!("pid {}", shown_pid(h)))
+                .collect();
+            ways.push(format!(
+                "trimming the unused pool cache and graph memory of {} ({}: cuMemPoolTrimTo, \
+                 cuDeviceGraphMemTrim in those processes)",
+                who.join(", "),
+                human(freed)
+            ));
+        }
+        let mut covered = 0;
+        let mut who = Vec::new();
+        for h in &g.holders {
+            if covered >= short {
+                break;
+            }
+            covered += h.in_use;
+            who.push(format!("pid {} holds {}", shown_pid(h), human(h.in_use)));
+        }
+        if covered >= short {
+            ways.push(format!(
+                "memory given back by other members ({})",
+                who.join(", ")
+            ));
+        }
+    }
+    ways.push(format!("a quota of {}", human(held + asked)));
+    let _ = writeln!(
+        out,
+        "       to fit {}: {} more had to be free; it would have fit with {}",
+        human(asked),
+        human(short),
+        ways.join(", or ")
+    );
+}
+
+/// A holder's PID as the host sees it where known, else its own.
+fn shown_pid(h: &Holder) -> u32 {
+    if h.outer_pid != 0 {
+        h.outer_pid
+    } else {
+        h.pid
+    }
+}
+
+/// `pid 4242 [container] (python serve.py) 700.00 MiB: allocations …, pool cache …`.
+fn holder_row(h: &Holder) -> String {
+    let mut row = format!("pid {}", shown_pid(h));
+    if shown_pid(h) != h.pid {
+        row += &format!(" ({} in its namespace)", h.pid);
+    }
+    if let Some(c) = &h.container {
+        row += &format!(" [{c}]");
+    }
+    if !h.command.is_empty() {
+        row += &format!(" ({})", h.command);
+    }
+    row += &format!(" {}", human(h.in_use));
+    let parts: Vec<String> = (Part::ALL.iter())
+        .filter(|p| h.part(**p) > 0)
+        .map(|p| format!("{} {}", p.words(), human(h.part(*p))))
+        .collect();
+    if !parts.is_empty() {
+        row += &format!(
+            ": allocations {}, {}",
+            human(h.allocations()),
+            parts.join(", ")
+        );
+    }
+    row
 }
 
 fn render_job(out: &mut String, r: &Report) {

@@ -128,7 +128,10 @@ pub struct Refusal {
 
 /// Reads the state directory: every living process and every group. Read-only.
 pub fn read(state_dir: &Path) -> Snapshot {
-    let scan = registry::scan(state_dir);
+    let mut scan = registry::scan(state_dir);
+    for p in &mut scan.processes {
+        p.host_pid = cuquota_format::identity::host_pid(Path::new("/proc"), p.pid, &p.identity);
+    }
     let (groups, group_notes) = group::GroupFile::read_all(state_dir);
     let mut notes = scan.notes;
     notes.extend(group_notes);

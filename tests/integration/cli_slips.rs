@@ -1,0 +1,259 @@
+//! Slips a newcomer makes with `cuquota run` and `cuquota set`, each caught before the
+//! command starts with a line naming it and exit status 2 (as clap's own usage errors):
+//! an option cuquota does not know, a unit split from its size, a per-GPU limit naming no
+//! GPU the command would see (it would run with no limit at all). And `run --group`.
+
+use crate::common::{artifacts, scratch_dir, Client, Run, GIB, MIB};
+use std::path::Path;
+
+const OUT_OF_MEMORY: u64 = 2;
+
+/// `cuquota ARGS…` with the shim as the driver and the test build's library.
+fn cuquota(args: &[&str]) -> Run {
+    Run::program(&artifacts().cli)
+        .no_preload()
+        .env_os("CUQUOTA_LIB", &artifacts().interposer)
+        .args(args)
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// Runs `cuquota run ARGS… touch MARKER` and asserts it was refused with exit status 2 and
+/// the command never started; returns stderr.
+fn refused(args: &[&str], env: &[(&str, &str)]) -> String {
+    let dir = scratch_dir("cli-slips-refused");
+    let marker = dir.join("ran");
+    let _ = std::fs::remove_file(&marker);
+    let out = cuquota(&["run"])
+        .args(args)
+        .args(&["touch", s(&marker)])
+        .envs(env)
+        .run();
+    out.check_exit(2);
+    assert!(!marker.exists(), "{args:?}: the command ran:\n{out}");
+    out.stderr.join("\n")
+}
+
+#[test]
+fn an_unknown_option_before_the_command_is_refused_naming_it() {
+    let err = refused(&["--limt", "1GiB", "--"], &[]);
+    assert!(
+        err.contains("error: unexpected argument '--limt' found"),
+        "{err}"
+    );
+    assert!(
+        err.contains("a similar argument exists: '--limit'"),
+        "{err}"
+    );
+    assert!(err.contains("use '-- --limt'"), "how to pass it: {err}");
+
+    // The unit as a word of its own would have been the command.
+    let err = refused(&["--limit", "1", "GiB", "--"], &[]);
+    assert_eq!(
+        err,
+        "cuquota: --limit 1 GiB: the unit is a word of its own, so GiB would be the command; \
+         write --limit 1GiB"
+    );
+
+    // Options after the command are the command's, with or without `--`.
+    let client = Client::Linked.path();
+    for args in [
+        vec!["--limit", "1GiB", s(&client)],
+        vec!["--limit", "1GiB", "--", s(&client)],
+    ] {
+        let out = cuquota(&["run"])
+            .args(&args)
+            .args(&["init", "alloc:2G", "alloc:512M"])
+            .run();
+        out.check_exit(0);
+        out.check_rcs(&[0, OUT_OF_MEMORY, 0]);
+    }
+}
+
+#[test]
+fn limit_errors_speak_of_the_option_and_usage_errors_exit_2() {
+    let err = refused(&["--limit", "6GBB"], &[]);
+    assert_eq!(
+        err,
+        "cuquota: --limit \"6GBB\" is not valid: unknown unit \"GBB\"; use e.g. --limit 6GiB, \
+         6144MiB, 75%, 0:6GiB,1:50% or none"
+    );
+    let err = refused(&["--limit", "18446744073709551615"], &[]);
+    assert!(err.contains("give --limit none for no limit"), "{err}");
+    assert!(!err.contains("CUQUOTA_LIMIT"), "{err}");
+
+    // `set`: a bad value or name is a usage error (2), what the state refuses is not (1).
+    let dir = scratch_dir("cli-slips-set");
+    let state = dir.join("state");
+    for (args, line) in [
+        (
+            vec!["set", "g", "--limit", "lots"],
+            "cuquota: --limit lots: \"lots\" does not start with a number",
+        ),
+        (
+            vec!["set", "a/b", "--limit", "1GiB"],
+            "cuquota: group \"a/b\": a group name is 1 to 64 characters of A-Z a-z 0-9 . _ - (got \"a/b\")",
+        ),
+    ] {
+        let out = cuquota(&args).args(&["--state-dir", s(&state)]).run();
+        out.check_exit(2);
+        assert_eq!(out.stderr, [line], "{args:?}");
+    }
+    assert!(!state.exists(), "a refused set made no state");
+    let out = cuquota(&["set", "g", "--remove", "--state-dir", s(&state)]).run();
+    out.check_exit(1);
+}
+
+#[test]
+fn none_means_no_limit_in_run_as_in_set() {
+    let client = Client::Linked.path();
+    let ops = ["init", "alloc:2G"];
+    // The environment's limit applies without --limit, and is lifted by --limit none.
+    let out = cuquota(&["run", s(&client)])
+        .args(&ops)
+        .env("CUQUOTA_LIMIT", "1GiB")
+        .run();
+    out.check_rcs(&[0, OUT_OF_MEMORY]);
+    for none in ["none", "Unlimited"] {
+        let out = cuquota(&["run", "--limit", none, s(&client)])
+            .args(&ops)
+            .env("CUQUOTA_LIMIT", "1GiB")
+            .run();
+        out.check_exit(0);
+        out.check_rcs(&[0, 0]);
+        out.check_log(&format!(
+            "GPU 0 summary: peak 2.00 GiB ({} bytes), no quota, 1 allocation, 0 refusals, 1 live at exit (2.00 GiB)",
+            2 * GIB
+        ));
+    }
+    let dir = scratch_dir("cli-slips-none");
+    let out = cuquota(&["set", "g", "--limit", "none", "--state-dir", s(&dir)]).run();
+    out.check_exit(0);
+    assert!(
+        out.stdout.contains("GPUs joining from now on get none"),
+        "{out}"
+    );
+}
+
+/// The stand-in's UUIDs: GPU-63757175-6f74-412d-b368-696d0000000N for physical device N.
+fn uuid(n: u32) -> String {
+    format!("GPU-63757175-6f74-412d-b368-696d{n:08x}")
+}
+
+#[test]
+fn a_per_gpu_limit_naming_no_gpu_the_command_sees_fails_closed() {
+    let hint = "(CUDA_VISIBLE_DEVICES renumbers from 0: name a GPU by its UUID, nvidia-smi -L, \
+                to follow it)";
+    let err = refused(&["--limit", "3:1GiB"], &[]);
+    assert_eq!(
+        err,
+        format!(
+            "cuquota: --limit 3:1GiB names GPU 3, which the command would not see, so it would \
+             run with no limit; it sees GPU 0 ({}) {hint}",
+            uuid(0)
+        )
+    );
+    // Two GPUs, the second made the only one visible: it is GPU 0 to the command.
+    let two = [("CUDA_SHIM_DEVICES", "2"), ("CUDA_VISIBLE_DEVICES", "1")];
+    let err = refused(&["--limit", "1:1GiB"], &two);
+    assert!(
+        err.ends_with(&format!("it sees GPU 0 ({}) {hint}", uuid(1))),
+        "{err}"
+    );
+    let other = uuid(0);
+    let err = refused(&["--limit", &format!("{other}:1GiB")], &two);
+    assert!(err.contains(&format!("names {other}, which")), "{err}");
+    let err = refused(&["--limit", "0:1GiB"], &[("CUDA_VISIBLE_DEVICES", "")]);
+    assert!(err.contains("it sees no GPU"), "{err}");
+
+    // Named by its UUID, the visible GPU is capped.
+    let client = Client::Linked.path();
+    let limit = format!("{}:1GiB", uuid(1));
+    let out = cuquota(&["run", "--limit", &limit, s(&client), "init", "alloc:2G"])
+        .envs(&two)
+        .run();
+    out.check_exit(0);
+    out.check_rcs(&[0, OUT_OF_MEMORY]);
+
+    // A seen GPU beside an unseen one: the limit holds where it can, and the interposer
+    // warns of the other, as before.
+    let out = cuquota(&["run", "--limit", "0:1GiB,3:1GiB", s(&client)])
+        .args(&["init", "alloc:2G"])
+        .run();
+    out.check_exit(0);
+    out.check_rcs(&[0, OUT_OF_MEMORY]);
+    assert!(
+        out.cuquota_lines().iter().any(|l| l.contains(
+            "CUQUOTA_LIMIT names GPU 3, which this process does not see, so that limit applies to no device"
+        )),
+        "{out}"
+    );
+}
+
+/// `run --group` and `--state-dir` set what the interposer reads; run's checks and its audit
+/// module (the deep-bound plugin is caught) stay.
+#[test]
+fn run_joins_a_group() {
+    let dir = scratch_dir("cli-slips-group");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = cuquota(&["set", "team", "--limit", "64MiB", "--state-dir"])
+        .arg(s(&dir.join("state")))
+        .run();
+    out.check_exit(0);
+
+    let plugin = artifacts().clients_dir.join("deep_plugin.so");
+    let host = artifacts().clients_dir.join("deep_host");
+    let size = (48 * MIB).to_string();
+    // A relative state directory is the one under run's working directory, whatever the
+    // command does with its own.
+    let out = cuquota(&["run", "--group", "team", "--state-dir", "state", "--"])
+        .args(&[s(&host), s(&plugin), "deep", "dlsym", &size, &size])
+        .cwd(&dir)
+        .run();
+    out.check_exit(0);
+    out.check(0, "alloc", &[("rc", 0)]);
+    out.check(1, "alloc", &[("rc", OUT_OF_MEMORY)]);
+
+    // The same without --group: no limit, both fit.
+    let out = cuquota(&["run", "--"])
+        .args(&[s(&host), s(&plugin), "deep", "dlsym", &size, &size])
+        .run();
+    out.check(0, "alloc", &[("rc", 0)]);
+    out.check(1, "alloc", &[("rc", 0)]);
+
+    let err = refused(&["--group", "a/b"], &[]);
+    assert_eq!(
+        err,
+        "cuquota: --group \"a/b\" is not valid: a group name is 1 to 64 characters of \
+         A-Z a-z 0-9 . _ - (got \"a/b\")"
+    );
+    let file = dir.join("file");
+    std::fs::write(&file, "").unwrap();
+    let err = refused(&["--group", "team", "--state-dir", s(&file)], &[]);
+    assert_eq!(
+        err,
+        format!("cuquota: --state-dir {}: not a directory", s(&file))
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// With cuquota's library preloaded into `cuquota` itself (LD_PRELOAD exported, or
+/// /etc/ld.so.preload), `run` does not ask the driver (that would make itself a governed
+/// process): the command starts, and the interposer's own check at its first CUDA call is
+/// what stands.
+#[test]
+fn run_leaves_the_check_to_the_interposer_when_preloaded_itself() {
+    let client = Client::Linked.path();
+    let out = Run::program(&artifacts().cli)
+        .env_os("CUQUOTA_LIB", &artifacts().interposer)
+        .args(&["run", "--limit", "3:1GiB", s(&client), "init"])
+        .run();
+    assert!(
+        !out.stderr.iter().any(|l| l.starts_with("cuquota: --limit")),
+        "{out}"
+    );
+    out.op(0, "init");
+}
