@@ -14,6 +14,8 @@
  *                                           and wall ns per pair (wall / all pairs)
  *   alloc_bench asyncpair LOOKUP PAIRS   ns per cuMemAllocAsync + cuMemFreeAsync pair on the
  *                                           NULL stream (the stream → device lookup)
+ *   alloc_bench deeppair LOOKUP PAIRS DEPTH   as pair, with the loop DEPTH frames further
+ *                                           down (a framework's stack, for CUQUOTA_STACKS)
  *   alloc_bench dlsym-other CALLS           ns per dlsym of "strlen" via RTLD_DEFAULT and
  *                                           via libc's handle (no CUDA involved)
  */
@@ -157,6 +159,14 @@ static int bench_pair(long n) {
     return 0;
 }
 
+/* bench_pair, DEPTH calls down. Not a tail call (the asm after it), so each frame stays. */
+__attribute__((noinline)) static int nested_pair(int depth, long n) {
+    if (depth <= 0) return bench_pair(n);
+    int rc = nested_pair(depth - 1, n);
+    __asm__ volatile("" ::: "memory");
+    return rc;
+}
+
 static void async_pairs(long n) {
     CUdeviceptr p;
     CUresult rc;
@@ -292,6 +302,7 @@ int main(int argc, char **argv) {
     setup(argv[2]);
     if (!strcmp(argv[1], "pair")) return bench_pair(atol(argv[3]));
     if (!strcmp(argv[1], "asyncpair")) return bench_async_pair(atol(argv[3]));
+    if (!strcmp(argv[1], "deeppair") && argc >= 5) return nested_pair(atoi(argv[4]), atol(argv[3]));
     if (!strcmp(argv[1], "live") && argc >= 5) return bench_live(atol(argv[3]), atol(argv[4]));
     if (!strcmp(argv[1], "threads") && argc >= 5)
         return bench_threads(atoi(argv[3]), atol(argv[4]));

@@ -39,6 +39,8 @@ THREAD_PAIRS=160000 # pairs per thread run, split over its threads
 DLSYM_CALLS=300000  # dlsym calls per run
 SPAWNS=60           # process starts per repetition, each way
 SMALL_REPORT=$((report_events / 10))
+STACK_DEPTH=32      # CUQUOTA_STACKS for the stack rows
+DEEP=30             # frames the deep rows add above the pair loop
 LIMIT=6GiB
 
 t_script=$(date +%s%N)
@@ -144,6 +146,14 @@ for rep in $(seq "$reps"); do
     run_case trace "${QUOTA[@]}" CUQUOTA_TRACE="$tmp/trace.jsonl" -- \
         "$out/alloc_bench" pair dlsym $PAIRS
     trace_stats "$tmp/trace.jsonl"
+    # Call stacks (CUQUOTA_STACKS): the pair as it is (a shallow stack), and 30 frames down.
+    run_case stacks "${QUOTA[@]}" CUQUOTA_TRACE="$tmp/stacks.jsonl" CUQUOTA_STACKS=$STACK_DEPTH -- \
+        "$out/alloc_bench" pair dlsym $PAIRS
+    run_case stacks_deep "${QUOTA[@]}" CUQUOTA_TRACE="$tmp/stacks.jsonl" CUQUOTA_STACKS=$STACK_DEPTH -- \
+        "$out/alloc_bench" deeppair dlsym $PAIRS $DEEP
+    run_case trace_deep "${QUOTA[@]}" CUQUOTA_TRACE="$tmp/stacks.jsonl" -- \
+        "$out/alloc_bench" deeppair dlsym $PAIRS $DEEP
+    rm -f "$tmp/stacks.jsonl"*
     both raw_linked quota_linked "$out/alloc_bench_linked" pair linked $PAIRS
     both raw_getproc quota_getproc "$out/alloc_bench" pair getproc $PAIRS
     both raw_async quota_async "$out/alloc_bench" asyncpair dlsym $PAIRS
@@ -176,12 +186,14 @@ cg_count() {
     shift 2
     f=$tmp/cg.$name.$n
     env "$@" valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file="$f" \
-        "$out/alloc_bench" "${CG_MODE:-pair}" dlsym "$n" >/dev/null 2>&1 || return 0
+        "$out/alloc_bench" "${CG_MODE:-pair}" dlsym "$n" ${CG_EXTRA:-} >/dev/null 2>&1 || return 0
     if [ -f "$f-01" ]; then
         awk -f bench/cg_objects.awk "$f-01" >"$f.objects"
         add "cg.$name.$n.lib" "$(awk '/libcuquota\.so/ {s += $1} END {print s + 0}' "$f.objects")"
         add "cg.$name.$n.drv" "$(awk '/shim\/libcuda/ {s += $1} END {print s + 0}' "$f.objects")"
         add "cg.$name.$n.ld" "$(awk '/ld-linux/ {s += $1} END {print s + 0}' "$f.objects")"
+        # libgcc's unwinder (CUQUOTA_STACKS)
+        add "cg.$name.$n.gcc" "$(awk '/libgcc_s/ {s += $1} END {print s + 0}' "$f.objects")"
     fi
     # The trace writer: the busiest thread besides the calling one (the watcher thread, also
     # started at the first CUDA call, idles).
@@ -203,6 +215,10 @@ if command -v valgrind >/dev/null; then
         # the stream-ordered pair (cuMemAllocAsync + cuMemFreeAsync, NULL stream)
         CG_MODE=asyncpair cg_count rawasync $n "${RAW[@]}"
         CG_MODE=asyncpair cg_count quotaasync $n "${QUOTA[@]}"
+        cg_count stacks $n "${QUOTA[@]}" CUQUOTA_TRACE="$tmp/cg-trace.jsonl" CUQUOTA_STACKS=$STACK_DEPTH
+        CG_MODE=deeppair CG_EXTRA=$DEEP cg_count stacksdeep $n "${QUOTA[@]}" \
+            CUQUOTA_TRACE="$tmp/cg-trace.jsonl" CUQUOTA_STACKS=$STACK_DEPTH
+        rm -f "$tmp/cg-trace.jsonl"*
     done
 else
     WHY[cg]="valgrind not installed"
@@ -325,6 +341,9 @@ else
     lossy=$(tr ' ' '\n' <<<"${V[trace.dropped_pct]:-}" | awk '$1 > 0 {n++; if ($1 > m) m = $1} END {if (n) printf "%d of %d runs dropped events (up to %.1f%%)", n, '"$reps"', m}')
     if [ -n "$lossy" ]; then R_RESULT[-1]="${R_RESULT[-1]}; $lossy"; fi
 fi
+pair_row "quota, trace on, stacks ($STACK_DEPTH frames)" stacks raw
+pair_row "quota, trace on, $DEEP frames deeper" trace_deep raw
+pair_row "quota, trace on, stacks, $DEEP frames deeper" stacks_deep raw
 pair_row "lookup: exported symbols" quota_linked raw_linked 50
 pair_row "lookup: exported symbols, LD_AUDIT on" quota_linked_audit raw_linked 50
 pair_row "lookup: dlsym" quota raw 50
@@ -444,6 +463,16 @@ else
             "(CUQUOTA_GROUP; $(cg_per group lib) in libcuquota.so itself)" ""
     fi
     if [ -n "$w" ]; then row "trace writer thread" "$(calc "$w / 2" 0)" instr/event "" "" ""; fi
+    # Call stacks: the interposer's share plus libgcc's unwinder, over the trace-on pair.
+    for c in stacks stacksdeep; do
+        v=$(cg_interposer $c) g=$(cg_per $c gcc)
+        if [ -n "$v" ] && [ -n "$g" ] && [ -n "$on" ]; then
+            what="shallow stack"
+            [ $c = stacksdeep ] && what="$DEEP frames deeper"
+            row "instructions/pair, stacks ($STACK_DEPTH frames), $what" "$(calc "$v + $g" 0)" instr/pair "$on" \
+                "(calling thread: $(cg_per $c lib) libcuquota.so, $g libgcc_s unwinder; raw = trace on, no stacks)" ""
+        fi
+    done
     # The stream-ordered pair (cuMemAllocAsync + cuMemFreeAsync, NULL stream) over its own
     # raw run (its stream → device lookup included).
     raw_drv=$(cg_per rawasync drv) raw_ld=$(cg_per rawasync ld)

@@ -126,6 +126,9 @@ pub struct Config {
     pub group: Option<String>,
     /// `CUQUOTA_STATE_DIR`: where groups keep their state.
     pub state_dir: PathBuf,
+    /// `CUQUOTA_STACKS=N`: record the call stack of each allocation in the trace, at most
+    /// N frames (0, the default: none; at most `stacks::MAX_DEPTH`).
+    pub stacks: u32,
     /// The policies' limits: the process's limit on a GPU is the smallest of these and
     /// `limits` (empty: no policy limit).
     pub ceilings: Vec<Limits>,
@@ -405,6 +408,32 @@ impl Config {
             Some(d) if !d.is_empty() => PathBuf::from(d),
             _ => PathBuf::from(cuquota_state::group::DEFAULT_STATE_DIR),
         };
+        // Only what the trace records: a bad value is a warning, and no stacks.
+        let stacks = match set("CUQUOTA_STACKS") {
+            None => 0,
+            Some(v) => match v.trim().parse::<u32>() {
+                Ok(n) if n <= crate::stacks::MAX_DEPTH => n,
+                _ => {
+                    warnings.push(warning(
+                        "CUQUOTA_STACKS",
+                        &v,
+                        &format!(
+                            "a number of frames from 0 (off) to {}",
+                            crate::stacks::MAX_DEPTH
+                        ),
+                        "0 (off)",
+                    ));
+                    0
+                }
+            },
+        };
+        if stacks > 0 && trace.is_none() {
+            warnings.push(
+                "CUQUOTA_STACKS is set but CUQUOTA_TRACE is not: call stacks are recorded only \
+                 in the trace; none are recorded"
+                    .to_string(),
+            );
+        }
         Ok(Config {
             limits,
             mode,
@@ -416,6 +445,7 @@ impl Config {
             context,
             group,
             state_dir,
+            stacks,
             ceilings: Vec::new(),
             policies: Vec::new(),
             untouched: false,
@@ -464,6 +494,29 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         Config::from_vars(|k| map.get(k).cloned())
+    }
+
+    /// `CUQUOTA_STACKS`: a depth, off by default; a bad one or one without a trace is a
+    /// warning and no stacks.
+    #[test]
+    fn stacks_setting() {
+        assert_eq!(config(&[]).unwrap().stacks, 0);
+        let on = config(&[("CUQUOTA_STACKS", "24"), ("CUQUOTA_TRACE", "/tmp/t")]).unwrap();
+        assert_eq!((on.stacks, on.warnings.len()), (24, 0));
+        for bad in ["-1", "deep", "129", "1.5"] {
+            let c = config(&[("CUQUOTA_STACKS", bad), ("CUQUOTA_TRACE", "/tmp/t")]).unwrap();
+            assert_eq!(c.stacks, 0, "{bad}");
+            assert_eq!(
+                c.warnings,
+                vec![format!(
+                    "CUQUOTA_STACKS=\"{bad}\" is not valid (use a number of frames from 0 \
+                     (off) to 128); using the default, 0 (off)"
+                )]
+            );
+        }
+        let alone = config(&[("CUQUOTA_STACKS", "8")]).unwrap();
+        assert_eq!(alone.stacks, 8);
+        assert!(alone.warnings[0].starts_with("CUQUOTA_STACKS is set but CUQUOTA_TRACE is not"));
     }
 
     #[test]

@@ -18,7 +18,8 @@
 //!   figures; `engine/explain.rs`, the one room that speaks), `episodes` (each thread's run
 //!   of refusals), `watcher` (the thread of a governed process that says the summary on
 //!   SIGTERM/SIGINT and ends back-off episodes when their gap passes), `trace` (the trace
-//!   file, started at its first event), `messages` (the
+//!   file, started at its first event), `stacks` (an allocation's call stack, interned,
+//!   and the loaded modules, for the trace), `messages` (the
 //!   words of the log lines), `log` (where they go), `config` (the environment variables);
 //! - books: `quota` (`Books`, every GPU's counters, kept in this process's registry file
 //!   or its memory), `group` (this process as a member of a group: its slot, its hold on
@@ -55,6 +56,7 @@ mod process;
 pub mod quota;
 mod real_driver;
 mod spin;
+mod stacks;
 mod sys;
 pub mod trace;
 pub mod vmm;

@@ -433,8 +433,13 @@ pub fn config_line(c: &Config, trace_path: Option<&str>) -> String {
         (Count::Footprint, Some(0)) => "footprint (context memory not counted)".to_string(),
         (Count::Footprint, Some(b)) => format!("footprint (context memory {} each)", human(b)),
     };
+    // Said only when on: the line is otherwise as it always was.
+    let stacks = match (c.stacks, &c.trace) {
+        (0, _) | (_, None) => String::new(),
+        (n, Some(_)) => format!(" with call stacks ({n} frames)"),
+    };
     format!(
-        "config: limit {limits}; mode {}; count {count}; virtualize {}; trace {}",
+        "config: limit {limits}; mode {}; count {count}; virtualize {}; trace {}{stacks}",
         c.mode.name(),
         if c.virtualize { "on" } else { "off" },
         match (c.trace.as_deref().map(|t| t.to_string_lossy()), trace_path) {

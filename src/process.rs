@@ -346,6 +346,8 @@ extern "C" fn after_fork_in_child() {
     // SAFETY: as above.
     unsafe { crate::trace::reset_in_child() };
     // SAFETY: as above.
+    unsafe { crate::stacks::reset_in_child() };
+    // SAFETY: as above.
     unsafe { crate::nvml::unlock_in_child() };
     // Last: the new thread may take any of the locks freed above.
     if !ENGINE.load(Ordering::Acquire).is_null() {

@@ -150,7 +150,11 @@ impl Engine {
                 held,
             } => {
                 if self.tracing {
-                    self.emit(Event::alloc(device, api, key, bytes, held));
+                    if crate::stacks::depth() == 0 {
+                        self.emit(Event::alloc(device, api, key, bytes, held));
+                    } else {
+                        self.emit_with_stack(device, api, key, bytes, held);
+                    }
                 }
                 if let Some(ended) = episodes::allocated(device, bytes, key, api) {
                     self.episodes_ended(ended);
@@ -433,6 +437,15 @@ impl Engine {
         if self.tracing {
             self.emit_traced(event);
         }
+    }
+
+    /// An allocation with its call stack (`CUQUOTA_STACKS`): out of line, so that the
+    /// hooks' path without stacks stays as it was.
+    #[cold]
+    #[inline(never)]
+    fn emit_with_stack(&self, device: u32, api: &'static str, key: u64, bytes: u64, held: u64) {
+        let stack = crate::stacks::capture();
+        self.emit(Event::alloc_at(device, api, key, bytes, held, stack));
     }
 
     #[inline(never)]

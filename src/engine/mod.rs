@@ -201,6 +201,11 @@ impl Engine {
         queries: Box<dyn Queries>,
         books: Books,
     ) -> Engine {
+        if let Ok(c) = &config {
+            if c.trace.is_some() {
+                crate::stacks::enable(c.stacks);
+            }
+        }
         Engine {
             queries,
             books,

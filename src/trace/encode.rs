@@ -12,7 +12,7 @@
 use super::cursor::{Cursor, Piece, E8, OVERHANG};
 use super::{EventKind, Stamped};
 use crate::cuda_abi::CuResult;
-use cuquota_format::schema::kind;
+use cuquota_format::schema::{self, kind};
 
 /// Formats event lines (schema 1). Keeps its caches between lines, so the writer uses one for
 /// its whole life.
@@ -84,7 +84,7 @@ impl Encoder {
     pub fn event_line(&mut self, out: &mut Vec<u8>, s: &Stamped) {
         let ev = &s.ev;
         let (kind, sizes): (usize, &[u64]) = match &ev.kind {
-            EventKind::Alloc => (0, &[]),
+            EventKind::Alloc { .. } => (0, &[]),
             EventKind::Free => (1, &[]),
             EventKind::Refused { .. } | EventKind::Observed | EventKind::GroupRefused { .. } => {
                 (2, &[])
@@ -170,7 +170,12 @@ impl Encoder {
         }
         w.decimal(ev.in_use);
         match &ev.kind {
-            EventKind::Alloc | EventKind::Free => w.put(b"}\n"),
+            EventKind::Alloc { stack } if *stack != 0 => {
+                w.put(b",\"stack\":");
+                w.decimal(u64::from(*stack));
+                w.put(b"}\n");
+            }
+            EventKind::Alloc { .. } | EventKind::Free => w.put(b"}\n"),
             EventKind::Refused { by_driver: true } => w.put(b",\"reason\":\"driver\"}\n"),
             EventKind::Refused { by_driver: false } => w.put(b",\"reason\":\"quota\"}\n"),
             EventKind::Observed => w.put(b",\"reason\":\"quota\",\"observed\":true}\n"),
@@ -267,6 +272,36 @@ pub fn dropped_line(out: &mut Vec<u8>, t_ns: u64, count: u64) {
     w.decimal(count);
     w.put(b"}\n");
     w.finish();
+}
+
+/// `{"type":"stack","id":…,"frames":["0x…",…]}`: an interned call stack, innermost frame
+/// first (return addresses, as the unwinder gave them). Rare: serde will do.
+pub fn stack_line(out: &mut Vec<u8>, t_ns: u64, id: u32, frames: &[u64]) {
+    let line = schema::StackLine {
+        kind: kind::STACK.into(),
+        t_ns,
+        id: u64::from(id),
+        frames: frames.iter().map(|f| format!("{f:#x}")).collect(),
+    };
+    if serde_json::to_writer(&mut *out, &line).is_ok() {
+        out.push(b'\n');
+    }
+}
+
+/// `{"type":"module",…}`: a loaded module, for symbolising stacks (see `schema::ModuleLine`).
+pub fn module_line(out: &mut Vec<u8>, t_ns: u64, m: &crate::stacks::modules::Module) {
+    let line = schema::ModuleLine {
+        kind: kind::MODULE.into(),
+        t_ns,
+        path: m.path.clone(),
+        base: format!("{:#x}", m.bias),
+        lo: format!("{:#x}", m.lo),
+        hi: format!("{:#x}", m.hi),
+        build_id: m.build_id.clone(),
+    };
+    if serde_json::to_writer(&mut *out, &line).is_ok() {
+        out.push(b'\n');
+    }
 }
 
 /// The longest `,"tid":…,"dev":…,"api":"…","ptr":"0x…` kept in the cache: 62 bytes with the
@@ -377,9 +412,72 @@ mod tests {
         String::from_utf8(out).unwrap().leak()
     }
 
+    /// An allocation with a call stack names it; the `stack` and `module` lines read back.
+    #[test]
+    fn stacks_and_modules_parse_back() {
+        let s = stamped(
+            EventKind::Alloc {
+                stack: 4_000_000_000,
+            },
+            0x10,
+            4096,
+            0,
+            4096,
+        );
+        let text = line(&s);
+        assert!(text.ends_with(",\"stack\":4000000000}\n"), "{text}");
+        let ev: EventLine = serde_json::from_str(text).unwrap();
+        assert_eq!((ev.stack, ev.bytes), (4_000_000_000, 4096));
+        let fast = cuquota_format::fastline::parse(text.trim_end().as_bytes()).unwrap();
+        assert_eq!(fast.stack, 4_000_000_000);
+        // Without a stack the line is as it always was.
+        assert!(!line(&stamped(EventKind::ALLOC, 0x10, 1, 0, 1)).contains("stack"));
+
+        let mut out = Vec::new();
+        stack_line(&mut out, 5, 7, &[0x55aa_0000_1234, 0x1]);
+        let m = crate::stacks::modules::Module {
+            path: "/opt/a \"b\".so".into(),
+            bias: 0x7f00_0000_0000,
+            lo: 0x7f00_0000_1000,
+            hi: 0x7f00_0000_9000,
+            build_id: "ab12".into(),
+        };
+        module_line(&mut out, 5, &m);
+        let text = String::from_utf8(out).unwrap();
+        let mut lines = text.lines();
+        let stack: EventLine = serde_json::from_str(lines.next().unwrap()).unwrap();
+        assert_eq!(
+            (stack.kind.as_ref(), stack.id, stack.t_ns),
+            (kind::STACK, 7, 5)
+        );
+        let frames: Vec<u64> = stack
+            .frames
+            .unwrap()
+            .iter()
+            .filter_map(|f| parse_ptr(f))
+            .collect();
+        assert_eq!(frames, [0x55aa_0000_1234, 0x1]);
+        let module: EventLine = serde_json::from_str(lines.next().unwrap()).unwrap();
+        assert_eq!((module.kind.as_ref(), module.t_ns), (kind::MODULE, 5));
+        assert_eq!(module.path.as_deref(), Some("/opt/a \"b\".so"));
+        assert_eq!(
+            module.base.as_deref().and_then(parse_ptr),
+            Some(0x7f00_0000_0000)
+        );
+        assert_eq!(
+            module.lo.as_deref().and_then(parse_ptr),
+            Some(0x7f00_0000_1000)
+        );
+        assert_eq!(
+            module.hi.as_deref().and_then(parse_ptr),
+            Some(0x7f00_0000_9000)
+        );
+        assert_eq!(module.build_id.as_deref(), Some("ab12"));
+    }
+
     #[test]
     fn lines_parse_back_with_every_field() {
-        let text = line(&stamped(EventKind::Alloc, 0x7f12_3456_7800, 4096, 0, 8192));
+        let text = line(&stamped(EventKind::ALLOC, 0x7f12_3456_7800, 4096, 0, 8192));
         assert!(text.ends_with("}\n") && text.matches('\n').count() == 1);
         let ev: EventLine = serde_json::from_str(text).unwrap();
         assert_eq!(ev.kind, "alloc");
@@ -459,7 +557,7 @@ mod tests {
             (10, 7, 1 << 20, 0xabc, 1_000_000),
             (9, 1, i32::MAX as u32, 0x7f00_0000_0000, 999),
         ] {
-            let mut s = stamped(EventKind::Alloc, ptr, bytes, 0, bytes);
+            let mut s = stamped(EventKind::ALLOC, ptr, bytes, 0, bytes);
             (s.t_ns, s.tid, s.ev.device) = (t, tid, dev);
             let ev: EventLine = serde_json::from_str(line(&s)).unwrap();
             assert_eq!(
@@ -472,7 +570,7 @@ mod tests {
 
     #[test]
     fn a_typical_alloc_line_stays_short() {
-        let mut s = stamped(EventKind::Alloc, 0x7f12_3456_7800, 1 << 32, 0, 6 << 30);
+        let mut s = stamped(EventKind::ALLOC, 0x7f12_3456_7800, 1 << 32, 0, 6 << 30);
         s.t_ns = 60_000_000_000;
         s.tid = 123_456;
         assert!(line(&s).len() <= 170, "{} bytes", line(&s).len());
@@ -570,7 +668,7 @@ mod tests {
             before: None,
         };
         match &ev.kind {
-            EventKind::Alloc => r.kind = kind::ALLOC,
+            EventKind::Alloc { .. } => r.kind = kind::ALLOC,
             EventKind::Free => r.kind = kind::FREE,
             EventKind::Refused { by_driver } => {
                 r.kind = kind::REFUSED;
@@ -643,7 +741,7 @@ mod tests {
             // Each number in every field, next to other numbers in the others.
             let m = numbers[(i * 7 + 3) % numbers.len()];
             let kinds = [
-                EventKind::Alloc,
+                EventKind::ALLOC,
                 EventKind::Free,
                 EventKind::Refused { by_driver: true },
                 EventKind::Refused { by_driver: false },
@@ -742,7 +840,7 @@ mod tests {
                 5 => EventKind::Footprint {
                     part: Part::ALL[(num() % 3) as usize],
                 },
-                0 => EventKind::Alloc,
+                0 => EventKind::ALLOC,
                 1 => EventKind::Free,
                 2 => EventKind::Refused {
                     by_driver: num() % 2 == 0,
@@ -855,7 +953,7 @@ mod tests {
                     tid: (i * 7919 + round) % 300,
                     ev: Event {
                         kind: match i % 3 {
-                            0 => EventKind::Alloc,
+                            0 => EventKind::ALLOC,
                             1 => EventKind::Free,
                             _ => EventKind::Refused { by_driver: true },
                         },

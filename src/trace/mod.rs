@@ -48,7 +48,20 @@ pub struct Event {
 impl Event {
     /// A successful allocation of `bytes` at `ptr`.
     pub fn alloc(device: u32, api: &'static str, ptr: u64, bytes: u64, in_use: u64) -> Event {
-        Event::ok(EventKind::Alloc, device, api, ptr, bytes, in_use)
+        Event::ok(EventKind::ALLOC, device, api, ptr, bytes, in_use)
+    }
+
+    /// A successful allocation made at the call stack `stack` (an interned id, 0: none).
+    #[inline(always)]
+    pub fn alloc_at(
+        device: u32,
+        api: &'static str,
+        ptr: u64,
+        bytes: u64,
+        in_use: u64,
+        stack: u32,
+    ) -> Event {
+        Event::ok(EventKind::Alloc { stack }, device, api, ptr, bytes, in_use)
     }
 
     /// A successful free of what `ptr` charged.
@@ -219,7 +232,11 @@ impl Event {
 }
 
 pub enum EventKind {
-    Alloc,
+    /// `stack`: the interned call stack (`CUQUOTA_STACKS`; 0: none). Here rather than in
+    /// `Event`, where it would make every event bigger: the largest variant has room.
+    Alloc {
+        stack: u32,
+    },
     Free,
     /// Reason `"quota"`, or `"driver"` when the driver itself refused.
     Refused {
@@ -288,6 +305,11 @@ impl GroupDetail {
             self.in_use, self.limit
         )
     }
+}
+
+impl EventKind {
+    /// An allocation without a call stack.
+    pub const ALLOC: EventKind = EventKind::Alloc { stack: 0 };
 }
 
 pub struct DeviceInfo {

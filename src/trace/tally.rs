@@ -118,7 +118,7 @@ impl Tally {
         // The live totals wrap rather than panic: only absurd sizes (a test's u64::MAX)
         // could overflow them, and the summary is garbage then either way.
         match ev.kind {
-            EventKind::Alloc if ok => {
+            EventKind::Alloc { .. } if ok => {
                 d.allocs += 1;
                 d.alloc_bytes = d.alloc_bytes.saturating_add(ev.bytes);
                 match live.insert(ev.ptr, ev.bytes) {
@@ -210,12 +210,12 @@ mod tests {
             s.t_ns = t_ns;
             t.add(&s);
         };
-        at(EventKind::Alloc, 0xa, 10, 0, 10, 1);
-        at(EventKind::Alloc, 0xb, 20, 0, 30, 2);
+        at(EventKind::ALLOC, 0xa, 10, 0, 10, 1);
+        at(EventKind::ALLOC, 0xb, 20, 0, 30, 2);
         at(EventKind::Refused { by_driver: false }, 0, 80, 2, 30, 3);
         at(EventKind::Free, 0xa, 10, 0, 20, 4);
         at(EventKind::Free, 0xdead, 5, 0, 20, 5); // never seen: counted, no live change
-        at(EventKind::Alloc, 0xc, 7, 0, 27, 6);
+        at(EventKind::ALLOC, 0xc, 7, 0, 27, 6);
         let s = t.summary(99, "exit", 4);
         assert_eq!(
             (s.events, s.dropped, s.t_ns, s.end.as_str()),
@@ -237,12 +237,12 @@ mod tests {
     fn the_tally_peak_is_of_held_bytes_and_contexts_free() {
         let mut t = Tally::new([(1, None), (2, None)]);
         // GPU 2's pool allocation, owned by GPU 1's context
-        let mut pooled = stamped(EventKind::Alloc, 0xc, 64, 0, 64);
+        let mut pooled = stamped(EventKind::ALLOC, 0xc, 64, 0, 64);
         pooled.ev.device = 2;
         t.add(&pooled);
         let mut at =
             |kind, ptr, bytes, result, in_use| t.add(&stamped(kind, ptr, bytes, result, in_use));
-        at(EventKind::Alloc, 0xa, 4096, 0, 4096);
+        at(EventKind::ALLOC, 0xa, 4096, 0, 4096);
         at(
             EventKind::Refused { by_driver: true },
             0,
@@ -250,7 +250,7 @@ mod tests {
             2,
             (2 << 30) + 4096,
         );
-        at(EventKind::Alloc, 0xb, 10, 0, 4106);
+        at(EventKind::ALLOC, 0xb, 10, 0, 4106);
         let ptrs = vec![0xa, 0xb, 0xc].into_boxed_slice();
         at(EventKind::Context { ptrs }, 0, 4170, 0, 0);
         let s = t.summary(9, "exit", 0);
@@ -272,11 +272,11 @@ mod tests {
             let d = t.summary(0, "exit", 0).devices[0].clone();
             (d.allocs, d.frees, d.live, d.live_bytes)
         };
-        assert_eq!(at(EventKind::Alloc, 0xa, 10), (1, 0, 1, 10));
+        assert_eq!(at(EventKind::ALLOC, 0xa, 10), (1, 0, 1, 10));
         // Reused: the free was not seen.
-        assert_eq!(at(EventKind::Alloc, 0xa, 30), (2, 0, 1, 30));
+        assert_eq!(at(EventKind::ALLOC, 0xa, 30), (2, 0, 1, 30));
         // A null pointer (or handle 0) is an entry too.
-        assert_eq!(at(EventKind::Alloc, 0, 5), (3, 0, 2, 35));
+        assert_eq!(at(EventKind::ALLOC, 0, 5), (3, 0, 2, 35));
         assert_eq!(at(EventKind::Free, 0xb, 1), (3, 1, 2, 35));
         assert_eq!(at(EventKind::Free, 0, 5), (3, 2, 1, 30));
         assert_eq!(at(EventKind::Free, 0xa, 30), (3, 3, 0, 0));

@@ -89,7 +89,7 @@ fn round_trip_every_event_and_the_summary() {
     let template = format!("{}/t-%p.jsonl", dir.display());
     let tracer = open(&template, &info(), crate::sys::monotonic_ns(), fast()).unwrap();
     tracer.record(ev(
-        EventKind::Alloc,
+        EventKind::ALLOC,
         0,
         0x7f00_0000_0000,
         1 << 30,
@@ -97,7 +97,7 @@ fn round_trip_every_event_and_the_summary() {
         1 << 30,
     ));
     tracer.record(ev(
-        EventKind::Alloc,
+        EventKind::ALLOC,
         0,
         0x7f00_4000_0000,
         2 << 30,
@@ -114,7 +114,7 @@ fn round_trip_every_event_and_the_summary() {
     ));
     let sizes = vec![4u64 << 30, 3 << 30].into_boxed_slice();
     tracer.record(ev(
-        EventKind::Alloc,
+        EventKind::ALLOC,
         0,
         0x7f00_c000_0000,
         3 << 30,
@@ -150,10 +150,10 @@ fn round_trip_every_event_and_the_summary() {
         0,
         5 << 30,
     ));
-    tracer.record(ev(EventKind::Alloc, 1, 0x10, 100, 0, 100));
+    tracer.record(ev(EventKind::ALLOC, 1, 0x10, 100, 0, 100));
     assert!(tracer.finish(Duration::from_secs(5)));
     // After finish: ignored, harmless.
-    tracer.record(ev(EventKind::Alloc, 1, 0x20, 100, 0, 200));
+    tracer.record(ev(EventKind::ALLOC, 1, 0x20, 100, 0, 200));
     assert!(tracer.finish(Duration::from_secs(1)));
 
     let file = dir.join(format!("t-{}.jsonl", std::process::id()));
@@ -219,7 +219,7 @@ fn a_full_buffer_drops_and_counts() {
     };
     let tracer = open(&template, &info(), crate::sys::monotonic_ns(), options).unwrap();
     for i in 0..10 {
-        tracer.record(ev(EventKind::Alloc, 0, 0x1000 + i, 1, 0, i + 1));
+        tracer.record(ev(EventKind::ALLOC, 0, 0x1000 + i, 1, 0, i + 1));
     }
     assert_eq!(tracer.dropped(), 6);
     assert!(tracer.finish(Duration::from_secs(5)));
@@ -237,7 +237,7 @@ fn the_writer_flushes_within_its_period_without_finish() {
     let dir = temp_dir("period");
     let template = format!("{}/t.jsonl", dir.display());
     let tracer = open(&template, &info(), crate::sys::monotonic_ns(), fast()).unwrap();
-    tracer.record(ev(EventKind::Alloc, 0, 0x1, 1, 0, 1));
+    tracer.record(ev(EventKind::ALLOC, 0, 0x1, 1, 0, 1));
     let file = dir.join("t.jsonl");
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while std::fs::read_to_string(&file).unwrap().lines().count() < 2 {
@@ -274,19 +274,19 @@ fn unwritable_paths_and_full_disks_fail_at_start() {
 fn global_api_fork_and_sigterm() {
     let dir = temp_dir("global");
     let template = format!("{}/p-%p.jsonl", dir.display());
-    record(ev(EventKind::Alloc, 0, 0x1, 1, 0, 1)); // not started: ignored
+    record(ev(EventKind::ALLOC, 0, 0x1, 1, 0, 1)); // not started: ignored
     assert_eq!(dropped(), 0);
     start(&template, info()).unwrap();
     start(&template, info()).unwrap(); // a second start is a no-op
-    record(ev(EventKind::Alloc, 0, 0xa, 10, 0, 10));
+    record(ev(EventKind::ALLOC, 0, 0xa, 10, 0, 10));
 
     // A child inherits nothing: its events go nowhere until it starts its own trace.
     let child = fork_child(|| {
-        record(ev(EventKind::Alloc, 0, 0xbad, 1, 0, 11));
+        record(ev(EventKind::ALLOC, 0, 0xbad, 1, 0, 11));
         if start(&template, info()).is_err() {
             return 2;
         }
-        record(ev(EventKind::Alloc, 0, 0xc, 20, 0, 20));
+        record(ev(EventKind::ALLOC, 0, 0xc, 20, 0, 20));
         finish();
         0
     });
@@ -299,7 +299,7 @@ fn global_api_fork_and_sigterm() {
     let starting = format!("{}/starting.jsonl", dir.display());
     let early_child = fork_child(|| {
         STATE.store(STARTING, Ordering::Release);
-        record(ev(EventKind::Alloc, 0, 0xf0, 5, 0, 5));
+        record(ev(EventKind::ALLOC, 0, 0xf0, 5, 0, 5));
         if start_claimed(starting.as_ref(), &info()).is_err() {
             return 2;
         }
@@ -313,7 +313,7 @@ fn global_api_fork_and_sigterm() {
     assert_eq!(kinds, ["alloc", "free"]);
     assert!(early.events[0].t_ns < 1_000_000_000);
     assert_eq!(early.summary.unwrap().devices[0].live, 0);
-    record(ev(EventKind::Alloc, 0, 0xd, 1, 0, 1)); // after finish: ignored
+    record(ev(EventKind::ALLOC, 0, 0xd, 1, 0, 1)); // after finish: ignored
 
     let parent = parse(&dir.join(format!("p-{}.jsonl", std::process::id())));
     let ptrs: Vec<&str> = parent.events.iter().map(|e| e.ptr.as_ref()).collect();
@@ -332,7 +332,7 @@ fn global_api_fork_and_sigterm() {
         if start(&template, info()).is_err() {
             return 2;
         }
-        record(ev(EventKind::Alloc, 0, 0xe, 30, 0, 30));
+        record(ev(EventKind::ALLOC, 0, 0xe, 30, 0, 30));
         if !finish_on_signal(libc::SIGTERM, Duration::from_secs(5)) {
             return 3;
         }
@@ -354,7 +354,7 @@ fn global_api_fork_and_sigterm() {
             group: None,
             devices: Vec::new(),
         };
-        emit(ev(EventKind::Alloc, 0, 0x1, 1, 0, 1), || {
+        emit(ev(EventKind::ALLOC, 0, 0x1, 1, 0, 1), || {
             (held.as_ref(), none())
         });
         if !holding() {
@@ -381,11 +381,11 @@ fn global_api_fork_and_sigterm() {
     let failing = fork_child(|| {
         crate::log::configure(&crate::config::LogTarget::Off);
         let bad = "/nonexistent-cuquota/t.jsonl";
-        emit(ev(EventKind::Alloc, 0, 0x1, 1, 0, 1), || {
+        emit(ev(EventKind::ALLOC, 0, 0x1, 1, 0, 1), || {
             (bad.as_ref(), info())
         });
         let mut asked = false;
-        emit(ev(EventKind::Alloc, 0, 0x2, 1, 0, 2), || {
+        emit(ev(EventKind::ALLOC, 0, 0x2, 1, 0, 2), || {
             asked = true;
             (bad.as_ref(), info())
         });

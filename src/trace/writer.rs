@@ -6,9 +6,9 @@
 //! writes whole lines with write(2), so a killed process leaves only complete lines, all
 //! but the last `period` of them on disk.
 
-use super::encode::{dropped_line, Encoder};
+use super::encode::{dropped_line, module_line, stack_line, Encoder};
 use super::tally::Tally;
-use super::{Event, Stamped};
+use super::{Event, EventKind, Stamped};
 use crate::sys::{monotonic_ns, thread_id};
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
@@ -236,6 +236,9 @@ impl Tracer {
             batch: Vec::with_capacity(self.capacity),
             dropped_written: 0,
             failed: false,
+            stacks_written: 0,
+            new_stacks: Vec::new(),
+            modules_written: Vec::new(),
         };
         // A panic here must not take the host down, nor leave `finish` waiting.
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| loop {
@@ -272,6 +275,7 @@ impl Tracer {
             dropped_line(&mut st.out, self.now_ns(), dropped - st.dropped_written);
             st.dropped_written = dropped;
         }
+        self.write_stacks(st);
         // By reference, then cleared: cheaper than moving each event out with `drain`.
         for s in &st.batch {
             if st.failed {
@@ -285,6 +289,46 @@ impl Tracer {
         }
         st.batch.clear();
         self.flush(&mut st.out, &mut st.failed);
+    }
+
+    /// The stacks interned since the last batch, and the modules loaded since, before the
+    /// events that name them (each of this batch's was interned before it was recorded).
+    /// Every new one is written, also those whose events were dropped.
+    fn write_stacks(&self, st: &mut WriterState) {
+        if crate::stacks::depth() == 0 {
+            return;
+        }
+        // Only when an event names a stack not written yet (ids grow: the highest tells).
+        let named = st
+            .batch
+            .iter()
+            .map(|s| match s.ev.kind {
+                EventKind::Alloc { stack } => stack,
+                _ => 0,
+            })
+            .max()
+            .unwrap_or(0);
+        if named <= st.stacks_written {
+            return;
+        }
+        st.new_stacks.clear();
+        let now = crate::stacks::since(st.stacks_written, &mut st.new_stacks);
+        if now == st.stacks_written {
+            return;
+        }
+        st.stacks_written = now;
+        // Stamped as the batch's first event, so that the file stays in time order.
+        let t_ns = st.batch.first().map_or_else(|| self.now_ns(), |s| s.t_ns);
+        for m in crate::stacks::modules::loaded() {
+            let key = (m.path.clone(), m.bias);
+            if !st.modules_written.contains(&key) {
+                module_line(&mut st.out, t_ns, &m);
+                st.modules_written.push(key);
+            }
+        }
+        for (id, frames) in &st.new_stacks {
+            stack_line(&mut st.out, t_ns, *id, frames);
+        }
     }
 
     fn write_summary(&self, st: &mut WriterState, end: &str) {
@@ -318,6 +362,11 @@ struct WriterState {
     batch: Vec<Stamped>,
     dropped_written: u64,
     failed: bool,
+    /// Stacks written so far (ids 1 to this).
+    stacks_written: u32,
+    new_stacks: Vec<(u32, Vec<u64>)>,
+    /// Modules written: (path, load bias).
+    modules_written: Vec<(String, u64)>,
 }
 
 pub use crate::output::write_all;

@@ -54,6 +54,7 @@ mod shim_footprint;
 mod top;
 // the SPANK plugin on a real Slurm (slurmctld and slurmd on loopback)
 mod slurm;
+mod stacks;
 mod trace;
 mod vmm;
 // The shim's context memory, NVML and other processes, as clients see them.

@@ -65,7 +65,7 @@ fn value() -> impl Strategy<Value = String> {
     ]
 }
 
-const KEYS: [&str; 21] = [
+const KEYS: [&str; 29] = [
     "type",
     "t_ns",
     "tid",
@@ -85,6 +85,14 @@ const KEYS: [&str; 21] = [
     "ptrs",
     "observed",
     "part",
+    "stack",
+    "id",
+    "frames",
+    "path",
+    "base",
+    "lo",
+    "hi",
+    "build_id",
     "new_field",
     "type",
 ];
@@ -103,7 +111,9 @@ fn event_like() -> impl Strategy<Value = String> {
             Just("context"),
             Just("dropped"),
             Just("footprint"),
-            Just("trim")
+            Just("trim"),
+            Just("stack"),
+            Just("module")
         ],
     )
         .prop_map(|(fields, ws, kind)| {
@@ -132,8 +142,13 @@ fn canonical() -> impl Strategy<Value = String> {
         .prop_map(|(t, tid, dev, ptr, bytes, in_use, shape)| {
             use cuquota_format::part::Part;
             match shape {
-                0 | 1 => format!(
+                0 => format!(
                     "{{\"type\":\"alloc\",\"t_ns\":{t},\"tid\":{tid},\"dev\":{dev},\"api\":\"cuMemAlloc_v2\",\"ptr\":\"{ptr:#x}\",\"bytes\":{bytes},\"result\":\"CUDA_SUCCESS\",\"in_use\":{in_use}}}"
+                ),
+                // With a call stack (CUQUOTA_STACKS).
+                1 => format!(
+                    "{{\"type\":\"alloc\",\"t_ns\":{t},\"tid\":{tid},\"dev\":{dev},\"api\":\"cuMemAlloc_v2\",\"ptr\":\"{ptr:#x}\",\"bytes\":{bytes},\"result\":\"CUDA_SUCCESS\",\"in_use\":{in_use},\"stack\":{}}}",
+                    tid % 7
                 ),
                 2 => format!(
                     "{{\"type\":\"footprint\",\"t_ns\":{t},\"tid\":{tid},\"dev\":{dev},\"api\":\"cuDevicePrimaryCtxRetain\",\"part\":\"{}\",\"bytes\":{bytes},\"in_use\":{in_use}}}",

@@ -10,6 +10,7 @@ mod plot;
 mod report;
 mod run;
 mod set;
+mod symbols;
 mod timeline;
 mod top;
 mod traces;
@@ -115,6 +116,12 @@ Other settings (CUQUOTA_LOG_LEVEL, CUQUOTA_VIRTUALIZE) pass through the environm
         /// Warn about malformed lines and go on, instead of stopping at the first.
         #[arg(long)]
         skip_bad: bool,
+        /// Where to find a module of a call stack (CUQUOTA_STACKS) that is no longer at its
+        /// path, or is another build there: by GNU build id (DIR/.build-id/xx/rest.debug,
+        /// DIR/xx/rest.debug) or by file name with the same build id. /usr/lib/debug is
+        /// always searched. Repeatable.
+        #[arg(long, value_name = "DIR")]
+        debug_dir: Vec<PathBuf>,
     },
     /// Convert traces to another format (Chrome Trace Event JSON, which Perfetto opens).
     ///
@@ -291,7 +298,8 @@ fn main() -> ExitCode {
             traces,
             json,
             skip_bad,
-        } => report::run(&traces, json, &read::Options::new(skip_bad)),
+            debug_dir,
+        } => report::run(&traces, json, &read::Options::new(skip_bad), &debug_dir),
         Command::Export {
             format: Format::Chrome,
             traces,

@@ -92,6 +92,10 @@ pub fn parse(line: &[u8]) -> Option<EventLine<'_>> {
                 ev.part = Some(Cow::Borrowed(c.string()?));
                 18
             }
+            b"stack" => {
+                ev.stack = c.u64()?;
+                19
+            }
             _ => return None,
         };
         if seen & (1 << bit) != 0 {

@@ -23,7 +23,9 @@ impl Options {
     }
 }
 
-/// Passed by reference to the visitor: one lives at a time, nothing is boxed per line.
+/// Passed by reference to the visitor: one lives at a time, nothing is boxed per line
+/// (so the size of the flat event line does not matter).
+#[allow(clippy::large_enum_variant)]
 pub enum Record<'a> {
     Header(Header),
     Event(EventLine<'a>),

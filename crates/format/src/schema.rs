@@ -51,6 +51,12 @@ pub mod kind {
     /// The quota in force changed (a group's, by `cuquota set`): `limit` and `before`.
     pub const LIMIT: &str = "limit";
     pub const SUMMARY: &str = "summary";
+    /// A call stack (`CUQUOTA_STACKS`), written once before the first event that names it
+    /// by `id` (an `alloc` line's `stack`): see [`super::StackLine`].
+    pub const STACK: &str = "stack";
+    /// A module loaded in the process, written before the stacks whose frames lie in it:
+    /// see [`super::ModuleLine`].
+    pub const MODULE: &str = "module";
 }
 
 /// `"part"` values of `footprint` and `trim` lines: the parts of a device's footprint besides
@@ -195,6 +201,59 @@ pub struct EventLine<'a> {
     pub limit: Option<u64>,
     #[serde(default)]
     pub before: Option<u64>,
+    /// alloc: the id of its call stack (a `stack` line's `id`); 0: none recorded.
+    #[serde(default)]
+    pub stack: u64,
+    /// stack: its id.
+    #[serde(default)]
+    pub id: u64,
+    /// stack: return addresses, innermost first, hex strings as `ptr`.
+    #[serde(default, borrow)]
+    pub frames: Option<Vec<Cow<'a, str>>>,
+    /// module: its file, as the process saw it.
+    #[serde(default, borrow)]
+    pub path: Option<Cow<'a, str>>,
+    /// module: the load bias, hex (an address minus the same address in the file).
+    #[serde(default, borrow)]
+    pub base: Option<Cow<'a, str>>,
+    /// module: where its loaded segments lay, `[lo, hi)`, hex.
+    #[serde(default, borrow)]
+    pub lo: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    pub hi: Option<Cow<'a, str>>,
+    /// module: its GNU build id, lowercase hex (empty: none).
+    #[serde(default, borrow)]
+    pub build_id: Option<Cow<'a, str>>,
+}
+
+/// A `stack` line: one distinct call stack of the allocations (`CUQUOTA_STACKS=N`, at most N
+/// frames), innermost first, cuquota's own frames left out. Return addresses: a symboliser
+/// looks up `address - 1` (the call instruction).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StackLine {
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The time of the first event after it, so that lines stay in time order.
+    pub t_ns: u64,
+    pub id: u64,
+    pub frames: Vec<String>,
+}
+
+/// A `module` line: a module loaded in the process when its stacks were written.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModuleLine {
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// As a stack line's.
+    pub t_ns: u64,
+    pub path: String,
+    /// The load bias (hex): a frame's address in the file is `address - base`.
+    pub base: String,
+    pub lo: String,
+    pub hi: String,
+    /// GNU build id (hex, empty: none): finds the file, or its debug file, when the path
+    /// is gone or holds another build.
+    pub build_id: String,
 }
 
 /// Last line, written at exit (or on SIGTERM/SIGINT) after the final flush.

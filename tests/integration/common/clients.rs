@@ -93,6 +93,28 @@ const CLIENT_BUILDS: &[ClientBuild] = &[
         flags: &["-shared", "-fPIC"],
         link_cuda: true,
     },
+    // -- call stacks: the same allocations with and without frame pointers and debug info --
+    ClientBuild {
+        name: "stacks_fp",
+        sources: &["stacks_client.c"],
+        ops: false,
+        flags: &["-O2", "-g", "-fno-omit-frame-pointer"],
+        link_cuda: true,
+    },
+    ClientBuild {
+        name: "stacks_nofp",
+        sources: &["stacks_client.c"],
+        ops: false,
+        flags: &["-O2", "-g", "-fomit-frame-pointer"],
+        link_cuda: true,
+    },
+    ClientBuild {
+        name: "stacks_nodebug",
+        sources: &["stacks_client.c"],
+        ops: false,
+        flags: &["-O2", "-fomit-frame-pointer"],
+        link_cuda: true,
+    },
     ClientBuild {
         name: "deep_host",
         sources: &["deep_host.c"],

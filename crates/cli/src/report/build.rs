@@ -2,6 +2,7 @@
 
 use super::model::*;
 use super::{CHART_COLUMNS, EPISODES_SHOWN, EPISODE_HEAD, EPISODE_TAIL, OBSERVED_SHOWN, TOP};
+use crate::symbols::{Stacks, Symbolizer};
 use crate::timeline::Timeline;
 use crate::traces;
 use crate::walk::{walk, DeviceParts, Visit};
@@ -14,13 +15,24 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::path::PathBuf;
 
-pub fn build(traces: &[PathBuf], options: &Options) -> Result<Report, String> {
+/// `debug_dirs`: where to look for modules (or their debug files) by build id, to
+/// symbolise call stacks.
+pub fn build(
+    traces: &[PathBuf],
+    options: &Options,
+    debug_dirs: &[PathBuf],
+) -> Result<Report, String> {
     for path in traces {
         traces::header(path)?;
     }
     let mut processes = Processes(Vec::new());
     walk(traces, options, &mut processes)?;
-    let mut processes: Vec<ProcessReport> = processes.0.into_iter().map(Process::finish).collect();
+    let mut symbols = Symbolizer::new(debug_dirs);
+    let mut processes: Vec<ProcessReport> = processes
+        .0
+        .into_iter()
+        .map(|p| p.finish(&mut symbols))
+        .collect();
     processes.sort_by(|a, b| {
         (&a.host, a.rank, a.start_unix_ns, a.pid).cmp(&(&b.host, b.rank, b.start_unix_ns, b.pid))
     });
@@ -62,6 +74,58 @@ struct Device {
     /// As `timeline`, from the process's first event (the terminal chart).
     chart: Option<Timeline>,
     parts: Parts,
+    /// With call stacks: live bytes by stack, now and at the peak.
+    sites: SiteBooks,
+}
+
+/// A device's live allocations by call stack (`(count, bytes)` by stack id, 0: none), and
+/// as they were at the device's peak. The peak's copy is taken lazily: an event that sets a
+/// new peak leaves `pending` (the live set now is the peak's), and the next event that does
+/// not copies the set before it changes it; so one copy per peak that is left, not per event.
+#[derive(Default)]
+struct SiteBooks {
+    live: HashMap<u64, (u64, u64)>,
+    at_peak: Option<HashMap<u64, (u64, u64)>>,
+    pending: bool,
+}
+
+impl SiteBooks {
+    /// Before an event of the device; `peak`: it sets the device's new peak.
+    fn before(&mut self, peak: bool) {
+        if self.pending && !peak {
+            self.at_peak = Some(self.live.clone());
+            self.pending = false;
+        }
+    }
+
+    /// After the event.
+    fn after(&mut self, peak: bool) {
+        self.pending |= peak;
+    }
+
+    fn add(&mut self, stack: u64, bytes: u64) {
+        let e = self.live.entry(stack).or_default();
+        e.0 += 1;
+        e.1 = e.1.saturating_add(bytes);
+    }
+
+    fn remove(&mut self, stack: u64, bytes: u64) {
+        if let Some(e) = self.live.get_mut(&stack) {
+            e.0 = e.0.saturating_sub(1);
+            e.1 = e.1.saturating_sub(bytes);
+            if e.0 == 0 {
+                self.live.remove(&stack);
+            }
+        }
+    }
+
+    /// The live set at the device's peak.
+    fn peak(&self) -> &HashMap<u64, (u64, u64)> {
+        match (&self.at_peak, self.pending) {
+            (Some(at), false) => at,
+            _ => &self.live,
+        }
+    }
 }
 
 impl Device {
@@ -119,10 +183,13 @@ struct Live {
     bytes: u64,
     t_ns: u64,
     api: u32,
+    /// Its stack id (0: none); None when the trace had no stacks when it was made (it is
+    /// then in no device's `SiteBooks`).
+    stack: Option<u64>,
 }
 
-/// Largest allocations: a min-heap of (bytes, earlier first, dev, ptr, api).
-type Big = Reverse<(u64, Reverse<u64>, u32, u64, u32)>;
+/// Largest allocations: a min-heap of (bytes, earlier first, dev, ptr, api, stack).
+type Big = Reverse<(u64, Reverse<u64>, u32, u64, u32, u64)>;
 
 /// The largest distinct allocations: the same (device, address, size) allocated again is
 /// the same entry, counted. Exact in O(TOP) memory: the kept entries only get larger (or
@@ -141,6 +208,8 @@ struct Distinct {
     ptr: u64,
     api: u32,
     count: u64,
+    /// The first one's stack id (0: none).
+    stack: u64,
 }
 
 impl Distinct {
@@ -208,6 +277,10 @@ struct Process {
     summary: Option<Summary>,
     skipped: u64,
     truncated: bool,
+    /// Call stacks and modules (`CUQUOTA_STACKS`).
+    stacks: Stacks,
+    /// Allocations without a stack in a trace with stacks.
+    without_stack: u64,
 }
 
 impl Process {
@@ -247,6 +320,8 @@ impl Process {
             summary: None,
             skipped: 0,
             truncated: false,
+            stacks: Stacks::default(),
+            without_stack: 0,
         }
     }
 
@@ -298,6 +373,10 @@ impl Process {
                 self.dropped += e.count;
                 return;
             }
+            kind::STACK | kind::MODULE => {
+                self.stacks.line(e);
+                return;
+            }
             _ => return, // a line type from a newer cuquota
         }
         self.events += 1;
@@ -314,8 +393,9 @@ impl Process {
         let r = &mut dev.report;
         r.in_use_at_end = e.in_use;
         // A refusal's figure includes requests in flight: the peak is of what was held.
+        let mut peak = false;
         if kind != kind::REFUSED {
-            let peak = e.in_use > r.peak;
+            peak = e.in_use > r.peak;
             if peak {
                 r.peak = e.in_use;
                 r.peak_t_ns = t;
@@ -323,19 +403,35 @@ impl Process {
             dev.parts.held(e.in_use, footprint, peak);
         }
         dev.add(t, e.in_use, first);
+        let with_stacks = self.stacks.any();
+        if with_stacks {
+            dev.sites.before(peak);
+        }
         let r = &mut dev.report;
+        let sites = &mut dev.sites;
         let timeline = dev.timeline.as_mut().expect("added above");
         match kind {
             kind::ALLOC if ok => {
                 r.allocs += 1;
                 r.alloc_bytes = r.alloc_bytes.saturating_add(e.bytes);
                 let ptr = parse_ptr(&e.ptr).unwrap_or(0);
+                let stack = with_stacks.then_some(e.stack);
+                if with_stacks {
+                    sites.add(e.stack, e.bytes);
+                    self.without_stack += u64::from(e.stack == 0);
+                }
                 let live = Live {
                     bytes: e.bytes,
                     t_ns: t,
                     api,
+                    stack,
                 };
-                self.live.insert((e.dev, ptr), live);
+                if let Some(old) = self.live.insert((e.dev, ptr), live) {
+                    // The same address again without its free (a lost line): replaced.
+                    if let Some(s) = old.stack {
+                        sites.remove(s, old.bytes);
+                    }
+                }
                 self.largest.add(Distinct {
                     bytes: e.bytes,
                     t_ns: t,
@@ -343,6 +439,7 @@ impl Process {
                     ptr,
                     api,
                     count: 1,
+                    stack: e.stack,
                 });
                 let dev = e.dev;
                 if let Some(open) = self.open.get(&e.tid) {
@@ -355,7 +452,14 @@ impl Process {
             kind::FREE if ok => {
                 r.frees += 1;
                 if let Some(ptr) = parse_ptr(&e.ptr) {
-                    self.live.remove(&(e.dev, ptr));
+                    if let Some(Live {
+                        stack: Some(s),
+                        bytes,
+                        ..
+                    }) = self.live.remove(&(e.dev, ptr))
+                    {
+                        sites.remove(s, bytes);
+                    }
                 }
             }
             kind::REFUSED => {
@@ -435,6 +539,9 @@ impl Process {
             kind::MEMINFO => r.meminfo_calls += 1,
             _ => {}
         }
+        if with_stacks && peak {
+            device(&mut self.devices, e.dev).sites.after(true);
+        }
     }
 
     /// A `footprint` line (a part's new total) or a `trim` line (cuquota released a part).
@@ -458,6 +565,10 @@ impl Process {
                 r.peak_t_ns = e.t_ns;
             }
             dev.parts.held(e.in_use, footprint, peak);
+            if self.stacks.any() {
+                dev.sites.before(peak);
+                dev.sites.after(peak);
+            }
         }
         dev.add(e.t_ns, e.in_use, first);
     }
@@ -476,12 +587,16 @@ impl Process {
         self.live.retain(|&(dev, ptr), live| {
             let freed = ptrs.contains(&ptr);
             if freed {
-                freed_on.push((dev, live.bytes));
+                freed_on.push((dev, live.bytes, live.stack));
             }
             !freed
         });
-        for (dev, bytes) in freed_on {
+        for (dev, bytes, stack) in freed_on {
             if let Some(d) = self.devices.get_mut(&dev) {
+                if let Some(stack) = stack {
+                    d.sites.before(false);
+                    d.sites.remove(stack, bytes);
+                }
                 d.report.frees += 1;
                 if dev != e.dev {
                     let r = &mut d.report;
@@ -540,7 +655,7 @@ impl Process {
         self.summary = Some(s);
     }
 
-    fn finish(mut self) -> ProcessReport {
+    fn finish(mut self, symbols: &mut Symbolizer) -> ProcessReport {
         // Episodes open at the end of the trace: the caller gave up (or was killed).
         let mut open: Vec<_> = self.open.drain().collect();
         open.sort_by_key(|(_, o)| o.t_ns);
@@ -558,22 +673,37 @@ impl Process {
             let e = live_per_dev.entry(dev).or_default();
             e.0 += 1;
             e.1 += l.bytes;
-            live_top.push(Reverse((l.bytes, Reverse(l.t_ns), dev, ptr, l.api)));
+            let stack = l.stack.unwrap_or(0);
+            live_top.push(Reverse((l.bytes, Reverse(l.t_ns), dev, ptr, l.api, stack)));
             if live_top.len() > TOP {
                 live_top.pop();
             }
         }
-        let alloc = |d: Distinct, live: &HashMap<(u32, u64), Live, BuildKeyHasher>| AllocReport {
-            dev: d.dev,
-            ptr: format!("{:#x}", d.ptr),
-            bytes: d.bytes,
-            t_ns: d.t_ns,
-            api: self.api_names[d.api as usize].clone(),
-            count: d.count,
-            live_at_exit: live
-                .get(&(d.dev, d.ptr))
-                .is_some_and(|l| l.bytes == d.bytes),
+        // Each stack symbolised once.
+        let mut sites: HashMap<u64, Option<Site>> = HashMap::new();
+        let stacks = &self.stacks;
+        let mut site = |stack: u64| -> Option<Site> {
+            if stack == 0 {
+                return None;
+            }
+            sites
+                .entry(stack)
+                .or_insert_with(|| symbols.site(stacks, stack))
+                .clone()
         };
+        let mut alloc =
+            |d: Distinct, live: &HashMap<(u32, u64), Live, BuildKeyHasher>| AllocReport {
+                site: site(d.stack),
+                dev: d.dev,
+                ptr: format!("{:#x}", d.ptr),
+                bytes: d.bytes,
+                t_ns: d.t_ns,
+                api: self.api_names[d.api as usize].clone(),
+                count: d.count,
+                live_at_exit: live
+                    .get(&(d.dev, d.ptr))
+                    .is_some_and(|l| l.bytes == d.bytes),
+            };
         let largest: Vec<AllocReport> = self
             .largest
             .sorted()
@@ -583,7 +713,7 @@ impl Process {
         let live_largest: Vec<AllocReport> = live_top
             .into_sorted_vec()
             .into_iter()
-            .map(|Reverse((bytes, Reverse(t_ns), dev, ptr, api))| {
+            .map(|Reverse((bytes, Reverse(t_ns), dev, ptr, api, stack))| {
                 let d = Distinct {
                     bytes,
                     t_ns,
@@ -591,11 +721,13 @@ impl Process {
                     ptr,
                     api,
                     count: 1,
+                    stack,
                 };
                 alloc(d, &self.live)
             })
             .collect();
         let footprint = self.header.counts_footprint();
+        let with_stacks = self.stacks.any();
         let first = self.first_t_ns.unwrap_or(0);
         let last = self.last_event_t_ns.max(first);
         let devices: Vec<DeviceReport> = self
@@ -616,6 +748,9 @@ impl Process {
                 if let Some(t) = &d.chart {
                     d.report.chart = t.columns(last.saturating_sub(first), CHART_COLUMNS);
                 }
+                if with_stacks {
+                    d.report.by_call_site = by_site(d.sites.peak(), &mut site);
+                }
                 d.report
             })
             .collect();
@@ -626,6 +761,11 @@ impl Process {
             .map(|(api, count)| ApiCount { api, count })
             .collect();
         api_mix.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.api.cmp(&b.api)));
+        let stacks_report = with_stacks.then(|| StacksReport {
+            stacks: self.stacks.count(),
+            allocations_without_stack: self.without_stack,
+            pool_allocations: api_mix.iter().any(|a| is_pool_api(&a.api)),
+        });
         let dropped = self
             .summary
             .as_ref()
@@ -655,10 +795,40 @@ impl Process {
                 largest: live_largest,
             },
             api_mix,
+            stacks: stacks_report,
             first_event_ns: first,
             last_event_ns: last,
         }
     }
+}
+
+/// Live allocations by call stack, grouped by the site each stack symbolises to (stacks
+/// that differ only above the allocating frame are one site); most bytes first.
+fn by_site(
+    by_stack: &HashMap<u64, (u64, u64)>,
+    site: &mut impl FnMut(u64) -> Option<Site>,
+) -> Vec<SiteLive> {
+    let mut sums: HashMap<Option<Site>, (u64, u64)> = HashMap::new();
+    for (&stack, &(count, bytes)) in by_stack {
+        let e = sums.entry(site(stack)).or_default();
+        e.0 += count;
+        e.1 = e.1.saturating_add(bytes);
+    }
+    let mut v: Vec<SiteLive> = sums
+        .into_iter()
+        .map(|(site, (allocations, bytes))| SiteLive {
+            site,
+            allocations,
+            bytes,
+        })
+        .collect();
+    v.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.site.cmp(&b.site)));
+    v
+}
+
+/// Allocations from a memory pool.
+fn is_pool_api(api: &str) -> bool {
+    api.starts_with("cuMemAllocAsync") || api.starts_with("cuMemAllocFromPoolAsync")
 }
 
 /// `dev`'s entry, added when the header did not list it.
@@ -710,6 +880,7 @@ mod tests {
             ptr,
             api: 0,
             count: 1,
+            stack: 0,
         };
         for i in 0..100u64 {
             top.add(d(i % 25, i, i % 25)); // 25 distinct, each 4 times
@@ -721,5 +892,39 @@ mod tests {
             .collect();
         let want: Vec<(u64, u64, u64)> = (15..25).rev().map(|b| (b, 4, b)).collect();
         assert_eq!(got, want);
+    }
+
+    /// The live set by stack is kept as it was at the peak, however the events go on.
+    #[test]
+    fn sites_at_the_peak_are_the_peaks() {
+        let mut b = SiteBooks::default();
+        // (stack, bytes, alloc?, new peak?)
+        let steps = [
+            (1, 10, true, true),   // 10
+            (2, 20, true, true),   // 30: peak
+            (1, 10, false, false), // 20
+            (3, 5, true, false),   // 25
+            (4, 1, true, false),   // 26
+        ];
+        let apply = |b: &mut SiteBooks, (stack, bytes, alloc, peak): (u64, u64, bool, bool)| {
+            b.before(peak);
+            if alloc {
+                b.add(stack, bytes);
+            } else {
+                b.remove(stack, bytes);
+            }
+            b.after(peak);
+        };
+        for step in steps {
+            apply(&mut b, step);
+        }
+        let mut at: Vec<_> = b.peak().iter().map(|(&s, &v)| (s, v)).collect();
+        at.sort();
+        assert_eq!(at, [(1, (1, 10)), (2, (1, 20))]);
+        // A new, higher peak: the live set now.
+        apply(&mut b, (5, 100, true, true));
+        assert_eq!(b.peak().len(), 4);
+        assert_eq!(b.peak().get(&5), Some(&(1, 100)));
+        assert_eq!(b.peak().get(&1), None);
     }
 }

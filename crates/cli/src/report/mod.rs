@@ -29,8 +29,13 @@ const EPISODE_TAIL: usize = 2;
 /// Observe mode's would-be refusals listed one by one, per device.
 const OBSERVED_SHOWN: usize = 10;
 
-pub fn run(traces: &[PathBuf], json: bool, options: &Options) -> Result<(), String> {
-    let report = build(traces, options)?;
+pub fn run(
+    traces: &[PathBuf],
+    json: bool,
+    options: &Options,
+    debug_dirs: &[PathBuf],
+) -> Result<(), String> {
+    let report = build(traces, options, debug_dirs)?;
     if json {
         let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
         println!("{text}");
@@ -81,7 +86,7 @@ mod tests {
                 path
             })
             .collect();
-        let report = build(&paths, &options());
+        let report = build(&paths, &options(), &[]);
         for path in &paths {
             let _ = std::fs::remove_file(path);
         }
@@ -284,7 +289,7 @@ mod tests {
                 std::process::id()
             ));
             std::fs::write(&path, text).unwrap();
-            let err = build(std::slice::from_ref(&path), &options()).unwrap_err();
+            let err = build(std::slice::from_ref(&path), &options(), &[]).unwrap_err();
             let _ = std::fs::remove_file(&path);
             assert_eq!(err, crate::traces::not_a_trace(&path), "{name}");
         }

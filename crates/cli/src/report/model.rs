@@ -1,5 +1,6 @@
 //! The report's data: what `cuquota report --json` prints, and what the text renders.
 
+pub use crate::symbols::Site;
 use cuquota_format::holder::Holder;
 use cuquota_format::part::PerLayer;
 use cuquota_format::units::human;
@@ -42,6 +43,9 @@ pub struct ProcessReport {
     pub live_at_exit: LiveReport,
     /// Calls traced, by entry point, refused ones included; most first.
     pub api_mix: Vec<ApiCount>,
+    /// What the call stacks (`CUQUOTA_STACKS`) cover; absent when the trace has none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stacks: Option<StacksReport>,
     /// The first device-memory event (ns since start): where the terminal charts begin.
     #[serde(skip)]
     pub first_event_ns: u64,
@@ -94,6 +98,10 @@ pub struct DeviceReport {
     /// or the device has `footprint` or `trim` lines.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub footprint: Option<FootprintReport>,
+    /// With call stacks: the allocations live at the device's peak (`peak_t_ns`), summed
+    /// by call site, most bytes first. Absent without stacks.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub by_call_site: Vec<SiteLive>,
     /// The terminal chart's columns: as `timeline`, over the process's events only (from
     /// its first event to its end), so a late start leaves no blank chart.
     #[serde(skip)]
@@ -262,6 +270,35 @@ pub struct AllocReport {
     pub count: u64,
     /// The last of them was never freed.
     pub live_at_exit: bool,
+    /// Where it was allocated (the first time): the frame of its call stack nearest the
+    /// program. Absent without a stack, or when every frame was cuquota's, the driver's or
+    /// the CUDA runtime's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub site: Option<Site>,
+}
+
+/// Allocations live at a device's peak that were made at one call site.
+#[derive(Serialize, Debug, Clone)]
+pub struct SiteLive {
+    /// None: allocations without a stack (or whose frames were all cuquota's, the driver's
+    /// or the CUDA runtime's).
+    pub site: Option<Site>,
+    pub allocations: u64,
+    pub bytes: u64,
+}
+
+/// What a trace's call stacks cover.
+#[derive(Serialize, Debug, Default)]
+pub struct StacksReport {
+    /// Distinct stacks recorded.
+    pub stacks: u64,
+    /// Successful allocations that carry no stack (the interposer's table was full or busy,
+    /// or a free failed and the allocation was held again: its `alloc` line has none).
+    pub allocations_without_stack: u64,
+    /// Allocations from a memory pool (`cuMemAllocAsync`, `cuMemAllocFromPoolAsync`) were
+    /// traced: each one's stack is the request's; the memory a pool keeps cached between
+    /// them has no stack of its own (it grew with the request that first needed it).
+    pub pool_allocations: bool,
 }
 
 #[derive(Serialize, Debug, Default)]

@@ -108,6 +108,7 @@ fn render_process(out: &mut String, p: &ProcessReport) {
                 a.api,
                 a.ptr
             );
+            render_site(out, a);
         }
     }
     let at = if p.end.is_some() {
@@ -132,6 +133,7 @@ fn render_process(out: &mut String, p: &ProcessReport) {
             a.ptr,
             seconds(a.t_ns)
         );
+        render_site(out, a);
     }
     if live.count > live.largest.len() as u64 {
         let _ = writeln!(
@@ -139,6 +141,9 @@ fn render_process(out: &mut String, p: &ProcessReport) {
             "     … and {} more",
             live.count - live.largest.len() as u64
         );
+    }
+    if let Some(stacks) = &p.stacks {
+        render_stacks(out, p, stacks);
     }
     if !p.api_mix.is_empty() {
         let mix: Vec<String> = p
@@ -151,6 +156,75 @@ fn render_process(out: &mut String, p: &ProcessReport) {
             "   API mix (calls traced, refused ones included): {}",
             mix.join(", ")
         );
+    }
+}
+
+/// Where an allocation was made, under its line (with call stacks only).
+fn render_site(out: &mut String, a: &AllocReport) {
+    if let Some(site) = &a.site {
+        let _ = writeln!(out, "     {:>12}  in {}", "", site.words());
+    }
+}
+
+/// Sites shown per device in "by call site".
+const SITES_SHOWN: usize = 10;
+
+/// With call stacks: what they cover, and each device's live bytes at its peak by site.
+fn render_stacks(out: &mut String, p: &ProcessReport, stacks: &StacksReport) {
+    let _ = writeln!(
+        out,
+        "   Call stacks: {}; an allocation's site is its frame nearest the program (cuquota's, \
+         the driver's and the CUDA runtime's frames left out)",
+        count(stacks.stacks, "distinct stack", "distinct stacks")
+    );
+    if stacks.allocations_without_stack > 0 {
+        let _ = writeln!(
+            out,
+            "     {} no stack (the interposer's stack table was full or busy, or a free \
+             failed and the allocation was held again)",
+            count(
+                stacks.allocations_without_stack,
+                "allocation has",
+                "allocations have"
+            )
+        );
+    }
+    if stacks.pool_allocations {
+        let _ = writeln!(
+            out,
+            "     A pool allocation's stack is the request's; the memory a pool keeps cached \
+             (pool cache) has none: it was grown by the request that first needed it"
+        );
+    }
+    for d in p.devices.iter().filter(|d| !d.by_call_site.is_empty()) {
+        let _ = writeln!(
+            out,
+            "   Live at GPU {}'s peak ({} at {}), by call site:",
+            d.dev,
+            human(d.peak),
+            seconds(d.peak_t_ns)
+        );
+        for s in d.by_call_site.iter().take(SITES_SHOWN) {
+            let site = s
+                .site
+                .as_ref()
+                .map_or_else(|| "(no stack)".to_string(), Site::words);
+            let _ = writeln!(
+                out,
+                "     {:>12}  {:<14}  {site}",
+                human(s.bytes),
+                count(s.allocations, "allocation", "allocations")
+            );
+        }
+        if d.by_call_site.len() > SITES_SHOWN {
+            let rest = &d.by_call_site[SITES_SHOWN..];
+            let _ = writeln!(
+                out,
+                "     … and {} more ({})",
+                count(rest.len() as u64, "site", "sites"),
+                human(rest.iter().map(|s| s.bytes).sum())
+            );
+        }
     }
 }
 
