@@ -568,3 +568,51 @@ fn nth(op: &'static str, n: usize) -> impl Fn(&Line) -> bool {
         }
     }
 }
+
+/// The crash hunt inside a container: the BFC client run again and again under the group's
+/// 1 GiB quota in one container of the `/etc/ld.so.preload` form (the shell that loops is
+/// governed too, as every process there is), `env -i` each time, core dumps allowed into the
+/// shared state directory. A run that dies by a signal fails the test with its output and,
+/// where gdb is installed, every thread's backtrace from its core.
+#[test]
+fn the_bfc_client_never_crashes_in_a_container() {
+    let p = Podman::new("podman-crash-hunt", true);
+    let runs: usize = std::env::var("CUQUOTA_CRASH_RUNS")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .map_or(100, |n: usize| n / 5);
+    let bfc = Client::Bfc.path().display().to_string();
+    let shim = artifacts().shim_dir.display().to_string();
+    // Each run's output goes to the state directory, kept when it did not end well.
+    let script = format!(
+        "ulimit -c unlimited; cd {STATE_INSIDE} || exit 3; i=0; \
+         while [ $i -lt {runs} ]; do \
+           env -i LD_LIBRARY_PATH={shim} {bfc} > run.out 2>&1; rc=$?; \
+           if [ $rc -ne 0 ] || ! grep -q 'GPU 0 summary: peak 1022.00 MiB' run.out; then \
+             echo \"run $i rc=$rc\"; cat run.out; exit 1; fi; \
+           i=$((i + 1)); done; echo \"$i runs\""
+    );
+    let out = p
+        .container("bfc", &["sh", "-c", &script])
+        .timeout(Duration::from_secs(120))
+        .run_allowing_timeout();
+    if out.timed_out || !out.status.success() {
+        let core = ["core", "core.1"]
+            .iter()
+            .map(|c| p.state.join(c))
+            .find(|c| c.exists());
+        let backtrace = match &core {
+            Some(core) => std::process::Command::new("gdb")
+                .args(["-batch", "-nx", "-ex", "thread apply all bt", &bfc])
+                .arg(core)
+                .output()
+                .map_or_else(
+                    |e| format!("core at {} (no gdb: {e})", core.display()),
+                    |o| String::from_utf8_lossy(&o.stdout).into_owned(),
+                ),
+            None => "no core file in the state directory".into(),
+        };
+        panic!("the BFC client in a container:\n{out}\n{backtrace}");
+    }
+    assert_eq!(out.stdout.trim(), format!("{runs} runs"), "{out}");
+}
