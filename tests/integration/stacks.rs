@@ -381,3 +381,51 @@ fn cuda_bindings_allocations_are_placed_in_the_binding() {
     let function = largest["site"]["function"].as_str().unwrap_or_default();
     assert!(!function.starts_with("PyInit_"), "a wrong name: {largest}");
 }
+
+/// The report answers a refusal with call sites: a group member that holds 900 MiB of a 1 GiB
+/// quota leaves too little for the client's last allocation (its array); the episode names
+/// the holder and lists what the client itself had live then, by the functions that
+/// allocated it.
+#[test]
+fn a_refusal_lists_what_was_live_by_call_site() {
+    let dir = scratch_dir("stacks-refusal");
+    let gate = dir.join("gate");
+    std::fs::write(&gate, "").unwrap();
+    let group = [
+        ("CUQUOTA_STATE_DIR", dir.join("state").display().to_string()),
+        ("CUQUOTA_GROUP", "svc".to_string()),
+        ("CUQUOTA_LIMIT", "1GiB".to_string()),
+    ];
+    let group: Vec<(&str, &str)> = group.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let holder_ops = format!("init alloc:900M waitgone:{}", gate.display());
+    let mut holder = Run::client(Client::Dlsym)
+        .ops(&holder_ops)
+        .envs(&group)
+        .start();
+    holder.wait_for(|l| l.op == "alloc");
+    let out = Run::program(artifacts().clients_dir.join("stacks_fp"))
+        .cwd(&dir)
+        .env("CUQUOTA_TRACE", "t.jsonl")
+        .env("CUQUOTA_STACKS", "16")
+        .envs(&group)
+        .run();
+    std::fs::remove_file(&gate).unwrap();
+    holder.wait().check_exit(0);
+    assert!(out.stdout.contains("make_texture failed: 2"), "{out}");
+    let text = text_report(&dir.join("t.jsonl"), &dir);
+    let at = text
+        .find("this process's live allocations then, by call site:")
+        .unwrap_or_else(|| panic!("{text}"));
+    let episode = &text[..at];
+    assert!(episode.contains("group svc 1.00 GiB of 1.00 GiB"), "{text}");
+    assert!(episode.contains(") 900.00 MiB"), "{text}");
+    let first = text[at..].lines().nth(1).unwrap();
+    assert!(
+        first.contains("64.00 MiB")
+            && first.contains(&format!(
+                "load_weights (stacks_client.c:{})",
+                source_line("cuMemAlloc_v2(out")
+            )),
+        "{text}"
+    );
+}

@@ -251,6 +251,8 @@ struct OpenEpisode {
     api: u32,
     /// What the process held at the first refusal, by layer, and its quota.
     held: PerLayer<u64>,
+    /// With stacks, for an episode that will be shown: its live allocations by stack then.
+    live_by_stack: Option<HashMap<u64, (u64, u64)>>,
     quota: Option<u64>,
     group: Option<EpisodeGroup>,
 }
@@ -279,6 +281,8 @@ struct Process {
     truncated: bool,
     /// Call stacks and modules (`CUQUOTA_STACKS`).
     stacks: Stacks,
+    /// Back-off episodes begun so far (those past the shown ones keep no live set).
+    episodes_opened: u64,
     /// Allocations without a stack in a trace with stacks.
     without_stack: u64,
 }
@@ -321,6 +325,7 @@ impl Process {
             skipped: 0,
             truncated: false,
             stacks: Stacks::default(),
+            episodes_opened: 0,
             without_stack: 0,
         }
     }
@@ -520,10 +525,15 @@ impl Process {
                     limit: e.group_limit.unwrap_or(0),
                     holders: e.holders.clone().unwrap_or_default(),
                 });
+                // Only the episodes that can be shown keep a copy of the live set.
+                let shown = self.episodes_opened < EPISODES_SHOWN as u64;
+                self.episodes_opened += 1;
+                let live_by_stack = (shown && self.stacks.any()).then(|| d.sites.live.clone());
                 let started = OpenEpisode {
                     episode: Episode::start(dev, e.bytes, t),
                     t_ns: t,
                     api,
+                    live_by_stack,
                     held: d.parts.device.layers(e.in_use, footprint),
                     quota: if group.is_some() {
                         None
@@ -646,6 +656,8 @@ impl Process {
                 held: open.held,
                 quota: open.quota,
                 group: open.group,
+                live_by_call_site: Vec::new(),
+                live_by_stack: open.live_by_stack,
             });
         }
     }
@@ -726,6 +738,11 @@ impl Process {
                 alloc(d, &self.live)
             })
             .collect();
+        for ep in &mut self.episodes.shown {
+            if let Some(by_stack) = ep.live_by_stack.take() {
+                ep.live_by_call_site = by_site(&by_stack, &mut site);
+            }
+        }
         let footprint = self.header.counts_footprint();
         let with_stacks = self.stacks.any();
         let first = self.first_t_ns.unwrap_or(0);

@@ -238,6 +238,13 @@ pub struct EpisodeReport {
     /// In a group: the group's figures and who held its quota at the first refusal.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub group: Option<EpisodeGroup>,
+    /// With call stacks: this process's live allocations at the first refusal by call site,
+    /// most first (empty without stacks).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub live_by_call_site: Vec<SiteLive>,
+    /// The same by stack id, until the stacks are symbolised.
+    #[serde(skip)]
+    pub live_by_stack: Option<std::collections::HashMap<u64, (u64, u64)>>,
 }
 
 /// The quota in force from `t_ns` on (null: none).

@@ -486,6 +486,7 @@ fn render_episodes(out: &mut String, e: &EpisodesReport) {
             sizes.join(" → ")
         );
         render_held(out, ep);
+        render_episode_sites(out, ep);
     }
     if e.count > e.shown.len() as u64 {
         let _ = writeln!(out, "     … and {} more", e.count - e.shown.len() as u64);
@@ -585,6 +586,39 @@ fn render_held(out: &mut String, ep: &EpisodeReport) {
         human(short),
         ways.join(", or ")
     );
+}
+
+/// Sites shown per episode.
+const EPISODE_SITES_SHOWN: usize = 5;
+
+/// With call stacks: what this process had live at the episode's first refusal, by call site.
+fn render_episode_sites(out: &mut String, ep: &EpisodeReport) {
+    if ep.live_by_call_site.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "       this process's live allocations then, by call site:"
+    );
+    for s in ep.live_by_call_site.iter().take(EPISODE_SITES_SHOWN) {
+        let site = s
+            .site
+            .as_ref()
+            .map_or_else(|| "(no stack)".to_string(), Site::words);
+        let _ = writeln!(
+            out,
+            "         {:>12}  {:<14}  {site}",
+            human(s.bytes),
+            count(s.allocations, "allocation", "allocations")
+        );
+    }
+    let rest = ep
+        .live_by_call_site
+        .len()
+        .saturating_sub(EPISODE_SITES_SHOWN);
+    if rest > 0 {
+        let _ = writeln!(out, "         … and {rest} more sites");
+    }
 }
 
 /// A holder's PID as the host sees it where known, else its own.
