@@ -151,7 +151,7 @@ impl Engine {
             } => {
                 if self.tracing {
                     if crate::stacks::depth() == 0 {
-                        self.emit(Event::alloc(device, api, key, bytes, held));
+                        self.emit(|| Event::alloc(device, api, key, bytes, held));
                     } else {
                         self.emit_with_stack(device, api, key, bytes, held);
                     }
@@ -176,28 +176,28 @@ impl Engine {
                 key,
                 bytes,
                 held,
-            } => self.emit(Event::free(device, api, key, bytes, held)),
+            } => self.emit(|| Event::free(device, api, key, bytes, held)),
             Outcome::HeldAgain {
                 device,
                 api,
                 key,
                 bytes,
                 held,
-            } => self.emit(Event::alloc(device, api, key, bytes, held)),
+            } => self.emit(|| Event::alloc(device, api, key, bytes, held)),
             Outcome::ContextEnded {
                 device,
                 api,
                 bytes,
                 held,
                 keys,
-            } => self.emit(Event::context_freed(device, api, bytes, held, keys)),
+            } => self.emit(|| Event::context_freed(device, api, bytes, held, keys)),
             Outcome::PartChanged {
                 device,
                 api,
                 part,
                 total,
                 held,
-            } => self.emit(Event::footprint(device, api, part, total, held)),
+            } => self.emit(|| Event::footprint(device, api, part, total, held)),
             Outcome::Trimmed {
                 device,
                 api,
@@ -206,7 +206,7 @@ impl Engine {
                 wanted,
                 held,
             } => {
-                self.emit(Event::trim(device, api, part, released, held));
+                self.emit(|| Event::trim(device, api, part, released, held));
                 if self.config.as_ref().is_ok_and(|c| c.verbose()) {
                     crate::log::line(&messages::trimmed(device, part, released, wanted, api));
                 }
@@ -217,7 +217,7 @@ impl Engine {
                 told,
                 real,
                 held,
-            } => self.emit(Event::mem_info(device, api, told, real, held)),
+            } => self.emit(|| Event::mem_info(device, api, told, real, held)),
             Outcome::UnseenDevices { unseen, seen } => {
                 crate::log::line(&messages::unseen_devices(&unseen, &seen))
             }
@@ -239,7 +239,7 @@ impl Engine {
             } => {
                 crate::log::line(&messages::group_limit_moved(device, &group, before, limit));
                 let in_use = self.held(device);
-                self.emit(Event::limit(device, limit, before, in_use));
+                self.emit(|| Event::limit(device, limit, before, in_use));
             }
             Outcome::NvmlAbsent(why) => {
                 if self.config.as_ref().is_ok_and(|c| c.verbose()) {
@@ -279,7 +279,7 @@ impl Engine {
             crate::log::line(&line);
             self.books.refused(device, &line);
         }
-        self.emit(self.refusal_event(device, &r, held, false));
+        self.emit(|| self.refusal_event(device, &r, held, false));
     }
 
     /// Observe mode allowed what the quota would have refused: said, and traced as a refusal
@@ -290,7 +290,7 @@ impl Engine {
     fn say_would_refuse(&self, r: Refusal) {
         let held = self.held_figures(r.device, &r, true);
         crate::log::line(&messages::would_refuse(r.device, r.bytes, r.api, &held));
-        self.emit(self.refusal_event(r.device, &r, held, true));
+        self.emit(|| self.refusal_event(r.device, &r, held, true));
     }
 
     /// A refusal's `refused` event: in a group its `in_use` is this process's own and the
@@ -332,7 +332,7 @@ impl Engine {
         in_use: u64,
         rc: CuResult,
     ) {
-        self.emit(Event::refused_by_driver(device, api, bytes, rc.0, in_use));
+        self.emit(|| Event::refused_by_driver(device, api, bytes, rc.0, in_use));
         if rc != CuResult::OUT_OF_MEMORY {
             return;
         }
@@ -403,7 +403,7 @@ impl Engine {
                     Event::gave_up(e.device, e.api, last, in_use, e.sizes())
                 }
             };
-            self.emit(event);
+            self.emit(|| event);
         }
     }
 
@@ -430,12 +430,13 @@ impl Engine {
         lines.collect()
     }
 
-    /// Appends a trace event; the trace module starts the trace at the first one.
-    /// Inline, the check only: with no trace, an event is never built.
+    /// Appends the trace event `event` builds; the trace module starts the trace at the
+    /// first one. Inline, the check only: with no trace, an event is never built (nor
+    /// dropped: the drop glue of an event, some of which own memory, is a call).
     #[inline(always)]
-    fn emit(&self, event: Event) {
+    fn emit(&self, event: impl FnOnce() -> Event) {
         if self.tracing {
-            self.emit_traced(event);
+            self.emit_traced(event());
         }
     }
 
@@ -445,7 +446,7 @@ impl Engine {
     #[inline(never)]
     fn emit_with_stack(&self, device: u32, api: &'static str, key: u64, bytes: u64, held: u64) {
         let stack = crate::stacks::capture();
-        self.emit(Event::alloc_at(device, api, key, bytes, held, stack));
+        self.emit(|| Event::alloc_at(device, api, key, bytes, held, stack));
     }
 
     #[inline(never)]
