@@ -945,4 +945,17 @@ mod tests {
         assert_eq!(clip("abcdef", 4), "abc…");
         assert_eq!(clip("abc", 4), "abc");
     }
+
+    /// Refusals closer than a bucket share one cross, with their count beside it.
+    #[test]
+    fn refusals_in_one_bucket_are_counted_at_their_cross() {
+        let mut timeline = Timeline::new(BUCKETS);
+        for i in 0..7 {
+            timeline.refusal(1_000 + i, 100);
+        }
+        timeline.add(0, 50);
+        timeline.add(10_000_000, 50);
+        let buckets: Vec<u32> = timeline.buckets().map(|(_, b)| b.refusals).collect();
+        assert!(buckets.contains(&7), "{buckets:?}");
+    }
 }

@@ -3,7 +3,7 @@
 //! traces in flat memory.
 
 use super::{cuquota, event, header, ok, s, stderr, stdout, temp_dir, write_traces, xml};
-use crate::common::{artifacts, GIB, MIB};
+use crate::common::{artifacts, scratch_dir, Client, Run, GIB, MIB};
 use serde_json::Value;
 use std::path::Path;
 
@@ -410,4 +410,43 @@ fn plot_and_export_show_the_footprint_by_part() {
     let text = stdout(&out);
     assert!(!text.contains("allocations\"") && !text.contains("context\""));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `plot` accounts for every refusal: the demo's back-off (refusals microseconds apart, so
+/// that most share a time bucket) is drawn as crosses, each with its count beside it when it
+/// stands for more than one, and the crosses' counts add up to the refusals in the trace.
+#[test]
+fn plot_accounts_for_every_refusal() {
+    let dir = scratch_dir("plot-refusals");
+    let trace = dir.join("bfc.jsonl");
+    let out = Run::client(Client::Bfc)
+        .env("CUQUOTA_LIMIT", "6GiB")
+        .env("CUQUOTA_TRACE", trace.to_str().unwrap())
+        .run();
+    out.check_exit(0);
+    let refusals = std::fs::read_to_string(&trace)
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("\"type\":\"refused\""))
+        .count();
+    assert_eq!(refusals, 7, "the demo's back-off");
+    let svg = dir.join("bfc.svg");
+    Run::program(&artifacts().cli)
+        .no_preload()
+        .args(&["plot", trace.to_str().unwrap(), "-o", svg.to_str().unwrap()])
+        .run()
+        .check_exit(0);
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    let crosses = svg.matches("class=\"refusal\"").count();
+    let counted: Vec<usize> = svg
+        .split("class=\"refusals\"")
+        .skip(1)
+        .map(|rest| {
+            let text = &rest[rest.find('>').unwrap() + 1..rest.find('<').unwrap()];
+            text.trim_start_matches('×').parse().unwrap()
+        })
+        .collect();
+    // A cross without a count stands for one refusal.
+    let marked = counted.iter().sum::<usize>() + (crosses - counted.len());
+    assert_eq!(marked, refusals, "{crosses} crosses, counts {counted:?}");
 }

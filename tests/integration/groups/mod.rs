@@ -698,6 +698,13 @@ fn a_live_limit_change_reaches_the_members_trace_and_report() {
         report.stdout.contains("the quota became 2.00 GiB at"),
         "{report}"
     );
+    // The peak is measured against the quota in force then.
+    assert!(
+        report
+            .stdout
+            .contains("quota 2.00 GiB, peak 1.50 GiB (75.0%)"),
+        "{report}"
+    );
     let svg = g.dir.join("member.svg");
     Run::program(&artifacts().cli)
         .no_preload()

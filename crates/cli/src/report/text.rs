@@ -238,7 +238,12 @@ fn render_device(out: &mut String, p: &ProcessReport, d: &DeviceReport) {
         .as_ref()
         .is_some_and(|f| f.counted && !f.only_allocations());
     let peak_word = if counted { "footprint peak" } else { "peak" };
-    let quota = match d.quota {
+    // The quota in force at the peak (`cuquota set` may have changed it before).
+    let at_peak = (d.quota_changes.iter())
+        .take_while(|c| c.t_ns <= d.peak_t_ns)
+        .last()
+        .map_or(d.quota, |c| c.quota);
+    let quota = match at_peak {
         Some(q) => format!(
             "quota {}, {peak_word} {} ({:.1}%)",
             human(q),
