@@ -34,6 +34,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod array_shape;
+mod captures;
 pub mod config;
 pub mod context_memory;
 pub mod contexts;
