@@ -12,6 +12,9 @@
  *                                           and oldest-first (each free timed alone)
  *   alloc_bench threads LOOKUP T PAIRS      T threads, PAIRS pairs each: pairs/s in total
  *                                           and wall ns per pair (wall / all pairs)
+ *   alloc_bench streamthreads LOOKUP T PAIRS  as threads, with cuMemAllocAsync +
+ *                                           cuMemFreeAsync, each thread on a stream of its own
+ *                                           (cuStreamCreate; dlsym only)
  *   alloc_bench asyncpair LOOKUP PAIRS   ns per cuMemAllocAsync + cuMemFreeAsync pair on the
  *                                           NULL stream (the stream → device lookup)
  *   alloc_bench deeppair LOOKUP PAIRS DEPTH   as pair, with the loop DEPTH frames further
@@ -40,6 +43,8 @@ static fn_cuMemFree_v2 mem_free;
 static fn_cuCtxSetCurrent ctx_set_current;
 static fn_cuMemAllocAsync mem_alloc_async; /* asyncpair */
 static fn_cuMemFreeAsync mem_free_async;
+typedef CUresult (*fn_cuStreamCreate)(CUstream *stream, unsigned int flags);
+static fn_cuStreamCreate stream_create; /* streamthreads (dlsym only) */
 static CUcontext ctx;
 #ifdef LINKED
 static int linked;
@@ -112,6 +117,7 @@ static void setup(const char *lookup) {
             *(void **)&mem_free = dlsym(h, "cuMemFree_v2");
             *(void **)&mem_alloc_async = dlsym(h, "cuMemAllocAsync");
             *(void **)&mem_free_async = dlsym(h, "cuMemFreeAsync");
+            *(void **)&stream_create = dlsym(h, "cuStreamCreate");
         } else if (!strcmp(lookup, "getproc")) {
             /* As libcudart does: dlsym only cuGetProcAddress_v2, use it once to get
              * cuGetProcAddress itself, and look everything up through that. */
@@ -167,14 +173,16 @@ __attribute__((noinline)) static int nested_pair(int depth, long n) {
     return rc;
 }
 
-static void async_pairs(long n) {
+static void async_pairs_on(long n, CUstream stream) {
     CUdeviceptr p;
     CUresult rc;
     for (long i = 0; i < n; i++) {
-        if ((rc = mem_alloc_async(&p, BYTES, NULL))) die("cuMemAllocAsync", rc);
-        if ((rc = mem_free_async(p, NULL))) die("cuMemFreeAsync", rc);
+        if ((rc = mem_alloc_async(&p, BYTES, stream))) die("cuMemAllocAsync", rc);
+        if ((rc = mem_free_async(p, stream))) die("cuMemFreeAsync", rc);
     }
 }
+
+static void async_pairs(long n) { async_pairs_on(n, NULL); }
 
 /* Like bench_pair (the same warm-up, so bench.sh's callgrind arithmetic holds). */
 static int bench_async_pair(long n) {
@@ -249,14 +257,25 @@ static int bench_live(long live, long rounds) {
 
 static pthread_barrier_t start_line;
 static long per_thread;
+static int on_streams; /* streamthreads: stream-ordered pairs, each thread on a stream of its own */
 
 static void *worker(void *arg) {
     (void)arg;
     CUresult rc = ctx_set_current(ctx);
+    CUstream stream = NULL;
     if (rc) die("cuCtxSetCurrent", rc);
-    pairs(per_thread / 20 + 100);
+    if (on_streams) {
+        if (!stream_create || !mem_alloc_async || !mem_free_async) die("dlsym cuStreamCreate", 0);
+        if ((rc = stream_create(&stream, 1 /* CU_STREAM_NON_BLOCKING */))) die("cuStreamCreate", rc);
+        async_pairs_on(per_thread / 20 + 100, stream);
+    } else {
+        pairs(per_thread / 20 + 100);
+    }
     pthread_barrier_wait(&start_line);
-    pairs(per_thread);
+    if (on_streams)
+        async_pairs_on(per_thread, stream);
+    else
+        pairs(per_thread);
     return NULL;
 }
 
@@ -306,6 +325,10 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "live") && argc >= 5) return bench_live(atol(argv[3]), atol(argv[4]));
     if (!strcmp(argv[1], "threads") && argc >= 5)
         return bench_threads(atoi(argv[3]), atol(argv[4]));
+    if (!strcmp(argv[1], "streamthreads") && argc >= 5) {
+        on_streams = 1;
+        return bench_threads(atoi(argv[3]), atol(argv[4]));
+    }
     fprintf(stderr, "alloc_bench: bad arguments\n");
     return 2;
 }

@@ -5,10 +5,11 @@
 # A benchmark, not a test: it asserts nothing about time, and a row whose prerequisite is
 # missing (no trace support in the library, no `cuquota` CLI) reads "n/a (why)".
 #
-# Usage: scripts/bench.sh [--json PATH] [--reps N] [--report-events N]
+# Usage: scripts/bench.sh [--json PATH] [--reps N] [--report-events N] [--threads-only]
 #   --json PATH         also write the table as JSON
 #   --reps N            repetitions per measured case (default 5)
 #   --report-events N   events in the generated trace for the report rows (default 10000000)
+#   --threads-only      only the rows of threads and of group member processes
 #
 # Clients: bench/alloc_bench.c (alloc/free pairs, live allocations, threads, dlsym),
 # bench/spawn_bench.c + bench/true.c (process start-up), bench/gen_trace.c (a synthetic
@@ -19,6 +20,7 @@ cd "$(dirname "$0")/.."
 root=$PWD
 
 json=""
+threads_only=""
 reps=5
 report_events=10000000
 while [ $# -gt 0 ]; do
@@ -26,7 +28,8 @@ while [ $# -gt 0 ]; do
         --json) json=${2:?--json needs a path}; shift 2 ;;
         --reps) reps=${2:?}; shift 2 ;;
         --report-events) report_events=${2:?}; shift 2 ;;
-        -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --threads-only) threads_only=1; shift ;;
+        -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "bench.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -35,7 +38,8 @@ case $json in ""|/*) ;; *) json=$OLDPWD/$json ;; esac
 # Loop sizes, chosen so that the whole script runs well under 3 minutes on 2 cores.
 PAIRS=300000        # alloc+free pairs per pair run
 LIVE=20000          # live allocations for the "live" rows
-THREAD_PAIRS=160000 # pairs per thread run, split over its threads
+THREAD_PAIRS=1200000 # pairs per thread run, split over its threads
+GROUP_PAIRS=400000  # pairs per member process in the group rows
 DLSYM_CALLS=300000  # dlsym calls per run
 SPAWNS=60           # process starts per repetition, each way
 SMALL_REPORT=$((report_events / 10))
@@ -71,6 +75,10 @@ $cc -O2 -Wall -DLINKED -o "$out/alloc_bench_linked" bench/alloc_bench.c \
 $cc -O2 -Wall -o "$out/spawn_bench" bench/spawn_bench.c
 $cc -O2 -o "$out/true" bench/true.c
 $cc -O2 -Wall -o "$out/gen_trace" bench/gen_trace.c
+# The thread and process rows run against a stand-in whose allocations take no lock (the
+# shim's take one global lock: its raw pairs do not scale with threads).
+mkdir -p "$out/fake"
+$cc -O2 -Wall -shared -fPIC -o "$out/fake/libcuda.so.1" bench/fake_driver.c -ldl
 t_built=$(date +%s%N)
 
 # ---- running and collecting ----------------------------------------------------------------
@@ -83,6 +91,10 @@ RAW=(-u LD_PRELOAD -u CUQUOTA_LIMIT -u CUQUOTA_TRACE LD_LIBRARY_PATH="$shim_dir"
 # Governed runs keep their state (registry, the group row's group) in the run's own directory.
 QUOTA=(-u LD_PRELOAD -u CUQUOTA_TRACE -u CUQUOTA_GROUP LD_LIBRARY_PATH="$shim_dir" LD_PRELOAD="$lib"
        CUQUOTA_LIMIT=$LIMIT CUQUOTA_STATE_DIR="$tmp/state")
+
+# The same on the lock-free stand-in (bench/fake_driver.c).
+RAW_FAKE=("${RAW[@]}" LD_LIBRARY_PATH="$out/fake")
+QUOTA_FAKE=("${QUOTA[@]}" LD_LIBRARY_PATH="$out/fake")
 
 # run_case NAME ENV... -- COMMAND...: runs it once and adds its "key value" lines.
 run_case() {
@@ -140,8 +152,59 @@ both() {
     fi
 }
 
+# both_fake RAWNAME QUOTANAME ARGS...: as `both`, on the lock-free stand-in.
+both_fake() {
+    local r=$1 q=$2
+    shift 2
+    if [ $((rep % 2)) = 1 ]; then
+        run_case "$r" "${RAW_FAKE[@]}" -- "$@"
+        run_case "$q" "${QUOTA_FAKE[@]}" -- "$@"
+    else
+        run_case "$q" "${QUOTA_FAKE[@]}" -- "$@"
+        run_case "$r" "${RAW_FAKE[@]}" -- "$@"
+    fi
+}
+
+# members NAME P ENV...: P processes of `alloc_bench pair` at once on the stand-in (their
+# start-up, a few ms, is small beside a run); adds NAME.pair_ns, the median over them.
+members() {
+    local name=$1 p=$2 i pids=() ns
+    shift 2
+    for i in $(seq "$p"); do
+        env "$@" "$out/alloc_bench" pair dlsym $GROUP_PAIRS >"$tmp/$name.$i" 2>"$tmp/$name.err" &
+        pids+=($!)
+    done
+    for i in "${pids[@]}"; do
+        if ! wait "$i"; then WHY[$name]="a member failed: $(tail -n1 "$tmp/$name.err" | cut -c1-50)"; fi
+    done
+    ns=$(cat "$tmp/$name".[0-9]* | awk '/^pair_ns/ {print $2}' | sort -g |
+        awk '{a[NR] = $1} END {if (NR) print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}')
+    rm -f "$tmp/$name".[0-9]*
+    [ -n "$ns" ] && add "$name.pair_ns" "$ns"
+}
+
+thread_rows() {
+    for t in 1 2 4 8; do
+        both_fake raw_t$t quota_t$t "$out/alloc_bench" threads dlsym $t $((THREAD_PAIRS / t))
+        both_fake raw_s$t quota_s$t "$out/alloc_bench" streamthreads dlsym $t $((THREAD_PAIRS / t))
+    done
+    for p in 2 4 8; do
+        if [ $((rep % 2)) = 1 ]; then
+            members solo_p$p "$p" "${QUOTA_FAKE[@]}"
+            members group_p$p "$p" "${QUOTA_FAKE[@]}" CUQUOTA_GROUP=bench$p
+        else
+            members group_p$p "$p" "${QUOTA_FAKE[@]}" CUQUOTA_GROUP=bench$p
+            members solo_p$p "$p" "${QUOTA_FAKE[@]}"
+        fi
+    done
+}
+
 for rep in $(seq "$reps"); do
     echo "repetition $rep/$reps…" >&2
+    if [ -n "$threads_only" ]; then
+        thread_rows
+        continue
+    fi
     both raw quota "$out/alloc_bench" pair dlsym $PAIRS
     run_case trace "${QUOTA[@]}" CUQUOTA_TRACE="$tmp/trace.jsonl" -- \
         "$out/alloc_bench" pair dlsym $PAIRS
@@ -159,9 +222,7 @@ for rep in $(seq "$reps"); do
     both raw_async quota_async "$out/alloc_bench" asyncpair dlsym $PAIRS
     run_case quota_group "${QUOTA[@]}" CUQUOTA_GROUP=bench -- "$out/alloc_bench" pair dlsym $PAIRS
     both raw_live quota_live "$out/alloc_bench" live dlsym $LIVE 1
-    for t in 1 2 8; do
-        both raw_t$t quota_t$t "$out/alloc_bench" threads dlsym $t $((THREAD_PAIRS / t))
-    done
+    thread_rows
     both dlsym_without dlsym_with "$out/alloc_bench" dlsym-other $DLSYM_CALLS
     run_case start -u LD_PRELOAD CUQUOTA_LIMIT=$LIMIT -- \
         "$out/spawn_bench" $SPAWNS "$out/true" "$lib"
@@ -203,7 +264,9 @@ cg_count() {
     rm -f "$f"*
 }
 CG_N1=10000 CG_N2=20000
-if command -v valgrind >/dev/null; then
+if [ -n "$threads_only" ]; then
+    WHY[cg]="--threads-only"
+elif command -v valgrind >/dev/null; then
     echo "instruction counts (callgrind)…" >&2
     for n in $CG_N1 $CG_N2; do
         cg_count raw $n "${RAW[@]}"
@@ -266,7 +329,9 @@ report_case() {
     fi
 }
 
-if ! "$cli" report --help >/dev/null 2>&1; then
+if [ -n "$threads_only" ]; then
+    WHY[report]="--threads-only"
+elif ! "$cli" report --help >/dev/null 2>&1; then
     WHY[report]="no \`cuquota report\` in this build"
 elif ! "$out/gen_trace" "$report_events" "$tmp/big.jsonl" >/dev/null ||
      ! "$out/gen_trace" "$SMALL_REPORT" "$tmp/small.jsonl" >/dev/null; then
@@ -330,6 +395,7 @@ pair_row() {
     row "$1" "$v" ns/pair "$r" "$target" "$result($(spread "$2" "$3"))"
 }
 
+if [ -z "$threads_only" ]; then
 raw=$(median raw.pair_ns)
 if [ -n "$raw" ]; then row "raw (dlsym, no interposer)" "$raw" ns/pair "" "" ""; else na "raw" "" "${WHY[raw]:-}"; fi
 pair_row "quota, trace off" quota raw 50
@@ -369,26 +435,6 @@ if [ -n "$one" ] && [ -n "$raw_one" ]; then
 else
     na "free, 1 live / $LIVE live" "≤ 1.5× 1 live" "${WHY[quota_live]:-${WHY[raw_live]:-}}"
 fi
-
-# Threads: ns per pair per busy core = wall × min(threads, CPUs) / all pairs, i.e. the CPU
-# time a pair takes when every core is busy; equal to the 1-thread figure if threads scale.
-cpus=$(nproc)
-per_core() { calc "$1 * ($2 < $cpus ? $2 : $cpus)"; }
-single=$(median quota_t1.wall_ns_per_pair)
-for t in 1 2 8; do
-    v=$(median "quota_t$t.wall_ns_per_pair") r=$(median "raw_t$t.wall_ns_per_pair")
-    if [ -z "$v" ] || [ -z "$r" ] || [ -z "$single" ]; then
-        na "threads $t" "" "${WHY[quota_t$t]:-${WHY[raw_t$t]:-}}"
-        continue
-    fi
-    pps=$(median "quota_t$t.pairs_per_s") rpps=$(median "raw_t$t.pairs_per_s")
-    v=$(per_core "$v" $t) r=$(per_core "$r" $t)
-    x=$(calc "$v / $single" 2)
-    target="" result=""
-    if [ $t = 8 ]; then target="≤ 3× 1 thread (${x}×)"; result=$(verdict "$x" 3); fi
-    row "threads $t: $(calc "$pps / 1e6" 2) M pairs/s (raw $(calc "$rpps / 1e6" 2) M)" \
-        "$v" "ns/pair/core" "$r" "$target" "$result"
-done
 
 for kind in default handle; do
     label=$([ $kind = default ] && echo 'dlsym(RTLD_DEFAULT, "strlen")' || echo 'dlsym(libc, "strlen")')
@@ -509,6 +555,51 @@ report_row() {
 report_row "cuquota report" report
 report_row "cuquota export --format chrome" export
 
+fi
+# Threads, on the lock-free stand-in: ns per pair as each thread sees it = wall ×
+# min(threads, CPUs) / all pairs (with more threads than CPUs: the CPU time of a pair),
+# equal to the 1-thread figure if threads scale; "added" = under cuquota − raw. The aim:
+# what cuquota adds per pair with 2 threads within 1.5× what it adds with 1.
+cpus=$(nproc)
+per_core() { calc "$1 * ($2 < $cpus ? $2 : $cpus)"; }
+thread_table() {
+    local kind=$1 label=$2 t v r pps rpps added single="" x target result
+    for t in 1 2 4 8; do
+        v=$(median "quota_$kind$t.wall_ns_per_pair") r=$(median "raw_$kind$t.wall_ns_per_pair")
+        if [ -z "$v" ] || [ -z "$r" ]; then
+            na "threads $t, $label" "" "${WHY[quota_$kind$t]:-${WHY[raw_$kind$t]:-}}"
+            continue
+        fi
+        pps=$(median "quota_$kind$t.pairs_per_s") rpps=$(median "raw_$kind$t.pairs_per_s")
+        v=$(per_core "$v" $t) r=$(per_core "$r" $t)
+        added=$(calc "$v - $r")
+        [ $t = 1 ] && single=$added
+        target="" result=""
+        if [ -n "$single" ] && [ $t != 1 ]; then
+            x=$(calc "$added / ($single > 1 ? $single : 1)" 2)
+            target="added ${x}× 1 thread's"
+            if [ $t = 2 ]; then target="added ≤ 1.5× 1 thread's (${x}×)"; result=$(verdict "$x" 1.5); fi
+        fi
+        row "threads $t, $label: $(calc "$pps / 1e6" 2) M pairs/s (raw $(calc "$rpps / 1e6" 2) M)" \
+            "$v" "ns/pair/thr" "$r" "$target" "$result"
+    done
+}
+thread_table t "plain"
+thread_table s "stream-ordered"
+
+# Group members: P processes allocating at once on one GPU, in one group (CUQUOTA_GROUP)
+# and not; ns per pair as each process sees it (the median process), the ungrouped run as
+# "raw". With more processes than CPUs they take turns, alike in both.
+for p in 2 4 8; do
+    v=$(median "group_p$p.pair_ns") r=$(median "solo_p$p.pair_ns")
+    if [ -z "$v" ] || [ -z "$r" ]; then
+        na "$p processes, one group" "" "${WHY[group_p$p]:-${WHY[solo_p$p]:-}}"
+        continue
+    fi
+    row "$p processes, one group: $(calc "1000 / $v" 2) M pairs/s each (ungrouped $(calc "1000 / $r" 2) M)" \
+        "$v" "ns/pair" "$r" "raw = the same processes ungrouped" ""
+done
+
 # ---- printing ------------------------------------------------------------------------------
 
 printf '\n%-52s %10s %-12s %9s %9s %7s  %s\n' case value unit raw "over raw" ratio "target → result"
@@ -523,7 +614,7 @@ done
 secs() { calc "($2 - $1) / 1e9" 0; }
 echo
 echo "raw: the same case without the interposer, same run. Frees are timed one by one (two"
-echo "clock reads included); \"added\" = value − raw. Threads: ns/pair/core = wall time ×"
+echo "clock reads included); \"added\" = value − raw. Threads: ns/pair/thr = wall time ×"
 echo "min(threads, $(nproc) CPUs) / all pairs (8 threads oversubscribe). Report rows: one run each;"
 echo "value = wall-clock rate. Load at the end: $(cut -d' ' -f1-3 /proc/loadavg)."
 echo "time: build $(secs "$t_script" "$t_built") s, micro $(secs "$t_built" "$t_micro") s, report $(secs "$t_micro" "$t_end") s"

@@ -160,7 +160,10 @@ impl Member {
     #[inline]
     pub fn charged_more(&self, bytes: u64, in_use: u64) {
         self.charged.fetch_add(bytes, Relaxed);
-        self.device.peak.fetch_max(in_use, Relaxed);
+        // A plain load first: the peak rarely moves, and an RMW costs every member more.
+        if in_use > self.device.peak.load(Relaxed) {
+            self.device.peak.fetch_max(in_use, Relaxed);
+        }
     }
 
     /// `bytes` go back: this member's record first, then the group's counter (killed in

@@ -26,7 +26,8 @@
 //!   each GPU's shared counters), `ledger` (live allocations, in `key_map`'s tables),
 //!   `contexts` (the contexts that own them, and each one's device), `vmm` (references and
 //!   mappings of `cuMemCreate` allocations), `context_memory` (what contexts themselves
-//!   take: how it is measured, charged per context and corrected from NVML);
+//!   take: how it is measured, charged per context and corrected from NVML), `captures`
+//!   (how many stream captures may be live: whether a stream-ordered call asks the driver);
 //! - words: `cuda_abi` (the driver's types), `array_shape` (a CUDA array's shape and its
 //!   estimated size), `ffi` (caller pointers), `output` (cuquota's own writes: bounded,
 //!   never SIGPIPE), `in_hook` (each thread's flag that it runs a hook), `spin` (the lock a
@@ -34,6 +35,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod array_shape;
+mod captures;
 pub mod config;
 pub mod context_memory;
 pub mod contexts;

@@ -48,6 +48,7 @@ const _: () = {
     assert!(offset_of!(DeviceQuota, held) == offset_of!(Counters, held));
     assert!(offset_of!(DeviceQuota, peak) == offset_of!(Counters, peak));
     assert!(offset_of!(DeviceQuota, allocations) == offset_of!(Counters, allocations));
+    assert!(std::mem::align_of::<DeviceQuota>() == std::mem::align_of::<Counters>());
     assert!(offset_of!(DeviceQuota, refusals) == offset_of!(Counters, refusals));
     assert!(offset_of!(DeviceQuota, parts) == offset_of!(Counters, parts));
     assert!(offset_of!(DeviceQuota, part_peaks) == offset_of!(Counters, part_peaks));
@@ -179,28 +180,48 @@ impl Books {
     }
 }
 
-/// The counters of one device.
+/// The counters of one device, laid out as the registry's [`Counters`] (which says why:
+/// threads that allocate at once). The reservation's compare-and-swap on `in_use` is the one
+/// point where the quota is decided; `held`, the allocation count and the parts move with it
+/// on its line (a commit writes the count then `held`, a release `held` then `in_use`, each
+/// pair back to back on a line already fetched).
+///
+/// Why nothing here is striped per thread: the peak is the highest `held` ever was, and it
+/// must never count a request in flight that the driver then fails. Its exact value needs
+/// `held` exact at every commit: a striped `held` has no moment at which its sum is known
+/// to a writer (a sum read stripe by stripe while others move can exceed any value `held`
+/// ever had: a free counted on one stripe before it is read, an allocation of the same
+/// bytes on another after), and a peak taken at the reservation's new `in_use` counts other
+/// threads' requests in flight, refused ones among them. So a commit adds to the one `held`
+/// and learns the exact total it made, the peak's candidate. With `held` shared, striping
+/// the allocation count gains nothing: its addition sits beside `held`'s, on the line the
+/// commit fetches anyway.
+///
+/// [`Counters`]: cuquota_state::registry::Counters
 #[derive(Debug)]
-#[repr(C)]
+#[repr(C, align(128))]
 pub struct DeviceQuota {
-    /// Bytes, [`UNLIMITED`], or [`UNRESOLVED`] until the first use resolves a percentage.
-    limit: AtomicU64,
     /// Reserved or held: what a reservation is checked against.
     in_use: AtomicU64,
     /// Held: committed by the driver's success, not yet freed. The peak is of this, so that
     /// another thread's request in flight (and then refused) never counts as held.
     held: AtomicU64,
-    peak: AtomicU64,
     allocations: AtomicU64,
-    refusals: AtomicU64,
-    /// Bytes of each [`Part`] held (inside `held`), and each one's highest value.
+    /// Bytes of each [`Part`] held (inside `held`).
     parts: [AtomicU64; Part::ALL.len()],
+    _hot_end: [u64; 16 - 3 - Part::ALL.len()],
+    /// Bytes, [`UNLIMITED`], or [`UNRESOLVED`] until the first use resolves a percentage.
+    limit: AtomicU64,
+    peak: AtomicU64,
+    refusals: AtomicU64,
+    /// Each part's highest value.
     part_peaks: [AtomicU64; Part::ALL.len()],
     /// cuquota's own trims of this process's pools and graph memory, and what they gave back.
     trims: AtomicU64,
     trimmed: AtomicU64,
     /// In a group: the group's counters for this GPU, charged besides these (null: none).
     member: AtomicPtr<Member>,
+    _cold_end: [u64; 16 - 6 - Part::ALL.len()],
 }
 
 /// What a reservation found.
@@ -298,14 +319,16 @@ impl DeviceQuota {
             limit: AtomicU64::new(UNRESOLVED),
             in_use: AtomicU64::new(0),
             held: AtomicU64::new(0),
-            peak: AtomicU64::new(0),
             allocations: AtomicU64::new(0),
-            refusals: AtomicU64::new(0),
             parts: [const { AtomicU64::new(0) }; Part::ALL.len()],
+            _hot_end: [0; 16 - 3 - Part::ALL.len()],
+            peak: AtomicU64::new(0),
+            refusals: AtomicU64::new(0),
             part_peaks: [const { AtomicU64::new(0) }; Part::ALL.len()],
             trims: AtomicU64::new(0),
             trimmed: AtomicU64::new(0),
             member: AtomicPtr::new(std::ptr::null_mut()),
+            _cold_end: [0; 16 - 6 - Part::ALL.len()],
         }
     }
 
@@ -814,6 +837,40 @@ mod tests {
             0,
             "nothing else was charged"
         );
+    }
+
+    /// Counts are exact once the threads are done, and read the same through the registry's
+    /// layout (what `cuquota top` reads).
+    #[test]
+    fn counts_are_exact_under_threads_and_read_through_the_registry_layout() {
+        let q = Arc::new(DeviceQuota::new());
+        let (threads, pairs) = (8u64, 2_000u64);
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let q = q.clone();
+                std::thread::spawn(move || {
+                    for i in 0..pairs {
+                        let size = 1 + (t + i) % 5;
+                        assert!(matches!(
+                            q.reserve(size, UNLIMITED, true),
+                            Reservation::Granted { .. }
+                        ));
+                        q.commit(size);
+                        q.release(size);
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().unwrap();
+        }
+        let u = q.usage();
+        assert_eq!((u.allocations, u.in_use, q.held()), (threads * pairs, 0, 0));
+        assert!(u.peak >= 5 && u.peak <= 5 * threads, "{}", u.peak);
+        // SAFETY: the same layout (checked at compile time above), atomics only.
+        let counters = unsafe { &*(Arc::as_ptr(&q).cast::<cuquota_state::registry::Counters>()) };
+        assert_eq!(counters.allocations.load(Relaxed), threads * pairs);
+        assert_eq!(counters.held.load(Relaxed), 0);
     }
 
     #[test]

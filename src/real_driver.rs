@@ -106,6 +106,22 @@ library! {
     cuStreamGetCtx: "cuStreamGetCtx" @ 9020, Plain: fn(CuStream, *mut CuContext) -> CuResult;
     cuStreamIsCapturing: "cuStreamIsCapturing" @ 10000, Plain:
         fn(CuStream, *mut c_int) -> CuResult;
+    // (hooked: counted, so that the question above is asked only while a capture may live)
+    cuStreamBeginCapture: "cuStreamBeginCapture" @ 10000, Plain: fn(CuStream) -> CuResult;
+    cuStreamBeginCapture_ptsz: "cuStreamBeginCapture" @ 10000, PerThread:
+        fn(CuStream) -> CuResult;
+    cuStreamBeginCapture_v2: "cuStreamBeginCapture" @ 10010, Plain:
+        fn(CuStream, c_int) -> CuResult;
+    cuStreamBeginCapture_v2_ptsz: "cuStreamBeginCapture" @ 10010, PerThread:
+        fn(CuStream, c_int) -> CuResult;
+    cuStreamBeginCaptureToGraph: "cuStreamBeginCaptureToGraph" @ 12030, Plain:
+        fn(CuStream, CuGraph, *const CuGraphNode, *const c_void, usize, c_int) -> CuResult;
+    cuStreamBeginCaptureToGraph_ptsz: "cuStreamBeginCaptureToGraph" @ 12030, PerThread:
+        fn(CuStream, CuGraph, *const CuGraphNode, *const c_void, usize, c_int) -> CuResult;
+    cuStreamEndCapture: "cuStreamEndCapture" @ 10000, Plain:
+        fn(CuStream, *mut CuGraph) -> CuResult;
+    cuStreamEndCapture_ptsz: "cuStreamEndCapture" @ 10000, PerThread:
+        fn(CuStream, *mut CuGraph) -> CuResult;
     cuCtxDestroy_v2: "cuCtxDestroy" @ 4000, Plain: fn(CuContext) -> CuResult;
     cuCtxDestroy: "cuCtxDestroy" @ 2000, Plain: fn(CuContext) -> CuResult;
     cuCtxDetach: "cuCtxDetach" @ 2000, Plain: fn(CuContext) -> CuResult;
@@ -267,7 +283,14 @@ pub fn context_device(context: usize) -> Result<u32, CuResult> {
 /// Whether `stream` is capturing into a graph (an allocation there records a node and
 /// allocates nothing). An error (an invalid stream) counts as not capturing: the
 /// allocation call then gets the driver's own answer.
+/// Asked only while a capture may be live (`crate::captures`): else no stream captures.
+#[inline(always)]
 pub fn stream_capturing(stream: usize) -> bool {
+    crate::captures::may_be_live() && ask_capturing(stream)
+}
+
+/// [`stream_capturing`], asked of the driver whatever the count says.
+pub fn ask_capturing(stream: usize) -> bool {
     // The legacy default stream (0 in a plain call, or CU_STREAM_LEGACY) cannot capture
     // (`cuStreamBeginCapture` refuses it): no driver call on its path.
     if stream <= 1 {

@@ -48,6 +48,7 @@
 
 mod allocations;
 mod arrays;
+mod captures;
 mod context_memory;
 mod figures;
 mod frees;
@@ -144,6 +145,7 @@ every_area!(
     arrays,
     context_memory,
     graphs,
+    captures,
 );
 
 // ---- the frames ------------------------------------------------------------------------

@@ -219,6 +219,25 @@ fn the_trace_records_one_context_event() {
     assert_eq!(ptrs, want);
 }
 
+/// Calls ask the driver whether their stream captures only while a capture may be live:
+/// the count of live captures must never fall while one is. One of two captures ends, a
+/// second end of it fails (CUDA_ERROR_ILLEGAL_STATE, 401): the other stream still captures,
+/// and its allocations charge nothing.
+#[test]
+fn a_capture_stays_counted_while_another_ends() {
+    for client in Client::ALL {
+        let out = run(
+            client,
+            "init stream stream capture:0 capture:1 endcapture:0 endcapture:0 \
+             asyncon:768M:1 asyncon:768M:1 endcapture:1 alloc:1G shimstats:0",
+            &TWO_GPUS,
+        );
+        out.check_exit(0);
+        out.check_rcs(&[0, 0, 0, 0, 0, 0, 401, 0, 0, 0, 0, 0]);
+        out.check(11, "shimstats", &[("in_use", GIB), ("live", 1)]);
+    }
+}
+
 #[test]
 fn capturing_streams_neither_charge_nor_credit() {
     for client in Client::ALL {

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Relaxed, Orderin
 
 const MAGIC: u64 = u64::from_le_bytes(*b"CUQPROC1");
 /// The layout's version: a file of another version is skipped with a note.
-pub const LAYOUT_VERSION: u64 = 2;
+pub const LAYOUT_VERSION: u64 = 3;
 /// A limit not resolved yet (the process has not used the GPU), and no limit.
 pub const UNRESOLVED: u64 = u64::MAX;
 pub const UNLIMITED: u64 = u64::MAX - 1;
@@ -59,23 +59,29 @@ pub struct DeviceInfo {
 }
 
 /// One GPU's counters, as the interposer's quota keeps them (its `DeviceQuota` has this
-/// layout, checked at compile time there).
-#[repr(C)]
+/// layout, checked at compile time there). Laid out for threads that allocate at once: what
+/// reservations, commits and releases write shares one 128-byte line (two 64-byte lines:
+/// some CPUs fetch lines in pairs), and what every call only reads — the limit, the peak,
+/// the group link — is on another, so that reading it never waits for the line the other
+/// threads are writing.
+#[repr(C, align(128))]
 pub struct Counters {
+    pub in_use: AtomicU64,
+    pub held: AtomicU64,
+    pub allocations: AtomicU64,
+    pub parts: [AtomicU64; PARTS],
+    _hot_end: [u64; 16 - 3 - PARTS],
     /// Bytes, [`UNLIMITED`], or [`UNRESOLVED`]; a group member's stays unresolved (the
     /// group's limit applies).
     pub limit: AtomicU64,
-    pub in_use: AtomicU64,
-    pub held: AtomicU64,
     pub peak: AtomicU64,
-    pub allocations: AtomicU64,
     pub refusals: AtomicU64,
-    pub parts: [AtomicU64; PARTS],
     pub part_peaks: [AtomicU64; PARTS],
     pub trims: AtomicU64,
     pub trimmed: AtomicU64,
     /// The process's own (a pointer in its memory): meaningless to anyone else.
     _private: AtomicU64,
+    _cold_end: [u64; 16 - 6 - PARTS],
 }
 
 /// The whole file.

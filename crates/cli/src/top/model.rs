@@ -456,11 +456,12 @@ pub(crate) mod tests {
         // A group with one living member (this process) and a limit on the GPU.
         let (g, _) = group::GroupFile::join(&d, "svc").unwrap();
         g.set_limit(Some([7; 16]), 1 << 30).unwrap();
-        // Another layout version: a living process's file whose version word says 3.
+        // Another layout version: a living process's file whose version word is the next one.
         let other = register(20_001, None);
         let path = d.join("processes/20001-1");
         let raw = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-        raw.write_all_at(&3u64.to_le_bytes(), 8).unwrap();
+        raw.write_all_at(&(registry::LAYOUT_VERSION + 1).to_le_bytes(), 8)
+            .unwrap();
         // Half-created: locked by its (living) creator, still empty.
         let half = SharedFile::open(&d.join("processes/20002-1"), true).unwrap();
         half.lock_wait(0).unwrap();
@@ -476,7 +477,9 @@ pub(crate) mod tests {
         assert_eq!(s.gpus[0].groups[0].limit, Some(1 << 30));
         assert_eq!(s.notes.len(), 2, "{:?}", s.notes);
         assert!(
-            s.notes.iter().any(|n| n.contains("layout 3")),
+            s.notes
+                .iter()
+                .any(|n| n.contains(&format!("layout {}", registry::LAYOUT_VERSION + 1))),
             "{:?}",
             s.notes
         );
