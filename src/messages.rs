@@ -367,6 +367,28 @@ pub fn summary(device: u32, usage: &Usage, live: Option<(u64, u64)>) -> String {
 
 /// A per-GPU limit names devices the process does not see.
 pub fn unseen_devices(unseen: &[DeviceId], seen: &[(u32, Option<[u8; 16]>)]) -> String {
+    let (names, sees) = device_lists(unseen, seen);
+    format!(
+        "CUQUOTA_LIMIT names {names}, which this process does not see, so that limit applies to no device; \
+         it sees {sees}. CUDA_VISIBLE_DEVICES renumbers the GPUs a process sees from 0: \
+         name a GPU by its UUID (nvidia-smi -L) to follow it"
+    )
+}
+
+/// A per-GPU limit that names no GPU the process sees would leave every GPU unlimited: it
+/// fails closed instead.
+pub fn no_named_device_seen(unseen: &[DeviceId], seen: &[(u32, Option<[u8; 16]>)]) -> String {
+    let (names, sees) = device_lists(unseen, seen);
+    format!(
+        "CUQUOTA_LIMIT names only {names}, which this process does not see, so it would run with \
+         no limit at all: CUDA calls fail with CUDA_ERROR_INVALID_VALUE instead. It sees {sees}; \
+         CUDA_VISIBLE_DEVICES renumbers the GPUs a process sees from 0: name a GPU by its UUID \
+         (nvidia-smi -L) to follow it"
+    )
+}
+
+/// (`GPU 3, GPU 5`, `GPU 0 (GPU-…), GPU 1 (GPU-…)`): the GPUs a limit names, those seen.
+fn device_lists(unseen: &[DeviceId], seen: &[(u32, Option<[u8; 16]>)]) -> (String, String) {
     let names = unseen
         .iter()
         .map(|d| format!("GPU {d}"))
@@ -380,11 +402,7 @@ pub fn unseen_devices(unseen: &[DeviceId], seen: &[(u32, Option<[u8; 16]>)]) -> 
         })
         .collect::<Vec<_>>()
         .join(", ");
-    format!(
-        "CUQUOTA_LIMIT names {names}, which this process does not see, so that limit applies to no device; \
-         it sees {sees}. CUDA_VISIBLE_DEVICES renumbers the GPUs a process sees from 0: \
-         name a GPU by its UUID (nvidia-smi -L) to follow it"
-    )
+    (names, sees)
 }
 
 /// `CUQUOTA_LOG_LEVEL=info`, once the driver knows its devices: each one's quota, resolved.

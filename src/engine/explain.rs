@@ -88,6 +88,11 @@ pub(super) enum Outcome {
         unseen: Vec<DeviceId>,
         seen: Vec<(u32, Option<[u8; 16]>)>,
     },
+    /// The per-GPU limits name only GPUs the process does not see: every call fails.
+    NoNamedDeviceSeen {
+        unseen: Vec<DeviceId>,
+        seen: Vec<(u32, Option<[u8; 16]>)>,
+    },
     /// Each GPU's quota, resolved (None: unlimited).
     DeviceQuotas(Vec<(u32, Option<u64>)>),
     /// NVML cannot be used, so contexts are not measured: why.
@@ -220,6 +225,9 @@ impl Engine {
             } => self.emit(|| Event::mem_info(device, api, told, real, held)),
             Outcome::UnseenDevices { unseen, seen } => {
                 crate::log::line(&messages::unseen_devices(&unseen, &seen))
+            }
+            Outcome::NoNamedDeviceSeen { unseen, seen } => {
+                crate::log::line(&messages::no_named_device_seen(&unseen, &seen))
             }
             Outcome::DeviceQuotas(quotas) => crate::log::line(&messages::device_quotas(&quotas)),
             Outcome::GroupLimitDiffers {

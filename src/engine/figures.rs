@@ -20,12 +20,12 @@ impl Engine {
     /// per-GPU limit names an ordinal or UUID the process does not see (the classic
     /// `CUDA_VISIBLE_DEVICES` renumbering), and at info each device's quota in bytes.
     #[cold]
-    pub(super) fn check_named_devices(&self, limits: &Limits) {
+    pub(super) fn check_named_devices(&self, limits: &Limits) -> Result<(), CuResult> {
         use std::sync::atomic::Ordering::Relaxed;
         let verbose = self.config.as_ref().is_ok_and(|c| c.verbose());
         let per_device = matches!(limits, Limits::PerDevice(_));
         if !(verbose || per_device) || self.devices_checked.load(Relaxed) {
-            return;
+            return Ok(());
         }
         let seen: Vec<(u32, Option<[u8; 16]>)> = self
             .queries
@@ -35,9 +35,20 @@ impl Engine {
             .collect();
         // No devices yet (the driver cannot tell): check at the next resolution.
         if seen.is_empty() || self.devices_checked.swap(true, Relaxed) {
-            return;
+            return Ok(());
         }
         let unseen = limits.unseen(&seen);
+        let named = match limits {
+            Limits::PerDevice(list) => list.len(),
+            _ => 0,
+        };
+        if named > 0 && unseen.len() == named {
+            // Every GPU the limit names is one this process does not see: it would run with
+            // no limit at all (a typo's usual effect), so every call fails instead.
+            self.limits_unusable.store(true, Relaxed);
+            self.explain(Outcome::NoNamedDeviceSeen { unseen, seen });
+            return Err(CuResult::INVALID_VALUE);
+        }
         if !unseen.is_empty() {
             let seen = seen.clone();
             self.explain(Outcome::UnseenDevices { unseen, seen });
@@ -53,6 +64,7 @@ impl Engine {
                 .collect();
             self.explain(Outcome::DeviceQuotas(quotas));
         }
+        Ok(())
     }
 }
 

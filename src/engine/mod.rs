@@ -183,6 +183,8 @@ pub struct Engine {
     tracing: bool,
     /// The per-GPU limits were checked against the devices the process sees (once).
     devices_checked: std::sync::atomic::AtomicBool,
+    /// The per-GPU limits name no GPU the process sees (said once): every call fails.
+    limits_unusable: std::sync::atomic::AtomicBool,
     /// What contexts take (context memory): measurements and each context's charge.
     context_memory: ContextMemory,
     /// Executable graphs with memory nodes, and uploads and launches in flight (graph memory).
@@ -222,6 +224,7 @@ impl Engine {
             ending: SpinLock::new(Ending::new()),
             tracing: config.as_ref().is_ok_and(|c| c.trace.is_some()),
             devices_checked: std::sync::atomic::AtomicBool::new(false),
+            limits_unusable: std::sync::atomic::AtomicBool::new(false),
             context_memory: ContextMemory::new(context_setting(&config)),
             graph_books: SpinLock::new(graph_memory::GraphBooks::new()),
             config,
@@ -236,7 +239,10 @@ impl Engine {
     /// `Err(CUDA_ERROR_INVALID_VALUE)` as well once a GPU could not join the group's quota:
     /// a group that cannot govern a GPU fails every call, as a bad variable does.
     pub fn check_config(&self) -> Result<(), CuResult> {
-        if self.config.is_err() || self.group_failure_said.load(Relaxed) {
+        if self.config.is_err()
+            || self.group_failure_said.load(Relaxed)
+            || self.limits_unusable.load(Relaxed)
+        {
             return Err(CuResult::INVALID_VALUE);
         }
         Ok(())
@@ -267,7 +273,7 @@ impl Engine {
         quota.limit_or_resolve(
             || {
                 let limits = self.config.as_ref().map_or(&Limits::None, |c| &c.limits);
-                self.check_named_devices(limits);
+                self.check_named_devices(limits)?;
                 let ceilings = self.config.as_ref().map_or(&[][..], |c| &c.ceilings[..]);
                 // The smallest of the variable's limit and the policies' (which it only narrows);
                 // the GPU's real memory, when a percentage needed it, is kept for the views.
@@ -409,6 +415,7 @@ impl Engine {
             pool_books,
             tracing: _,
             devices_checked: _,
+            limits_unusable: _,
             context_memory,
             graph_books,
         } = self;

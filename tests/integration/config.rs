@@ -237,9 +237,10 @@ fn a_gpu_named_by_uuid_keeps_its_limit_under_cuda_visible_devices() {
 }
 
 /// A limit by ordinal names what the process sees after renumbering: ordinal 1 does not
-/// exist under `CUDA_VISIBLE_DEVICES=1`, and the warning names the device it does see.
+/// exist under `CUDA_VISIBLE_DEVICES=1`, so the limit names no GPU the process sees and it
+/// fails closed; the line names the device it does see.
 #[test]
-fn an_ordinal_hidden_by_cuda_visible_devices_gets_the_warning() {
+fn an_ordinal_hidden_by_cuda_visible_devices_fails_closed() {
     let out = run(
         Client::Linked,
         "init alloc:1M info",
@@ -249,11 +250,11 @@ fn an_ordinal_hidden_by_cuda_visible_devices_gets_the_warning() {
             ("CUQUOTA_LIMIT", "1:1GiB"),
         ],
     );
-    out.check_rcs(&[0, 0, 0]);
-    out.check(2, "info", &[("total", DEVICE_BYTES)]);
+    out.check_rcs(&[0, INVALID_VALUE, INVALID_VALUE]);
     out.check_log(&format!(
-        "CUQUOTA_LIMIT names GPU 1, which this process does not see, so that limit applies to \
-         no device; it sees GPU 0 ({SHIM_GPU1}). CUDA_VISIBLE_DEVICES renumbers the GPUs a \
-         process sees from 0: name a GPU by its UUID (nvidia-smi -L) to follow it"
+        "CUQUOTA_LIMIT names only GPU 1, which this process does not see, so it would run with \
+         no limit at all: CUDA calls fail with CUDA_ERROR_INVALID_VALUE instead. It sees GPU 0 \
+         ({SHIM_GPU1}); CUDA_VISIBLE_DEVICES renumbers the GPUs a process sees from 0: name a \
+         GPU by its UUID (nvidia-smi -L) to follow it"
     ));
 }

@@ -44,6 +44,43 @@ fn a_device_not_named_is_unlimited() {
     out.check(5, "total", &[("bytes", DEVICE_BYTES)]);
 }
 
+/// A per-GPU limit that names only GPUs the process does not see would leave every GPU it
+/// sees unlimited (the typo `3:1GiB` on a one-GPU machine): it fails closed, every CUDA call
+/// from the first that needs the limit on, with one line naming the GPUs it does see. Naming
+/// one it sees beside one it does not keeps the limit of the one it sees, with a warning.
+#[test]
+fn a_limit_naming_no_gpu_the_process_sees_fails_closed() {
+    for client in [Client::Linked, Client::Dlsym] {
+        let out = run(
+            client,
+            "init alloc:2G info alloc:1M",
+            &[("CUQUOTA_LIMIT", "3:1GiB")],
+        );
+        out.check_exit(0);
+        out.check_rcs(&[0, INVALID_VALUE, INVALID_VALUE, INVALID_VALUE]);
+        out.check_log(
+            "CUQUOTA_LIMIT names only GPU 3, which this process does not see, so it would run \
+             with no limit at all: CUDA calls fail with CUDA_ERROR_INVALID_VALUE instead. It \
+             sees GPU 0 (GPU-63757175-6f74-412d-b368-696d00000000); CUDA_VISIBLE_DEVICES \
+             renumbers the GPUs a process sees from 0: name a GPU by its UUID (nvidia-smi -L) \
+             to follow it",
+        );
+        assert_eq!(out.cuquota_lines().len(), 1, "{out}");
+    }
+    let out = run(
+        Client::Linked,
+        "init alloc:2G alloc:512M",
+        &[("CUQUOTA_LIMIT", "0:1GiB,3:1GiB")],
+    );
+    out.check_rcs(&[0, OUT_OF_MEMORY, 0]);
+    assert_eq!(
+        out.logs_starting("CUQUOTA_LIMIT names GPU 3, which this process does not see")
+            .len(),
+        1,
+        "{out}"
+    );
+}
+
 #[test]
 fn limit_forms_give_exact_bytes() {
     for (value, bytes) in [
