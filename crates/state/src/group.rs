@@ -531,13 +531,7 @@ impl GroupFile {
         total: u64,
     ) -> Result<usize, GroupError> {
         let layout = self.layout();
-        let words = uuid_words(uuid);
-        let found = layout.devices.iter().position(|d| {
-            d.state.load(Acquire) == 1
-                && d.uuid[0].load(Relaxed) == words[0]
-                && d.uuid[1].load(Relaxed) == words[1]
-        });
-        if let Some(g) = found {
+        if let Some(g) = self.entry_of(uuid) {
             if total > 0 {
                 layout.devices[g].total.store(total, Relaxed);
             }
@@ -554,6 +548,7 @@ impl GroupFile {
             )));
         };
         let d = &layout.devices[g];
+        let words = uuid_words(uuid);
         d.uuid[0].store(words[0], Relaxed);
         d.uuid[1].store(words[1], Relaxed);
         let default = layout.header.default_limit.load(Relaxed);
@@ -705,16 +700,21 @@ impl GroupFile {
         GroupFile::read_existing(&path)
     }
 
+    /// The index of GPU `uuid`'s entry, if a member made one.
+    fn entry_of(&self, uuid: [u8; 16]) -> Option<usize> {
+        let words = uuid_words(uuid);
+        self.layout().devices.iter().position(|d| {
+            d.state.load(Acquire) == 1
+                && d.uuid[0].load(Relaxed) == words[0]
+                && d.uuid[1].load(Relaxed) == words[1]
+        })
+    }
+
     /// GPU `uuid` of the group as a reader that is no member sees it (dead members' charges
     /// left out, nothing reaped). Works on a read-only or a member's file.
     pub fn read_gpu(&self, uuid: [u8; 16]) -> GpuReading {
         let layout = self.layout();
-        let words = uuid_words(uuid);
-        let found = layout.devices.iter().position(|d| {
-            d.state.load(Acquire) == 1
-                && d.uuid[0].load(Relaxed) == words[0]
-                && d.uuid[1].load(Relaxed) == words[1]
-        });
+        let found = self.entry_of(uuid);
         let living: Vec<bool> = (0..SLOTS).map(|i| self.lives(i)).collect();
         let gpu = found.map(|g| GpuFigures {
             limit: layout.devices[g].limit.load(Relaxed),

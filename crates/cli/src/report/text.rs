@@ -205,16 +205,7 @@ fn render_stacks(out: &mut String, p: &ProcessReport, stacks: &StacksReport) {
             seconds(d.peak_t_ns)
         );
         for s in d.by_call_site.iter().take(SITES_SHOWN) {
-            let site = s
-                .site
-                .as_ref()
-                .map_or_else(|| "(no stack)".to_string(), Site::words);
-            let _ = writeln!(
-                out,
-                "     {:>12}  {:<14}  {site}",
-                human(s.bytes),
-                count(s.allocations, "allocation", "allocations")
-            );
+            site_row(out, "     ", s);
         }
         if d.by_call_site.len() > SITES_SHOWN {
             let rest = &d.by_call_site[SITES_SHOWN..];
@@ -593,6 +584,20 @@ fn render_held(out: &mut String, ep: &EpisodeReport) {
     );
 }
 
+/// `   64.00 MiB  1 allocation    load_weights (stacks_client.c:24)`, after `indent`.
+fn site_row(out: &mut String, indent: &str, s: &SiteLive) {
+    let site = s
+        .site
+        .as_ref()
+        .map_or_else(|| "(no stack)".to_string(), Site::words);
+    let _ = writeln!(
+        out,
+        "{indent}{:>12}  {:<14}  {site}",
+        human(s.bytes),
+        count(s.allocations, "allocation", "allocations")
+    );
+}
+
 /// Sites shown per episode.
 const EPISODE_SITES_SHOWN: usize = 5;
 
@@ -606,16 +611,7 @@ fn render_episode_sites(out: &mut String, ep: &EpisodeReport) {
         "       this process's live allocations then, by call site:"
     );
     for s in ep.live_by_call_site.iter().take(EPISODE_SITES_SHOWN) {
-        let site = s
-            .site
-            .as_ref()
-            .map_or_else(|| "(no stack)".to_string(), Site::words);
-        let _ = writeln!(
-            out,
-            "         {:>12}  {:<14}  {site}",
-            human(s.bytes),
-            count(s.allocations, "allocation", "allocations")
-        );
+        site_row(out, "         ", s);
     }
     let rest = ep
         .live_by_call_site
