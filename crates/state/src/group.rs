@@ -452,15 +452,10 @@ impl GroupFile {
             .map_err(|e| GroupError(format!("{}: {e}", self.path.display())))
     }
 
-    /// Whether slot `index` is a member's that is alive. Under the header lock.
-    fn alive(&self, _locked: &Locked<'_>, index: usize) -> bool {
-        self.file.held_elsewhere(1 + index as u64)
-    }
-
     /// Gives back the charges of every member that died, and frees their slots. With no
     /// member left alive, the GPUs' counters are set to 0: that also repairs what a member
     /// killed between two of its adds left behind. Returns how many were reaped.
-    pub fn reap(&self, locked: &Locked<'_>, mine: Option<usize>) -> usize {
+    pub fn reap(&self, _locked: &Locked<'_>, mine: Option<usize>) -> usize {
         let layout = self.layout();
         let mut reaped = 0;
         let mut living = 0;
@@ -469,7 +464,7 @@ impl GroupFile {
                 living += usize::from(Some(i) == mine && slot.state.load(Relaxed) != 0);
                 continue;
             }
-            if self.alive(locked, i) {
+            if self.lives(i) {
                 living += 1;
                 continue;
             }

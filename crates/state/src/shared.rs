@@ -109,14 +109,20 @@ impl SharedFile {
         })
     }
 
-    /// The file's size; an error if it is not a regular file.
-    pub fn size(&self) -> Result<u64, String> {
+    /// The file's status (`fstat`).
+    fn stat(&self) -> Result<libc::stat, String> {
         // SAFETY: fstat into a zeroed struct of the right type.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         // SAFETY: our fd, a valid out-pointer.
         if unsafe { libc::fstat(self.fd, &mut st) } != 0 {
             return Err(io::Error::last_os_error().to_string());
         }
+        Ok(st)
+    }
+
+    /// The file's size; an error if it is not a regular file.
+    pub fn size(&self) -> Result<u64, String> {
+        let st = self.stat()?;
         if st.st_mode & libc::S_IFMT != libc::S_IFREG {
             return Err("not a regular file".into());
         }
@@ -125,12 +131,7 @@ impl SharedFile {
 
     /// The file's owner, group and permission bits (`st_uid`, `st_gid`, `st_mode & 0o7777`).
     pub fn owner(&self) -> Result<(u32, u32, u32), String> {
-        // SAFETY: fstat into a zeroed struct of the right type.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: our fd, a valid out-pointer.
-        if unsafe { libc::fstat(self.fd, &mut st) } != 0 {
-            return Err(io::Error::last_os_error().to_string());
-        }
+        let st = self.stat()?;
         Ok((st.st_uid, st.st_gid, st.st_mode & 0o7777))
     }
 
