@@ -123,19 +123,6 @@ fn holders_words(holders: &[Holder]) -> String {
 /// One holder: who, how much, and its parts where not all allocations, with what would give
 /// back what its pools and graphs keep unused.
 fn holder_words(h: &Holder) -> String {
-    let pid = if h.outer_pid != 0 && h.outer_pid != h.pid {
-        format!("pid {} ({} in its namespace)", h.outer_pid, h.pid)
-    } else {
-        format!("pid {}", h.pid)
-    };
-    let container = h
-        .container
-        .as_ref()
-        .map_or(String::new(), |c| format!(" [{c}]"));
-    let command = match h.command.as_str() {
-        "" => String::new(),
-        c => format!(" ({c})"),
-    };
     let mut parts = Vec::new();
     for part in Part::ALL {
         let bytes = h.part(part);
@@ -163,7 +150,7 @@ fn holder_words(h: &Holder) -> String {
             parts.join(", ")
         ),
     };
-    format!("{pid}{container}{command} {}{breakdown}", human(h.in_use))
+    format!("{} {}{breakdown}", h.who(), human(h.in_use))
 }
 
 /// `quota 6.00 GiB, in use 5.99 GiB (allocations 4.90 GiB, pool cache 600.00 MiB, context

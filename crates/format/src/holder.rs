@@ -33,6 +33,30 @@ impl Holder {
         self.parts.get(part.name()).copied().unwrap_or(0)
     }
 
+    /// Its PID as a viewer should name it: the outermost one where it was recorded.
+    pub fn shown_pid(&self) -> u32 {
+        match self.outer_pid {
+            0 => self.pid,
+            outer => outer,
+        }
+    }
+
+    /// `pid 4242`, `pid 4242 (1 in its namespace)`, then ` [container]` and ` (command)`
+    /// where known: who it is, in the words of the refusal line and the report.
+    pub fn who(&self) -> String {
+        let mut who = format!("pid {}", self.shown_pid());
+        if self.shown_pid() != self.pid {
+            who += &format!(" ({} in its namespace)", self.pid);
+        }
+        if let Some(c) = &self.container {
+            who += &format!(" [{c}]");
+        }
+        if !self.command.is_empty() {
+            who += &format!(" ({})", self.command);
+        }
+        who
+    }
+
     /// What it holds as allocations: its in-use less its parts.
     pub fn allocations(&self) -> u64 {
         let parts: u64 = self.parts.values().sum();
@@ -57,6 +81,23 @@ pub fn short_command(argv: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn who_names_the_pid_a_viewer_sees_first() {
+        let mut h = Holder {
+            pid: 1,
+            outer_pid: 4242,
+            command: "serve".into(),
+            container: Some("abababababab".into()),
+            ..Holder::default()
+        };
+        assert_eq!(
+            h.who(),
+            "pid 4242 (1 in its namespace) [abababababab] (serve)"
+        );
+        (h.outer_pid, h.container, h.command) = (0, None, String::new());
+        assert_eq!(h.who(), "pid 1");
+    }
 
     #[test]
     fn commands_are_shortened() {

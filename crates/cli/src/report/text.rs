@@ -549,7 +549,7 @@ fn render_held(out: &mut String, ep: &EpisodeReport) {
         if freed >= short {
             let who: Vec<String> = unused
                 .iter()
-                .map(|h| format!("pid {}", shown_pid(h)))
+                .map(|h| format!("pid {}", h.shown_pid()))
                 .collect();
             ways.push(format!(
                 "trimming the unused pool cache and graph memory of {} ({}: cuMemPoolTrimTo, \
@@ -565,7 +565,7 @@ fn render_held(out: &mut String, ep: &EpisodeReport) {
                 break;
             }
             covered += h.in_use;
-            who.push(format!("pid {} holds {}", shown_pid(h), human(h.in_use)));
+            who.push(format!("pid {} holds {}", h.shown_pid(), human(h.in_use)));
         }
         if covered >= short {
             ways.push(format!(
@@ -622,27 +622,9 @@ fn render_episode_sites(out: &mut String, ep: &EpisodeReport) {
     }
 }
 
-/// A holder's PID as the host sees it where known, else its own.
-fn shown_pid(h: &Holder) -> u32 {
-    if h.outer_pid != 0 {
-        h.outer_pid
-    } else {
-        h.pid
-    }
-}
-
 /// `pid 4242 [container] (python serve.py) 700.00 MiB: allocations …, pool cache …`.
 fn holder_row(h: &Holder) -> String {
-    let mut row = format!("pid {}", shown_pid(h));
-    if shown_pid(h) != h.pid {
-        row += &format!(" ({} in its namespace)", h.pid);
-    }
-    if let Some(c) = &h.container {
-        row += &format!(" [{c}]");
-    }
-    if !h.command.is_empty() {
-        row += &format!(" ({})", h.command);
-    }
+    let mut row = h.who();
     row += &format!(" {}", human(h.in_use));
     let parts: Vec<String> = (Part::ALL.iter())
         .filter(|p| h.part(**p) > 0)
