@@ -5,7 +5,8 @@
 //! can see ([`host_pid`]) from `/proc`, whose `status` (`NSpid:`) and `cgroup` files every user
 //! may read.
 
-use std::path::Path;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 
 /// What a process records of itself.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -101,43 +102,83 @@ pub fn namespace_inode(link: &Path) -> u64 {
     std::fs::metadata(link).map_or(0, |m| m.ino())
 }
 
-/// The PID that the viewer's `/proc` (`proc`, normally "/proc") gives a process that
-/// recorded `pid` (its own PID, as it saw it) and `who`: the same PID when it lives in the
-/// viewer's PID namespace; else the one process whose innermost `NSpid` is `pid` and whose
-/// namespace (where the viewer may read it) or else cgroup is the recorded one. None when the
-/// viewer cannot tell (it sees no such process, or more than one).
-pub fn host_pid(proc: &Path, pid: u32, who: &Identity) -> Option<u32> {
-    let own_ns = namespace_inode(&proc.join("self/ns/pid"));
-    if who.pid_ns != 0 && who.pid_ns == own_ns {
-        return Some(pid);
+/// The viewer's `/proc` (normally "/proc"), for naming processes as the viewer sees them:
+/// its own PID namespace, and (read once, when first needed) every process in a namespace
+/// below it by its innermost PID, so that a view of many containers' processes reads /proc
+/// once, not once per process.
+pub struct ProcView {
+    proc: PathBuf,
+    own_ns: u64,
+    /// Innermost PID → the viewer's PIDs of the processes whose `NSpid` ends in it.
+    nested: Option<HashMap<u32, Vec<u32>>>,
+}
+
+impl ProcView {
+    pub fn new(proc: &Path) -> ProcView {
+        ProcView {
+            proc: proc.to_path_buf(),
+            own_ns: namespace_inode(&proc.join("self/ns/pid")),
+            nested: None,
+        }
     }
-    let matches = |n: u32| {
-        let dir = proc.join(n.to_string());
-        let status = std::fs::read_to_string(dir.join("status")).ok()?;
+
+    /// The PID the viewer's `/proc` gives a process that recorded `pid` (its own PID, as it
+    /// saw it) and `who`: the same PID when it lives in the viewer's PID namespace; else the
+    /// one process whose innermost `NSpid` is `pid` and whose namespace (where the viewer
+    /// may read it) or else cgroup is the recorded one. None when the viewer cannot tell (it
+    /// sees no such process, or more than one).
+    pub fn host_pid(&mut self, pid: u32, who: &Identity) -> Option<u32> {
+        if who.pid_ns != 0 && who.pid_ns == self.own_ns {
+            return Some(pid);
+        }
+        // The PID it recorded as its outermost one is tried first: the host's where it
+        // shared the host's /proc.
+        if who.outer_pid != pid && self.is(who.outer_pid, pid, who) {
+            return Some(who.outer_pid);
+        }
+        let proc = &self.proc;
+        let nested = self.nested.get_or_insert_with(|| nested_pids(proc));
+        let candidates = nested.get(&pid).cloned().unwrap_or_default();
+        let mut found = candidates.into_iter().filter(|n| self.is(*n, pid, who));
+        let first = found.next()?;
+        found.next().is_none().then_some(first)
+    }
+
+    /// Whether the viewer's process `n` is the one that recorded `pid` and `who`.
+    fn is(&self, n: u32, pid: u32, who: &Identity) -> bool {
+        let dir = self.proc.join(n.to_string());
+        let Ok(status) = std::fs::read_to_string(dir.join("status")) else {
+            return false;
+        };
         let ids = nspids(&status);
         if ids.len() < 2 || ids.last() != Some(&pid) {
-            return None;
+            return false;
         }
-        let ns = namespace_inode(&dir.join("ns/pid"));
-        let same = match ns {
+        match namespace_inode(&dir.join("ns/pid")) {
             0 => std::fs::read_to_string(dir.join("cgroup"))
                 .is_ok_and(|t| cgroup_path(&t) == who.cgroup),
             ns => ns == who.pid_ns,
-        };
-        same.then_some(n)
-    };
-    // The PID it recorded as its outermost one is tried first: the host's where it shared
-    // the host's /proc.
-    if who.outer_pid != pid {
-        if let Some(n) = matches(who.outer_pid) {
-            return Some(n);
         }
     }
-    let mut found = (std::fs::read_dir(proc).ok()?.flatten())
+}
+
+/// Every process under `proc` in a PID namespace below the viewer's, by its innermost PID.
+fn nested_pids(proc: &Path) -> HashMap<u32, Vec<u32>> {
+    let mut by_inner: HashMap<u32, Vec<u32>> = HashMap::new();
+    let Ok(entries) = std::fs::read_dir(proc) else {
+        return by_inner;
+    };
+    for n in entries
+        .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter_map(matches);
-    let first = found.next()?;
-    found.next().is_none().then_some(first)
+    {
+        let status = std::fs::read_to_string(proc.join(n.to_string()).join("status"));
+        let ids = nspids(&status.unwrap_or_default());
+        if let [_, .., inner] = ids[..] {
+            by_inner.entry(inner).or_default().push(n);
+        }
+    }
+    by_inner
 }
 
 #[cfg(test)]
@@ -193,6 +234,9 @@ mod tests {
         let pid = unsafe { libc::getpid() } as u32;
         assert_eq!(me.outer_pid, pid);
         assert_ne!(me.pid_ns, 0);
-        assert_eq!(host_pid(Path::new("/proc"), pid, &me), Some(pid));
+        assert_eq!(
+            ProcView::new(Path::new("/proc")).host_pid(pid, &me),
+            Some(pid)
+        );
     }
 }

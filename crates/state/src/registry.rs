@@ -235,7 +235,7 @@ pub struct ProcessSnapshot {
     /// Who it said it is: its PID namespace and cgroup.
     pub identity: Identity,
     /// Its PID as the viewer's /proc gives it (None: not asked, or the viewer cannot tell):
-    /// see [`crate::identity::host_pid`], which a viewer asks.
+    /// see [`crate::identity::ProcView::host_pid`], which a viewer asks.
     pub host_pid: Option<u32>,
 }
 

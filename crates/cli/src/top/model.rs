@@ -129,8 +129,9 @@ pub struct Refusal {
 /// Reads the state directory: every living process and every group. Read-only.
 pub fn read(state_dir: &Path) -> Snapshot {
     let mut scan = registry::scan(state_dir);
+    let mut view = cuquota_state::identity::ProcView::new(Path::new("/proc"));
     for p in &mut scan.processes {
-        p.host_pid = cuquota_state::identity::host_pid(Path::new("/proc"), p.pid, &p.identity);
+        p.host_pid = view.host_pid(p.pid, &p.identity);
     }
     let (groups, group_notes) = group::GroupFile::read_all(state_dir);
     let mut notes = scan.notes;
