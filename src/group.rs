@@ -214,18 +214,16 @@ impl Member {
         cuquota_state::holders::holders(&members, &processes, &self.membership.name, uuid)
     }
 
-    /// Who holds the group's quota on this GPU besides this process: the other members with
-    /// anything there, and their bytes (in flight included, as the quota counts them).
+    /// Who holds the group's quota on this GPU besides this process: how many other living
+    /// members hold anything there, and the bytes not this process's (in flight included,
+    /// as the quota counts them).
     pub fn share(&self) -> GroupShare {
         let this_process = self.charged.load(Relaxed);
-        let layout = self.membership.file.layout();
-        let others = (layout.slots.iter().enumerate())
-            .filter(|(i, s)| {
-                *i != self.membership.slot
-                    && s.is_member()
-                    && s.charged[self.index].load(Relaxed) > 0
-            })
-            .count();
+        // The living only, as the holders the line names (a dead member not yet reaped
+        // holds nothing anyone could give back).
+        let others = (self.membership.file)
+            .others_on(self.index, self.membership.slot)
+            .len();
         GroupShare {
             name: self.membership.name.clone(),
             this_process,
