@@ -4,7 +4,9 @@
 //! on the current context costs one `cuCtxGetCurrent` and a short scan, not a second
 //! driver call. No FFI here.
 
-use crate::spin::SpinLock;
+use crate::spin::{SpinGuard, SpinLock};
+use cuquota_format::settings::MAX_DEVICES;
+use std::collections::HashMap;
 use std::sync::atomic::AtomicU32;
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
@@ -20,6 +22,8 @@ pub const NO_CONTEXT: Slot = 0;
 
 const FREE: usize = usize::MAX;
 
+/// The contexts part's state: the slot table, each device's primary context, `cuCtxAttach`'s
+/// references, and the contexts being ended now.
 pub struct Contexts {
     /// Context handle of each slot (index `slot - 1`); [`FREE`] is a free slot (not 0, so
     /// that looking up "no context" finds nothing without a check of its own).
@@ -29,6 +33,14 @@ pub struct Contexts {
     high: AtomicUsize,
     /// Serialises adding and removing (rare); lookups take no lock.
     writers: SpinLock<()>,
+    /// Each device's primary context, as `cuDevicePrimaryCtxRetain` returned it (0: none
+    /// seen), for crediting its charges at a reset or its last release.
+    primary: [AtomicUsize; MAX_DEVICES],
+    /// `cuCtxAttach`'s extra references per context (deprecated API, rarely used).
+    attached: SpinLock<HashMap<usize, u32>>,
+    /// Contexts whose end is in the driver now, and the charges of theirs found stale
+    /// meanwhile (see [`Ending`]).
+    ending: SpinLock<Ending>,
 }
 
 impl Default for Contexts {
@@ -38,13 +50,52 @@ impl Default for Contexts {
 }
 
 impl Contexts {
-    pub const fn new() -> Self {
+    pub fn new() -> Self {
         Contexts {
             handles: [const { AtomicUsize::new(FREE) }; SLOTS],
             devices: [const { AtomicU32::new(0) }; SLOTS],
             high: AtomicUsize::new(0),
             writers: SpinLock::new(()),
+            primary: [const { AtomicUsize::new(0) }; MAX_DEVICES],
+            attached: SpinLock::new(HashMap::new()),
+            ending: SpinLock::new(Ending::default()),
         }
+    }
+
+    /// `context` is `device`'s primary context now.
+    pub fn set_primary(&self, device: u32, context: usize) {
+        if let Some(p) = self.primary.get(device as usize) {
+            p.store(context, Relaxed);
+        }
+    }
+
+    /// `device`'s primary context (0: none seen; `None`: beyond the devices kept).
+    pub fn primary(&self, device: u32) -> Option<usize> {
+        self.primary.get(device as usize).map(|p| p.load(Relaxed))
+    }
+
+    /// `cuCtxAttach` added a reference to `context`.
+    pub fn attach(&self, context: usize) {
+        *self.attached.lock().entry(context).or_insert(0) += 1;
+    }
+
+    /// `cuCtxDetach` took a reference of `context`: false when none was left of attaches
+    /// (the detach destroyed the context).
+    pub fn detach(&self, context: usize) -> bool {
+        let mut attached = self.attached.lock();
+        let Some(n) = attached.get_mut(&context) else {
+            return false;
+        };
+        *n -= 1;
+        if *n == 0 {
+            attached.remove(&context);
+        }
+        true
+    }
+
+    /// The contexts being ended now.
+    pub fn ending(&self) -> SpinGuard<'_, Ending> {
+        self.ending.lock()
     }
 
     /// The slot and device of a known context (none for 0). The first slot is tried first: most
@@ -107,6 +158,75 @@ impl Contexts {
             h.store(FREE, Relaxed);
         }
         self.high.store(0, Release);
+        for p in &self.primary {
+            p.store(0, Relaxed);
+        }
+        // SAFETY (both): as above.
+        unsafe {
+            self.attached.reset_in_child(HashMap::new());
+            self.ending.reset_in_child(Ending::default());
+        }
+    }
+}
+
+/// Contexts being ended in the driver now (each with the call that ends it), and the stale
+/// entries of theirs found meanwhile: (slot, key, bytes), already given back.
+#[derive(Default)]
+pub struct Ending {
+    slots: Vec<(Slot, &'static str)>,
+    stolen: Vec<(Slot, u64, u64)>,
+}
+
+impl Ending {
+    /// `api` may end the context of `slot`, in the driver from now on.
+    pub fn begin(&mut self, slot: Slot, api: &'static str) {
+        self.slots.push((slot, api));
+    }
+
+    /// One call that might have ended `slot` is over; with none left, what was stolen from
+    /// it is forgotten.
+    pub fn done(&mut self, slot: Slot) {
+        if let Some(i) = self.slots.iter().position(|(s, _)| *s == slot) {
+            self.slots.swap_remove(i);
+        }
+        if !self.slots.iter().any(|(s, _)| *s == slot) {
+            self.take_stolen(slot);
+        }
+    }
+
+    /// A stale entry of `slot` (`key`, `bytes`) was given back: if its context is ending,
+    /// it is remembered for the context's own line, and the call ending it is returned.
+    pub fn stolen(&mut self, slot: Slot, key: u64, bytes: u64) -> Option<&'static str> {
+        let api = self
+            .slots
+            .iter()
+            .find(|(s, _)| *s == slot)
+            .map(|(_, a)| *a)?;
+        self.stolen.push((slot, key, bytes));
+        Some(api)
+    }
+
+    /// Nothing ending, nothing remembered.
+    #[cfg(test)]
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty() && self.stolen.is_empty()
+    }
+
+    #[cfg(test)]
+    pub fn stolen_entries(&self) -> &[(Slot, u64, u64)] {
+        &self.stolen
+    }
+
+    /// What was stolen from `slot`'s charges while it ended: (key, bytes).
+    pub fn take_stolen(&mut self, slot: Slot) -> Vec<(u64, u64)> {
+        let mut taken = Vec::new();
+        self.stolen.retain(|&(s, key, bytes)| {
+            if s == slot {
+                taken.push((key, bytes));
+            }
+            s != slot
+        });
+        taken
     }
 }
 
@@ -141,5 +261,30 @@ mod tests {
             assert_ne!(c.add(i << 8, 0), NO_CONTEXT);
         }
         assert_eq!(c.add(0xdead_0000, 0), NO_CONTEXT);
+    }
+
+    #[test]
+    fn primary_attach_and_ending() {
+        let c = Contexts::new();
+        c.set_primary(1, 0x10);
+        assert_eq!((c.primary(1), c.primary(0)), (Some(0x10), Some(0)));
+        assert_eq!(c.primary(999), None);
+        c.attach(0x20);
+        c.attach(0x20);
+        assert!(c.detach(0x20) && c.detach(0x20));
+        assert!(!c.detach(0x20), "the last detach destroys");
+        let mut e = c.ending();
+        assert_eq!(e.stolen(3, 0x100, 5), None, "not ending: nothing kept");
+        e.begin(3, "cuCtxDestroy_v2");
+        e.begin(3, "cuCtxDetach");
+        assert_eq!(e.stolen(3, 0x100, 5), Some("cuCtxDestroy_v2"));
+        e.done(3);
+        assert_eq!(e.stolen(3, 0x200, 7), Some("cuCtxDetach"));
+        e.done(3);
+        assert_eq!(e.take_stolen(3), vec![], "forgotten with the last call");
+        drop(e);
+        // SAFETY: this test is the table's only user.
+        unsafe { c.reset_in_child() };
+        assert_eq!(c.primary(1), Some(0));
     }
 }

@@ -2,10 +2,93 @@
 //! Sharded by key so that threads rarely meet on a lock, and O(1) whatever the number of
 //! live allocations (a peer's linked list made a free cost O(live)).
 
+use crate::array_shape::ArrayShape;
 use crate::contexts::{Slot, NO_CONTEXT};
 use crate::key_map::{self, KeyMap, SHARD_BITS};
 use crate::spin::{SpinGuard, SpinLock};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+cuquota_format::listed_enum! {
+    /// What a charge is keyed by: each kind is a key space with a ledger of its own. A new
+    /// kind (arrays, contexts) is a variant here; the engine keeps one ledger per entry of
+    /// `ALL`, and everything that sums or resets goes over all of them. (Pool allocations,
+    /// while the quota counts the footprint, are in the pool cache's books, with their
+    /// pools: see `pool_cache`.) A kind indexes the ledgers: as a usize it needs no widening
+    /// on the alloc/free path.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    #[repr(usize)]
+    pub enum Kind {
+        /// Device pointers (`cuMemAlloc`, pools, pitch).
+        Pointer,
+        /// `cuMemCreate` handles.
+        Handle,
+        /// CUDA arrays and mipmapped arrays (`CUarray`, `CUmipmappedArray` handles).
+        Array,
+    }
+}
+
+/// How many (device, array shape) sizes are remembered at most.
+const ARRAY_SIZES_KEPT: usize = 4096;
+
+/// The allocations part's state: a ledger per [`Kind`], and what the driver gave each array
+/// shape on each device (an array's true size, asked once per shape).
+pub struct Allocations {
+    ledgers: [Ledger; Kind::ALL.len()],
+    array_sizes: SpinLock<HashMap<(u32, ArrayShape), u64>>,
+}
+
+impl Allocations {
+    pub fn new() -> Allocations {
+        Allocations {
+            ledgers: std::array::from_fn(|_| Ledger::new()),
+            array_sizes: SpinLock::new(HashMap::new()),
+        }
+    }
+
+    #[inline(always)]
+    pub fn ledger(&self, kind: Kind) -> &Ledger {
+        &self.ledgers[kind as usize]
+    }
+
+    /// Every kind's ledger.
+    pub fn ledgers(&self) -> &[Ledger] {
+        &self.ledgers
+    }
+
+    /// What the driver gave `shape` on `device`, once known.
+    pub fn array_size(&self, device: u32, shape: ArrayShape) -> Option<u64> {
+        self.array_sizes.lock().get(&(device, shape)).copied()
+    }
+
+    pub fn remember_array_size(&self, device: u32, shape: ArrayShape, bytes: u64) {
+        let mut sizes = self.array_sizes.lock();
+        // A program that makes endless shapes must not grow this without end.
+        if sizes.len() >= ARRAY_SIZES_KEPT {
+            sizes.clear();
+        }
+        sizes.insert((device, shape), bytes);
+    }
+
+    /// In a forked child: the parent's allocations are not the child's.
+    ///
+    /// # Safety
+    /// Only in the child right after `fork()`, while it has one thread.
+    pub unsafe fn reset_in_child(&self) {
+        for ledger in &self.ledgers {
+            // SAFETY: the caller's promise.
+            unsafe { ledger.reset_in_child() };
+        }
+        // SAFETY: as above.
+        unsafe { self.array_sizes.reset_in_child(HashMap::new()) };
+    }
+}
+
+impl Default for Allocations {
+    fn default() -> Self {
+        Self::new()
+    }
+}
 
 /// What one live allocation charged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -23,10 +23,13 @@
 //!   words of the log lines), `log` (where they go), `config` (the environment variables);
 //! - books: `quota` (`Books`, every GPU's counters, kept in this process's registry file
 //!   or its memory), `group` (this process as a member of a group: its slot, its hold on
-//!   each GPU's shared counters), `ledger` (live allocations, in `key_map`'s tables),
-//!   `contexts` (the contexts that own them, and each one's device), `vmm` (references and
-//!   mappings of `cuMemCreate` allocations), `context_memory` (what contexts themselves
-//!   take: how it is measured, charged per context and corrected from NVML), `captures`
+//!   each GPU's shared counters); then each part of the footprint's books, one type each,
+//!   one field of the engine each: `ledger` (live allocations, in `key_map`'s tables),
+//!   `pool_cache` (what pools keep, and the pool allocations), `graph_memory` (what
+//!   executable graphs' memory nodes take), `contexts` (the contexts that own charges, each
+//!   one's device, primary contexts and contexts ending), `vmm` (references and mappings of
+//!   `cuMemCreate` allocations), `context_memory` (what contexts themselves take: how it is
+//!   measured, charged per context and corrected from NVML); `captures`
 //!   (how many stream captures may be live: whether a stream-ordered call asks the driver);
 //! - words: `cuda_abi` (the driver's types), `array_shape` (a CUDA array's shape and its
 //!   estimated size), `ffi` (caller pointers), `output` (cuquota's own writes: bounded,
@@ -45,6 +48,7 @@ pub mod engine;
 mod episodes;
 mod exports;
 mod ffi;
+pub mod graph_memory;
 pub mod group;
 mod in_hook;
 pub mod key_map;
@@ -54,6 +58,7 @@ mod lookup;
 pub mod messages;
 mod nvml;
 mod output;
+pub mod pool_cache;
 mod process;
 pub mod quota;
 mod real_driver;

@@ -7,7 +7,12 @@
 //! what it got to [`Engine::committed`] (or a part's commit).
 
 use super::explain::{Outcome, Refusal, Request};
-use super::*;
+use super::parts::PartRefusal;
+use super::state::Engine;
+use crate::config::Mode;
+use crate::cuda_abi::CuResult;
+use crate::ledger::{Charge, Kind};
+use crate::quota::{DeviceQuota, Reservation};
 
 /// A request that reached the driver with its bytes reserved, and that the driver granted:
 /// the caller settles what it got and commits it, or undoes it and rolls back.

@@ -3,7 +3,11 @@
 
 use super::admission::Granted;
 use super::explain::{Outcome, Refusal, Request};
-use super::*;
+use super::placement::Place;
+use super::state::Engine;
+use crate::array_shape::ArrayShape;
+use crate::cuda_abi::CuResult;
+use crate::ledger::{Charge, Kind};
 
 impl Engine {
     /// An allocation of `bytes` at `place`. `call` runs the real driver function and returns
@@ -66,19 +70,13 @@ impl Engine {
         }
         // (Without a context the creation fails, and alloc_settled passes that on.)
         let device = self.queries.current_device().ok();
-        let cached = device.and_then(|d| self.array_sizes.lock().get(&(d, shape)).copied());
+        let cached = device.and_then(|d| self.allocations.array_size(d, shape));
         let estimate = cached.unwrap_or_else(|| shape.estimate());
         let call = || {
             let (rc, key) = create();
             let size = match (rc.is_ok(), cached, device) {
-                (true, None, Some(d)) => true_size(d).inspect(|&bytes| {
-                    let mut sizes = self.array_sizes.lock();
-                    // A program that makes endless shapes must not grow this without end.
-                    if sizes.len() >= ARRAY_SIZES_KEPT {
-                        sizes.clear();
-                    }
-                    sizes.insert((d, shape), bytes);
-                }),
+                (true, None, Some(d)) => true_size(d)
+                    .inspect(|&bytes| self.allocations.remember_array_size(d, shape, bytes)),
                 _ => cached,
             };
             (rc, key, size.unwrap_or(estimate))

@@ -1,17 +1,17 @@
 use super::explain::{Outcome, Refusal, Request};
-use super::*;
-use crate::context_memory as books;
+use super::parts::PartRefusal;
+use super::queries::Queries;
+use super::state::Engine;
+use crate::context_memory::{self as books, Measured};
+use crate::contexts::NO_CONTEXT;
+use crate::cuda_abi::CuResult;
+use crate::quota::Part;
 
 // ---- context memory ----------------------------------------------------------------------
 //
 // The rules are `context_memory`'s; here they meet the driver's answers (`Queries`) and the
 // footprint's context part. A context that does not fit is undone by the caller's closure
 // (destroyed, released) and refused with one line.
-
-/// `CUQUOTA_CONTEXT` as context memory reads it.
-pub(super) fn context_setting(config: &Result<Config, ConfigError>) -> Setting {
-    Setting::from_config(config.as_ref().ok().and_then(|c| c.context))
-}
 
 /// The driver and NVML, as context memory measures with them.
 pub(super) struct Meters<'a>(&'a dyn Queries);

@@ -2,7 +2,10 @@
 //! context, when the driver frees everything the context held before cuquota hears of it.
 
 use super::explain::Outcome;
-use super::*;
+use super::state::Engine;
+use crate::contexts::{Slot, NO_CONTEXT};
+use crate::ledger::{Charge, Kind};
+use crate::pool_cache::TakenPooled;
 
 /// The end of a context, from just before the driver runs a call that may end it (destroy,
 /// detach, primary reset or release) until cuquota has credited it. The driver frees the
@@ -23,7 +26,7 @@ pub struct ContextEnd<'e> {
 /// What a sure end took out of the books before the driver ran the call.
 struct Taken {
     plain: Vec<(Kind, u64, Charge)>,
-    pooled: pool_cache::TakenPooled,
+    pooled: TakenPooled,
     /// The `context` line was written.
     written: bool,
 }
@@ -47,40 +50,10 @@ impl Drop for ContextEnd<'_> {
     }
 }
 
-/// Contexts being ended in the driver now, and the stale entries of theirs found meanwhile:
-/// (slot, key, bytes), already given back.
-pub(super) struct Ending {
-    /// Each with the call that ends it.
-    pub(super) slots: Vec<(Slot, &'static str)>,
-    pub(super) stolen: Vec<(Slot, u64, u64)>,
-}
-
-impl Ending {
-    pub(super) const fn new() -> Ending {
-        Ending {
-            slots: Vec::new(),
-            stolen: Vec::new(),
-        }
-    }
-
-    pub(super) fn take_stolen(&mut self, slot: Slot) -> Vec<(u64, u64)> {
-        let mut taken = Vec::new();
-        self.stolen.retain(|&(s, key, bytes)| {
-            if s == slot {
-                taken.push((key, bytes));
-            }
-            s != slot
-        });
-        taken
-    }
-}
-
 impl Engine {
     /// `cuDevicePrimaryCtxRetain` returned `context` as `device`'s primary context.
     pub fn primary_retained(&self, device: u32, context: usize) {
-        if let Some(p) = self.primary.get(device as usize) {
-            p.store(context, Relaxed);
-        }
+        self.contexts.set_primary(device, context);
         self.contexts.add(context, device);
     }
 
@@ -88,9 +61,8 @@ impl Engine {
     /// freed every allocation of it. The context handle stays (it is reinitialised on
     /// its next use), so its slot stays too.
     pub fn primary_gone(&self, api: &'static str, device: u32) {
-        let context = match self.primary.get(device as usize) {
-            Some(p) => p.load(Relaxed),
-            None => return,
+        let Some(context) = self.contexts.primary(device) else {
+            return;
         };
         if let Some((slot, device)) = self.contexts.find(context) {
             self.credit_context(api, device, slot);
@@ -110,23 +82,15 @@ impl Engine {
 
     /// `cuCtxAttach` added a reference to `context`: one more `cuCtxDetach` before it goes.
     pub fn context_attached(&self, context: usize) {
-        *self.attached.lock().entry(context).or_insert(0) += 1;
+        self.contexts.attach(context);
     }
 
     /// `cuCtxDetach` succeeded: it destroyed the context unless an attach's reference was
     /// left.
     pub fn context_detached(&self, api: &'static str, context: usize) {
-        {
-            let mut attached = self.attached.lock();
-            if let Some(n) = attached.get_mut(&context) {
-                *n -= 1;
-                if *n == 0 {
-                    attached.remove(&context);
-                }
-                return;
-            }
+        if !self.contexts.detach(context) {
+            self.context_destroyed(api, context);
         }
-        self.context_destroyed(api, context);
     }
 
     /// A call that may end `context` is about to reach the driver: the context is marked
@@ -137,7 +101,7 @@ impl Engine {
     pub fn context_end(&self, api: &'static str, context: usize, surely: bool) -> ContextEnd<'_> {
         let slot = self.contexts.find(context).map_or(NO_CONTEXT, |(s, _)| s);
         if slot != NO_CONTEXT {
-            self.ending.lock().slots.push((slot, api));
+            self.contexts.ending().begin(slot, api);
         }
         let taken = if surely {
             self.take_context_charges(api, context)
@@ -225,21 +189,13 @@ impl Engine {
 
     /// The primary context of `device`, for [`Engine::context_end`].
     pub fn primary_context(&self, device: u32) -> usize {
-        self.primary
-            .get(device as usize)
-            .map_or(0, |p| p.load(Relaxed))
+        self.contexts.primary(device).unwrap_or(0)
     }
 
     /// The call that might have ended the context of `slot` is over (credited or not).
     fn context_end_done(&self, slot: Slot) {
         if slot != NO_CONTEXT {
-            let mut ending = self.ending.lock();
-            if let Some(i) = ending.slots.iter().position(|(s, _)| *s == slot) {
-                ending.slots.swap_remove(i);
-            }
-            if !ending.slots.iter().any(|(s, _)| *s == slot) {
-                ending.take_stolen(slot);
-            }
+            self.contexts.ending().done(slot);
         }
     }
 
@@ -254,18 +210,7 @@ impl Engine {
             return;
         };
         let held = q.release(stale.bytes);
-        let ended_by = {
-            let mut ending = self.ending.lock();
-            let api = ending
-                .slots
-                .iter()
-                .find(|(s, _)| *s == stale.context)
-                .map(|(_, api)| *api);
-            if api.is_some() {
-                ending.stolen.push((stale.context, key, stale.bytes));
-            }
-            api
-        };
+        let ended_by = (self.contexts.ending()).stolen(stale.context, key, stale.bytes);
         if let Some(api) = ended_by {
             self.explain(Outcome::Freed {
                 device: stale.device,
@@ -284,7 +229,7 @@ impl Engine {
         self.context_memory.gone(slot, &self.context_part(api));
         // Its pool allocations first: what their pools keep stays charged (`pool_cache`).
         let (mut keys, mut bytes) = self.context_pool_allocations(api, slot);
-        for ledger in &self.ledgers {
+        for ledger in self.allocations.ledgers() {
             for (key, charge) in ledger.remove_context(slot) {
                 if let Some(q) = self.quota(charge.device) {
                     q.release(charge.bytes);
@@ -295,7 +240,7 @@ impl Engine {
         }
         // Those whose address the driver gave out again before this were credited, and
         // traced as frees, then (see `released_stale`); the context still ends with its line.
-        let stolen = !self.ending.lock().take_stolen(slot).is_empty();
+        let stolen = !self.contexts.ending().take_stolen(slot).is_empty();
         if !keys.is_empty() || stolen {
             self.explain(Outcome::ContextEnded {
                 device,

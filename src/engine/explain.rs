@@ -3,8 +3,10 @@
 //! events (`trace`, started at the first one), and joins refusals to each thread's back-off
 //! episode (`episodes`). Nothing here counts: the figures arrive made.
 
-use super::*;
-use crate::config::DeviceId;
+use super::state::Engine;
+use crate::config::{Count, DeviceId};
+use crate::cuda_abi::CuResult;
+use crate::quota::{Part, UNLIMITED};
 use crate::trace::{self, Event};
 use crate::{episodes, messages};
 

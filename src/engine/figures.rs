@@ -2,8 +2,12 @@
 //! first resolution, the exit summary's numbers.
 
 use super::explain::Outcome;
-use super::*;
-use crate::quota::Usage;
+use super::placement::Place;
+use super::state::Engine;
+use crate::config::{Limits, MAX_DEVICES};
+use crate::cuda_abi::CuResult;
+use crate::quota::{DeviceQuota, Usage, UNLIMITED};
+use crate::spin::EXIT_LOCK_ATTEMPTS;
 
 /// A device at exit.
 pub(super) struct DeviceAtExit {
@@ -24,7 +28,7 @@ impl Engine {
         use std::sync::atomic::Ordering::Relaxed;
         let verbose = self.config.as_ref().is_ok_and(|c| c.verbose());
         let per_device = matches!(limits, Limits::PerDevice(_));
-        if !(verbose || per_device) || self.devices_checked.load(Relaxed) {
+        if !(verbose || per_device) || self.limits.devices_checked.load(Relaxed) {
             return Ok(());
         }
         let seen: Vec<(u32, Option<[u8; 16]>)> = self
@@ -34,7 +38,7 @@ impl Engine {
             .map(|(d, _, _)| (d, per_device.then(|| self.queries.device_uuid(d)).flatten()))
             .collect();
         // No devices yet (the driver cannot tell): check at the next resolution.
-        if seen.is_empty() || self.devices_checked.swap(true, Relaxed) {
+        if seen.is_empty() || self.limits.devices_checked.swap(true, Relaxed) {
             return Ok(());
         }
         let unseen = limits.unseen(&seen);
@@ -45,7 +49,7 @@ impl Engine {
         if named > 0 && unseen.len() == named {
             // Every GPU the limit names is one this process does not see: it would run with
             // no limit at all (a typo's usual effect), so every call fails instead.
-            self.limits_unusable.store(true, Relaxed);
+            self.limits.limits_unusable.store(true, Relaxed);
             self.explain(Outcome::NoNamedDeviceSeen { unseen, seen });
             return Err(CuResult::INVALID_VALUE);
         }
@@ -132,9 +136,9 @@ impl Engine {
                 }
                 // The exit handler may run on a thread that holds a ledger lock (exit from a
                 // signal handler inside a hook): a few tries each, never a wait.
-                let pooled = (self.pool_books.try_lock_for(EXIT_LOCK_ATTEMPTS))
-                    .map(|books| books.live_on(d));
-                let live = (self.ledgers.iter())
+                let pooled =
+                    (self.pool_cache.try_books(EXIT_LOCK_ATTEMPTS)).map(|books| books.live_on(d));
+                let live = (self.allocations.ledgers().iter())
                     .map(|l| l.try_live_on(d, EXIT_LOCK_ATTEMPTS))
                     .chain([pooled])
                     .try_fold((0, 0), |(n, b), l| l.map(|(n2, b2)| (n + n2, b + b2)));

@@ -21,71 +21,20 @@
 //! charged for it; with `CUQUOTA_COUNT=allocations` every hook passes straight through.
 
 use super::explain::Outcome;
-use super::{Engine, PartRefusal, Queries};
-use crate::config::MAX_DEVICES;
+use super::parts::PartRefusal;
+use super::queries::{GraphNode, Queries};
+use super::state::Engine;
 use crate::cuda_abi::{
     CuResult, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH, CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD,
 };
+use crate::graph_memory::{add_to, growth, on, ExecNeeds};
 use crate::quota::Part;
-use std::collections::{HashMap, HashSet};
-
-/// A graph node as far as memory goes (what [`Queries::graph_nodes`] answers).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum GraphNode {
-    /// An allocation node: its device (`None`: not device memory), size and address.
-    Alloc {
-        device: Option<u32>,
-        bytes: u64,
-        address: u64,
-    },
-    /// A free node, and the address it frees.
-    Free(u64),
-    /// A child graph node's graph.
-    Child(usize),
-    /// Any other node.
-    Other,
-}
-
-/// The graph pool maps memory in units of the device's allocation granularity (2 MiB on
-/// every current GPU); a launch's growth is rounded up to it.
-const GRAPH_GRANULE: u64 = 2 << 20;
+use std::collections::HashSet;
 
 /// How deep child graphs are followed, and how many nodes are read at most, at one
 /// instantiation (a graph beyond either is charged for what was read).
 const MAX_DEPTH: usize = 8;
 const MAX_NODES: usize = 1 << 20;
-
-/// How many executable graphs with memory nodes are remembered at once; beyond that a new
-/// one is not charged before its launches (its reservation is still reconciled after the
-/// calls of the others on the same device).
-const EXECS_KEPT: usize = 4096;
-
-/// Bytes per device, a few entries.
-type PerDevice = Vec<(u32, u64)>;
-
-fn add_to(v: &mut PerDevice, device: u32, bytes: u64) {
-    match v.iter_mut().find(|(d, _)| *d == device) {
-        Some((_, b)) => *b = b.saturating_add(bytes),
-        None => v.push((device, bytes)),
-    }
-}
-
-fn on(v: &PerDevice, device: u32) -> u64 {
-    v.iter().find(|(d, _)| *d == device).map_or(0, |(_, b)| *b)
-}
-
-/// What an executable graph's allocations take.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ExecNeeds {
-    /// All its allocation nodes' bytes, per device.
-    pub need: PerDevice,
-    /// Of those, the ones not freed inside the graph: live after a launch.
-    pub unfreed: PerDevice,
-    /// Instantiated with `CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH`.
-    pub auto_free: bool,
-    /// Launched at least once.
-    pub launched: bool,
-}
 
 /// The memory nodes of `graph` (child graphs to [`MAX_DEPTH`]) summed per device; None
 /// when the driver cannot list the graph's nodes.
@@ -133,49 +82,6 @@ pub fn needs_of(queries: &dyn Queries, graph: usize) -> Option<ExecNeeds> {
     Some(needs)
 }
 
-/// Uploads and launches between their reservation and their settlement, on one device.
-#[derive(Clone, Copy, Debug, Default)]
-struct InFlight {
-    /// Their graphs' allocations: what they count on the pool's unused memory for.
-    need: u64,
-    /// What they reserved in the quota beyond the driver's reservation.
-    reserved: u64,
-}
-
-/// The engine's graph books: executable graphs with memory nodes, and calls in flight.
-pub struct GraphBooks {
-    execs: HashMap<usize, ExecNeeds>,
-    in_flight: [InFlight; MAX_DEVICES],
-}
-
-impl GraphBooks {
-    pub fn new() -> GraphBooks {
-        GraphBooks {
-            execs: HashMap::new(),
-            in_flight: [InFlight::default(); MAX_DEVICES],
-        }
-    }
-
-    fn in_flight(&mut self, device: u32) -> Option<&mut InFlight> {
-        self.in_flight.get_mut(device as usize)
-    }
-}
-
-impl Default for GraphBooks {
-    fn default() -> Self {
-        GraphBooks::new()
-    }
-}
-
-/// What an upload or launch may add to a device's graph reservation: its allocations
-/// less the pool's unused reservation that no other call in flight counts on, rounded up to
-/// the granule. `extra_free`: what the call itself frees first (an auto-free relaunch).
-fn growth(need: u64, reserved: u64, used: u64, others: u64, extra_free: u64) -> u64 {
-    let unused = reserved.saturating_sub(used).saturating_add(extra_free);
-    let short = need.saturating_sub(unused.saturating_sub(others));
-    short.div_ceil(GRAPH_GRANULE).saturating_mul(GRAPH_GRANULE)
-}
-
 /// One device's share of a staged upload or launch.
 #[derive(Clone, Copy, Debug)]
 struct Staged {
@@ -213,10 +119,7 @@ impl Engine {
         };
         let (rc, exec) = call();
         if rc.is_ok() {
-            let mut books = self.graph_books.lock();
-            if books.execs.len() < EXECS_KEPT || books.execs.contains_key(&exec) {
-                books.execs.insert(exec, needs.clone());
-            }
+            self.graph_memory.lock().remember(exec, needs.clone());
         }
         self.graph_settle(api, &staged);
         // The instantiation may have reserved memory of its own: the driver's figure.
@@ -239,7 +142,7 @@ impl Engine {
         if !self.counts_footprint() {
             return call();
         }
-        let Some(needs) = self.graph_books.lock().execs.get(&exec).cloned() else {
+        let Some(needs) = self.graph_memory.lock().needs(exec) else {
             return call();
         };
         let staged = match self.graph_stage(api, &needs, launch) {
@@ -248,9 +151,7 @@ impl Engine {
         };
         let rc = call();
         if rc.is_ok() && launch {
-            if let Some(n) = self.graph_books.lock().execs.get_mut(&exec) {
-                n.launched = true;
-            }
+            self.graph_memory.lock().launched(exec);
         }
         self.graph_settle(api, &staged);
         rc
@@ -258,7 +159,7 @@ impl Engine {
 
     /// `cuGraphExecDestroy(exec)` succeeded: its book goes (the handle may come back).
     pub fn graph_exec_destroyed(&self, exec: usize) {
-        self.graph_books.lock().execs.remove(&exec);
+        self.graph_memory.lock().forget(exec);
     }
 
     /// A context on `device` was destroyed or reset (the driver may have released graph
@@ -332,7 +233,7 @@ impl Engine {
         let add = {
             // The pool's figures are read under the books' lock, so no trim of ours can
             // come between them and this share being counted in flight.
-            let mut books = self.graph_books.lock();
+            let mut books = self.graph_memory.lock();
             let Some(flight) = books.in_flight(device) else {
                 return Ok(None);
             };
@@ -361,7 +262,7 @@ impl Engine {
     /// A staged share is no longer in flight (nothing was charged for it, or its call
     /// returned).
     fn graph_unstage(&self, share: Staged) {
-        if let Some(flight) = self.graph_books.lock().in_flight(share.device) {
+        if let Some(flight) = self.graph_memory.lock().in_flight(share.device) {
             flight.need -= share.need;
             flight.reserved -= share.reserved;
         }
@@ -380,7 +281,7 @@ impl Engine {
     /// flight reserved beyond it. Under the books' lock, so two settlements cannot
     /// interleave their reads and writes.
     fn reconcile_graph(&self, api: &'static str, device: u32) {
-        let mut books = self.graph_books.lock();
+        let mut books = self.graph_memory.lock();
         let Some(flight) = books.in_flight(device).copied() else {
             return;
         };
@@ -398,7 +299,7 @@ impl Engine {
             return 0;
         }
         let (released, after) = {
-            let mut books = self.graph_books.lock();
+            let mut books = self.graph_memory.lock();
             let Some(flight) = books.in_flight(device).copied() else {
                 return 0;
             };

@@ -4,8 +4,9 @@
 //! process has them; no FFI. A process that never called CUDA has no books: its figures come
 //! from its configuration and a read-only look at its group's file (`quota_without_books`).
 
-use super::*;
-use crate::config::Config;
+use super::state::Engine;
+use crate::config::{Config, Limits};
+use crate::quota::UNLIMITED;
 use cuquota_format::settings::DeviceId;
 use cuquota_format::units::Size;
 use cuquota_state::group::{GpuReading, NO_LIMIT, UNSET};

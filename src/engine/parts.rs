@@ -1,5 +1,7 @@
 use super::explain::{Outcome, Refusal, Request};
-use super::*;
+use super::state::Engine;
+use crate::config::Count;
+use crate::quota::{DeviceQuota, Part, UNLIMITED};
 
 // ---- The footprint's other parts -------------------------------------------------------
 //

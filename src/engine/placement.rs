@@ -1,7 +1,31 @@
 //! Where a charge lands and who owns it: the current context, a stream's context, a pool's
 //! device.
 
-use super::*;
+use super::state::Engine;
+use crate::contexts::{Slot, NO_CONTEXT};
+use crate::cuda_abi::CuResult;
+use crate::pool_cache::PoolPlace;
+
+/// Where an allocation lands, and which context owns it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Place {
+    /// The current context's device, owned by that context.
+    Current,
+    /// The device of a stream's context, owned by it (the legacy and per-thread default
+    /// streams mean the current context).
+    Stream(usize),
+    /// A known device (`cuMemCreate` properties), owned by no context.
+    Device(u32),
+    /// A pool's device, owned by the context of the stream it was allocated on.
+    Pool { device: u32, stream: usize },
+    /// Not device memory (`cuMemCreate` on the host, a host pool): not charged.
+    Uncharged,
+}
+
+/// `CU_STREAM_LEGACY` and `CU_STREAM_PER_THREAD`: with 0, the default streams, which mean
+/// the current context.
+const LEGACY_STREAM: usize = 1;
+const PER_THREAD_STREAM: usize = 2;
 
 impl Engine {
     /// The device an allocation at `place` is charged to and the context that owns it;
@@ -49,11 +73,8 @@ impl Engine {
     /// known, else the stream's device (a pool cuquota never saw made or returned, e.g. an
     /// imported one: the driver cannot be asked its location).
     pub fn pool_place(&self, pool: usize, stream: usize) -> Place {
-        match self.pools.lock().get(&pool) {
-            Some(PoolPlace::Device(device)) => Place::Pool {
-                device: *device,
-                stream,
-            },
+        match self.pool_cache.place(pool) {
+            Some(PoolPlace::Device(device)) => Place::Pool { device, stream },
             Some(PoolPlace::Host) => Place::Uncharged,
             Some(PoolPlace::Managed) | None => Place::Stream(stream),
         }
@@ -62,12 +83,12 @@ impl Engine {
     /// A pool was made (`cuMemPoolCreate`) or returned (`cuDeviceGetDefaultMemPool`,
     /// `cuDeviceGetMemPool`) with this location: remember where its memory lands.
     pub fn pool_located(&self, pool: usize, place: PoolPlace) {
-        self.pools.lock().insert(pool, place);
+        self.pool_cache.set_place(pool, place);
     }
 
     /// `cuMemPoolDestroy` succeeded: the handle may come back for another pool.
     pub fn pool_destroyed(&self, pool: usize) {
-        self.pools.lock().remove(&pool);
+        self.pool_cache.forget_place(pool);
         self.pool_cache_destroyed(pool);
     }
 }

@@ -30,15 +30,13 @@
 
 use super::admission::Granted;
 use super::explain::{Outcome, Refusal, Request};
-use super::{Engine, Kind, Place, PoolPlace};
+use super::parts::PartRefusal;
+use super::placement::Place;
+use super::state::Engine;
 use crate::cuda_abi::CuResult;
-use crate::engine::PartRefusal;
-use crate::key_map::KeyMap;
-use crate::ledger::Charge;
+use crate::ledger::{Charge, Kind};
+use crate::pool_cache::{Freed, PoolBooks, PoolPlace, Pooled, TakenPooled};
 use crate::quota::{DeviceQuota, Part, UNLIMITED};
-
-/// A context's pool allocations taken out of the books: pointer, charge, pool.
-pub(super) type TakenPooled = Vec<(u64, Charge, Option<u64>)>;
 
 /// Which pool a stream-ordered allocation comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,22 +47,6 @@ pub enum PoolOf {
     Given(usize),
 }
 
-/// One pool this process allocated from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Pool {
-    /// Our own number for it: a destroyed pool's handle can come back for another pool.
-    id: u64,
-    handle: usize,
-    device: u32,
-    /// Its share of the pool cache: `reserved − used` at the last reading, plus what was
-    /// freed into it since.
-    cached: u64,
-    /// Its allocations still live.
-    live: u64,
-    /// `cuMemPoolDestroy`ed: no longer read or trimmed (its handle may name another pool).
-    destroyed: bool,
-}
-
 /// A pool's figure after an allocation from it, against its books.
 enum Reading {
     /// Lower by this much (kept already): what its cache gave the allocation.
@@ -73,217 +55,6 @@ enum Reading {
     Rose(u64),
     /// The same, or the pool cannot be read.
     Same,
-}
-
-/// What a free of pool memory does to its charge.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Freed {
-    /// Its pool keeps the memory: the charge moves to the pool cache.
-    Kept,
-    /// It was the last allocation of a destroyed pool: the charge and the pool's `cached`
-    /// bytes go.
-    PoolGone { cached: u64 },
-    /// No pool known for it: the charge goes, as for any free.
-    Untracked,
-}
-
-/// A live pool allocation: what it charged, and its pool (`None`: a pool forgotten since).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Pooled {
-    pub charge: Charge,
-    pub pool: Option<u64>,
-}
-
-/// The pool cache's books: plain data, kept under the engine's `pool_books` lock. They are
-/// also the ledger of pool allocations: one look-up under the one lock finds a pointer's
-/// charge and its pool.
-#[derive(Default)]
-pub struct PoolBooks {
-    /// The pools, in a list: a process allocates from a few (one per device, as a rule), and
-    /// a short scan costs less than any map on the stream-ordered allocation's path.
-    pools: Vec<Pool>,
-    /// Live pool allocations by pointer.
-    pointers: KeyMap<Pooled>,
-    next: u64,
-}
-
-impl PoolBooks {
-    #[inline]
-    fn by_id(&mut self, id: u64) -> Option<&mut Pool> {
-        self.pools.iter_mut().find(|p| p.id == id)
-    }
-
-    fn remove(&mut self, id: u64) -> Option<Pool> {
-        let i = self.pools.iter().position(|p| p.id == id)?;
-        Some(self.pools.swap_remove(i))
-    }
-
-    /// The number of pool `handle` (not destroyed), on `device`, entered if new.
-    #[inline]
-    fn pool(&mut self, handle: usize, device: u32) -> u64 {
-        if let Some(p) = self
-            .pools
-            .iter()
-            .find(|p| p.handle == handle && !p.destroyed)
-        {
-            return p.id;
-        }
-        self.next += 1;
-        self.pools.push(Pool {
-            id: self.next,
-            handle,
-            device,
-            cached: 0,
-            live: 0,
-            destroyed: false,
-        });
-        self.next
-    }
-
-    /// Pools not destroyed on `device` (`None`: on every device): (number, handle, cached).
-    fn readable(&self, device: Option<u32>) -> Vec<(u64, usize, u64)> {
-        let mut found: Vec<_> = self
-            .pools
-            .iter()
-            .filter(|p| !p.destroyed && device.is_none_or(|d| p.device == d))
-            .map(|p| (p.id, p.handle, p.cached))
-            .collect();
-        found.sort_unstable();
-        found
-    }
-
-    #[inline]
-    fn get(&self, id: u64) -> Option<Pool> {
-        self.pools.iter().find(|p| p.id == id).copied()
-    }
-
-    fn cached(&self, id: u64) -> u64 {
-        self.get(id).map_or(0, |p| p.cached)
-    }
-
-    #[inline]
-    fn set_cached(&mut self, id: u64, bytes: u64) {
-        if let Some(p) = self.by_id(id) {
-            p.cached = bytes;
-        }
-    }
-
-    /// A live allocation at `ptr` from pool `id`. Returns the charge of an entry it
-    /// replaced: a free we never saw, that allocation is gone (the caller gives it back).
-    #[inline(always)]
-    fn allocated(&mut self, ptr: u64, charge: Charge, id: u64) -> Option<Charge> {
-        let pooled = Pooled {
-            charge,
-            pool: Some(id),
-        };
-        let stale = self.pointers.insert(ptr, pooled);
-        if let Some(old) = stale.and_then(|s| s.pool) {
-            self.drop_pointer(old);
-        }
-        if let Some(p) = self.by_id(id) {
-            p.live += 1;
-        }
-        stale.map(|s| s.charge)
-    }
-
-    /// One live allocation of pool `id` is gone without a free of ours (its context went,
-    /// or its address was reused). Returns the `cached` bytes of a destroyed pool that
-    /// goes with it.
-    fn drop_pointer(&mut self, id: u64) -> u64 {
-        let Some(p) = self.by_id(id) else {
-            return 0;
-        };
-        p.live = p.live.saturating_sub(1);
-        if p.destroyed && p.live == 0 {
-            return self.remove(id).map_or(0, |p| p.cached);
-        }
-        0
-    }
-
-    /// A free of `ptr` is about to be called: its entry, out of the books (so that another
-    /// thread that gets the same address from the driver right after cannot have its entry
-    /// taken by this free).
-    #[inline(always)]
-    fn take_pointer(&mut self, ptr: u64) -> Option<Pooled> {
-        self.pointers.remove(ptr)
-    }
-
-    /// The free failed: `ptr` is live again.
-    fn restore_pointer(&mut self, ptr: u64, pooled: Pooled) {
-        self.pointers.insert(ptr, pooled);
-    }
-
-    /// Every live allocation context `slot` owns, out of the books: pointer, charge, pool.
-    fn take_context(&mut self, slot: crate::contexts::Slot) -> TakenPooled {
-        let mut taken = Vec::new();
-        self.pointers.retain(|ptr, p| {
-            let keep = p.charge.context != slot;
-            if !keep {
-                taken.push((ptr, p.charge, p.pool));
-            }
-            keep
-        });
-        taken
-    }
-
-    /// Live pool allocations on `device`: (count, bytes).
-    pub(super) fn live_on(&self, device: u32) -> (u64, u64) {
-        self.pointers
-            .iter()
-            .filter(|(_, p)| p.charge.device == device)
-            .fold((0, 0), |(n, b), (_, p)| (n + 1, b + p.charge.bytes))
-    }
-
-    /// An allocation of `bytes` from pool `id` (`take_pointer`'s) was freed.
-    #[inline(always)]
-    fn freed(&mut self, id: Option<u64>, bytes: u64) -> Freed {
-        let Some((id, p)) = id.and_then(|id| Some((id, self.by_id(id)?))) else {
-            return Freed::Untracked;
-        };
-        p.live = p.live.saturating_sub(1);
-        if p.destroyed && p.live == 0 {
-            let cached = p.cached;
-            self.remove(id);
-            return Freed::PoolGone { cached };
-        }
-        p.cached = p.cached.saturating_add(bytes);
-        Freed::Kept
-    }
-
-    /// `cuMemPoolDestroy(handle)`: `Some((device, cached))` when its memory goes now (no
-    /// live allocation left); else it goes with the last one.
-    fn destroyed(&mut self, handle: usize) -> Option<(u32, u64)> {
-        let p = self
-            .pools
-            .iter_mut()
-            .find(|p| p.handle == handle && !p.destroyed)?;
-        p.destroyed = true;
-        if p.live > 0 {
-            return None;
-        }
-        let (id, gone) = (p.id, (p.device, p.cached));
-        self.remove(id);
-        Some(gone)
-    }
-
-    /// A readable pool the driver no longer knows (gone with its context): forgotten, with
-    /// its pointers. Returns its `cached` bytes.
-    fn forget(&mut self, id: u64) -> u64 {
-        let Some(p) = self.remove(id) else {
-            return 0;
-        };
-        // Its allocations stay charged, as any whose pool is not known.
-        let orphans: Vec<u64> = (self.pointers.iter())
-            .filter(|(_, p)| p.pool == Some(id))
-            .map(|(ptr, _)| ptr)
-            .collect();
-        for ptr in orphans {
-            if let Some(p) = self.pointers.get_mut(ptr) {
-                p.pool = None;
-            }
-        }
-        p.cached
-    }
 }
 
 impl Engine {
@@ -304,7 +75,7 @@ impl Engine {
             PoolOf::Current => (Place::Stream(stream), false),
             PoolOf::Given(p) => (
                 self.pool_place(p, stream),
-                self.pools.lock().get(&p) == Some(&PoolPlace::Managed),
+                self.pool_cache.place(p) == Some(PoolPlace::Managed),
             ),
         };
         if !self.counts_footprint() || managed {
@@ -332,7 +103,7 @@ impl Engine {
             Ok(granted) => granted,
             Err(rc) => return rc,
         };
-        let mut books = self.pool_books.lock();
+        let mut books = self.pool_cache.books();
         let id = books.pool(handle, device);
         // The pool's figure now: what it fell by, its cache gave this allocation (charged
         // with the commit below); what it rose by, the pool grew, checked against the quota.
@@ -552,7 +323,7 @@ impl Engine {
         if before == 0 {
             return 0;
         }
-        let mut books = self.pool_books.lock();
+        let mut books = self.pool_cache.books();
         for (id, _, cached) in books.readable(Some(device)) {
             if cached > 0 {
                 self.reread(&mut books, api, device, quota, id, false);
@@ -574,7 +345,7 @@ impl Engine {
         if !self.counts_footprint() || quota.part(Part::PoolCache) == 0 {
             return;
         }
-        let mut books = self.pool_books.lock();
+        let mut books = self.pool_cache.books();
         for (id, _, cached) in books.readable(Some(device)) {
             if cached > 0 {
                 self.reread(&mut books, api, device, quota, id, false);
@@ -604,12 +375,12 @@ impl Engine {
         if slot == crate::contexts::NO_CONTEXT {
             return Vec::new();
         }
-        self.pool_books.lock().take_context(slot)
+        self.pool_cache.books().take_context(slot)
     }
 
     /// The end did not happen: the pool allocations taken are live again.
     pub(super) fn restore_context_pool_pointers(&self, taken: TakenPooled) {
-        let mut books = self.pool_books.lock();
+        let mut books = self.pool_cache.books();
         for (key, charge, pool) in taken {
             books.restore_pointer(key, Pooled { charge, pool });
         }
@@ -626,7 +397,7 @@ impl Engine {
         if taken.is_empty() {
             return (keys, bytes);
         }
-        let mut books = self.pool_books.lock();
+        let mut books = self.pool_cache.books();
         let mut devices = Vec::new();
         for (key, charge, id) in taken {
             if let Some(quota) = self.quota(charge.device) {
@@ -669,7 +440,7 @@ impl Engine {
 
     /// `cuMemPoolDestroy(pool)` succeeded.
     pub(super) fn pool_cache_destroyed(&self, pool: usize) {
-        let mut books = self.pool_books.lock();
+        let mut books = self.pool_cache.books();
         if let Some((device, cached)) = books.destroyed(pool) {
             self.part_shrink("cuMemPoolDestroy", device, Part::PoolCache, cached);
         }
@@ -692,7 +463,7 @@ impl Engine {
         }
         // Out of the books under their lock: a context's end takes its pool allocations
         // from them, and must find each one there or not at all.
-        let Some(pooled) = self.pool_books.lock().take_pointer(key) else {
+        let Some(pooled) = self.pool_cache.books().take_pointer(key) else {
             return call();
         };
         let Pooled { charge, pool: id } = pooled;
@@ -703,7 +474,7 @@ impl Engine {
         }
         let rc = call();
         if !rc.is_ok() {
-            self.pool_books.lock().restore_pointer(key, pooled);
+            self.pool_cache.books().restore_pointer(key, pooled);
             if self.tracing {
                 self.traced_free_failed(api, key, charge);
             }
@@ -715,7 +486,7 @@ impl Engine {
         let (device, bytes) = (charge.device, charge.bytes);
         // The part's change and its `footprint` line under the books' lock, so that the
         // trace has every pool cache total in the order it was.
-        let mut books = self.pool_books.lock();
+        let mut books = self.pool_cache.books();
         let freed = books.freed(id, bytes);
         match freed {
             Freed::Kept => {

@@ -1,7 +1,24 @@
 //! What the engine asks the driver (and NVML) besides the call being hooked: a trait, so the
 //! engine is unit-tested against a fake driver and `exports` supplies the real calls.
 
-use super::*;
+use crate::cuda_abi::CuResult;
+
+/// A graph node as far as memory goes (what [`Queries::graph_nodes`] answers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GraphNode {
+    /// An allocation node: its device (`None`: not device memory), size and address.
+    Alloc {
+        device: Option<u32>,
+        bytes: u64,
+        address: u64,
+    },
+    /// A free node, and the address it frees.
+    Free(u64),
+    /// A child graph node's graph.
+    Child(usize),
+    /// Any other node.
+    Other,
+}
 
 /// What the engine asks the driver besides the call being hooked.
 pub trait Queries: Sync + Send {

@@ -1,5 +1,7 @@
 use super::explain::Outcome;
-use super::*;
+use super::state::Engine;
+use crate::cuda_abi::CuResult;
+use crate::ledger::{Charge, Kind};
 
 // ---- VMM lifetimes and imports ---------------------------------------------------------
 //

@@ -3,31 +3,6 @@ use crate::engine::tests::fake::{engine, FakeDriver, GIB, MIB};
 use crate::engine::{Kind, Place};
 use std::sync::atomic::Ordering::Relaxed;
 
-#[test]
-fn growth_is_the_shortfall_in_granules() {
-    // An empty pool: all of it, rounded up.
-    assert_eq!(growth(3 * MIB, 0, 0, 0, 0), 4 * MIB);
-    assert_eq!(growth(4 * MIB, 0, 0, 0, 0), 4 * MIB);
-    // Unused reservation is used first.
-    assert_eq!(growth(4 * MIB, 6 * MIB, 4 * MIB, 0, 0), 2 * MIB);
-    assert_eq!(growth(4 * MIB, 8 * MIB, 2 * MIB, 0, 0), 0);
-    // Unless another call in flight counts on it.
-    assert_eq!(growth(4 * MIB, 8 * MIB, 2 * MIB, 4 * MIB, 0), 2 * MIB);
-    // An auto-free relaunch frees its own live allocations first.
-    assert_eq!(growth(4 * MIB, 4 * MIB, 4 * MIB, 0, 4 * MIB), 0);
-    assert_eq!(growth(0, 0, 0, 0, 0), 0);
-}
-
-#[test]
-fn per_device_sums() {
-    let mut v = PerDevice::new();
-    add_to(&mut v, 1, 5);
-    add_to(&mut v, 0, 2);
-    add_to(&mut v, 1, u64::MAX);
-    assert_eq!(v, vec![(1, u64::MAX), (0, 2)]);
-    assert_eq!((on(&v, 0), on(&v, 3)), (2, 0));
-}
-
 fn alloc(device: u32, bytes: u64, address: u64) -> GraphNode {
     GraphNode::Alloc {
         device: Some(device),

@@ -49,40 +49,6 @@ fn pool_cache(e: &Engine) -> u64 {
 }
 
 #[test]
-fn books_follow_pools_pointers_and_destruction() {
-    let mut b = PoolBooks::default();
-    let a = b.pool(0x10, 0);
-    assert_eq!(b.pool(0x10, 0), a, "one number per live handle");
-    let charge = |bytes| Charge::unowned(0, bytes);
-    assert_eq!(b.allocated(0x100, charge(5), a), None);
-    assert_eq!(b.allocated(0x200, charge(7), a), None);
-    assert_eq!(b.live_on(0), (2, 12));
-    let id = b.take_pointer(0x100).and_then(|p| p.pool);
-    assert_eq!(b.freed(id, 5), Freed::Kept);
-    assert_eq!(b.cached(a), 5);
-    let none = b.take_pointer(0x999).and_then(|p| p.pool);
-    assert_eq!(b.freed(none, 5), Freed::Untracked);
-    // destroyed with an allocation live: its memory goes with that allocation
-    assert_eq!(b.destroyed(0x10), None);
-    let again = b.pool(0x10, 1);
-    assert_ne!(again, a, "the handle came back for another pool");
-    assert_eq!(b.readable(None), vec![(again, 0x10, 0)]);
-    let id = b.take_pointer(0x200).and_then(|p| p.pool);
-    assert_eq!(b.freed(id, 7), Freed::PoolGone { cached: 5 });
-    assert!(b.get(a).is_none());
-    // a pool with nothing live goes at once
-    b.set_cached(again, 9);
-    assert_eq!(b.destroyed(0x10), Some((1, 9)));
-    assert_eq!(b.destroyed(0x10), None);
-    // an address given out again with no free seen: the old entry's charge comes back
-    let c = b.pool(0x20, 0);
-    assert_eq!(b.allocated(0x300, charge(3), c), None);
-    assert_eq!(b.allocated(0x300, charge(4), c), Some(charge(3)));
-    assert_eq!(b.get(c).map(|p| p.live), Some(1));
-    assert_eq!(b.live_on(0), (1, 4));
-}
-
-#[test]
 fn settled_to_the_pools_chunk_growth() {
     let (e, d) = with_limit("1GiB");
     let (rc, p) = alloc_async(&e, &d, 3 * MIB);
@@ -174,7 +140,7 @@ fn pool_growth_that_does_not_fit_is_undone() {
     assert_eq!(rc, CuResult::OUT_OF_MEMORY);
     assert_eq!((usage(&e).in_use, d.reserved()), (6 * MIB, 6 * MIB));
     assert_eq!(usage(&e).refusals, 1);
-    assert_eq!(e.pool_books.lock().live_on(0), (3, 5 * MIB));
+    assert_eq!(e.pool_cache.books().live_on(0), (3, 5 * MIB));
     free_async(&e, &d, c);
     assert_eq!(usage(&e).in_use, d.reserved());
 }
@@ -193,7 +159,7 @@ fn a_plain_free_of_pool_memory_moves_it_to_the_cache() {
     let (_, q) = alloc_async(&e, &d, 2 * MIB);
     let rc = e.free("cuMemFree_v2", Kind::Pointer, q, || CuResult(1));
     assert_eq!(rc, CuResult(1));
-    assert_eq!(e.pool_books.lock().live_on(0), (1, 2 * MIB));
+    assert_eq!(e.pool_cache.books().live_on(0), (1, 2 * MIB));
 }
 
 #[test]
@@ -224,9 +190,9 @@ fn a_context_gone_takes_its_pointers_and_the_pools_are_read_again() {
     // the driver frees the context's allocations; the pool keeps the memory
     d.pool_free(p);
     e.context_destroyed("cuCtxDestroy_v2", CONTEXT);
-    assert_eq!(e.pool_books.lock().live_on(0), (0, 0));
+    assert_eq!(e.pool_cache.books().live_on(0), (0, 0));
     assert_eq!((usage(&e).in_use, pool_cache(&e)), (4 * MIB, 4 * MIB));
-    assert!(e.pool_books.lock().pointers.is_empty());
+    assert!(e.pool_cache.books().no_pointers());
     // threshold 0: the teardown gave it back, and so does the quota
     let (e, d) = with_limit("1GiB");
     let (_, p) = alloc_async(&e, &d, 3 * MIB);

@@ -2,6 +2,8 @@
 //! the driver's and NVML's answers, and the footprint's context part.
 use super::super::*;
 use super::fake::{self, FakeDriver, GIB, MIB};
+use crate::cuda_abi::CuResult;
+use crate::quota::Part;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 

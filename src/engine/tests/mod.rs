@@ -1,5 +1,9 @@
 use super::*;
+use crate::array_shape::ArrayShape;
+use crate::contexts::NO_CONTEXT;
+use crate::cuda_abi::CuResult;
 use crate::cuda_abi::{CUDA_ARRAY3D_DEFERRED_MAPPING, CUDA_ARRAY3D_SPARSE};
+use crate::quota::Part;
 use fake::{engine, with_limit, GIB, MIB};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -325,19 +329,17 @@ fn an_address_given_out_again_while_its_context_ends_stays_the_contexts() {
     assert_ne!(slot, NO_CONTEXT);
     fake.set_current(Some(1)); // another thread, context 0x1001, gets 0x100
     e.alloc("a", Kind::Pointer, Place::Current, 2 * MIB, ok(0x100));
-    assert_eq!(e.ending.lock().stolen, [(slot, 0x100, MIB)]);
+    assert_eq!(e.contexts.ending().stolen_entries(), [(slot, 0x100, MIB)]);
     assert_eq!(e.quota(0).unwrap().held(), 0, "given back at once");
     e.context_destroyed("d", 0x1000);
     drop(end);
-    let ending = e.ending.lock();
-    assert!(ending.stolen.is_empty() && ending.slots.is_empty());
-    drop(ending);
+    assert!(e.contexts.ending().is_empty());
     assert_eq!(e.quota(1).unwrap().held(), 2 * MIB, "the new one stays");
     // not ending: a stale entry is only given back
     e.alloc("a", Kind::Pointer, Place::Current, MIB, ok(0x300));
     fake.set_current(Some(0));
     e.alloc("a", Kind::Pointer, Place::Current, MIB, ok(0x300));
-    assert!(e.ending.lock().stolen.is_empty());
+    assert!(e.contexts.ending().stolen_entries().is_empty());
     assert_eq!(e.quota(1).unwrap().held(), 2 * MIB);
 }
 
