@@ -115,6 +115,33 @@ mod tests {
     const MIB: u64 = 1 << 20;
 
     #[test]
+    fn books_remember_graphs_while_there_is_room() {
+        let mut b = GraphBooks::new();
+        let needs = ExecNeeds {
+            need: vec![(0, MIB)],
+            ..ExecNeeds::default()
+        };
+        b.remember(1, needs.clone());
+        b.launched(1);
+        assert!(b
+            .needs(1)
+            .is_some_and(|n| n.launched && n.need == needs.need));
+        for exec in 2..=EXECS_KEPT + 1 {
+            b.remember(exec, needs.clone());
+        }
+        assert_eq!(b.needs(EXECS_KEPT + 1), None, "beyond the bound: not kept");
+        b.remember(1, ExecNeeds::default());
+        assert_eq!(
+            b.needs(1),
+            Some(ExecNeeds::default()),
+            "a known one is replaced"
+        );
+        b.forget(1);
+        assert_eq!(b.needs(1), None);
+        assert!(b.in_flight(0).is_some() && b.in_flight(MAX_DEVICES as u32).is_none());
+    }
+
+    #[test]
     fn growth_is_the_shortfall_in_granules() {
         // An empty pool: all of it, rounded up.
         assert_eq!(growth(3 * MIB, 0, 0, 0, 0), 4 * MIB);

@@ -303,6 +303,46 @@ mod tests {
     use super::*;
 
     #[test]
+    fn allocations_keep_a_ledger_per_kind_and_array_sizes() {
+        let a = Allocations::new();
+        assert_eq!(a.ledgers().len(), Kind::ALL.len());
+        for kind in Kind::ALL {
+            a.ledger(kind)
+                .insert(0x100, Charge::unowned(0, kind as u64 + 1));
+        }
+        for kind in Kind::ALL {
+            assert_eq!(a.ledger(kind).live_on(0), (1, kind as u64 + 1), "{kind:?}");
+        }
+        let shape = |width| ArrayShape {
+            width,
+            height: 1,
+            depth: 0,
+            format: 1,
+            channels: 1,
+            flags: 0,
+            levels: 1,
+        };
+        a.remember_array_size(0, shape(1), 512);
+        assert_eq!(
+            (a.array_size(0, shape(1)), a.array_size(1, shape(1))),
+            (Some(512), None)
+        );
+        // Endless shapes: the table is emptied when full, never grown past its bound.
+        for w in 2..=ARRAY_SIZES_KEPT as u64 + 1 {
+            a.remember_array_size(0, shape(w), w);
+        }
+        assert_eq!(a.array_size(0, shape(1)), None);
+        assert_eq!(
+            a.array_size(0, shape(ARRAY_SIZES_KEPT as u64 + 1)),
+            Some(ARRAY_SIZES_KEPT as u64 + 1)
+        );
+        // SAFETY: this test is the only user.
+        unsafe { a.reset_in_child() };
+        assert_eq!(a.ledger(Kind::Array).live_on(0), (0, 0));
+        assert_eq!(a.array_size(0, shape(ARRAY_SIZES_KEPT as u64 + 1)), None);
+    }
+
+    #[test]
     fn insert_remove_and_replace() {
         let l = Ledger::new();
         let c = Charge::unowned(0, 4096);

@@ -6,17 +6,18 @@
 //! `state` holds the one value, [`Engine`]: the quota's books and one field per part of the
 //! footprint, each part's books a plain type of its own outside the engine (`ledger`'s
 //! `Allocations`, `pool_cache`, `graph_memory`, `contexts`, `context_memory`, `vmm`). Then
-//! one `impl Engine` per room, each importing by name only from the rooms listed before it:
-//! - `queries`: what the engine asks the driver besides the hooked call;
+//! one `impl Engine` per room, each importing by name only from rooms listed before it:
+//! - `queries` (below `state`): what the engine asks the driver besides the hooked call;
 //! - `explain`: the one place that speaks — outcomes become log lines and trace events;
 //! - `limits`: a GPU's limit resolved at its first use, a group joined;
 //! - `placement`: where a charge lands and which context owns it;
-//! - `admission`: reserve → call → commit or roll back, written once for every kind;
+//! - `parts`: charging any part of the footprint besides allocations;
+//! - `admission`: reserve → call → commit or roll back, and settlement, written once;
 //! - `allocations`: allocations and frees (pointers, pitch, arrays, handles);
 //! - `contexts`: contexts as owners, and the end of a context as one guard value;
 //! - `vmm`: `cuMemCreate` references and mappings, imports;
-//! - the footprint's parts besides allocations: `parts` (charging any part), `pool_cache`
-//!   (what pools keep), `graph_memory`, `context_memory` (what contexts take);
+//! - the other parts' glue: `pool_cache` (what pools keep), `graph_memory`,
+//!   `context_memory` (what contexts take);
 //! - `figures`: what the caller is told (memory info, total, summary figures);
 //!   `nvml_figures`: what NVML shows under a quota.
 
