@@ -318,16 +318,16 @@ pub fn summary(device: u32, usage: &Usage, live: Option<(u64, u64)>) -> String {
         None => "live at exit not counted (summary incomplete: exit during a hook)".to_string(),
     };
     let mut parts = String::new();
-    if usage.part_peaks.iter().any(|&p| p > 0) {
+    if usage.part_peaks.values().any(|&p| p > 0) {
         let words: Vec<String> = Part::ALL
             .into_iter()
-            .filter(|&p| usage.part_peaks[p as usize] > 0)
+            .filter(|&p| usage.part_peaks[p] > 0)
             .map(|p| {
                 format!(
                     "{} {} (peak {})",
                     p.words(),
-                    human(usage.parts[p as usize]),
-                    human(usage.part_peaks[p as usize])
+                    human(usage.parts[p]),
+                    human(usage.part_peaks[p])
                 )
             })
             .collect();
@@ -514,6 +514,7 @@ pub fn nvml_absent(why: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cuquota_format::part::PerPart;
 
     fn held(limit: u64, in_use: u64, parts: Parts) -> Held {
         Held {
@@ -638,8 +639,8 @@ mod tests {
             limit: Some(GIB),
             peak: GIB,
             allocations: 2,
-            parts: [0, 0, 256 * MIB],
-            part_peaks: [600 * MIB, 0, 256 * MIB],
+            parts: PerPart([0, 0, 256 * MIB]),
+            part_peaks: PerPart([600 * MIB, 0, 256 * MIB]),
             trims: 1,
             trimmed: 600 * MIB,
             ..Usage::default()

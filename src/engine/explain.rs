@@ -371,8 +371,8 @@ impl Engine {
     fn held_figures(&self, device: u32, r: &Refusal, holders: bool) -> messages::Held {
         let quota = self.quota(device);
         let state_dir = self.config.as_ref().ok().map(|c| c.state_dir.as_path());
-        let holders = match (holders, quota.and_then(|q| q.member()), state_dir) {
-            (true, Some(m), Some(dir)) => m.holders(dir),
+        let holders = match (holders, quota, state_dir) {
+            (true, Some(q), Some(dir)) => q.group_holders(dir),
             _ => Vec::new(),
         };
         messages::Held {
@@ -489,7 +489,7 @@ impl Engine {
                 mode,
                 count,
                 devices,
-                group: self.books.group.name().map(str::to_string),
+                group: self.books.group_name().map(str::to_string),
             },
         )
     }

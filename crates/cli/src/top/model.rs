@@ -150,14 +150,14 @@ fn process(p: &ProcessSnapshot, d: Option<&DeviceSnapshot>) -> Process {
     let (parts, last_refusal) = match d {
         Some(d) => {
             let allocations = if counted {
-                d.in_use.saturating_sub(d.parts.total())
+                d.usage.allocations_bytes()
             } else {
-                d.in_use
+                d.usage.in_use
             };
             (
                 Parts {
                     allocations,
-                    others: d.parts,
+                    others: d.usage.parts,
                 },
                 p.last_refusal
                     .as_ref()
@@ -187,14 +187,14 @@ fn process(p: &ProcessSnapshot, d: Option<&DeviceSnapshot>) -> Process {
             "footprint"
         },
         ordinal: d.map(|d| d.ordinal),
-        limit: d.and_then(|d| d.limit),
-        in_use: d.map_or(0, |d| d.in_use),
-        peak: d.map_or(0, |d| d.peak),
-        allocations: d.map_or(0, |d| d.allocations),
-        refusals: d.map_or(0, |d| d.refusals),
+        limit: d.and_then(|d| d.usage.limit),
+        in_use: d.map_or(0, |d| d.usage.in_use),
+        peak: d.map_or(0, |d| d.usage.peak),
+        allocations: d.map_or(0, |d| d.usage.allocations),
+        refusals: d.map_or(0, |d| d.usage.refusals),
         parts,
-        trims: d.map_or(0, |d| d.trims),
-        trimmed: d.map_or(0, |d| d.trimmed),
+        trims: d.map_or(0, |d| d.usage.trims),
+        trimmed: d.map_or(0, |d| d.usage.trimmed),
         last_refusal,
     }
 }
@@ -307,16 +307,13 @@ pub(crate) mod tests {
             uuid: [uuid; 16],
             name: "Stand-in GPU".into(),
             total: 8 << 30,
-            limit: None,
-            in_use,
-            held: in_use,
-            peak: in_use,
-            allocations: 1,
-            refusals: 0,
-            parts: PerPart::default(),
-            part_peaks: PerPart::default(),
-            trims: 0,
-            trimmed: 0,
+            usage: registry::Usage {
+                in_use,
+                held: in_use,
+                peak: in_use,
+                allocations: 1,
+                ..registry::Usage::default()
+            },
         }
     }
 
@@ -367,12 +364,12 @@ pub(crate) mod tests {
     /// Two GPUs; a group of two on GPU 0 (one member also on GPU 1); an ungrouped process.
     pub(crate) fn sample() -> Snapshot {
         let mut a = device(0, 1, 300 << 20);
-        a.parts[Part::Context] = 100 << 20;
+        a.usage.parts[Part::Context] = 100 << 20;
         let mut p1 = proc(101, Some("svc"), vec![a, device(1, 2, 64 << 20)]);
         p1.last_refusal = Some((5_000_000_000, 0, "GPU 0 refused 1.00 GiB".into()));
         let p2 = proc(102, Some("svc"), vec![device(0, 1, 200 << 20)]);
         let mut own = device(0, 1, 100 << 20);
-        own.limit = Some(1 << 30);
+        own.usage.limit = Some(1 << 30);
         let p3 = proc(103, None, vec![own]);
         build(
             Path::new("/dev/shm/cuquota"),
