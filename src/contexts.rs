@@ -15,8 +15,8 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 pub const SLOTS: usize = 255;
 
 /// A context's slot: 1..=SLOTS, or [`NO_CONTEXT`].
-pub type Slot = u8;
-pub const NO_CONTEXT: Slot = 0;
+pub type ContextSlot = u8;
+pub const NO_CONTEXT: ContextSlot = 0;
 
 const FREE: usize = usize::MAX;
 
@@ -50,23 +50,23 @@ impl Contexts {
     /// The slot and device of a known context (none for 0). The first slot is tried first: most
     /// processes have one context per device, and this is on every allocation's path.
     #[inline]
-    pub fn find(&self, context: usize) -> Option<(Slot, u32)> {
+    pub fn find(&self, context: usize) -> Option<(ContextSlot, u32)> {
         if self.handles[0].load(Acquire) == context {
             return Some((1, self.devices[0].load(Relaxed)));
         }
         self.find_beyond_first(context)
     }
 
-    fn find_beyond_first(&self, context: usize) -> Option<(Slot, u32)> {
+    fn find_beyond_first(&self, context: usize) -> Option<(ContextSlot, u32)> {
         let high = self.high.load(Acquire);
         (1..high).find_map(|i| {
             (self.handles[i].load(Acquire) == context)
-                .then(|| ((i + 1) as Slot, self.devices[i].load(Relaxed)))
+                .then(|| ((i + 1) as ContextSlot, self.devices[i].load(Relaxed)))
         })
     }
 
     /// The slot of `context` on `device`, adding it if new; [`NO_CONTEXT`] when full.
-    pub fn add(&self, context: usize, device: u32) -> Slot {
+    pub fn add(&self, context: usize, device: u32) -> ContextSlot {
         if context == 0 || context == FREE {
             return NO_CONTEXT;
         }
@@ -84,11 +84,11 @@ impl Contexts {
         if i >= high {
             self.high.store(i + 1, Release);
         }
-        (i + 1) as Slot
+        (i + 1) as ContextSlot
     }
 
     /// Forgets a context (destroyed): its slot is free for the next one.
-    pub fn remove(&self, slot: Slot) {
+    pub fn remove(&self, slot: ContextSlot) {
         if slot == NO_CONTEXT {
             return;
         }

@@ -15,7 +15,7 @@ pub struct ContextEnd<'e> {
     engine: &'e Engine,
     api: &'static str,
     /// The context's slot ([`NO_CONTEXT`]: not one cuquota knows).
-    pub(super) slot: Slot,
+    pub(super) slot: ContextSlot,
     /// A sure end's charges, taken out of the books before the call.
     taken: Option<Taken>,
 }
@@ -51,8 +51,8 @@ impl Drop for ContextEnd<'_> {
 /// (slot, key, bytes), already given back.
 pub(super) struct Ending {
     /// Each with the call that ends it.
-    pub(super) slots: Vec<(Slot, &'static str)>,
-    pub(super) stolen: Vec<(Slot, u64, u64)>,
+    pub(super) slots: Vec<(ContextSlot, &'static str)>,
+    pub(super) stolen: Vec<(ContextSlot, u64, u64)>,
 }
 
 impl Ending {
@@ -63,7 +63,7 @@ impl Ending {
         }
     }
 
-    pub(super) fn take_stolen(&mut self, slot: Slot) -> Vec<(u64, u64)> {
+    pub(super) fn take_stolen(&mut self, slot: ContextSlot) -> Vec<(u64, u64)> {
         let mut taken = Vec::new();
         self.stolen.retain(|&(s, key, bytes)| {
             if s == slot {
@@ -231,7 +231,7 @@ impl Engine {
     }
 
     /// The call that might have ended the context of `slot` is over (credited or not).
-    fn context_end_done(&self, slot: Slot) {
+    fn context_end_done(&self, slot: ContextSlot) {
         if slot != NO_CONTEXT {
             let mut ending = self.ending.lock();
             if let Some(i) = ending.slots.iter().position(|(s, _)| *s == slot) {
@@ -279,7 +279,7 @@ impl Engine {
 
     /// Credits every charge, of every kind, that context `slot` (on `device`) owns, and
     /// records one event for it.
-    pub(super) fn credit_context(&self, api: &'static str, device: u32, slot: Slot) {
+    pub(super) fn credit_context(&self, api: &'static str, device: u32, slot: ContextSlot) {
         // What the context itself took (context memory).
         self.context_memory.gone(slot, &self.context_part(api));
         // Its pool allocations first: what their pools keep stays charged (`pool_cache`).

@@ -402,11 +402,11 @@ impl Engine {
             crate::log::line(&e.line());
             let in_use = self.held(e.device);
             let event = match e.outcome {
-                messages::Outcome::BackedOff { got, .. }
-                | messages::Outcome::Retried { got, .. } => {
+                messages::EpisodeEnd::BackedOff { got, .. }
+                | messages::EpisodeEnd::Retried { got, .. } => {
                     Event::backoff(e.device, e.api, e.ptr, got, in_use, e.sizes())
                 }
-                messages::Outcome::GaveUp(_) => {
+                messages::EpisodeEnd::GaveUp(_) => {
                     let last = e.refused.last().copied().unwrap_or(0);
                     Event::gave_up(e.device, e.api, last, in_use, e.sizes())
                 }

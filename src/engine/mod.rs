@@ -18,7 +18,7 @@
 use crate::array_shape::ArrayShape;
 use crate::config::{Config, ConfigError, Count, Limits, Mode, MAX_DEVICES};
 use crate::context_memory::{ContextMemory, Measured, Setting};
-use crate::contexts::{Contexts, Slot, NO_CONTEXT};
+use crate::contexts::{ContextSlot, Contexts, NO_CONTEXT};
 use crate::cuda_abi::CuResult;
 use crate::group::Group;
 use crate::ledger::{Charge, Ledger};

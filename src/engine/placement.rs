@@ -6,7 +6,10 @@ use super::*;
 impl Engine {
     /// The device an allocation at `place` is charged to and the context that owns it;
     /// `None` for memory that is not charged.
-    pub(super) fn resolve_place(&self, place: Place) -> Result<Option<(u32, Slot)>, CuResult> {
+    pub(super) fn resolve_place(
+        &self,
+        place: Place,
+    ) -> Result<Option<(u32, ContextSlot)>, CuResult> {
         match place {
             Place::Current => self.current().map(Some),
             Place::Stream(stream) => self.of_stream(stream).map(Some),
@@ -22,7 +25,7 @@ impl Engine {
     /// The current context's device and slot: one driver call (`cuCtxGetCurrent`) and a
     /// scan of the few known contexts; a context seen first costs one more call.
     #[inline(always)]
-    pub(super) fn current(&self) -> Result<(u32, Slot), CuResult> {
+    pub(super) fn current(&self) -> Result<(u32, ContextSlot), CuResult> {
         let context = self.queries.current_context();
         if let Some((slot, device)) = self.contexts.find(context) {
             return Ok((device, slot));
@@ -33,7 +36,7 @@ impl Engine {
     }
 
     /// A stream's device and the slot of its context.
-    pub(super) fn of_stream(&self, stream: usize) -> Result<(u32, Slot), CuResult> {
+    pub(super) fn of_stream(&self, stream: usize) -> Result<(u32, ContextSlot), CuResult> {
         if matches!(stream, 0 | LEGACY_STREAM | PER_THREAD_STREAM) {
             return self.current();
         }

@@ -31,6 +31,7 @@
 use super::admission::Granted;
 use super::explain::{Outcome, Refusal, Request};
 use super::{Engine, Kind, Place, PoolPlace};
+use crate::contexts::ContextSlot;
 use crate::cuda_abi::CuResult;
 use crate::engine::PartRefusal;
 use crate::key_map::KeyMap;
@@ -214,7 +215,7 @@ impl PoolBooks {
     }
 
     /// Every live allocation context `slot` owns, out of the books: pointer, charge, pool.
-    fn take_context(&mut self, slot: crate::contexts::Slot) -> TakenPooled {
+    fn take_context(&mut self, slot: ContextSlot) -> TakenPooled {
         let mut taken = Vec::new();
         self.pointers.retain(|ptr, p| {
             let keep = p.charge.context != slot;
@@ -591,7 +592,7 @@ impl Engine {
     pub(super) fn context_pool_allocations(
         &self,
         api: &'static str,
-        slot: crate::contexts::Slot,
+        slot: ContextSlot,
     ) -> (Vec<u64>, u64) {
         let taken = self.take_context_pool_pointers(slot);
         self.settle_context_pool_pointers(api, taken)
@@ -600,7 +601,7 @@ impl Engine {
     /// Context `slot`'s pool allocations out of the ledger and the books (together, under
     /// the books' lock), each with its pool: before the driver ends the context, when the
     /// end is certain (see `Engine::context_end`).
-    pub(super) fn take_context_pool_pointers(&self, slot: crate::contexts::Slot) -> TakenPooled {
+    pub(super) fn take_context_pool_pointers(&self, slot: ContextSlot) -> TakenPooled {
         if slot == crate::contexts::NO_CONTEXT {
             return Vec::new();
         }

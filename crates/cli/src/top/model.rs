@@ -79,7 +79,7 @@ pub struct GroupRow {
     /// The members that use this GPU.
     pub processes: Vec<Process>,
     /// The latest of its members' last refusals on this GPU.
-    pub last_refusal: Option<Refusal>,
+    pub last_refusal: Option<LastRefusal>,
 }
 
 /// One process (on one GPU, when under a GPU).
@@ -114,11 +114,11 @@ pub struct Process {
     pub trims: u64,
     pub trimmed: u64,
     /// Its last refusal, when it was on this GPU.
-    pub last_refusal: Option<Refusal>,
+    pub last_refusal: Option<LastRefusal>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Refusal {
+pub struct LastRefusal {
     pub unix_ns: u64,
     /// The GPU's ordinal as the refused process sees it.
     pub ordinal: u32,
@@ -162,7 +162,7 @@ fn process(p: &ProcessSnapshot, d: Option<&DeviceSnapshot>) -> Process {
                 p.last_refusal
                     .as_ref()
                     .filter(|r| r.1 == d.ordinal)
-                    .map(|(t, o, line)| Refusal {
+                    .map(|(t, o, line)| LastRefusal {
                         unix_ns: *t,
                         ordinal: *o,
                         line: line.clone(),
