@@ -31,7 +31,7 @@
 //! - One process-wide lock is held across each measured driver call (and only there), so
 //!   two threads' measurements never mix.
 
-use crate::contexts::{Slot, NO_CONTEXT};
+use crate::contexts::{ContextSlot, NO_CONTEXT};
 use crate::cuda_abi::CuResult;
 use crate::spin::SpinLock;
 use cuquota_format::settings::MAX_DEVICES;
@@ -137,9 +137,9 @@ pub struct Refused {
 #[derive(Default)]
 struct Book {
     /// Each live context's charge: its device and bytes (creation, limits, modules).
-    contexts: HashMap<Slot, (u32, u64)>,
+    contexts: HashMap<ContextSlot, (u32, u64)>,
     /// Each loaded module or library: the context it was charged to, and its growth.
-    modules: HashMap<usize, (Slot, u64)>,
+    modules: HashMap<usize, (ContextSlot, u64)>,
     /// Per device: what the correction added (or took) beyond the contexts' own charges.
     residual: Vec<i64>,
     /// Per device: what is charged to the engine's context part for all of it.
@@ -178,7 +178,7 @@ impl Book {
     }
 
     /// A new context's charge, already taken from the engine's books.
-    fn charge(&mut self, slot: Slot, device: u32, bytes: u64) {
+    fn charge(&mut self, slot: ContextSlot, device: u32, bytes: u64) {
         self.contexts.entry(slot).or_insert((device, 0)).1 += bytes;
         self.charged[device as usize] += bytes;
     }
@@ -252,8 +252,8 @@ impl ContextMemory {
         meter: &dyn Meter,
         books: &dyn Books,
         is_new: impl FnOnce() -> bool,
-        create: impl FnOnce() -> (CuResult, Slot),
-    ) -> (CuResult, Slot, Result<(), Refused>) {
+        create: impl FnOnce() -> (CuResult, ContextSlot),
+    ) -> (CuResult, ContextSlot, Result<(), Refused>) {
         if !self.setting.counts() || !Self::valid(device) {
             let (rc, slot) = create();
             return (rc, slot, Ok(()));
@@ -294,8 +294,8 @@ impl ContextMemory {
         device: u32,
         bytes: u64,
         books: &dyn Books,
-        create: impl FnOnce() -> (CuResult, Slot),
-    ) -> (CuResult, Slot, Result<(), Refused>) {
+        create: impl FnOnce() -> (CuResult, ContextSlot),
+    ) -> (CuResult, ContextSlot, Result<(), Refused>) {
         if books.grow(device, bytes).is_err() {
             return (CuResult::OUT_OF_MEMORY, NO_CONTEXT, Err(Refused { bytes }));
         }
@@ -316,7 +316,7 @@ impl ContextMemory {
     pub fn grew(
         &self,
         device: u32,
-        slot: Slot,
+        slot: ContextSlot,
         growth: i64,
         module: Option<usize>,
         force: bool,
@@ -366,7 +366,7 @@ impl ContextMemory {
 
     /// Context `slot` is gone (destroyed, reset, last release): its charge goes back; with
     /// the last context of its device, the correction goes too.
-    pub fn gone(&self, slot: Slot, books: &dyn Books) {
+    pub fn gone(&self, slot: ContextSlot, books: &dyn Books) {
         let mut book = self.book.lock();
         let Some((device, _)) = book.contexts.remove(&slot) else {
             return;
@@ -566,12 +566,12 @@ mod tests {
         }
     }
 
-    fn ok(slot: Slot) -> (CuResult, Slot) {
+    fn ok(slot: ContextSlot) -> (CuResult, ContextSlot) {
         (CuResult::SUCCESS, slot)
     }
 
     /// A context `slot` whose creation takes `bytes` of the device, and fits.
-    fn made(c: &ContextMemory, f: &Fake, slot: Slot, bytes: u64) {
+    fn made(c: &ContextMemory, f: &Fake, slot: ContextSlot, bytes: u64) {
         let made = c.create(
             0,
             f,

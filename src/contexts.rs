@@ -17,8 +17,8 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 pub const SLOTS: usize = 255;
 
 /// A context's slot: 1..=SLOTS, or [`NO_CONTEXT`].
-pub type Slot = u8;
-pub const NO_CONTEXT: Slot = 0;
+pub type ContextSlot = u8;
+pub const NO_CONTEXT: ContextSlot = 0;
 
 const FREE: usize = usize::MAX;
 
@@ -101,23 +101,23 @@ impl Contexts {
     /// The slot and device of a known context (none for 0). The first slot is tried first: most
     /// processes have one context per device, and this is on every allocation's path.
     #[inline]
-    pub fn find(&self, context: usize) -> Option<(Slot, u32)> {
+    pub fn find(&self, context: usize) -> Option<(ContextSlot, u32)> {
         if self.handles[0].load(Acquire) == context {
             return Some((1, self.devices[0].load(Relaxed)));
         }
         self.find_beyond_first(context)
     }
 
-    fn find_beyond_first(&self, context: usize) -> Option<(Slot, u32)> {
+    fn find_beyond_first(&self, context: usize) -> Option<(ContextSlot, u32)> {
         let high = self.high.load(Acquire);
         (1..high).find_map(|i| {
             (self.handles[i].load(Acquire) == context)
-                .then(|| ((i + 1) as Slot, self.devices[i].load(Relaxed)))
+                .then(|| ((i + 1) as ContextSlot, self.devices[i].load(Relaxed)))
         })
     }
 
     /// The slot of `context` on `device`, adding it if new; [`NO_CONTEXT`] when full.
-    pub fn add(&self, context: usize, device: u32) -> Slot {
+    pub fn add(&self, context: usize, device: u32) -> ContextSlot {
         if context == 0 || context == FREE {
             return NO_CONTEXT;
         }
@@ -135,11 +135,11 @@ impl Contexts {
         if i >= high {
             self.high.store(i + 1, Release);
         }
-        (i + 1) as Slot
+        (i + 1) as ContextSlot
     }
 
     /// Forgets a context (destroyed): its slot is free for the next one.
-    pub fn remove(&self, slot: Slot) {
+    pub fn remove(&self, slot: ContextSlot) {
         if slot == NO_CONTEXT {
             return;
         }
@@ -173,19 +173,19 @@ impl Contexts {
 /// entries of theirs found meanwhile: (slot, key, bytes), already given back.
 #[derive(Default)]
 pub struct Ending {
-    slots: Vec<(Slot, &'static str)>,
-    stolen: Vec<(Slot, u64, u64)>,
+    slots: Vec<(ContextSlot, &'static str)>,
+    stolen: Vec<(ContextSlot, u64, u64)>,
 }
 
 impl Ending {
     /// `api` may end the context of `slot`, in the driver from now on.
-    pub fn begin(&mut self, slot: Slot, api: &'static str) {
+    pub fn begin(&mut self, slot: ContextSlot, api: &'static str) {
         self.slots.push((slot, api));
     }
 
     /// One call that might have ended `slot` is over; with none left, what was stolen from
     /// it is forgotten.
-    pub fn done(&mut self, slot: Slot) {
+    pub fn done(&mut self, slot: ContextSlot) {
         if let Some(i) = self.slots.iter().position(|(s, _)| *s == slot) {
             self.slots.swap_remove(i);
         }
@@ -196,7 +196,7 @@ impl Ending {
 
     /// A stale entry of `slot` (`key`, `bytes`) was given back: if its context is ending,
     /// it is remembered for the context's own line, and the call ending it is returned.
-    pub fn stolen(&mut self, slot: Slot, key: u64, bytes: u64) -> Option<&'static str> {
+    pub fn stolen(&mut self, slot: ContextSlot, key: u64, bytes: u64) -> Option<&'static str> {
         let api = self
             .slots
             .iter()
@@ -213,12 +213,12 @@ impl Ending {
     }
 
     #[cfg(test)]
-    pub fn stolen_entries(&self) -> &[(Slot, u64, u64)] {
+    pub fn stolen_entries(&self) -> &[(ContextSlot, u64, u64)] {
         &self.stolen
     }
 
     /// What was stolen from `slot`'s charges while it ended: (key, bytes).
-    pub fn take_stolen(&mut self, slot: Slot) -> Vec<(u64, u64)> {
+    pub fn take_stolen(&mut self, slot: ContextSlot) -> Vec<(u64, u64)> {
         let mut taken = Vec::new();
         self.stolen.retain(|&(s, key, bytes)| {
             if s == slot {

@@ -5,7 +5,7 @@
 //! gap has passed). A refusal that opens an episode wakes the watcher, which ends it when its
 //! gap has passed if nothing else did first.
 
-use crate::messages::{self, Episode, Outcome};
+use crate::messages::{self, Episode, EpisodeEnd};
 use crate::spin::SpinLock;
 use crate::sys;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
@@ -27,7 +27,7 @@ pub struct Ended {
     pub api: &'static str,
     /// The allocation that ended it (recovered), else 0.
     pub ptr: u64,
-    pub outcome: Outcome,
+    pub outcome: EpisodeEnd,
     /// The refused sizes kept (the first ones and the last).
     pub refused: Vec<u64>,
     pub refusals: u64,
@@ -36,7 +36,7 @@ pub struct Ended {
 }
 
 impl Ended {
-    fn new(api: &'static str, ptr: u64, e: &Episode, outcome: Outcome) -> Ended {
+    fn new(api: &'static str, ptr: u64, e: &Episode, outcome: EpisodeEnd) -> Ended {
         Ended {
             device: e.device,
             api,
@@ -62,8 +62,8 @@ impl Ended {
     /// The trace's sizes: those refused in order, then the one that fit (if one did).
     pub fn sizes(&self) -> Box<[u64]> {
         let got = match self.outcome {
-            Outcome::BackedOff { got, .. } | Outcome::Retried { got, .. } => Some(got),
-            Outcome::GaveUp(_) => None,
+            EpisodeEnd::BackedOff { got, .. } | EpisodeEnd::Retried { got, .. } => Some(got),
+            EpisodeEnd::GaveUp(_) => None,
         };
         self.refused.iter().copied().chain(got).collect()
     }
@@ -71,13 +71,13 @@ impl Ended {
 
 /// What a refusal did: the episodes it ended (gave up), and whether it opened one (its log
 /// line is the episode's first).
-pub struct Refusal {
+pub struct EpisodeRefusal {
     pub ended: Vec<Ended>,
     pub opened: bool,
 }
 
 /// A refusal of `bytes` on `device` on this thread, by `api`.
-pub fn refused(device: u32, bytes: u64, api: &'static str) -> Refusal {
+pub fn refused(device: u32, bytes: u64, api: &'static str) -> EpisodeRefusal {
     let (tid, now) = (sys::thread_id(), sys::monotonic_ns());
     let mut open = OPEN.lock();
     let mut ended = expire(&mut open, now);
@@ -100,7 +100,7 @@ pub fn refused(device: u32, bytes: u64, api: &'static str) -> Refusal {
     if opened {
         crate::watcher::wake();
     }
-    Refusal { ended, opened }
+    EpisodeRefusal { ended, opened }
 }
 
 /// A success of `bytes` on `device` on this thread (at `ptr`, by `api`): the episodes it ends
@@ -124,7 +124,7 @@ fn end(device: u32, bytes: u64, ptr: u64, api: &'static str) -> Option<Vec<Ended
         if let Some(outcome) = e.succeeded(device, bytes, now) {
             open.swap_remove(i);
             let (api, ptr) = match outcome {
-                Outcome::GaveUp(_) => (first_api, 0),
+                EpisodeEnd::GaveUp(_) => (first_api, 0),
                 _ => (api, ptr),
             };
             ended.push(Ended::new(api, ptr, &e, outcome));
@@ -228,7 +228,7 @@ mod tests {
         let r = refused(3, 2 * GIB, API);
         assert!(r.opened, "a larger refusal opens the next episode");
         let ended = mine(r.ended);
-        assert!(matches!(ended[0].outcome, Outcome::GaveUp(_)));
+        assert!(matches!(ended[0].outcome, EpisodeEnd::GaveUp(_)));
         assert_eq!(&*ended[0].sizes(), [GIB]);
         // The watcher's view: when the earliest open gap ends; nothing of ours ended yet.
         let next = next_expiry().expect("an episode is open");

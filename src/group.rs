@@ -5,7 +5,7 @@
 //! charges besides its own ([`Member`]). [`crate::quota::DeviceQuota`] charges through them.
 
 use crate::spin::SpinLock;
-use cuquota_state::group::{GroupDevice, GroupFile, Slot, NO_LIMIT};
+use cuquota_state::group::{GroupDevice, GroupFile, MemberSlot, NO_LIMIT};
 use std::path::PathBuf;
 use std::sync::atomic::{
     AtomicPtr, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
@@ -47,7 +47,7 @@ pub struct Membership {
 }
 
 impl Membership {
-    fn slot(&self) -> &Slot {
+    fn slot(&self) -> &MemberSlot {
         &self.file.layout().slots[self.slot]
     }
 }

@@ -3,7 +3,7 @@
 //! live allocations (a peer's linked list made a free cost O(live)).
 
 use crate::array_shape::ArrayShape;
-use crate::contexts::{Slot, NO_CONTEXT};
+use crate::contexts::{ContextSlot, NO_CONTEXT};
 use crate::key_map::{self, KeyMap, SHARD_BITS};
 use crate::spin::{SpinGuard, SpinLock};
 use std::collections::HashMap;
@@ -96,7 +96,7 @@ pub struct Charge {
     pub device: u32,
     pub bytes: u64,
     /// The context that owns the memory (its destruction frees it), or [`NO_CONTEXT`].
-    pub context: Slot,
+    pub context: ContextSlot,
 }
 
 impl Charge {
@@ -136,7 +136,7 @@ impl From<Packed> for Charge {
     fn from(p: Packed) -> Charge {
         Charge {
             device: (p.0 >> DEVICE_SHIFT) as u32,
-            context: (p.0 >> CONTEXT_SHIFT) as Slot,
+            context: (p.0 >> CONTEXT_SHIFT) as ContextSlot,
             bytes: p.0 & ((1 << BYTES_BITS) - 1),
         }
     }
@@ -240,7 +240,7 @@ impl Ledger {
 
     /// Removes every allocation `context` owns (the context was destroyed, and the driver
     /// freed them with it).
-    pub fn remove_context(&self, context: Slot) -> Vec<(u64, Charge)> {
+    pub fn remove_context(&self, context: ContextSlot) -> Vec<(u64, Charge)> {
         let mut gone = Vec::new();
         if context == NO_CONTEXT {
             return gone;

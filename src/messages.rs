@@ -234,7 +234,7 @@ pub const EPISODE_SIZES: usize = 24;
 /// `cuquota report` (`cuquota_format::episodes`): the first sizes and the latest one kept.
 pub type Episode = episodes::Episode<{ EPISODE_SIZES - 1 }, 1>;
 
-pub use episodes::{GaveUp, Outcome};
+pub use episodes::{EpisodeEnd, GaveUp};
 
 /// The line that says how an episode ended (its first refusal has its own line). What was
 /// seen is said as fact; what it likely means, as likely.
@@ -245,11 +245,11 @@ pub fn outcome(
     refused: &[u64],
     truncated: bool,
     refusals: u64,
-    outcome: &Outcome,
+    outcome: &EpisodeEnd,
 ) -> String {
     let one_size = refused.windows(2).all(|w| w[0] == w[1]);
     let count = format!("{refusals} refusal{}", if refusals == 1 { "" } else { "s" });
-    let backed_off = matches!(outcome, Outcome::BackedOff { .. });
+    let backed_off = matches!(outcome, EpisodeEnd::BackedOff { .. });
     let refused_words = if one_size && !backed_off {
         format!("was refused {} ({count})", human(refused[0]))
     } else {
@@ -261,19 +261,19 @@ pub fn outcome(
     };
     let last = refused.last().copied().unwrap_or(0);
     match outcome {
-        Outcome::BackedOff { got, after_ns } => format!(
+        EpisodeEnd::BackedOff { got, after_ns } => format!(
             "GPU {device}: the caller {refused_words} and got {} {} later; it keeps running \
              (likely an allocator shrinking its request, e.g. TensorFlow allow_growth)",
             human(*got),
             duration(*after_ns)
         ),
-        Outcome::Retried { after_ns, .. } => format!(
+        EpisodeEnd::Retried { after_ns, .. } => format!(
             "GPU {device}: the caller {refused_words}; the next request of that size, {} later, \
              fit; it keeps running (likely an allocator that frees its cache and retries, \
              e.g. PyTorch or CuPy)",
             duration(*after_ns)
         ),
-        Outcome::GaveUp(why) => {
+        EpisodeEnd::GaveUp(why) => {
             let why = match why {
                 GaveUp::Gap => format!(
                     "no request of {} or less followed within {} ms",
@@ -318,16 +318,16 @@ pub fn summary(device: u32, usage: &Usage, live: Option<(u64, u64)>) -> String {
         None => "live at exit not counted (summary incomplete: exit during a hook)".to_string(),
     };
     let mut parts = String::new();
-    if usage.part_peaks.iter().any(|&p| p > 0) {
+    if usage.part_peaks.values().any(|&p| p > 0) {
         let words: Vec<String> = Part::ALL
             .into_iter()
-            .filter(|&p| usage.part_peaks[p as usize] > 0)
+            .filter(|&p| usage.part_peaks[p] > 0)
             .map(|p| {
                 format!(
                     "{} {} (peak {})",
                     p.words(),
-                    human(usage.parts[p as usize]),
-                    human(usage.part_peaks[p as usize])
+                    human(usage.parts[p]),
+                    human(usage.part_peaks[p])
                 )
             })
             .collect();
@@ -514,6 +514,7 @@ pub fn nvml_absent(why: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cuquota_format::part::PerPart;
 
     fn held(limit: u64, in_use: u64, parts: Parts) -> Held {
         Held {
@@ -555,7 +556,7 @@ mod tests {
             outcome(0, &sizes, false, 3, &o),
             "GPU 0: the caller backed off 4.00 GiB → 3.60 GiB → 3.24 GiB (3 refusals) and got 2.92 GiB 1.0 ms later; it keeps running (likely an allocator shrinking its request, e.g. TensorFlow allow_growth)"
         );
-        let retried = Outcome::Retried {
+        let retried = EpisodeEnd::Retried {
             got: GIB,
             after_ns: 25 * MS,
         };
@@ -581,7 +582,7 @@ mod tests {
             (GaveUp::Exit, "(the process ended before it asked again)"),
         ] {
             assert_eq!(
-                outcome(0, &[4 * GIB], false, 1, &Outcome::GaveUp(why)),
+                outcome(0, &[4 * GIB], false, 1, &EpisodeEnd::GaveUp(why)),
                 format!("GPU 0: the caller was refused 4.00 GiB (1 refusal) and gave up; it got CUDA_ERROR_OUT_OF_MEMORY {words}")
             );
         }
@@ -638,8 +639,8 @@ mod tests {
             limit: Some(GIB),
             peak: GIB,
             allocations: 2,
-            parts: [0, 0, 256 * MIB],
-            part_peaks: [600 * MIB, 0, 256 * MIB],
+            parts: PerPart([0, 0, 256 * MIB]),
+            part_peaks: PerPart([600 * MIB, 0, 256 * MIB]),
             trims: 1,
             trimmed: 600 * MIB,
             ..Usage::default()

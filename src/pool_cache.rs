@@ -3,7 +3,7 @@
 //! allocation came from. Plain data under two locks; `engine/pool_cache.rs` meets the driver
 //! with them (the rules are told there).
 
-use crate::contexts::Slot;
+use crate::contexts::ContextSlot;
 use crate::key_map::KeyMap;
 use crate::ledger::Charge;
 use crate::spin::{SpinGuard, SpinLock};
@@ -237,7 +237,7 @@ impl PoolBooks {
     }
 
     /// Every live allocation context `slot` owns, out of the books: pointer, charge, pool.
-    pub fn take_context(&mut self, slot: Slot) -> TakenPooled {
+    pub fn take_context(&mut self, slot: ContextSlot) -> TakenPooled {
         let mut taken = Vec::new();
         self.pointers.retain(|ptr, p| {
             let keep = p.charge.context != slot;

@@ -3,15 +3,18 @@
 //! limit whatever the threads do. No FFI here.
 
 use crate::group::{Group, GroupShare, Member};
+use cuquota_format::holder::Holder;
 use cuquota_format::settings::MAX_DEVICES;
-use cuquota_state::registry::ProcessFile;
+use cuquota_state::registry::{Counters, ProcessFile, UNRESOLVED};
 use std::sync::atomic::{
     AtomicPtr, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
 };
 
-const UNRESOLVED: u64 = u64::MAX;
+/// A snapshot for the exit summary and the trace: the registry's, with the limit in force
+/// (see [`DeviceQuota::usage`]).
+pub use cuquota_state::registry::Usage;
 /// A limit this large is "no limit" (no device has 16 EiB).
-pub const UNLIMITED: u64 = u64::MAX - 1;
+pub use cuquota_state::registry::UNLIMITED;
 
 /// The footprint's parts besides allocations: the format crate owns the list (their trace
 /// names and words), so that the CLI reads what the interposer writes. Each is charged into
@@ -28,38 +31,20 @@ pub use cuquota_format::part::Part;
 /// ([`crate::group`]).
 pub struct Books {
     /// The counters: in the registry file's mapping, or leaked memory; never freed.
-    devices: AtomicPtr<[DeviceQuota; MAX_DEVICES]>,
+    devices: AtomicPtr<[Counters; MAX_DEVICES]>,
     /// This process's registry file, when it registered (null: not, or a forked child).
     registry: AtomicPtr<ProcessFile>,
     /// The group this process shares its quotas with (`CUQUOTA_GROUP`), if any.
-    pub group: Group,
+    group: Group,
 }
 
 /// The counters a forked child keeps (it does not write into its parent's file).
-static CHILD_COUNTERS: [DeviceQuota; MAX_DEVICES] = [const { DeviceQuota::new() }; MAX_DEVICES];
-
-// The registry's layout is the counters' layout: viewers read these very atomics.
-const _: () = {
-    use cuquota_state::registry::Counters;
-    use std::mem::{offset_of, size_of};
-    assert!(size_of::<DeviceQuota>() == size_of::<Counters>());
-    assert!(offset_of!(DeviceQuota, limit) == offset_of!(Counters, limit));
-    assert!(offset_of!(DeviceQuota, in_use) == offset_of!(Counters, in_use));
-    assert!(offset_of!(DeviceQuota, held) == offset_of!(Counters, held));
-    assert!(offset_of!(DeviceQuota, peak) == offset_of!(Counters, peak));
-    assert!(offset_of!(DeviceQuota, allocations) == offset_of!(Counters, allocations));
-    assert!(std::mem::align_of::<DeviceQuota>() == std::mem::align_of::<Counters>());
-    assert!(offset_of!(DeviceQuota, refusals) == offset_of!(Counters, refusals));
-    assert!(offset_of!(DeviceQuota, parts) == offset_of!(Counters, parts));
-    assert!(offset_of!(DeviceQuota, part_peaks) == offset_of!(Counters, part_peaks));
-    assert!(offset_of!(DeviceQuota, trims) == offset_of!(Counters, trims));
-    assert!(offset_of!(DeviceQuota, trimmed) == offset_of!(Counters, trimmed));
-};
+static CHILD_COUNTERS: [Counters; MAX_DEVICES] = [const { Counters::new() }; MAX_DEVICES];
 
 impl Books {
     /// Books in this process's memory.
     pub fn new(group: Group) -> Books {
-        let devices = Box::leak(Box::new([const { DeviceQuota::new() }; MAX_DEVICES]));
+        let devices = Box::leak(Box::new([const { Counters::new() }; MAX_DEVICES]));
         Books {
             devices: AtomicPtr::new(devices),
             registry: AtomicPtr::new(std::ptr::null_mut()),
@@ -70,17 +55,13 @@ impl Books {
     /// Books in this process's registry file, which stays open (and so listed) for its life.
     pub fn registered(group: Group, file: ProcessFile) -> Books {
         let file: &'static ProcessFile = Box::leak(Box::new(file));
-        let counters = file.counters();
+        // The mapping lives as long as the leaked file, that is, for good.
+        let counters: &'static [Counters; MAX_DEVICES] = file.counters();
         for c in counters.iter() {
             c.limit.store(UNRESOLVED, Relaxed);
         }
-        // SAFETY: `Counters` and `DeviceQuota` have one layout (checked above) of atomics
-        // only; the mapping lives as long as the leaked file, that is, for good.
-        let devices = (counters as *const [cuquota_state::registry::Counters; MAX_DEVICES])
-            .cast::<[DeviceQuota; MAX_DEVICES]>()
-            .cast_mut();
         Books {
-            devices: AtomicPtr::new(devices),
+            devices: AtomicPtr::new((counters as *const [Counters; MAX_DEVICES]).cast_mut()),
             registry: AtomicPtr::new((file as *const ProcessFile).cast_mut()),
             group,
         }
@@ -91,7 +72,12 @@ impl Books {
     pub fn device(&self, device: u32) -> Option<&DeviceQuota> {
         // SAFETY: always a leaked array or a mapping that is never unmapped.
         let devices = unsafe { &*self.devices.load(Relaxed) };
-        devices.get(device as usize)
+        devices.get(device as usize).map(DeviceQuota::of)
+    }
+
+    /// The group's name, when the process is configured into one.
+    pub fn group_name(&self) -> Option<&str> {
+        self.group.name()
     }
 
     fn registry(&self) -> Option<&'static ProcessFile> {
@@ -143,9 +129,7 @@ impl Books {
         }
         let member: &'static Member =
             Box::leak(Box::new(self.group.member(uuid, own_limit, total, cap)?));
-        quota
-            .member
-            .store((member as *const Member).cast_mut(), Release);
+        quota.link(member);
         Ok(member.limit())
     }
 
@@ -159,7 +143,7 @@ impl Books {
         // not listed. Its limits stay the parent's (resolving one again could ask a driver
         // another of the parent's threads was inside at the fork); copied before the parent's
         // mapping is let go.
-        let fresh = (&CHILD_COUNTERS as *const [DeviceQuota; MAX_DEVICES]).cast_mut();
+        let fresh = (&CHILD_COUNTERS as *const [Counters; MAX_DEVICES]).cast_mut();
         let parent = self.devices.swap(fresh, Relaxed);
         if !std::ptr::eq(parent, fresh) {
             // SAFETY: a leaked array or a mapping still mapped (let go just below).
@@ -173,56 +157,20 @@ impl Books {
         }
         self.registry.store(std::ptr::null_mut(), Relaxed);
         for d in CHILD_COUNTERS.iter() {
-            d.reset();
+            DeviceQuota::of(d).reset();
         }
         // SAFETY: the caller's promise.
         unsafe { self.group.reset_in_child() };
     }
 }
 
-/// The counters of one device, laid out as the registry's [`Counters`] (which says why:
-/// threads that allocate at once). The reservation's compare-and-swap on `in_use` is the one
-/// point where the quota is decided; `held`, the allocation count and the parts move with it
-/// on its line (a commit writes the count then `held`, a release `held` then `in_use`, each
-/// pair back to back on a line already fetched).
-///
-/// Why nothing here is striped per thread: the peak is the highest `held` ever was, and it
-/// must never count a request in flight that the driver then fails. Its exact value needs
-/// `held` exact at every commit: a striped `held` has no moment at which its sum is known
-/// to a writer (a sum read stripe by stripe while others move can exceed any value `held`
-/// ever had: a free counted on one stripe before it is read, an allocation of the same
-/// bytes on another after), and a peak taken at the reservation's new `in_use` counts other
-/// threads' requests in flight, refused ones among them. So a commit adds to the one `held`
-/// and learns the exact total it made, the peak's candidate. With `held` shared, striping
-/// the allocation count gains nothing: its addition sits beside `held`'s, on the line the
-/// commit fetches anyway.
-///
-/// [`Counters`]: cuquota_state::registry::Counters
+/// The quota of one device: the registry's [`Counters`] (their layout says why they are laid
+/// out so, and why nothing is striped), charged through reserve, commit, roll back and
+/// release. The counters' `link` is this process's group link for the GPU: its [`Member`]
+/// (null: not in a group), read only here.
 #[derive(Debug)]
-#[repr(C, align(128))]
-pub struct DeviceQuota {
-    /// Reserved or held: what a reservation is checked against.
-    in_use: AtomicU64,
-    /// Held: committed by the driver's success, not yet freed. The peak is of this, so that
-    /// another thread's request in flight (and then refused) never counts as held.
-    held: AtomicU64,
-    allocations: AtomicU64,
-    /// Bytes of each [`Part`] held (inside `held`).
-    parts: [AtomicU64; Part::ALL.len()],
-    _hot_end: [u64; 16 - 3 - Part::ALL.len()],
-    /// Bytes, [`UNLIMITED`], or [`UNRESOLVED`] until the first use resolves a percentage.
-    limit: AtomicU64,
-    peak: AtomicU64,
-    refusals: AtomicU64,
-    /// Each part's highest value.
-    part_peaks: [AtomicU64; Part::ALL.len()],
-    /// cuquota's own trims of this process's pools and graph memory, and what they gave back.
-    trims: AtomicU64,
-    trimmed: AtomicU64,
-    /// In a group: the group's counters for this GPU, charged besides these (null: none).
-    member: AtomicPtr<Member>,
-    _cold_end: [u64; 16 - 6 - Part::ALL.len()],
-}
+#[repr(transparent)]
+pub struct DeviceQuota(Counters);
 
 /// What a reservation found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -236,28 +184,6 @@ pub enum Reservation {
     /// Too large to count at all (the sum would pass 2^64): not charged; the driver will
     /// refuse it (with no quota, or in observe mode).
     Uncharged,
-}
-
-/// A snapshot for the exit summary and the trace.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Usage {
-    pub limit: Option<u64>,
-    pub in_use: u64,
-    pub peak: u64,
-    pub allocations: u64,
-    pub refusals: u64,
-    /// Each [`Part`]'s bytes now and its peak, indexed by the part.
-    pub parts: [u64; Part::ALL.len()],
-    pub part_peaks: [u64; Part::ALL.len()],
-    pub trims: u64,
-    pub trimmed: u64,
-}
-
-impl Usage {
-    /// Live allocations alone: the footprint less its other parts.
-    pub fn allocations_bytes(&self) -> u64 {
-        self.in_use.saturating_sub(self.parts.iter().sum())
-    }
 }
 
 /// Reserves `bytes` on `counter` against `limit` with one compare-and-swap loop, so the
@@ -315,28 +241,50 @@ impl Default for DeviceQuota {
 
 impl DeviceQuota {
     pub const fn new() -> Self {
-        DeviceQuota {
-            limit: AtomicU64::new(UNRESOLVED),
-            in_use: AtomicU64::new(0),
-            held: AtomicU64::new(0),
-            allocations: AtomicU64::new(0),
-            parts: [const { AtomicU64::new(0) }; Part::ALL.len()],
-            _hot_end: [0; 16 - 3 - Part::ALL.len()],
-            peak: AtomicU64::new(0),
-            refusals: AtomicU64::new(0),
-            part_peaks: [const { AtomicU64::new(0) }; Part::ALL.len()],
-            trims: AtomicU64::new(0),
-            trimmed: AtomicU64::new(0),
-            member: AtomicPtr::new(std::ptr::null_mut()),
-            _cold_end: [0; 16 - 6 - Part::ALL.len()],
-        }
+        DeviceQuota(Counters::new())
+    }
+
+    /// The quota kept in `counters` (this process's: in its memory or its registry file).
+    #[inline(always)]
+    fn of(counters: &Counters) -> &DeviceQuota {
+        // SAFETY: `DeviceQuota` is `repr(transparent)` over `Counters`: one layout, so the
+        // reference is valid for the same lifetime.
+        unsafe { &*(counters as *const Counters).cast::<DeviceQuota>() }
     }
 
     /// In a group: this GPU's hold on the group's counters.
     #[inline(always)]
-    pub fn member(&self) -> Option<&'static Member> {
-        // SAFETY: null or a leaked Member, never freed.
-        unsafe { self.member.load(Relaxed).as_ref() }
+    fn member(&self) -> Option<&'static Member> {
+        // SAFETY: only `link` stores it: null or a leaked Member, never freed.
+        unsafe { self.0.link.load(Relaxed).cast::<Member>().as_ref() }
+    }
+
+    /// From now on charges the group's counters through `member` too.
+    fn link(&self, member: &'static Member) {
+        self.0
+            .link
+            .store((member as *const Member).cast_mut().cast(), Release);
+    }
+
+    /// Whether this GPU is charged to the process's group's quota (it joined it there).
+    pub fn in_group(&self) -> bool {
+        self.member().is_some()
+    }
+
+    /// In a group: the group's limit now, with the limit this process saw before when
+    /// `cuquota set` moved it since this process last asked (once per change).
+    pub fn group_limit_moved(&self) -> Option<(u64, u64)> {
+        let m = self.member()?;
+        let limit = m.limit();
+        m.limit_moved(limit).map(|before| (before, limit))
+    }
+
+    /// In a group: the other living members holding the group's quota of this GPU, named
+    /// from their registry files under `state_dir` (reads every one: only for a refusal
+    /// that is said). Empty outside a group.
+    pub fn group_holders(&self, state_dir: &std::path::Path) -> Vec<Holder> {
+        self.member()
+            .map_or_else(Vec::new, |m| m.holders(state_dir))
     }
 
     /// The limit in bytes ([`UNLIMITED`] for none), resolving it on first use with
@@ -350,7 +298,7 @@ impl DeviceQuota {
         resolve: impl FnOnce() -> Result<u64, E>,
         moved: impl FnOnce(u64, u64),
     ) -> Result<u64, E> {
-        let limit = self.limit.load(Relaxed);
+        let limit = self.0.limit.load(Relaxed);
         if limit != UNRESOLVED {
             return Ok(limit);
         }
@@ -364,7 +312,7 @@ impl DeviceQuota {
         let resolved = resolve()?.min(UNLIMITED);
         if self.member().is_none() {
             // Two threads may resolve at once; they compute the same value.
-            self.limit.store(resolved, Relaxed);
+            self.0.limit.store(resolved, Relaxed);
         }
         Ok(resolved)
     }
@@ -374,7 +322,7 @@ impl DeviceQuota {
         if let Some(m) = self.member() {
             return m.known_limit();
         }
-        match self.limit.load(Relaxed) {
+        match self.0.limit.load(Relaxed) {
             UNRESOLVED | UNLIMITED => None,
             l => Some(l),
         }
@@ -387,7 +335,7 @@ impl DeviceQuota {
         if let Some(m) = self.member() {
             return self.reserve_in_group(m, bytes, enforce);
         }
-        reserve_on(&self.in_use, &self.refusals, bytes, limit, enforce)
+        reserve_on(&self.0.in_use, &self.0.refusals, bytes, limit, enforce)
     }
 
     /// A group member's reservation: the group's counter first (checked against its limit),
@@ -397,11 +345,11 @@ impl DeviceQuota {
     #[inline(never)]
     fn reserve_in_group(&self, m: &Member, bytes: u64, enforce: bool) -> Reservation {
         let group = &m.device.in_use;
-        let mut reservation = reserve_on(group, &self.refusals, bytes, m.limit(), enforce);
+        let mut reservation = reserve_on(group, &self.0.refusals, bytes, m.limit(), enforce);
         // Before anyone is refused for lack of room, dead members give theirs back.
         if matches!(reservation, Reservation::Refused { .. }) && m.reap_dead() > 0 {
             self.forgive_refusal();
-            reservation = reserve_on(group, &self.refusals, bytes, m.limit(), enforce);
+            reservation = reserve_on(group, &self.0.refusals, bytes, m.limit(), enforce);
         }
         match reservation {
             Reservation::Granted { in_use } => m.charged_more(bytes, in_use),
@@ -415,14 +363,14 @@ impl DeviceQuota {
             }
             Reservation::Uncharged => return reservation,
         }
-        self.in_use.fetch_add(bytes, Relaxed);
+        self.0.in_use.fetch_add(bytes, Relaxed);
         reservation
     }
 
     /// The driver refused or failed: give the reservation back. Returns in-use after (the
     /// group's, in a group).
     pub fn rollback(&self, bytes: u64) -> u64 {
-        let own = self.in_use.fetch_sub(bytes, Relaxed) - bytes;
+        let own = self.0.in_use.fetch_sub(bytes, Relaxed) - bytes;
         match self.member() {
             None => own,
             Some(m) => m.charged_less(bytes),
@@ -434,16 +382,16 @@ impl DeviceQuota {
     /// before the driver answered, or another's) never counts as held.
     #[inline(always)]
     pub fn commit(&self, bytes: u64) -> u64 {
-        self.allocations.fetch_add(1, Relaxed);
+        self.0.allocations.fetch_add(1, Relaxed);
         self.hold(bytes)
     }
 
     #[inline(always)]
     fn hold(&self, bytes: u64) -> u64 {
-        let now = self.held.fetch_add(bytes, Relaxed) + bytes;
+        let now = self.0.held.fetch_add(bytes, Relaxed) + bytes;
         // A plain load first: the peak rarely moves, and an RMW costs more.
-        if now > self.peak.load(Relaxed) {
-            self.peak.fetch_max(now, Relaxed);
+        if now > self.0.peak.load(Relaxed) {
+            self.0.peak.fetch_max(now, Relaxed);
         }
         now
     }
@@ -454,8 +402,8 @@ impl DeviceQuota {
         // Held first: held ≤ in_use ≤ limit at every moment, so the peak never passes the
         // limit (room given back in in_use first could be reserved, committed and counted
         // while these bytes were still held).
-        let held = self.held.fetch_sub(bytes, Relaxed) - bytes;
-        self.in_use.fetch_sub(bytes, Release);
+        let held = self.0.held.fetch_sub(bytes, Relaxed) - bytes;
+        self.0.in_use.fetch_sub(bytes, Release);
         if let Some(m) = self.member() {
             m.charged_less(bytes);
         }
@@ -464,37 +412,37 @@ impl DeviceQuota {
 
     /// Allocations ever committed (the summary's count).
     pub fn commits(&self) -> u64 {
-        self.allocations.load(Relaxed)
+        self.0.allocations.load(Relaxed)
     }
 
     /// Bytes held (committed, not freed), without reservations in flight.
     pub fn held(&self) -> u64 {
-        self.held.load(Relaxed)
+        self.0.held.load(Relaxed)
     }
 
     /// The driver refused a request we had room for.
     pub fn count_driver_refusal(&self) {
-        self.refusals.fetch_add(1, Relaxed);
+        self.0.refusals.fetch_add(1, Relaxed);
     }
 
     /// A refusal that [`Self::reserve`] counted is retried (after a trim made room): it
     /// was not one.
     pub fn forgive_refusal(&self) {
-        self.refusals.fetch_sub(1, Relaxed);
+        self.0.refusals.fetch_sub(1, Relaxed);
     }
 
     /// `bytes` of `part`, already reserved, are held. Returns the bytes held after.
     pub fn commit_part(&self, part: Part, bytes: u64) -> u64 {
         let now = self.hold(bytes);
-        let p = self.parts[part as usize].fetch_add(bytes, Relaxed) + bytes;
-        self.part_peaks[part as usize].fetch_max(p, Relaxed);
+        let p = self.0.parts[part as usize].fetch_add(bytes, Relaxed) + bytes;
+        self.0.part_peaks[part as usize].fetch_max(p, Relaxed);
         now
     }
 
     /// Charges `bytes` of `part` whatever the limit: the driver already holds them and they
     /// cannot be given back. Returns the bytes held after.
     pub fn force_part(&self, part: Part, bytes: u64) -> u64 {
-        self.in_use.fetch_add(bytes, Relaxed);
+        self.0.in_use.fetch_add(bytes, Relaxed);
         if let Some(m) = self.member() {
             let in_use = m.device.in_use.fetch_add(bytes, Relaxed) + bytes;
             m.charged_more(bytes, in_use);
@@ -505,7 +453,7 @@ impl DeviceQuota {
     /// Gives back up to `bytes` of `part` (never more than it holds). Returns what was
     /// given back.
     pub fn release_part(&self, part: Part, bytes: u64) -> u64 {
-        let counter = &self.parts[part as usize];
+        let counter = &self.0.parts[part as usize];
         let mut current = counter.load(Relaxed);
         loop {
             let take = bytes.min(current);
@@ -521,30 +469,30 @@ impl DeviceQuota {
 
     /// Bytes of `part` held now.
     pub fn part(&self, part: Part) -> u64 {
-        self.parts[part as usize].load(Relaxed)
+        self.0.parts[part as usize].load(Relaxed)
     }
 
     /// Every part's bytes now, indexed by [`Part`].
     pub fn parts(&self) -> [u64; Part::ALL.len()] {
-        std::array::from_fn(|i| self.parts[i].load(Relaxed))
+        std::array::from_fn(|i| self.0.parts[i].load(Relaxed))
     }
 
     /// cuquota trimmed this process's pools or graph memory and got `bytes` back.
     pub fn count_trim(&self, bytes: u64) {
-        self.trims.fetch_add(1, Relaxed);
-        self.trimmed.fetch_add(bytes, Relaxed);
+        self.0.trims.fetch_add(1, Relaxed);
+        self.0.trimmed.fetch_add(bytes, Relaxed);
     }
 
     /// This process's bytes reserved or held.
     pub fn in_use(&self) -> u64 {
-        self.in_use.load(Relaxed)
+        self.0.in_use.load(Relaxed)
     }
 
     /// What the limit is checked against: this process's in-use, or its group's.
     pub fn quota_in_use(&self) -> u64 {
         match self.member() {
             Some(m) => m.device.in_use.load(Relaxed),
-            None => self.in_use.load(Relaxed),
+            None => self.0.in_use.load(Relaxed),
         }
     }
 
@@ -566,36 +514,31 @@ impl DeviceQuota {
         Some((m.membership.name.clone(), m.device.peak.load(Relaxed)))
     }
 
+    /// The counters now, the limit the one in force ([`Self::known_limit`], a group's
+    /// included) rather than the counter's own.
     pub fn usage(&self) -> Usage {
         Usage {
             limit: self.known_limit(),
-            in_use: self.in_use.load(Relaxed),
-            peak: self.peak.load(Relaxed),
-            allocations: self.allocations.load(Relaxed),
-            refusals: self.refusals.load(Relaxed),
-            parts: self.parts(),
-            part_peaks: std::array::from_fn(|i| self.part_peaks[i].load(Relaxed)),
-            trims: self.trims.load(Relaxed),
-            trimmed: self.trimmed.load(Relaxed),
+            ..self.0.usage()
         }
     }
 
     /// In a forked child: nothing is in use, nothing happened yet; the limit stays (a
     /// group's is found again when the child joins).
     pub fn reset(&self) {
-        self.member.store(std::ptr::null_mut(), Relaxed);
+        self.0.link.store(std::ptr::null_mut(), Relaxed);
         for counter in [
-            &self.in_use,
-            &self.held,
-            &self.peak,
-            &self.allocations,
-            &self.refusals,
-            &self.trims,
-            &self.trimmed,
+            &self.0.in_use,
+            &self.0.held,
+            &self.0.peak,
+            &self.0.allocations,
+            &self.0.refusals,
+            &self.0.trims,
+            &self.0.trimmed,
         ]
         .into_iter()
-        .chain(&self.parts)
-        .chain(&self.part_peaks)
+        .chain(&self.0.parts)
+        .chain(&self.0.part_peaks)
         {
             counter.store(0, Relaxed);
         }
@@ -603,9 +546,9 @@ impl DeviceQuota {
 
     /// Whether anything ever happened on this device (for the exit summary).
     pub fn was_used(&self) -> bool {
-        self.allocations.load(Relaxed) > 0
-            || self.refusals.load(Relaxed) > 0
-            || self.part_peaks.iter().any(|p| p.load(Relaxed) > 0)
+        self.0.allocations.load(Relaxed) > 0
+            || self.0.refusals.load(Relaxed) > 0
+            || self.0.part_peaks.iter().any(|p| p.load(Relaxed) > 0)
     }
 }
 
@@ -616,12 +559,12 @@ impl DeviceQuota {
     /// stays held and becomes part of `part` (in one step, so nobody can reserve the room in
     /// between). Returns the bytes held.
     pub fn move_to_part(&self, part: Part, bytes: u64) -> u64 {
-        let p = self.parts[part as usize].fetch_add(bytes, Relaxed) + bytes;
+        let p = self.0.parts[part as usize].fetch_add(bytes, Relaxed) + bytes;
         // A plain load first, as for the peak: the part's peak rarely moves.
-        if p > self.part_peaks[part as usize].load(Relaxed) {
-            self.part_peaks[part as usize].fetch_max(p, Relaxed);
+        if p > self.0.part_peaks[part as usize].load(Relaxed) {
+            self.0.part_peaks[part as usize].fetch_max(p, Relaxed);
         }
-        self.held.load(Relaxed)
+        self.0.held.load(Relaxed)
     }
 
     /// An allocation of `bytes`, reserved whole, came (at least `taken` bytes of it) out of
@@ -632,7 +575,7 @@ impl DeviceQuota {
     /// of it, and no moment at which held dips. Returns the bytes held after and what the
     /// part gave.
     pub fn commit_from_part(&self, part: Part, taken: u64, bytes: u64) -> (u64, u64) {
-        let counter = &self.parts[part as usize];
+        let counter = &self.0.parts[part as usize];
         let mut current = counter.load(Relaxed);
         let taken = loop {
             let take = taken.min(current);
@@ -641,19 +584,19 @@ impl DeviceQuota {
                 Err(now) => current = now,
             }
         };
-        self.allocations.fetch_add(1, Relaxed);
+        self.0.allocations.fetch_add(1, Relaxed);
         // Held first when it falls (held ≤ in-use at every moment); in-use first when it
         // rises.
         let held = if taken > bytes {
-            let held = self.held.fetch_sub(taken - bytes, Relaxed) - (taken - bytes);
-            self.in_use.fetch_sub(taken, Release);
+            let held = self.0.held.fetch_sub(taken - bytes, Relaxed) - (taken - bytes);
+            self.0.in_use.fetch_sub(taken, Release);
             held
         } else {
-            self.in_use.fetch_sub(taken, Release);
+            self.0.in_use.fetch_sub(taken, Release);
             if taken < bytes {
                 self.hold(bytes - taken)
             } else {
-                self.held.load(Relaxed)
+                self.0.held.load(Relaxed)
             }
         };
         if let Some(m) = self.member() {
@@ -776,8 +719,8 @@ mod tests {
             "never more than it holds"
         );
         let u = q.usage();
-        assert_eq!(u.parts, [0, 0, 30]);
-        assert_eq!(u.part_peaks, [0, 10, 30]);
+        assert_eq!(u.parts.0, [0, 0, 30]);
+        assert_eq!(u.part_peaks.0, [0, 10, 30]);
         assert_eq!((u.in_use, u.peak, u.refusals), (100, 110, 0));
         assert_eq!(u.allocations_bytes(), 70);
         q.count_trim(5);
@@ -867,8 +810,7 @@ mod tests {
         let u = q.usage();
         assert_eq!((u.allocations, u.in_use, q.held()), (threads * pairs, 0, 0));
         assert!(u.peak >= 5 && u.peak <= 5 * threads, "{}", u.peak);
-        // SAFETY: the same layout (checked at compile time above), atomics only.
-        let counters = unsafe { &*(Arc::as_ptr(&q).cast::<cuquota_state::registry::Counters>()) };
+        let counters: &Counters = &q.0;
         assert_eq!(counters.allocations.load(Relaxed), threads * pairs);
         assert_eq!(counters.held.load(Relaxed), 0);
     }

@@ -15,12 +15,12 @@ use std::collections::{BTreeMap, HashMap};
 
 /// What keeps one physical allocation alive.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct Held {
+struct Keepers {
     refs: u32,
     maps: u32,
 }
 
-impl Held {
+impl Keepers {
     fn is_unused(self) -> bool {
         self.refs == 0 && self.maps == 0
     }
@@ -44,7 +44,7 @@ pub struct Unmapped {
 
 #[derive(Default)]
 pub struct VmmBooks {
-    handles: HashMap<u64, Held>,
+    handles: HashMap<u64, Keepers>,
     /// Mappings of the handles in `handles`, by base address.
     mappings: BTreeMap<u64, Mapping>,
 }
@@ -60,7 +60,7 @@ impl VmmBooks {
         if self.handles.contains_key(&handle) {
             self.forget(handle);
         }
-        self.handles.insert(handle, Held { refs: 1, maps: 0 });
+        self.handles.insert(handle, Keepers { refs: 1, maps: 0 });
     }
 
     /// Whether `handle` is one of ours.

@@ -3,7 +3,7 @@
 
 use super::explain::Outcome;
 use super::state::Engine;
-use crate::contexts::{Slot, NO_CONTEXT};
+use crate::contexts::{ContextSlot, NO_CONTEXT};
 use crate::ledger::{Charge, Kind};
 use crate::pool_cache::TakenPooled;
 
@@ -18,7 +18,7 @@ pub struct ContextEnd<'e> {
     engine: &'e Engine,
     api: &'static str,
     /// The context's slot ([`NO_CONTEXT`]: not one cuquota knows).
-    pub(super) slot: Slot,
+    pub(super) slot: ContextSlot,
     /// A sure end's charges, taken out of the books before the call.
     taken: Option<Taken>,
 }
@@ -193,7 +193,7 @@ impl Engine {
     }
 
     /// The call that might have ended the context of `slot` is over (credited or not).
-    fn context_end_done(&self, slot: Slot) {
+    fn context_end_done(&self, slot: ContextSlot) {
         if slot != NO_CONTEXT {
             self.contexts.ending().done(slot);
         }
@@ -224,7 +224,7 @@ impl Engine {
 
     /// Credits every charge, of every kind, that context `slot` (on `device`) owns, and
     /// records one event for it.
-    pub(super) fn credit_context(&self, api: &'static str, device: u32, slot: Slot) {
+    pub(super) fn credit_context(&self, api: &'static str, device: u32, slot: ContextSlot) {
         // What the context itself took (context memory).
         self.context_memory.gone(slot, &self.context_part(api));
         // Its pool allocations first: what their pools keep stays charged (`pool_cache`).

@@ -373,8 +373,8 @@ impl Engine {
     fn held_figures(&self, device: u32, r: &Refusal, holders: bool) -> messages::Held {
         let quota = self.quota(device);
         let state_dir = self.config.as_ref().ok().map(|c| c.state_dir.as_path());
-        let holders = match (holders, quota.and_then(|q| q.member()), state_dir) {
-            (true, Some(m), Some(dir)) => m.holders(dir),
+        let holders = match (holders, quota, state_dir) {
+            (true, Some(q), Some(dir)) => q.group_holders(dir),
             _ => Vec::new(),
         };
         messages::Held {
@@ -404,11 +404,11 @@ impl Engine {
             crate::log::line(&e.line());
             let in_use = self.held(e.device);
             let event = match e.outcome {
-                messages::Outcome::BackedOff { got, .. }
-                | messages::Outcome::Retried { got, .. } => {
+                messages::EpisodeEnd::BackedOff { got, .. }
+                | messages::EpisodeEnd::Retried { got, .. } => {
                     Event::backoff(e.device, e.api, e.ptr, got, in_use, e.sizes())
                 }
-                messages::Outcome::GaveUp(_) => {
+                messages::EpisodeEnd::GaveUp(_) => {
                     let last = e.refused.last().copied().unwrap_or(0);
                     Event::gave_up(e.device, e.api, last, in_use, e.sizes())
                 }
@@ -491,7 +491,7 @@ impl Engine {
                 mode,
                 count,
                 devices,
-                group: self.books.group.name().map(str::to_string),
+                group: self.books.group_name().map(str::to_string),
             },
         )
     }

@@ -42,7 +42,7 @@ impl Engine {
                 let (own, named) = (own.unwrap_or(UNLIMITED), own.is_some());
                 // Under a policy a group's limit is bounded by this process's too.
                 let cap = if ceilings.is_empty() { UNLIMITED } else { own };
-                match self.books.group.name() {
+                match self.books.group_name() {
                     None => Ok(own),
                     Some(_) => self.join_group(device, own, named, cap),
                 }
@@ -56,7 +56,7 @@ impl Engine {
     #[cold]
     #[inline(never)]
     fn group_limit_moved(&self, device: u32, before: u64, limit: u64) {
-        let group = self.books.group.name().unwrap_or_default().to_string();
+        let group = self.books.group_name().unwrap_or_default().to_string();
         self.explain(Outcome::GroupLimitMoved {
             device,
             group,
@@ -69,11 +69,8 @@ impl Engine {
     /// said and traced, so that the summary's quota is the trace's last one.
     pub fn note_group_limits(&self) {
         for device in 0..MAX_DEVICES as u32 {
-            let Some(m) = self.quota(device).and_then(|q| q.member()) else {
-                continue;
-            };
-            let limit = m.limit();
-            if let Some(before) = m.limit_moved(limit) {
+            let moved = self.quota(device).and_then(|q| q.group_limit_moved());
+            if let Some((before, limit)) = moved {
                 self.group_limit_moved(device, before, limit);
             }
         }
@@ -111,7 +108,7 @@ impl Engine {
     #[cold]
     #[inline(never)]
     fn join_group(&self, device: u32, own: u64, named: bool, cap: u64) -> Result<u64, CuResult> {
-        let group = self.books.group.name().unwrap_or_default().to_string();
+        let group = self.books.group_name().unwrap_or_default().to_string();
         let joined = match self.gpu_identity(device) {
             None => Err("the driver cannot name the GPU's UUID".to_string()),
             Some((uuid, total)) => self.books.join_group(device, uuid, own, total, cap),

@@ -125,7 +125,7 @@ impl Engine {
 
     /// Whether this process charges `device` to its group's quota (it joined it there).
     pub fn in_group_on(&self, device: u32) -> bool {
-        self.quota(device).is_some_and(|q| q.member().is_some())
+        self.quota(device).is_some_and(|q| q.in_group())
     }
 
     /// The devices the driver shows this process, with their UUIDs (for matching NVML's).

@@ -2,7 +2,7 @@
 //! device.
 
 use super::state::Engine;
-use crate::contexts::{Slot, NO_CONTEXT};
+use crate::contexts::{ContextSlot, NO_CONTEXT};
 use crate::cuda_abi::CuResult;
 use crate::pool_cache::PoolPlace;
 
@@ -30,7 +30,10 @@ const PER_THREAD_STREAM: usize = 2;
 impl Engine {
     /// The device an allocation at `place` is charged to and the context that owns it;
     /// `None` for memory that is not charged.
-    pub(super) fn resolve_place(&self, place: Place) -> Result<Option<(u32, Slot)>, CuResult> {
+    pub(super) fn resolve_place(
+        &self,
+        place: Place,
+    ) -> Result<Option<(u32, ContextSlot)>, CuResult> {
         match place {
             Place::Current => self.current().map(Some),
             Place::Stream(stream) => self.of_stream(stream).map(Some),
@@ -46,7 +49,7 @@ impl Engine {
     /// The current context's device and slot: one driver call (`cuCtxGetCurrent`) and a
     /// scan of the few known contexts; a context seen first costs one more call.
     #[inline(always)]
-    pub(super) fn current(&self) -> Result<(u32, Slot), CuResult> {
+    pub(super) fn current(&self) -> Result<(u32, ContextSlot), CuResult> {
         let context = self.queries.current_context();
         if let Some((slot, device)) = self.contexts.find(context) {
             return Ok((device, slot));
@@ -57,7 +60,7 @@ impl Engine {
     }
 
     /// A stream's device and the slot of its context.
-    pub(super) fn of_stream(&self, stream: usize) -> Result<(u32, Slot), CuResult> {
+    pub(super) fn of_stream(&self, stream: usize) -> Result<(u32, ContextSlot), CuResult> {
         if matches!(stream, 0 | LEGACY_STREAM | PER_THREAD_STREAM) {
             return self.current();
         }

@@ -362,7 +362,7 @@ impl Engine {
     pub(super) fn context_pool_allocations(
         &self,
         api: &'static str,
-        slot: crate::contexts::Slot,
+        slot: crate::contexts::ContextSlot,
     ) -> (Vec<u64>, u64) {
         let taken = self.take_context_pool_pointers(slot);
         self.settle_context_pool_pointers(api, taken)
@@ -371,7 +371,10 @@ impl Engine {
     /// Context `slot`'s pool allocations out of the ledger and the books (together, under
     /// the books' lock), each with its pool: before the driver ends the context, when the
     /// end is certain (see `Engine::context_end`).
-    pub(super) fn take_context_pool_pointers(&self, slot: crate::contexts::Slot) -> TakenPooled {
+    pub(super) fn take_context_pool_pointers(
+        &self,
+        slot: crate::contexts::ContextSlot,
+    ) -> TakenPooled {
         if slot == crate::contexts::NO_CONTEXT {
             return Vec::new();
         }

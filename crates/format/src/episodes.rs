@@ -47,7 +47,7 @@ pub struct Episode<const HEAD: usize, const TAIL: usize> {
 
 /// How an episode ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub enum EpisodeEnd {
     /// Other (smaller) sizes were refused, then `got` fit, `after_ns` after the last refusal.
     BackedOff { got: u64, after_ns: u64 },
     /// One size every time, and then it fit.
@@ -69,9 +69,9 @@ pub enum GaveUp {
     Exit,
 }
 
-impl Outcome {
+impl EpisodeEnd {
     pub fn recovered(&self) -> bool {
-        !matches!(self, Outcome::GaveUp(_))
+        !matches!(self, EpisodeEnd::GaveUp(_))
     }
 }
 
@@ -97,9 +97,9 @@ impl<const HEAD: usize, const TAIL: usize> Episode<HEAD, TAIL> {
 
     /// Another refusal on the same thread: `None` when it joined the episode, or how the
     /// episode ended (gave up), and the caller starts a new one with this refusal.
-    pub fn refused(&mut self, device: u32, bytes: u64, t_ns: u64) -> Option<Outcome> {
+    pub fn refused(&mut self, device: u32, bytes: u64, t_ns: u64) -> Option<EpisodeEnd> {
         if let Some(why) = self.gave_up(device, bytes, t_ns) {
-            return Some(Outcome::GaveUp(why));
+            return Some(EpisodeEnd::GaveUp(why));
         }
         let n = self.refusals as usize;
         if n < HEAD {
@@ -116,21 +116,21 @@ impl<const HEAD: usize, const TAIL: usize> Episode<HEAD, TAIL> {
 
     /// A successful allocation of `bytes` on the same thread: how the episode ended, or
     /// `None` when it is on another device within the gap (the episode stays open).
-    pub fn succeeded(&self, device: u32, bytes: u64, t_ns: u64) -> Option<Outcome> {
+    pub fn succeeded(&self, device: u32, bytes: u64, t_ns: u64) -> Option<EpisodeEnd> {
         if device != self.device && !self.expired(t_ns) {
             return None;
         }
         if let Some(why) = self.gave_up(device, bytes, t_ns) {
-            return Some(Outcome::GaveUp(why));
+            return Some(EpisodeEnd::GaveUp(why));
         }
         let after_ns = t_ns.saturating_sub(self.last_t_ns);
         Some(if self.same_size && bytes == self.head[0] {
-            Outcome::Retried {
+            EpisodeEnd::Retried {
                 got: bytes,
                 after_ns,
             }
         } else {
-            Outcome::BackedOff {
+            EpisodeEnd::BackedOff {
                 got: bytes,
                 after_ns,
             }
@@ -153,11 +153,11 @@ impl<const HEAD: usize, const TAIL: usize> Episode<HEAD, TAIL> {
 
     /// The end of the process (or of the trace) with this episode open: gave up, after the
     /// gap when it had passed.
-    pub fn at_exit(&self, t_ns: u64) -> Outcome {
+    pub fn at_exit(&self, t_ns: u64) -> EpisodeEnd {
         if t_ns.saturating_sub(self.last_t_ns) > GAP_NS {
-            Outcome::GaveUp(GaveUp::Gap)
+            EpisodeEnd::GaveUp(GaveUp::Gap)
         } else {
-            Outcome::GaveUp(GaveUp::Exit)
+            EpisodeEnd::GaveUp(GaveUp::Exit)
         }
     }
 
@@ -216,7 +216,7 @@ mod tests {
         assert_eq!(e.refused(0, 2 * GIB, MS), None);
         assert_eq!(
             e.succeeded(0, GIB, 3 * MS),
-            Some(Outcome::BackedOff {
+            Some(EpisodeEnd::BackedOff {
                 got: GIB,
                 after_ns: 2 * MS
             })
@@ -229,12 +229,12 @@ mod tests {
         let mut e = Ep::start(0, 4 * GIB, 0);
         assert_eq!(
             e.refused(0, 8 * GIB, MS),
-            Some(Outcome::GaveUp(GaveUp::Larger(8 * GIB)))
+            Some(EpisodeEnd::GaveUp(GaveUp::Larger(8 * GIB)))
         );
         assert_eq!(e.refusals(), 1, "the larger refusal is not part of it");
         assert_eq!(
             e.succeeded(0, 5 * GIB, MS),
-            Some(Outcome::GaveUp(GaveUp::Larger(5 * GIB)))
+            Some(EpisodeEnd::GaveUp(GaveUp::Larger(5 * GIB)))
         );
     }
 
@@ -248,17 +248,17 @@ mod tests {
         );
         assert_eq!(
             e.succeeded(0, GIB, 2 * GAP_NS + 1),
-            Some(Outcome::GaveUp(GaveUp::Gap))
+            Some(EpisodeEnd::GaveUp(GaveUp::Gap))
         );
         assert_eq!(
             e.refused(0, GIB, 2 * GAP_NS + 1),
-            Some(Outcome::GaveUp(GaveUp::Gap))
+            Some(EpisodeEnd::GaveUp(GaveUp::Gap))
         );
         assert!(e.expired(3 * GAP_NS));
         assert_eq!(e.gap_ends_at(), 2 * GAP_NS);
         assert!(!e.expired(e.gap_ends_at()) && e.expired(e.gap_ends_at() + 1));
-        assert_eq!(e.at_exit(GAP_NS + 1), Outcome::GaveUp(GaveUp::Exit));
-        assert_eq!(e.at_exit(3 * GAP_NS), Outcome::GaveUp(GaveUp::Gap));
+        assert_eq!(e.at_exit(GAP_NS + 1), EpisodeEnd::GaveUp(GaveUp::Exit));
+        assert_eq!(e.at_exit(3 * GAP_NS), EpisodeEnd::GaveUp(GaveUp::Gap));
     }
 
     #[test]
@@ -271,17 +271,17 @@ mod tests {
         );
         assert_eq!(
             e.refused(1, GIB, 0),
-            Some(Outcome::GaveUp(GaveUp::OtherDevice(1)))
+            Some(EpisodeEnd::GaveUp(GaveUp::OtherDevice(1)))
         );
         assert_eq!(e.refusals(), 1);
         assert_eq!(
             e.succeeded(1, GIB, GAP_NS + 1),
-            Some(Outcome::GaveUp(GaveUp::Gap)),
+            Some(EpisodeEnd::GaveUp(GaveUp::Gap)),
             "after the gap, anything ends it"
         );
         assert_eq!(
             e.refused(1, GIB, GAP_NS + 1),
-            Some(Outcome::GaveUp(GaveUp::Gap))
+            Some(EpisodeEnd::GaveUp(GaveUp::Gap))
         );
     }
 
@@ -291,7 +291,7 @@ mod tests {
         e.refused(0, GIB, MS);
         assert_eq!(
             e.succeeded(0, GIB, 2 * MS),
-            Some(Outcome::Retried {
+            Some(EpisodeEnd::Retried {
                 got: GIB,
                 after_ns: MS
             })
@@ -299,11 +299,11 @@ mod tests {
         e.refused(0, GIB / 2, 2 * MS);
         assert!(matches!(
             e.succeeded(0, GIB / 2, 2 * MS),
-            Some(Outcome::BackedOff { .. })
+            Some(EpisodeEnd::BackedOff { .. })
         ));
         assert!(matches!(
             Ep::start(0, GIB, 0).succeeded(0, GIB / 2, 0),
-            Some(Outcome::BackedOff { .. })
+            Some(EpisodeEnd::BackedOff { .. })
         ));
     }
 

@@ -83,7 +83,7 @@ impl GroupDevice {
 
 /// One member.
 #[repr(C)]
-pub struct Slot {
+pub struct MemberSlot {
     /// 0: free; 1: a member's (its lock on byte `1 + index` says whether it lives).
     state: AtomicU64,
     /// Bumped at every claim: a cached index of a freed slot is known stale.
@@ -98,7 +98,7 @@ pub struct Slot {
     pub pid_ns: AtomicU64,
 }
 
-impl Slot {
+impl MemberSlot {
     /// Whether a member holds this slot (alive, or dead and not reaped yet).
     pub fn is_member(&self) -> bool {
         self.state.load(Acquire) == 1
@@ -110,7 +110,7 @@ impl Slot {
 pub struct Layout {
     pub header: Header,
     pub devices: [GroupDevice; GROUP_DEVICES],
-    pub slots: [Slot; SLOTS],
+    pub slots: [MemberSlot; SLOTS],
 }
 
 /// The file's size.
@@ -651,7 +651,7 @@ impl GroupFile {
 /// A living member's share of one GPU ([`GroupFile::others_on`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemberShare {
-    /// Its PID as it sees itself, and as NVML lists it ([`Slot::outer_pid`]).
+    /// Its PID as it sees itself, and as NVML lists it ([`MemberSlot::outer_pid`]).
     pub pid: u32,
     pub outer_pid: u32,
     /// Its PID namespace (0: unknown).
@@ -676,7 +676,7 @@ pub struct GpuFigures {
     /// What the living members reserved or hold there: the GPU's counter less what dead
     /// members (not reaped yet) left on it; 0 when no member lives.
     pub in_use: u64,
-    /// Each living member's pid as NVML lists it (its outermost, [`Slot::outer_pid`]) and
+    /// Each living member's pid as NVML lists it (its outermost, [`MemberSlot::outer_pid`]) and
     /// what it reserved or holds there.
     pub members: Vec<(u64, u64)>,
 }

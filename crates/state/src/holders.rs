@@ -30,7 +30,7 @@ pub fn holders(
             });
             let parts = (process.and_then(|p| p.devices.iter().find(|d| d.uuid == uuid)))
                 .map(|d| {
-                    (d.parts.iter())
+                    (d.usage.parts.iter())
                         .filter(|(_, b)| **b > 0)
                         .map(|(part, b)| (part.name().to_string(), *b))
                         .collect()
@@ -52,7 +52,7 @@ pub fn holders(
 mod tests {
     use super::*;
     use crate::identity::Identity;
-    use crate::registry::DeviceSnapshot;
+    use crate::registry::{DeviceSnapshot, Usage};
     use cuquota_format::part::{Part, PerPart};
 
     fn process(pid: u32, pid_ns: u64, group: &str, pool_cache: u64) -> ProcessSnapshot {
@@ -72,16 +72,14 @@ mod tests {
                 uuid: [7; 16],
                 name: String::new(),
                 total: 0,
-                limit: None,
-                in_use: 700,
-                held: 700,
-                peak: 700,
-                allocations: 1,
-                refusals: 0,
-                parts,
-                part_peaks: PerPart::default(),
-                trims: 0,
-                trimmed: 0,
+                usage: Usage {
+                    in_use: 700,
+                    held: 700,
+                    peak: 700,
+                    allocations: 1,
+                    parts,
+                    ..Usage::default()
+                },
             }],
             last_refusal: None,
             identity: Identity {

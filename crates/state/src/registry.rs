@@ -12,7 +12,9 @@ use crate::shared::{self, SharedFile};
 use cuquota_format::part::{Part, PerPart};
 use cuquota_format::settings::MAX_DEVICES;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
+use std::sync::atomic::{
+    AtomicPtr, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
+};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"CUQPROC1");
 /// The layout's version: a file of another version is skipped with a note.
@@ -58,30 +60,133 @@ pub struct DeviceInfo {
     name: [AtomicU64; 8],
 }
 
-/// One GPU's counters, as the interposer's quota keeps them (its `DeviceQuota` has this
-/// layout, checked at compile time there). Laid out for threads that allocate at once: what
-/// reservations, commits and releases write shares one 128-byte line (two 64-byte lines:
-/// some CPUs fetch lines in pairs), and what every call only reads — the limit, the peak,
-/// the group link — is on another, so that reading it never waits for the line the other
-/// threads are writing.
+/// One GPU's counters: the very atomics the interposer's quota charges (its `DeviceQuota`
+/// wraps this type), read live by the viewers.
+///
+/// Laid out for threads that allocate at once: what reservations, commits and releases
+/// write shares one 128-byte line (two 64-byte lines: some CPUs fetch lines in pairs), and
+/// what every call only reads — the limit, the peak, the group link — is on another, so that
+/// reading it never waits for the line the other threads are writing. The reservation's
+/// compare-and-swap on `in_use` is the one point where the quota is decided; `held`, the
+/// allocation count and the parts move with it on its line (a commit writes the count then
+/// `held`, a release `held` then `in_use`, each pair back to back on a line already fetched).
+///
+/// Why nothing here is striped per thread: the peak is the highest `held` ever was, and it
+/// must never count a request in flight that the driver then fails. Its exact value needs
+/// `held` exact at every commit: a striped `held` has no moment at which its sum is known
+/// to a writer (a sum read stripe by stripe while others move can exceed any value `held`
+/// ever had: a free counted on one stripe before it is read, an allocation of the same
+/// bytes on another after), and a peak taken at the reservation's new `in_use` counts other
+/// threads' requests in flight, refused ones among them. So a commit adds to the one `held`
+/// and learns the exact total it made, the peak's candidate. With `held` shared, striping
+/// the allocation count gains nothing: its addition sits beside `held`'s, on the line the
+/// commit fetches anyway.
+#[derive(Debug)]
 #[repr(C, align(128))]
 pub struct Counters {
+    /// Reserved or held: what a reservation is checked against.
     pub in_use: AtomicU64,
+    /// Held: committed by the driver's success, not yet freed. The peak is of this, so that
+    /// another thread's request in flight (and then refused) never counts as held.
     pub held: AtomicU64,
     pub allocations: AtomicU64,
+    /// Bytes of each [`Part`] held (inside `held`), indexed by the part.
     pub parts: [AtomicU64; PARTS],
     _hot_end: [u64; 16 - 3 - PARTS],
-    /// Bytes, [`UNLIMITED`], or [`UNRESOLVED`]; a group member's stays unresolved (the
+    /// Bytes, [`UNLIMITED`], or [`UNRESOLVED`] until the first use resolves it (a
+    /// percentage needs the device's memory); a group member's stays unresolved (the
     /// group's limit applies).
     pub limit: AtomicU64,
     pub peak: AtomicU64,
     pub refusals: AtomicU64,
+    /// Each part's highest value.
     pub part_peaks: [AtomicU64; PARTS],
+    /// cuquota's own trims of the process's pools and graph memory, and what they gave back.
     pub trims: AtomicU64,
     pub trimmed: AtomicU64,
-    /// The process's own (a pointer in its memory): meaningless to anyone else.
-    _private: AtomicU64,
+    /// The owning process's own pointer (the interposer's group link for this GPU; null:
+    /// none), meaningless to anyone else: viewers never read it.
+    pub link: AtomicPtr<()>,
     _cold_end: [u64; 16 - 6 - PARTS],
+}
+
+// The file's layout (version 3): two 128-byte lines, the link one 8-byte word.
+const _: () = {
+    use std::mem::{align_of, offset_of, size_of};
+    assert!(size_of::<Counters>() == 256 && align_of::<Counters>() == 128);
+    assert!(size_of::<AtomicPtr<()>>() == size_of::<u64>());
+    assert!(offset_of!(Counters, limit) == 128);
+    assert!(offset_of!(Counters, link) == 128 + 8 * (5 + PARTS));
+};
+
+impl Default for Counters {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Counters {
+    /// Nothing counted, the limit unresolved, no link.
+    pub const fn new() -> Counters {
+        Counters {
+            in_use: AtomicU64::new(0),
+            held: AtomicU64::new(0),
+            allocations: AtomicU64::new(0),
+            parts: [const { AtomicU64::new(0) }; PARTS],
+            _hot_end: [0; 16 - 3 - PARTS],
+            limit: AtomicU64::new(UNRESOLVED),
+            peak: AtomicU64::new(0),
+            refusals: AtomicU64::new(0),
+            part_peaks: [const { AtomicU64::new(0) }; PARTS],
+            trims: AtomicU64::new(0),
+            trimmed: AtomicU64::new(0),
+            link: AtomicPtr::new(std::ptr::null_mut()),
+            _cold_end: [0; 16 - 6 - PARTS],
+        }
+    }
+
+    /// What the counters say now, each read on its own (not one instant across them). The
+    /// limit is the counter's own: see [`Usage::limit`].
+    pub fn usage(&self) -> Usage {
+        Usage {
+            limit: Some(self.limit.load(Relaxed)).filter(|l| *l < UNLIMITED),
+            in_use: self.in_use.load(Relaxed),
+            held: self.held.load(Relaxed),
+            peak: self.peak.load(Relaxed),
+            allocations: self.allocations.load(Relaxed),
+            refusals: self.refusals.load(Relaxed),
+            parts: PerPart::from_fn(|p| self.parts[p as usize].load(Relaxed)),
+            part_peaks: PerPart::from_fn(|p| self.part_peaks[p as usize].load(Relaxed)),
+            trims: self.trims.load(Relaxed),
+            trimmed: self.trimmed.load(Relaxed),
+        }
+    }
+}
+
+/// One GPU's [`Counters`] read at a moment: what the viewers show and the exit summary says.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// As [`Counters::usage`] reads it, the counter's own: None when unlimited, unresolved,
+    /// or a group member's (the group's applies). The interposer's own reading
+    /// (`DeviceQuota::usage`) puts the limit in force there instead, a group's included.
+    pub limit: Option<u64>,
+    pub in_use: u64,
+    pub held: u64,
+    pub peak: u64,
+    pub allocations: u64,
+    pub refusals: u64,
+    /// Each [`Part`]'s bytes now and its peak.
+    pub parts: PerPart<u64>,
+    pub part_peaks: PerPart<u64>,
+    pub trims: u64,
+    pub trimmed: u64,
+}
+
+impl Usage {
+    /// Live allocations alone: the footprint less its other parts.
+    pub fn allocations_bytes(&self) -> u64 {
+        self.in_use.saturating_sub(self.parts.total())
+    }
 }
 
 /// The whole file.
@@ -246,17 +351,9 @@ pub struct DeviceSnapshot {
     pub uuid: [u8; 16],
     pub name: String,
     pub total: u64,
-    /// None: no limit of its own (unlimited, or a group member: the group's applies).
-    pub limit: Option<u64>,
-    pub in_use: u64,
-    pub held: u64,
-    pub peak: u64,
-    pub allocations: u64,
-    pub refusals: u64,
-    pub parts: PerPart<u64>,
-    pub part_peaks: PerPart<u64>,
-    pub trims: u64,
-    pub trimmed: u64,
+    /// Its counters; the limit None when it has none of its own (unlimited, or a group
+    /// member: the group's applies).
+    pub usage: Usage,
 }
 
 /// What a scan found: the living processes, and a note for each file it skipped.
@@ -324,16 +421,7 @@ fn read_one(path: &Path) -> Result<Option<ProcessSnapshot>, String> {
                 uuid,
                 name: shared::load_text(&i.name),
                 total: i.total.load(Relaxed),
-                limit: Some(c.limit.load(Relaxed)).filter(|l| *l < UNLIMITED),
-                in_use: c.in_use.load(Relaxed),
-                held: c.held.load(Relaxed),
-                peak: c.peak.load(Relaxed),
-                allocations: c.allocations.load(Relaxed),
-                refusals: c.refusals.load(Relaxed),
-                parts: PerPart::from_fn(|p| c.parts[p as usize].load(Relaxed)),
-                part_peaks: PerPart::from_fn(|p| c.part_peaks[p as usize].load(Relaxed)),
-                trims: c.trims.load(Relaxed),
-                trimmed: c.trimmed.load(Relaxed),
+                usage: c.usage(),
             }
         })
         .collect();
@@ -415,8 +503,8 @@ mod tests {
             (42, "python train.py", Some("svc"))
         );
         assert_eq!(s.devices.len(), 1);
-        assert_eq!((s.devices[0].ordinal, s.devices[0].in_use), (1, 300));
-        assert_eq!(s.devices[0].limit, Some(1000));
+        assert_eq!((s.devices[0].ordinal, s.devices[0].usage.in_use), (1, 300));
+        assert_eq!(s.devices[0].usage.limit, Some(1000));
         assert_eq!(s.last_refusal.as_ref().unwrap().2, "GPU 1 refused 1.00 GiB");
         drop(p); // its lock goes: as at death
         assert!(super::scan(&d).processes.is_empty());

@@ -69,7 +69,7 @@ fn settled_to_the_pools_chunk_growth() {
     assert_eq!(free_async(&e, &d, q), CuResult::SUCCESS);
     d.sync();
     assert_eq!(e.memory_info("m", 8 << 30, 8 << 30).0, GIB);
-    assert_eq!((usage(&e).in_use, usage(&e).part_peaks[0]), (0, 3 * MIB));
+    assert_eq!((usage(&e).in_use, usage(&e).part_peaks.0[0]), (0, 3 * MIB));
 }
 
 /// The 12-GiB example at 64 MiB: a pool that never gives memory back holds 64 MiB it

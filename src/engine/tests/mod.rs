@@ -44,7 +44,7 @@ fn parts_share_the_quota_with_allocations() {
     assert_eq!(e.memory_info("m", 8 << 30, 8 << 30), (256 * MIB, GIB));
     let usage = e.quota(0).unwrap().usage();
     assert_eq!(
-        (usage.part_peaks[Part::Context as usize], usage.refusals),
+        (usage.part_peaks[Part::Context], usage.refusals),
         (257 * MIB, 1)
     );
 }

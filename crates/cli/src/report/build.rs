@@ -6,7 +6,7 @@ use crate::symbols::{Stacks, Symbolizer};
 use crate::timeline::Timeline;
 use crate::traces;
 use crate::walk::{walk, DeviceParts, Visit};
-use cuquota_format::episodes::{Episode, GaveUp, Outcome};
+use cuquota_format::episodes::{Episode, EpisodeEnd, GaveUp};
 use cuquota_format::hash::BuildKeyHasher;
 use cuquota_format::part::PerLayer;
 use cuquota_format::read::{Options, Stats};
@@ -621,11 +621,11 @@ impl Process {
     }
 
     /// `t_ns`: when it ended (the request that ended it, or the end of the trace).
-    fn close_episode(&mut self, tid: u32, open: OpenEpisode, outcome: Outcome, t_ns: u64) {
+    fn close_episode(&mut self, tid: u32, open: OpenEpisode, outcome: EpisodeEnd, t_ns: u64) {
         let (got, outcome_words, gave_up) = match outcome {
-            Outcome::BackedOff { got, .. } => (Some((got, t_ns)), "backed off", None),
-            Outcome::Retried { got, .. } => (Some((got, t_ns)), "retried", None),
-            Outcome::GaveUp(why) => (
+            EpisodeEnd::BackedOff { got, .. } => (Some((got, t_ns)), "backed off", None),
+            EpisodeEnd::Retried { got, .. } => (Some((got, t_ns)), "retried", None),
+            EpisodeEnd::GaveUp(why) => (
                 None,
                 "gave up",
                 Some(match why {

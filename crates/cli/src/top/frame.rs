@@ -3,7 +3,7 @@
 //! colour at all (bars are `|` characters, every figure is written out) and laid out for a
 //! given width, 80 columns and up.
 
-use super::model::{Gpu, GroupRow, Parts, Process, Refusal, Snapshot};
+use super::model::{Gpu, GroupRow, LastRefusal, Parts, Process, Snapshot};
 use cuquota_format::units::human;
 
 /// What a span is, for the live view's colours.
@@ -157,7 +157,7 @@ struct Row<'a> {
     peak: u64,
     refusals: u64,
     parts: Option<&'a Parts>,
-    refusal: Option<(&'a Refusal, Option<u32>)>,
+    refusal: Option<(&'a LastRefusal, Option<u32>)>,
     indent: usize,
 }
 

@@ -79,7 +79,7 @@ pub struct GroupRow {
     /// The members that use this GPU.
     pub processes: Vec<Process>,
     /// The latest of its members' last refusals on this GPU.
-    pub last_refusal: Option<Refusal>,
+    pub last_refusal: Option<LastRefusal>,
 }
 
 /// One process (on one GPU, when under a GPU).
@@ -114,11 +114,11 @@ pub struct Process {
     pub trims: u64,
     pub trimmed: u64,
     /// Its last refusal, when it was on this GPU.
-    pub last_refusal: Option<Refusal>,
+    pub last_refusal: Option<LastRefusal>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Refusal {
+pub struct LastRefusal {
     pub unix_ns: u64,
     /// The GPU's ordinal as the refused process sees it.
     pub ordinal: u32,
@@ -150,19 +150,19 @@ fn process(p: &ProcessSnapshot, d: Option<&DeviceSnapshot>) -> Process {
     let (parts, last_refusal) = match d {
         Some(d) => {
             let allocations = if counted {
-                d.in_use.saturating_sub(d.parts.total())
+                d.usage.allocations_bytes()
             } else {
-                d.in_use
+                d.usage.in_use
             };
             (
                 Parts {
                     allocations,
-                    others: d.parts,
+                    others: d.usage.parts,
                 },
                 p.last_refusal
                     .as_ref()
                     .filter(|r| r.1 == d.ordinal)
-                    .map(|(t, o, line)| Refusal {
+                    .map(|(t, o, line)| LastRefusal {
                         unix_ns: *t,
                         ordinal: *o,
                         line: line.clone(),
@@ -187,14 +187,14 @@ fn process(p: &ProcessSnapshot, d: Option<&DeviceSnapshot>) -> Process {
             "footprint"
         },
         ordinal: d.map(|d| d.ordinal),
-        limit: d.and_then(|d| d.limit),
-        in_use: d.map_or(0, |d| d.in_use),
-        peak: d.map_or(0, |d| d.peak),
-        allocations: d.map_or(0, |d| d.allocations),
-        refusals: d.map_or(0, |d| d.refusals),
+        limit: d.and_then(|d| d.usage.limit),
+        in_use: d.map_or(0, |d| d.usage.in_use),
+        peak: d.map_or(0, |d| d.usage.peak),
+        allocations: d.map_or(0, |d| d.usage.allocations),
+        refusals: d.map_or(0, |d| d.usage.refusals),
         parts,
-        trims: d.map_or(0, |d| d.trims),
-        trimmed: d.map_or(0, |d| d.trimmed),
+        trims: d.map_or(0, |d| d.usage.trims),
+        trimmed: d.map_or(0, |d| d.usage.trimmed),
         last_refusal,
     }
 }
@@ -307,16 +307,13 @@ pub(crate) mod tests {
             uuid: [uuid; 16],
             name: "Stand-in GPU".into(),
             total: 8 << 30,
-            limit: None,
-            in_use,
-            held: in_use,
-            peak: in_use,
-            allocations: 1,
-            refusals: 0,
-            parts: PerPart::default(),
-            part_peaks: PerPart::default(),
-            trims: 0,
-            trimmed: 0,
+            usage: registry::Usage {
+                in_use,
+                held: in_use,
+                peak: in_use,
+                allocations: 1,
+                ..registry::Usage::default()
+            },
         }
     }
 
@@ -367,12 +364,12 @@ pub(crate) mod tests {
     /// Two GPUs; a group of two on GPU 0 (one member also on GPU 1); an ungrouped process.
     pub(crate) fn sample() -> Snapshot {
         let mut a = device(0, 1, 300 << 20);
-        a.parts[Part::Context] = 100 << 20;
+        a.usage.parts[Part::Context] = 100 << 20;
         let mut p1 = proc(101, Some("svc"), vec![a, device(1, 2, 64 << 20)]);
         p1.last_refusal = Some((5_000_000_000, 0, "GPU 0 refused 1.00 GiB".into()));
         let p2 = proc(102, Some("svc"), vec![device(0, 1, 200 << 20)]);
         let mut own = device(0, 1, 100 << 20);
-        own.limit = Some(1 << 30);
+        own.usage.limit = Some(1 << 30);
         let p3 = proc(103, None, vec![own]);
         build(
             Path::new("/dev/shm/cuquota"),
