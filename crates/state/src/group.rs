@@ -625,7 +625,7 @@ impl GroupFile {
         let living: Vec<bool> = (0..SLOTS).map(|i| self.lives(i)).collect();
         let devices = (layout.devices.iter().enumerate())
             .filter(|(_, d)| d.state.load(Acquire) == 1)
-            .map(|(g, d)| DeviceSnapshot {
+            .map(|(g, d)| GroupGpuSnapshot {
                 index: g,
                 uuid: words_uuid([d.uuid[0].load(Relaxed), d.uuid[1].load(Relaxed)]),
                 total: d.total.load(Relaxed),
@@ -731,13 +731,14 @@ impl GroupFile {
 pub struct Snapshot {
     pub name: String,
     pub default_limit: u64,
-    pub devices: Vec<DeviceSnapshot>,
+    pub devices: Vec<GroupGpuSnapshot>,
     /// The living members' pids (as each sees itself).
     pub members: Vec<u64>,
 }
 
+/// One GPU of a group, as a viewer reads the group file.
 #[derive(Debug, Clone)]
-pub struct DeviceSnapshot {
+pub struct GroupGpuSnapshot {
     pub index: usize,
     pub uuid: [u8; 16],
     /// The GPU's real memory, as a member's driver said (0: unknown).

@@ -348,7 +348,7 @@ pub(crate) mod tests {
         group::Snapshot {
             name: name.into(),
             default_limit: limit,
-            devices: vec![group::DeviceSnapshot {
+            devices: vec![group::GroupGpuSnapshot {
                 index: 0,
                 uuid: [uuid; 16],
                 total: 8 << 30,
