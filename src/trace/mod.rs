@@ -368,7 +368,7 @@ fn current() -> Option<&'static Tracer> {
 #[inline]
 pub fn emit<'a>(ev: Event, header: impl FnOnce() -> (&'a OsStr, StartInfo)) {
     if let Some(tracer) = current() {
-        tracer.record(ev);
+        tracer.record_with(|| ev);
     } else {
         emit_before_start(ev, header);
     }

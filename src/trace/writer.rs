@@ -130,6 +130,13 @@ impl Tracer {
 
     /// Appends `ev`; drops and counts it when the buffer is full. Never blocks on I/O.
     pub fn record(&self, ev: Event) {
+        self.record_with(|| ev);
+    }
+
+    /// As [`Self::record`], the event made by `make` in its place in the queue: a hook's
+    /// event is moved once, not copied again on the way here (bench/README.md).
+    #[inline(always)]
+    pub fn record_with(&self, make: impl FnOnce() -> Event) {
         let tid = thread_id();
         let mut q = self.queue.lock();
         if q.closed {
@@ -142,7 +149,11 @@ impl Tracer {
         }
         // Stamped under the lock, so that lines are in time order in the file.
         let t_ns = self.now_ns();
-        q.events.push(Stamped { t_ns, tid, ev });
+        q.events.push(Stamped {
+            t_ns,
+            tid,
+            ev: make(),
+        });
         let wake = q.events.len() == self.wake_at;
         drop(q);
         if wake {
