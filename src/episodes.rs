@@ -103,6 +103,15 @@ pub fn refused(device: u32, bytes: u64, api: &'static str) -> EpisodeRefusal {
     EpisodeRefusal { ended, opened }
 }
 
+/// This thread's refusal was said and traced: its episode's gap counts from now.
+#[cold]
+pub fn refusal_said() {
+    let (tid, now) = (sys::thread_id(), sys::monotonic_ns());
+    if let Some((.., e)) = OPEN.lock().iter_mut().find(|(t, ..)| *t == tid) {
+        e.refusal_said(now);
+    }
+}
+
 /// A success of `bytes` on `device` on this thread (at `ptr`, by `api`): the episodes it ends
 /// (this thread's, if on the same device; any whose gap has passed). One relaxed load while
 /// no episode is open.

@@ -290,6 +290,9 @@ impl Engine {
             self.books.refused(device, &line);
         }
         self.emit(|| self.refusal_event(device, &r, held, false));
+        if what == Request::Memory {
+            episodes::refusal_said();
+        }
     }
 
     /// Observe mode allowed what the quota would have refused: said, and traced as a refusal

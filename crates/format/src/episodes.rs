@@ -162,6 +162,13 @@ impl<const HEAD: usize, const TAIL: usize> Episode<HEAD, TAIL> {
     }
 
     /// Whether the gap has passed at `t_ns` (the episode is over, whatever comes next).
+    /// The last refusal was said (logged and traced) at `t_ns`: its gap counts from then, so
+    /// that no reader of the log or the trace sees an episode end sooner than the gap after
+    /// the refusal's line, however long the line took to write.
+    pub fn refusal_said(&mut self, t_ns: u64) {
+        self.last_t_ns = self.last_t_ns.max(t_ns);
+    }
+
     pub fn expired(&self, t_ns: u64) -> bool {
         t_ns.saturating_sub(self.last_t_ns) > GAP_NS
     }
@@ -209,6 +216,16 @@ mod tests {
     const GIB: u64 = 1 << 30;
     const MS: u64 = 1_000_000;
     type Ep = Episode<6, 2>;
+
+    #[test]
+    fn the_gap_counts_from_when_the_refusal_was_said() {
+        let mut e = Ep::start(0, GIB, 10 * MS);
+        e.refusal_said(12 * MS);
+        e.refusal_said(11 * MS); // never earlier
+        assert!(!e.expired(12 * MS + GAP_NS));
+        assert!(e.expired(12 * MS + GAP_NS + 1));
+        assert_eq!(e.gap_ends_at(), 12 * MS + GAP_NS);
+    }
 
     #[test]
     fn shrinking_refusals_then_a_fit_back_off() {
