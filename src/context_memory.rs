@@ -1,8 +1,8 @@
 //! What the driver's contexts themselves take on the GPU (the footprint's `context`
 //! part), in plain Rust: how a measurement is made, what each context is charged, and
 //! how NVML's figure for this process corrects it. The driver and NVML are reached through
-//! [`Meter`], the engine's footprint books through [`Books`], so all of it is unit-tested
-//! without FFI.
+//! [`Meter`], the engine's footprint books through [`ContextCharges`], so all of it is
+//! unit-tested without FFI.
 //!
 //! The rules:
 //! - A context creation is measured as the device's free memory just before minus just
@@ -49,7 +49,7 @@ pub trait Meter {
 }
 
 /// The engine's footprint books, as context memory uses them.
-pub trait Books {
+pub trait ContextCharges {
     /// Charges `bytes` more context memory on `device` if the quota has room (always in
     /// observe mode); refused: nothing charged.
     fn grow(&self, device: u32, bytes: u64) -> Result<(), OverQuota>;
@@ -77,7 +77,7 @@ struct Own {
 }
 
 impl Own {
-    fn of(device: u32, books: &dyn Books) -> Own {
+    fn of(device: u32, books: &dyn ContextCharges) -> Own {
         Own {
             held: books.others(device),
             in_flight: books.in_flight(device),
@@ -92,7 +92,7 @@ impl Own {
     }
 }
 
-/// The quota has no room for what [`Books::grow`] was asked.
+/// The quota has no room for what [`ContextCharges::grow`] was asked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OverQuota;
 
@@ -192,7 +192,7 @@ impl Book {
 
     /// Brings the engine's context part of `device` to what it should be (the driver holds
     /// it already: a rise is forced).
-    fn sync(&mut self, device: u32, books: &dyn Books) {
+    fn sync(&mut self, device: u32, books: &dyn ContextCharges) {
         let (wanted, charged) = (self.wanted(device), self.charged[device as usize]);
         if wanted > charged {
             books.force(device, wanted - charged);
@@ -233,7 +233,7 @@ impl ContextMemory {
         &self,
         device: u32,
         free: impl Fn() -> Option<u64>,
-        books: &dyn Books,
+        books: &dyn ContextCharges,
         call: impl FnOnce() -> (CuResult, R),
     ) -> Measured<R> {
         let _lock = self.measuring.lock();
@@ -250,7 +250,7 @@ impl ContextMemory {
         &self,
         device: u32,
         meter: &dyn Meter,
-        books: &dyn Books,
+        books: &dyn ContextCharges,
         is_new: impl FnOnce() -> bool,
         create: impl FnOnce() -> (CuResult, ContextSlot),
     ) -> (CuResult, ContextSlot, Result<(), Refused>) {
@@ -293,7 +293,7 @@ impl ContextMemory {
         &self,
         device: u32,
         bytes: u64,
-        books: &dyn Books,
+        books: &dyn ContextCharges,
         create: impl FnOnce() -> (CuResult, ContextSlot),
     ) -> (CuResult, ContextSlot, Result<(), Refused>) {
         if books.grow(device, bytes).is_err() {
@@ -320,7 +320,7 @@ impl ContextMemory {
         growth: i64,
         module: Option<usize>,
         force: bool,
-        books: &dyn Books,
+        books: &dyn ContextCharges,
     ) -> Result<(), Refused> {
         if !self.setting.counts() || !Self::valid(device) || slot == NO_CONTEXT {
             return Ok(());
@@ -351,7 +351,7 @@ impl ContextMemory {
     }
 
     /// A module or library was unloaded: what its load was charged goes back.
-    pub fn unloaded(&self, module: usize, books: &dyn Books) {
+    pub fn unloaded(&self, module: usize, books: &dyn ContextCharges) {
         let mut book = self.book.lock();
         let Some((slot, bytes)) = book.modules.remove(&module) else {
             return;
@@ -366,7 +366,7 @@ impl ContextMemory {
 
     /// Context `slot` is gone (destroyed, reset, last release): its charge goes back; with
     /// the last context of its device, the correction goes too.
-    pub fn gone(&self, slot: ContextSlot, books: &dyn Books) {
+    pub fn gone(&self, slot: ContextSlot, books: &dyn ContextCharges) {
         let mut book = self.book.lock();
         let Some((device, _)) = book.contexts.remove(&slot) else {
             return;
@@ -383,7 +383,7 @@ impl ContextMemory {
     /// such as `sys::monotonic_ns`). Only while a context measured to take memory lives
     /// there, and only if this process's own charges stood still while NVML was asked (else
     /// at the next chance).
-    pub fn correct(&self, device: u32, now_ns: u64, meter: &dyn Meter, books: &dyn Books) {
+    pub fn correct(&self, device: u32, now_ns: u64, meter: &dyn Meter, books: &dyn ContextCharges) {
         if self.setting != Setting::Measure || !Self::valid(device) {
             return;
         }
@@ -449,7 +449,7 @@ impl ContextMemory {
 fn measure_locked<R>(
     device: u32,
     free: impl Fn() -> Option<u64>,
-    books: &dyn Books,
+    books: &dyn ContextCharges,
     call: impl FnOnce() -> (CuResult, R),
 ) -> Measured<R> {
     // This process's charges are read outside the two free figures (first before, last
@@ -521,7 +521,7 @@ mod tests {
         }
     }
 
-    impl Books for Fake {
+    impl ContextCharges for Fake {
         fn grow(&self, _: u32, bytes: u64) -> Result<(), OverQuota> {
             let held = self.parts.load(Relaxed) + self.allocations.load(Relaxed);
             if held + bytes > self.quota {

@@ -8,6 +8,7 @@ use crate::group::GroupShare;
 use crate::quota::{Part, Usage};
 use cuquota_format::episodes;
 use cuquota_format::holder::Holder;
+use cuquota_format::part::PerPart;
 use cuquota_format::settings::format_uuid;
 use cuquota_format::units::{human, Size};
 
@@ -20,9 +21,6 @@ pub fn quota_refusal(device: u32, bytes: u64, api: &str, held: &Held) -> String 
         quota_state(held)
     )
 }
-
-/// Each [`Part`]'s bytes on a device, indexed by the part.
-pub type Parts = [u64; Part::ALL.len()];
 
 /// A context that does not fit: created, measured, and undone.
 pub fn context_refusal(device: u32, bytes: u64, api: &str, held: &Held) -> String {
@@ -87,7 +85,7 @@ pub struct Held {
     /// What it held then, the request not included: the group's in a group.
     pub in_use: u64,
     /// This process's parts besides allocations.
-    pub parts: Parts,
+    pub parts: PerPart<u64>,
     /// In a group: who holds the rest.
     pub group: Option<GroupShare>,
     /// In a group, for a refusal that is said: the other members holding it, most first.
@@ -160,14 +158,14 @@ fn holder_words(h: &Holder) -> String {
 fn quota_state(held: &Held) -> String {
     let (limit, parts) = (held.limit, &held.parts);
     let own = held.group.as_ref().map_or(held.in_use, |g| g.this_process);
-    let others: u64 = parts.iter().sum();
+    let others: u64 = parts.0.iter().sum();
     let breakdown = if others == 0 {
         String::new()
     } else {
         let mut words = vec![format!("allocations {}", human(own.saturating_sub(others)))];
         for part in Part::ALL {
-            if parts[part as usize] > 0 {
-                words.push(format!("{} {}", part.words(), human(parts[part as usize])));
+            if parts[part] > 0 {
+                words.push(format!("{} {}", part.words(), human(parts[part])));
             }
         }
         format!(" ({})", words.join(", "))
@@ -516,11 +514,11 @@ mod tests {
     use super::*;
     use cuquota_format::part::PerPart;
 
-    fn held(limit: u64, in_use: u64, parts: Parts) -> Held {
+    fn held(limit: u64, in_use: u64, parts: [u64; Part::ALL.len()]) -> Held {
         Held {
             limit,
             in_use,
-            parts,
+            parts: PerPart(parts),
             group: None,
             holders: Vec::new(),
         }

@@ -4,6 +4,7 @@
 
 use crate::group::{Group, GroupShare, Member};
 use cuquota_format::holder::Holder;
+use cuquota_format::part::PerPart;
 use cuquota_format::settings::MAX_DEVICES;
 use cuquota_state::registry::{Counters, ProcessFile, UNRESOLVED};
 use std::sync::atomic::{
@@ -473,8 +474,8 @@ impl DeviceQuota {
     }
 
     /// Every part's bytes now, indexed by [`Part`].
-    pub fn parts(&self) -> [u64; Part::ALL.len()] {
-        std::array::from_fn(|i| self.0.parts[i].load(Relaxed))
+    pub fn parts(&self) -> PerPart<u64> {
+        PerPart::from_fn(|p| self.0.parts[p as usize].load(Relaxed))
     }
 
     /// cuquota trimmed this process's pools or graph memory and got `bytes` back.

@@ -36,7 +36,7 @@ pub(super) struct ContextPart<'a> {
     refusal: std::cell::Cell<Option<PartRefusal>>,
 }
 
-impl books::Books for ContextPart<'_> {
+impl books::ContextCharges for ContextPart<'_> {
     fn grow(&self, device: u32, bytes: u64) -> Result<(), books::OverQuota> {
         let grown = self
             .engine

@@ -475,7 +475,7 @@ impl Engine {
             .queries
             .devices()
             .into_iter()
-            .map(|(ordinal, name, total)| trace::DeviceInfo {
+            .map(|(ordinal, name, total)| trace::HeaderDevice {
                 ordinal,
                 name,
                 total: total.unwrap_or(0),

@@ -2,6 +2,7 @@ use super::explain::{Outcome, Refusal, Request};
 use super::state::Engine;
 use crate::config::Count;
 use crate::quota::{DeviceQuota, Part, UNLIMITED};
+use cuquota_format::part::PerPart;
 
 // ---- The footprint's other parts -------------------------------------------------------
 //
@@ -28,9 +29,8 @@ impl Engine {
     }
 
     /// Each part's bytes on `device` now.
-    pub(super) fn parts_of(&self, device: u32) -> [u64; Part::ALL.len()] {
-        self.quota(device)
-            .map_or([0; Part::ALL.len()], |q| q.parts())
+    pub(super) fn parts_of(&self, device: u32) -> PerPart<u64> {
+        self.quota(device).map_or(PerPart::default(), |q| q.parts())
     }
 
     /// Bytes of `part` charged on `device` now.

@@ -312,7 +312,8 @@ impl EventKind {
     pub const ALLOC: EventKind = EventKind::Alloc { stack: 0 };
 }
 
-pub struct DeviceInfo {
+/// A GPU as the trace's header lists it.
+pub struct HeaderDevice {
     pub ordinal: u32,
     pub name: String,
     pub total: u64,
@@ -326,7 +327,7 @@ pub struct StartInfo {
     /// `"footprint"` or `"allocations"`.
     pub count: &'static str,
     /// Empty while the driver cannot name its devices (before `cuInit`).
-    pub devices: Vec<DeviceInfo>,
+    pub devices: Vec<HeaderDevice>,
     /// The group whose quota the process shares (`CUQUOTA_GROUP`).
     pub group: Option<String>,
 }

@@ -17,13 +17,13 @@ fn info() -> StartInfo {
         count: "footprint",
         group: None,
         devices: vec![
-            DeviceInfo {
+            HeaderDevice {
                 ordinal: 0,
                 name: "Stand-in GPU 0".into(),
                 total: 8 << 30,
                 quota: Some(6 << 30),
             },
-            DeviceInfo {
+            HeaderDevice {
                 ordinal: 1,
                 name: "Stand-in \"GPU\" 1".into(),
                 total: 8 << 30,

@@ -123,7 +123,7 @@ type Series<'a> = (
     Vec<(&'a str, &'a str)>,
     Option<u64>,
     u64,
-    Option<&'a model::Parts>,
+    Option<&'a model::ByPart>,
     u64,
     u64,
 );

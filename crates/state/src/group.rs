@@ -46,7 +46,7 @@ const NAME_BYTES: usize = 64;
 
 /// The file's first bytes.
 #[repr(C)]
-pub struct Header {
+pub struct GroupHeader {
     magic: AtomicU64,
     version: AtomicU64,
     size: AtomicU64,
@@ -108,7 +108,7 @@ impl MemberSlot {
 /// The whole file.
 #[repr(C)]
 pub struct Layout {
-    pub header: Header,
+    pub header: GroupHeader,
     pub devices: [GroupDevice; GROUP_DEVICES],
     pub slots: [MemberSlot; SLOTS],
 }
@@ -143,13 +143,13 @@ pub fn check_name(name: &str) -> Result<(), String> {
 
 /// Who a process is, for [`check_trust`]: its effective user and every group it is in.
 #[derive(Debug, Clone)]
-pub struct Identity {
+pub struct Credentials {
     pub uid: u32,
     pub groups: Vec<u32>,
 }
 
-impl Identity {
-    pub fn this_process() -> Identity {
+impl Credentials {
+    pub fn this_process() -> Credentials {
         // SAFETY: geteuid and getegid have no preconditions.
         let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
         let mut groups = vec![gid];
@@ -162,7 +162,7 @@ impl Identity {
             list.truncate(got.max(0) as usize);
             groups.extend(list);
         }
-        Identity { uid, groups }
+        Credentials { uid, groups }
     }
 }
 
@@ -172,7 +172,7 @@ impl Identity {
 /// group may write, a Unix group `me` is in (shared the documented way: `chgrp TEAM; chmod
 /// 660`), and its owner is `me`, root, or — for a file shared so — another member of that
 /// group. A file anyone may write is never trusted. Err says why not.
-pub fn check_trust(uid: u32, gid: u32, mode: u32, me: &Identity) -> Result<(), String> {
+pub fn check_trust(uid: u32, gid: u32, mode: u32, me: &Credentials) -> Result<(), String> {
     if mode & 0o002 != 0 {
         return Err("is writable by every user".into());
     }
@@ -299,7 +299,7 @@ impl GroupFile {
             .file
             .owner()
             .map_err(|e| GroupError(format!("{}: {e}", self.path.display())))?;
-        check_trust(uid, gid, mode, &Identity::this_process()).map_err(|why| {
+        check_trust(uid, gid, mode, &Credentials::this_process()).map_err(|why| {
             GroupError(format!(
                 "{} (owner uid {uid}, group gid {gid}, mode {mode:o}) {why}, so it cannot \
                  decide this process's limit: remove it (`cuquota set NAME --remove`) or use \
@@ -410,7 +410,7 @@ impl GroupFile {
     }
 
     /// Every group under `state_dir` that can be read, and a note for each that cannot.
-    pub fn read_all(state_dir: &Path) -> (Vec<Snapshot>, Vec<String>) {
+    pub fn read_all(state_dir: &Path) -> (Vec<GroupSnapshot>, Vec<String>) {
         let (mut groups, mut notes) = (Vec::new(), Vec::new());
         let Ok(entries) = std::fs::read_dir(state_dir.join("groups")) else {
             return (groups, notes);
@@ -620,7 +620,7 @@ impl GroupFile {
     /// What each GPU entry holds now and the living members, as a process that is no member
     /// sees them (`cuquota set` and the views): dead members, reaped or not, count for
     /// nothing. Nothing is locked or written.
-    pub fn snapshot(&self) -> Snapshot {
+    pub fn snapshot(&self) -> GroupSnapshot {
         let layout = self.layout();
         let living: Vec<bool> = (0..SLOTS).map(|i| self.lives(i)).collect();
         let devices = (layout.devices.iter().enumerate())
@@ -639,7 +639,7 @@ impl GroupFile {
             .filter(|(_, alive)| **alive)
             .map(|(s, _)| s.pid.load(Relaxed))
             .collect();
-        Snapshot {
+        GroupSnapshot {
             name: self.name(),
             default_limit: layout.header.default_limit.load(Relaxed),
             devices,
@@ -728,7 +728,7 @@ impl GroupFile {
 
 /// A group's figures at one moment.
 #[derive(Debug, Clone)]
-pub struct Snapshot {
+pub struct GroupSnapshot {
     pub name: String,
     pub default_limit: u64,
     pub devices: Vec<GroupGpuSnapshot>,

@@ -74,7 +74,7 @@ impl Group {
     }
 
     /// The group's figures, read from its file (opened as `cuquota set` does).
-    fn snapshot(&self) -> cuquota_state::group::Snapshot {
+    fn snapshot(&self) -> cuquota_state::group::GroupSnapshot {
         GroupFile::open(&self.dir, self.name)
             .unwrap_or_else(|e| panic!("open group {}: {e}", self.name))
             .snapshot()

@@ -73,7 +73,7 @@ struct Device {
     timeline: Option<Timeline>,
     /// As `timeline`, from the process's first event (the terminal chart).
     chart: Option<Timeline>,
-    parts: Parts,
+    parts: PartTally,
     /// With call stacks: live bytes by stack, now and at the peak.
     sites: SiteBooks,
 }
@@ -142,7 +142,7 @@ impl Device {
 
 /// A device's footprint parts as the trace goes.
 #[derive(Default)]
-struct Parts {
+struct PartTally {
     /// Each part now, and whether any `footprint` or `trim` line was seen.
     device: DeviceParts,
     /// Every layer's highest, and its value at the device's peak.
@@ -152,7 +152,7 @@ struct Parts {
     trimmed_bytes: u64,
 }
 
-impl Parts {
+impl PartTally {
     /// After an event that left `in_use` charged; `peak`: it is the device's new peak.
     fn held(&mut self, in_use: u64, footprint: bool, peak: bool) {
         let all = self.device.layers(in_use, footprint);

@@ -3,7 +3,7 @@
 //! colour at all (bars are `|` characters, every figure is written out) and laid out for a
 //! given width, 80 columns and up.
 
-use super::model::{Gpu, GroupRow, LastRefusal, Parts, Process, Snapshot};
+use super::model::{ByPart, Gpu, GroupRow, LastRefusal, Process, Snapshot};
 use cuquota_format::units::human;
 
 /// What a span is, for the live view's colours.
@@ -156,7 +156,7 @@ struct Row<'a> {
     room: u64,
     peak: u64,
     refusals: u64,
-    parts: Option<&'a Parts>,
+    parts: Option<&'a ByPart>,
     refusal: Option<(&'a LastRefusal, Option<u32>)>,
     indent: usize,
 }

@@ -47,14 +47,14 @@ pub struct Gpu {
 
 /// The footprint by part: allocations, then the others (`pool_cache`, `graph`, `context`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
-pub struct Parts {
+pub struct ByPart {
     pub allocations: u64,
     #[serde(flatten)]
     pub others: PerPart<u64>,
 }
 
-impl Parts {
-    fn add(&mut self, o: &Parts) {
+impl ByPart {
+    fn add(&mut self, o: &ByPart) {
         self.allocations += o.allocations;
         for (a, b) in self.others.0.iter_mut().zip(o.others.0) {
             *a += b;
@@ -73,7 +73,7 @@ pub struct GroupRow {
     pub refusals: u64,
     /// Its living members' parts on this GPU, added up (None: no member is listed, e.g.
     /// members of a cuquota that does not register processes).
-    pub parts: Option<Parts>,
+    pub parts: Option<ByPart>,
     /// Living members of the group, whatever GPU they use (dead ones count for nothing).
     pub members: usize,
     /// The members that use this GPU.
@@ -110,7 +110,7 @@ pub struct Process {
     pub peak: u64,
     pub allocations: u64,
     pub refusals: u64,
-    pub parts: Parts,
+    pub parts: ByPart,
     pub trims: u64,
     pub trimmed: u64,
     /// Its last refusal, when it was on this GPU.
@@ -155,7 +155,7 @@ fn process(p: &ProcessSnapshot, d: Option<&DeviceSnapshot>) -> Process {
                 d.usage.in_use
             };
             (
-                Parts {
+                ByPart {
                     allocations,
                     others: d.usage.parts,
                 },
@@ -169,7 +169,7 @@ fn process(p: &ProcessSnapshot, d: Option<&DeviceSnapshot>) -> Process {
                     }),
             )
         }
-        None => (Parts::default(), None),
+        None => (ByPart::default(), None),
     };
     Process {
         pid: p.pid,
@@ -218,13 +218,13 @@ fn entry(gpus: &mut BTreeMap<[u8; 16], Gpu>, uuid: [u8; 16]) -> &mut Gpu {
 pub fn build(
     state_dir: &Path,
     processes: Vec<ProcessSnapshot>,
-    groups: Vec<group::Snapshot>,
+    groups: Vec<group::GroupSnapshot>,
     notes: Vec<String>,
     now: u64,
 ) -> Snapshot {
     let mut gpus: BTreeMap<[u8; 16], Gpu> = BTreeMap::new();
     let (groups, idle): (Vec<_>, Vec<_>) = groups.into_iter().partition(|g| !g.members.is_empty());
-    let known: BTreeMap<&str, &group::Snapshot> =
+    let known: BTreeMap<&str, &group::GroupSnapshot> =
         groups.iter().map(|g| (g.name.as_str(), g)).collect();
     for g in &groups {
         for d in &g.devices {
@@ -268,7 +268,7 @@ pub fn build(
                 .and_then(|g| gpu.groups.iter_mut().find(|r| r.name == g));
             match group {
                 Some(g) => {
-                    g.parts.get_or_insert_with(Parts::default).add(&row.parts);
+                    g.parts.get_or_insert_with(ByPart::default).add(&row.parts);
                     if row.last_refusal.as_ref().map(|r| r.unix_ns)
                         > g.last_refusal.as_ref().map(|r| r.unix_ns)
                     {
@@ -344,8 +344,8 @@ pub(crate) mod tests {
         limit: u64,
         in_use: u64,
         members: usize,
-    ) -> group::Snapshot {
-        group::Snapshot {
+    ) -> group::GroupSnapshot {
+        group::GroupSnapshot {
             name: name.into(),
             default_limit: limit,
             devices: vec![group::GroupGpuSnapshot {

@@ -85,7 +85,7 @@ fn a_snapshot_counts_only_living_members() {
 
 #[test]
 fn trust_by_owner_group_and_mode() {
-    let me = Identity {
+    let me = Credentials {
         uid: 1000,
         groups: vec![1000, 50],
     };
