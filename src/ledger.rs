@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 cuquota_format::listed_enum! {
     /// What a charge is keyed by: each kind is a key space with a ledger of its own. A new
-    /// kind (arrays, contexts) is a variant here; the engine keeps one ledger per entry of
+    /// kind (arrays, contexts) is a variant here; [`Allocations`] keeps one ledger per entry of
     /// `ALL`, and everything that sums or resets goes over all of them. (Pool allocations,
     /// while the quota counts the footprint, are in the pool cache's books, with their
     /// pools: see `pool_cache`.) A kind indexes the ledgers: as a usize it needs no widening
