@@ -158,7 +158,7 @@ fn holder_words(h: &Holder) -> String {
 fn quota_state(held: &Held) -> String {
     let (limit, parts) = (held.limit, &held.parts);
     let own = held.group.as_ref().map_or(held.in_use, |g| g.this_process);
-    let others: u64 = parts.0.iter().sum();
+    let others = parts.total();
     let breakdown = if others == 0 {
         String::new()
     } else {
