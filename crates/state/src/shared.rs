@@ -67,13 +67,23 @@ impl SharedFile {
     /// Opens `path` read-write (created mode 0600 when `create`), close-on-exec, never
     /// following a symbolic link. Not mapped yet: see [`Self::map`].
     pub fn open(path: &Path, create: bool) -> Result<SharedFile, String> {
+        let create = if create { libc::O_CREAT } else { 0 };
+        SharedFile::open_with(path, libc::O_RDWR | create)
+    }
+
+    /// Opens `path` read-only, for a viewer that only reads: no lock of its own can be
+    /// taken but read locks, which is all it needs to see whether a writer lives.
+    pub fn open_read(path: &Path) -> Result<SharedFile, String> {
+        SharedFile::open_with(path, libc::O_RDONLY)
+    }
+
+    /// `open(2)` with `access` (and `O_CREAT`, mode 0600), close-on-exec, no link followed.
+    fn open_with(path: &Path, access: libc::c_int) -> Result<SharedFile, String> {
         let c = CString::new(path.as_os_str().as_bytes())
             .map_err(|_| format!("{} has a NUL byte", path.display()))?;
-        let mut flags = libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW;
-        if create {
-            flags |= libc::O_CREAT;
-        }
-        // SAFETY: a valid C string; the mode is passed as the variadic argument open wants.
+        let flags = access | libc::O_CLOEXEC | libc::O_NOFOLLOW;
+        // SAFETY: a valid C string; the mode is passed as the variadic argument open wants
+        // (read only when O_CREAT is in the flags).
         let fd = unsafe { libc::open(c.as_ptr(), flags, 0o600 as libc::c_uint) };
         if fd < 0 {
             let e = io::Error::last_os_error();
@@ -84,28 +94,7 @@ impl SharedFile {
             map: std::ptr::null_mut(),
             len: 0,
             path: path.to_path_buf(),
-            read_only: false,
-        })
-    }
-
-    /// Opens `path` read-only, for a viewer that only reads: no lock of its own can be
-    /// taken but read locks, which is all it needs to see whether a writer lives.
-    pub fn open_read(path: &Path) -> Result<SharedFile, String> {
-        let c = CString::new(path.as_os_str().as_bytes())
-            .map_err(|_| format!("{} has a NUL byte", path.display()))?;
-        let flags = libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOFOLLOW;
-        // SAFETY: a valid C string.
-        let fd = unsafe { libc::open(c.as_ptr(), flags) };
-        if fd < 0 {
-            let e = io::Error::last_os_error();
-            return Err(format!("cannot open {}: {e}", path.display()));
-        }
-        Ok(SharedFile {
-            fd,
-            map: std::ptr::null_mut(),
-            len: 0,
-            path: path.to_path_buf(),
-            read_only: true,
+            read_only: access & libc::O_ACCMODE == libc::O_RDONLY,
         })
     }
 
