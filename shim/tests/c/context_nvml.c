@@ -11,6 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "check.h"
+
 typedef int CUresult;
 typedef int CUdevice;
 typedef unsigned long long CUdeviceptr;
@@ -83,17 +85,7 @@ static struct {
     int (*Procs_v3)(nvmlDevice_t, unsigned *, nvmlProcessInfo_v2_t *);
 } nvml;
 
-static int failures;
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        if (!(cond)) {                                                               \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            failures++;                                                              \
-        }                                                                            \
-    } while (0)
-#define OK(call) CHECK((call) == 0)
-
-static const size_t MiB = 1ull << 20, GiB = 1ull << 30;
+int failures;
 /* What the shim's device holds resident: 132 SMs x 2048 threads. */
 static const size_t THREADS = 132 * 2048;
 

@@ -147,18 +147,7 @@ int cuShimFootprint(int, size_t *, size_t *, size_t *, size_t *);
 int cuShimInjectFault(const char *, unsigned, unsigned);
 int cuShimStats(int, size_t *, size_t *, unsigned long long *);
 
-/* How many checks failed (main exits 1 when any did). */
-extern int failures;
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        if (!(cond)) {                                                               \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            failures++;                                                              \
-        }                                                                            \
-    } while (0)
-#define OK(call) CHECK((call) == 0)
-
-static const size_t MiB = 1ull << 20, GiB = 1ull << 30;
+#include "check.h"
 
 /* The shim's accounting of device dev: bytes in use, live allocations. */
 size_t in_use(int dev);
