@@ -22,6 +22,19 @@ fn one_graph(driver: &FakeDriver, bytes: u64, freed: bool) {
 
 const EXEC: usize = 0x77;
 
+/// A launch of the executable graph whose driver reserves `reserved` in all and uses `used`.
+fn launch(e: &Engine, driver: &FakeDriver, reserved: u64, used: u64) -> CuResult {
+    e.graph_run("cuGraphLaunch", EXEC, true, || {
+        driver.graph_launch(0, reserved, used)
+    })
+}
+
+/// A plain allocation of `bytes` at 0x5000 that the driver grants.
+fn alloc_plain(e: &Engine, bytes: u64) -> CuResult {
+    let ok = || (CuResult::SUCCESS, 0x5000);
+    e.alloc("cuMemAlloc_v2", Kind::Pointer, Place::Current, bytes, ok)
+}
+
 fn instantiate(e: &Engine, flags: u64) -> CuResult {
     e.graph_instantiate("cuGraphInstantiateWithFlags", 1, flags, || {
         (CuResult::SUCCESS, EXEC)
@@ -70,9 +83,7 @@ fn a_launch_under_the_quota_is_charged_the_drivers_reservation() {
         0,
         "instantiation maps nothing"
     );
-    let rc = e.graph_run("cuGraphLaunch", EXEC, true, || {
-        driver.graph_launch(0, 255 * MIB, 255 * MIB)
-    });
+    let rc = launch(&e, &driver, 255 * MIB, 255 * MIB);
     assert_eq!(rc, CuResult::SUCCESS);
     assert_eq!(e.part_total(0, Part::Graph), 256 * MIB, "granules");
     assert_eq!(e.memory_info("m", 8 * GIB, 8 * GIB), (768 * MIB, GIB));
@@ -87,17 +98,7 @@ fn a_launch_over_the_quota_is_refused_before_the_driver_runs_it() {
     let (e, driver) = engine(&[("CUQUOTA_LIMIT", "1GiB")]);
     one_graph(&driver, 256 * MIB, true);
     instantiate(&e, 0);
-    let ok = || (CuResult::SUCCESS, 0x5000);
-    assert_eq!(
-        e.alloc(
-            "cuMemAlloc_v2",
-            Kind::Pointer,
-            Place::Current,
-            900 * MIB,
-            ok
-        ),
-        CuResult::SUCCESS
-    );
+    assert_eq!(alloc_plain(&e, 900 * MIB), CuResult::SUCCESS);
     let rc = e.graph_run("cuGraphLaunch", EXEC, true, || {
         unreachable!("refused first")
     });
@@ -112,26 +113,12 @@ fn unused_graph_memory_is_trimmed_to_make_room() {
     let (e, driver) = engine(&[("CUQUOTA_LIMIT", "1GiB")]);
     one_graph(&driver, 512 * MIB, true);
     instantiate(&e, 0);
-    e.graph_run("cuGraphLaunch", EXEC, true, || {
-        driver.graph_launch(0, 512 * MIB, 0)
-    });
+    launch(&e, &driver, 512 * MIB, 0);
     assert_eq!(e.part_total(0, Part::Graph), 512 * MIB, "kept by the pool");
     // A second launch reuses the pool's unused memory: nothing more to reserve.
-    e.graph_run("cuGraphLaunch", EXEC, true, || {
-        driver.graph_launch(0, 512 * MIB, 0)
-    });
+    launch(&e, &driver, 512 * MIB, 0);
     assert_eq!(e.part_total(0, Part::Graph), 512 * MIB);
-    let ok = || (CuResult::SUCCESS, 0x5000);
-    assert_eq!(
-        e.alloc(
-            "cuMemAlloc_v2",
-            Kind::Pointer,
-            Place::Current,
-            768 * MIB,
-            ok
-        ),
-        CuResult::SUCCESS
-    );
+    assert_eq!(alloc_plain(&e, 768 * MIB), CuResult::SUCCESS);
     let usage = e.quota(0).unwrap().usage();
     assert_eq!(e.part_total(0, Part::Graph), 0);
     assert_eq!((usage.in_use, usage.refusals), (768 * MIB, 0));
@@ -146,22 +133,10 @@ fn a_part_behind_the_driver_gives_its_room_back_when_room_is_wanted() {
     let (e, driver) = engine(&[("CUQUOTA_LIMIT", "1GiB")]);
     one_graph(&driver, 512 * MIB, true);
     instantiate(&e, 0);
-    e.graph_run("cuGraphLaunch", EXEC, true, || {
-        driver.graph_launch(0, 512 * MIB, 0)
-    });
+    launch(&e, &driver, 512 * MIB, 0);
     // The driver released the pool behind cuquota's back (a context reset).
     driver.graph_pool_released(0);
-    let ok = || (CuResult::SUCCESS, 0x5000);
-    assert_eq!(
-        e.alloc(
-            "cuMemAlloc_v2",
-            Kind::Pointer,
-            Place::Current,
-            768 * MIB,
-            ok
-        ),
-        CuResult::SUCCESS
-    );
+    assert_eq!(alloc_plain(&e, 768 * MIB), CuResult::SUCCESS);
     let usage = e.quota(0).unwrap().usage();
     assert_eq!((usage.refusals, usage.trims), (0, 0), "not a trim of ours");
     assert_eq!(e.part_total(0, Part::Graph), 0);
@@ -207,9 +182,7 @@ fn counting_allocations_asks_the_driver_nothing() {
     let (e, driver) = engine(&[("CUQUOTA_LIMIT", "1GiB"), ("CUQUOTA_COUNT", "allocations")]);
     one_graph(&driver, 2 * GIB, false);
     instantiate(&e, 0);
-    let rc = e.graph_run("cuGraphLaunch", EXEC, true, || {
-        driver.graph_launch(0, 2 * GIB, 0)
-    });
+    let rc = launch(&e, &driver, 2 * GIB, 0);
     assert_eq!(rc, CuResult::SUCCESS);
     e.graph_memory_trimmed("cuDeviceGraphMemTrim", 0);
     assert_eq!(driver.graph_calls.load(Relaxed), 0);
