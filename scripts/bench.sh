@@ -138,32 +138,24 @@ trace_stats() {
     rm -f "$file"*
 }
 
-# both RAWNAME QUOTANAME ARGS...: the same client without and with the interposer, in an
-# order that alternates between repetitions (so neither always runs first).
-both() {
-    local r=$1 q=$2
-    shift 2
+# alternate RAWENV QUOTAENV RAWNAME QUOTANAME ARGS...: the same client without and with the
+# interposer (environments: the names of two arrays), in an order that alternates between
+# repetitions (so neither always runs first).
+alternate() {
+    local -n raw_env=$1 quota_env=$2
+    local r=$3 q=$4
+    shift 4
     if [ $((rep % 2)) = 1 ]; then
-        run_case "$r" "${RAW[@]}" -- "$@"
-        run_case "$q" "${QUOTA[@]}" -- "$@"
+        run_case "$r" "${raw_env[@]}" -- "$@"
+        run_case "$q" "${quota_env[@]}" -- "$@"
     else
-        run_case "$q" "${QUOTA[@]}" -- "$@"
-        run_case "$r" "${RAW[@]}" -- "$@"
+        run_case "$q" "${quota_env[@]}" -- "$@"
+        run_case "$r" "${raw_env[@]}" -- "$@"
     fi
 }
-
-# both_fake RAWNAME QUOTANAME ARGS...: as `both`, on the lock-free stand-in.
-both_fake() {
-    local r=$1 q=$2
-    shift 2
-    if [ $((rep % 2)) = 1 ]; then
-        run_case "$r" "${RAW_FAKE[@]}" -- "$@"
-        run_case "$q" "${QUOTA_FAKE[@]}" -- "$@"
-    else
-        run_case "$q" "${QUOTA_FAKE[@]}" -- "$@"
-        run_case "$r" "${RAW_FAKE[@]}" -- "$@"
-    fi
-}
+# both RAWNAME QUOTANAME ARGS...: on the shim; both_fake: on the lock-free stand-in.
+both() { alternate RAW QUOTA "$@"; }
+both_fake() { alternate RAW_FAKE QUOTA_FAKE "$@"; }
 
 # members NAME P ENV...: P processes of `alloc_bench pair` at once on the stand-in (their
 # start-up, a few ms, is small beside a run); adds NAME.pair_ns, the median over them.
