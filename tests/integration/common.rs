@@ -858,6 +858,32 @@ impl Output {
 // Formatting as cuquota does
 // ---------------------------------------------------------------------------------------
 
+/// `cuquota ARGS…` (the built CLI), in `cwd` when given; it must exit 0 (else the test
+/// fails with its stderr). Its output.
+pub fn cuquota_ok(args: &[&str], cwd: Option<&Path>) -> std::process::Output {
+    let mut command = Command::new(&artifacts().cli);
+    command.args(args);
+    if let Some(dir) = cwd {
+        command.current_dir(dir);
+    }
+    let out = command.output().expect("run cuquota");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "cuquota {args:?}: {stderr}");
+    out
+}
+
+/// A trace's path as `cuquota plot`'s title names it: clipped from its start to 43
+/// characters.
+pub fn plot_title_path(p: &Path) -> String {
+    let p = p.display().to_string();
+    let n = p.chars().count();
+    if n <= 43 {
+        p
+    } else {
+        format!("…{}", p.chars().skip(n - 42).collect::<String>())
+    }
+}
+
 /// A human size: `"{x} B"` below 1 KiB, else the largest of KiB/MiB/GiB/TiB not above it,
 /// with exactly two decimals.
 pub fn h(x: u64) -> String {

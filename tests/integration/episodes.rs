@@ -5,7 +5,6 @@
 
 use crate::common::*;
 use serde_json::Value;
-use std::process::Command;
 
 const G: u64 = GIB;
 
@@ -52,12 +51,7 @@ fn episodes_of(ops: &str, env: &[(&str, &str)], rcs: &[u64]) -> (Vec<Seen>, Outp
         .filter(|l| l["type"] == "backoff")
         .collect();
 
-    let report = Command::new(&artifacts().cli)
-        .args(["report", "--json"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert!(report.status.success(), "{report:?}");
+    let report = cuquota_ok(&["report", "--json", path.to_str().unwrap()], None);
     let json: Value = serde_json::from_slice(&report.stdout).unwrap();
     let episodes = &json["processes"][0]["backoff_episodes"];
     let shown = episodes["shown"].as_array().unwrap();

@@ -5,7 +5,9 @@
 //! handler is left alone, and only a process that made a CUDA call has the watcher thread
 //! and the handlers.
 
-use crate::common::{artifacts, h, scratch_dir, Client, Output, Run, MIB, OUT_OF_MEMORY};
+use crate::common::{
+    artifacts, cuquota_ok, h, plot_title_path, scratch_dir, Client, Output, Run, MIB, OUT_OF_MEMORY,
+};
 use crate::episodes::gave_up_line;
 use serde_json::Value;
 use std::os::unix::process::ExitStatusExt;
@@ -49,27 +51,9 @@ fn plot_of_a_two_rank_job_names_both_traces() {
     }
     let (a, b) = (dir.join("t-0.jsonl"), dir.join("t-1.jsonl"));
     let svg = dir.join("memory.svg");
-    let out = Command::new(&artifacts().cli)
-        .arg("plot")
-        .args([&a, &b])
-        .arg("-o")
-        .arg(&svg)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let clip = |p: &Path| {
-        let p = p.display().to_string();
-        let n = p.chars().count();
-        if n <= 43 {
-            p
-        } else {
-            format!("…{}", p.chars().skip(n - 42).collect::<String>())
-        }
-    };
+    let path = |p: &Path| p.to_str().unwrap().to_string();
+    cuquota_ok(&["plot", &path(&a), &path(&b), "-o", &path(&svg)], None);
+    let clip = plot_title_path;
     let text = std::fs::read_to_string(&svg).unwrap();
     let want = format!(">trace: {}, {}</text>", clip(&a), clip(&b));
     assert!(text.contains(&want), "no {want} in:\n{text}");
@@ -89,12 +73,7 @@ fn report_of_an_observe_run_lists_each_would_be_refusal() {
         .env("CUQUOTA_TRACE", path.to_str().unwrap())
         .run()
         .check_rcs(&[0, 0, 0]);
-    let out = Command::new(&artifacts().cli)
-        .arg("report")
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
+    let out = cuquota_ok(&["report", path.to_str().unwrap()], None);
     let text = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = text.lines().map(str::trim).collect();
     let at = lines

@@ -203,14 +203,10 @@ fn observe_mode_traces_would_be_refusals() {
 
     // The plot marks them, and says what they are.
     let svg = dir.join("t.svg");
-    let plot = std::process::Command::new(&artifacts().cli)
-        .arg("plot")
-        .arg(&path)
-        .arg("-o")
-        .arg(&svg)
-        .output()
-        .unwrap();
-    assert!(plot.status.success(), "{plot:?}");
+    cuquota_ok(
+        &["plot", path.to_str().unwrap(), "-o", svg.to_str().unwrap()],
+        None,
+    );
     let svg = std::fs::read_to_string(&svg).unwrap();
     assert!(
         svg.contains("· quota 1.00 GiB · 2 would be refused (observe mode)</text>"),

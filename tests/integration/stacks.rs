@@ -6,7 +6,6 @@
 use crate::common::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// Each allocation of the client: its entry point, the function that makes it, and the text
 /// of its call (to find the line in the source).
@@ -46,30 +45,15 @@ fn traced(program: &Path, cwd: &Path, env: &[(&str, &str)]) -> PathBuf {
 
 /// `cuquota report --json TRACE ARGS…` run in `cwd`: the report and stderr.
 fn report(trace: &Path, cwd: &Path, args: &[&str]) -> (Value, String) {
-    let out = Command::new(&artifacts().cli)
-        .current_dir(cwd)
-        .args(["report", "--json"])
-        .arg(trace)
-        .args(args)
-        .output()
-        .unwrap();
+    let mut all = vec!["report", "--json", trace.to_str().unwrap()];
+    all.extend(args);
+    let out = cuquota_ok(&all, Some(cwd));
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "{stderr}");
     (serde_json::from_slice(&out.stdout).unwrap(), stderr)
 }
 
 fn text_report(trace: &Path, cwd: &Path) -> String {
-    let out = Command::new(&artifacts().cli)
-        .current_dir(cwd)
-        .arg("report")
-        .arg(trace)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = cuquota_ok(&["report", trace.to_str().unwrap()], Some(cwd));
     String::from_utf8(out.stdout).unwrap()
 }
 

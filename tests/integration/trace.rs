@@ -216,12 +216,7 @@ fn sigkill_leaves_a_readable_trace() {
     assert_eq!(bytes, [MIB, 2 * MIB, 3 * MIB]);
     assert!(of_type(&all, "summary").is_empty());
 
-    let report = Command::new(&artifacts().cli)
-        .arg("report")
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert!(report.status.success());
+    let report = cuquota_ok(&["report", path.to_str().unwrap()], None);
     let text = String::from_utf8_lossy(&report.stdout);
     assert!(
         text.contains("the process is still running, or was killed"),

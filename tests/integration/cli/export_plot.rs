@@ -3,9 +3,8 @@
 //! traces in flat memory.
 
 use super::{cuquota, event, header, ok, s, stderr, stdout, temp_dir, write_traces, xml};
-use crate::common::{artifacts, scratch_dir, Client, Run, GIB, MIB};
+use crate::common::{artifacts, plot_title_path, scratch_dir, Client, Run, GIB, MIB};
 use serde_json::Value;
-use std::path::Path;
 
 #[test]
 fn export_chrome_has_counters_and_refusals() {
@@ -107,15 +106,7 @@ fn plot_draws_one_panel_per_process_and_device() {
     // The title names the program and the traces.
     assert!(has("Device memory in use: train.py"), "{texts:?}");
     // Both traces, each clipped from its start to 43 characters.
-    let clip = |p: &Path| {
-        let p = p.display().to_string();
-        let n = p.chars().count();
-        if n <= 43 {
-            p
-        } else {
-            format!("…{}", p.chars().skip(n - 42).collect::<String>())
-        }
-    };
+    let clip = plot_title_path;
     assert!(
         has(&format!("trace: {}, {}", clip(&a), clip(&b))),
         "{texts:?}"
