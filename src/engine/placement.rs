@@ -76,11 +76,7 @@ impl Engine {
     /// known, else the stream's device (a pool cuquota never saw made or returned, e.g. an
     /// imported one: the driver cannot be asked its location).
     pub fn pool_place(&self, pool: usize, stream: usize) -> Place {
-        match self.pool_cache.place(pool) {
-            Some(PoolPlace::Device(device)) => Place::Pool { device, stream },
-            Some(PoolPlace::Host) => Place::Uncharged,
-            Some(PoolPlace::Managed) | None => Place::Stream(stream),
-        }
+        place_in_pool(self.pool_cache.place(pool), stream)
     }
 
     /// A pool was made (`cuMemPoolCreate`) or returned (`cuDeviceGetDefaultMemPool`,
@@ -93,5 +89,15 @@ impl Engine {
     pub fn pool_destroyed(&self, pool: usize) {
         self.pool_cache.forget_place(pool);
         self.pool_cache_destroyed(pool);
+    }
+}
+
+/// Where an allocation on `stream` lands from a pool whose location is `known` (see
+/// [`Engine::pool_place`]).
+pub(super) fn place_in_pool(known: Option<PoolPlace>, stream: usize) -> Place {
+    match known {
+        Some(PoolPlace::Device(device)) => Place::Pool { device, stream },
+        Some(PoolPlace::Host) => Place::Uncharged,
+        Some(PoolPlace::Managed) | None => Place::Stream(stream),
     }
 }

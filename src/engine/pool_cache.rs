@@ -31,7 +31,7 @@
 use super::admission::Granted;
 use super::explain::{Outcome, Refusal, Request};
 use super::parts::PartRefusal;
-use super::placement::Place;
+use super::placement::{place_in_pool, Place};
 use super::state::Engine;
 use crate::cuda_abi::CuResult;
 use crate::ledger::{Charge, Kind};
@@ -73,10 +73,13 @@ impl Engine {
     ) -> CuResult {
         let (place, managed) = match pool {
             PoolOf::Current => (Place::Stream(stream), false),
-            PoolOf::Given(p) => (
-                self.pool_place(p, stream),
-                self.pool_cache.place(p) == Some(PoolPlace::Managed),
-            ),
+            PoolOf::Given(p) => {
+                let known = self.pool_cache.place(p);
+                (
+                    place_in_pool(known, stream),
+                    known == Some(PoolPlace::Managed),
+                )
+            }
         };
         if !self.counts_footprint() || managed {
             return self.alloc(api, Kind::Pointer, place, bytes, call);
