@@ -4,7 +4,8 @@
 //! * `CUDA_SHIM_MEMORY`: memory per device, one size for all or a comma list with one size
 //!   per device (default `8GiB`).
 //! * `CUDA_SHIM_DRIVER_VERSION`: what `cuDriverGetVersion` reports (default 12080).
-//! * `CUDA_SHIM_FAIL`: fault injection rules, `FUNC:WHEN:CODE,...` (see [`crate::faults`]).
+//! * `CUDA_SHIM_FAIL`: fault injection rules, `FUNC:WHEN:CODE,...` (see [`crate::faults`]);
+//!   a CODE `raiseSIG` raises signal SIG at the start of the call, which then runs as usual.
 //! * `CUDA_SHIM_POOL_CHUNK`: the granularity in which memory pools and the graph memory
 //!   pool reserve device memory (default `2MiB`, the VMM granularity the devices report
 //!   from `cuMemGetAllocationGranularity`; not 0).
@@ -36,11 +37,21 @@ pub enum When {
     Always,
 }
 
+/// What a fault rule does to the call it fires on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Return this code without doing anything.
+    Fail(u32),
+    /// Raise this signal in the calling thread, then run the call as usual: a signal that
+    /// arrives while the driver runs (its handler interrupts whoever called the driver).
+    Raise(i32),
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FaultRule {
     pub func: String,
     pub when: When,
-    pub code: u32,
+    pub fault: Fault,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -205,10 +216,20 @@ fn parse_faults(text: &str, is_exported: impl Fn(&str) -> bool) -> Option<Vec<Fa
             Some(FaultRule {
                 func: func.to_string(),
                 when: parse_when(when)?,
-                code: code.trim().parse().ok()?,
+                fault: parse_fault(code.trim())?,
             })
         })
         .collect()
+}
+
+/// A code (`2`) or a signal to raise (`raise10`).
+fn parse_fault(text: &str) -> Option<Fault> {
+    match text.strip_prefix("raise") {
+        Some(sig) => Some(Fault::Raise(
+            sig.parse().ok().filter(|s| (1..65).contains(s))?,
+        )),
+        None => Some(Fault::Fail(text.parse().ok()?)),
+    }
 }
 
 fn parse_when(text: &str) -> Option<When> {
@@ -351,7 +372,7 @@ mod tests {
     fn fault_rules() {
         let c = parse_with(&[(
             "CUDA_SHIM_FAIL",
-            "cuMemAlloc_v2:3:2, cuMemGetInfo_v2:2+:1,cuMemCreate:*:12345",
+            "cuMemAlloc_v2:3:2, cuMemGetInfo_v2:2+:1,cuMemCreate:*:12345,cuMemCreate:2:raise10",
         )])
         .unwrap();
         assert_eq!(
@@ -360,17 +381,22 @@ mod tests {
                 FaultRule {
                     func: "cuMemAlloc_v2".into(),
                     when: When::Nth(3),
-                    code: 2
+                    fault: Fault::Fail(2)
                 },
                 FaultRule {
                     func: "cuMemGetInfo_v2".into(),
                     when: When::From(2),
-                    code: 1
+                    fault: Fault::Fail(1)
                 },
                 FaultRule {
                     func: "cuMemCreate".into(),
                     when: When::Always,
-                    code: 12345
+                    fault: Fault::Fail(12345)
+                },
+                FaultRule {
+                    func: "cuMemCreate".into(),
+                    when: When::Nth(2),
+                    fault: Fault::Raise(10)
                 },
             ]
         );
@@ -386,6 +412,9 @@ mod tests {
             "cuMemAlloc_v2:1:-2",
             "cuMemAloc_v2:1:2",
             "cuMemAlloc_v2:1:2,",
+            "cuMemAlloc_v2:1:raise",
+            "cuMemAlloc_v2:1:raise0",
+            "cuMemAlloc_v2:1:raise65",
         ] {
             assert!(parse_with(&[("CUDA_SHIM_FAIL", bad)]).is_err(), "{bad}");
         }

@@ -11,13 +11,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::abi::CUresult;
-use crate::config::{FaultRule, When};
+use crate::config::{Fault, FaultRule, When};
 
 /// The rules of one exported function and how many times it has been called since they
 /// were set.
 struct FunctionFaults {
     calls: u64,
-    rules: Vec<(When, CUresult)>,
+    rules: Vec<(When, Fault)>,
 }
 
 static RULES: Mutex<BTreeMap<String, FunctionFaults>> = Mutex::new(BTreeMap::new());
@@ -41,13 +41,14 @@ pub fn load(env_rules: &[FaultRule]) {
                 rules: Vec::new(),
             })
             .rules
-            .push((rule.when, rule.code));
+            .push((rule.when, rule.fault));
     }
     ANY_RULES.store(!rules.is_empty(), Ordering::Release);
 }
 
-/// Counts a call of `func` and returns the code to fail it with, if a rule says so.
-pub fn check(func: &str) -> Option<CUresult> {
+/// Counts a call of `func` and returns what a rule does to it, if one fires. The rules'
+/// lock is released before the caller acts on it (a raised signal's handler may call in).
+pub fn check(func: &str) -> Option<Fault> {
     if !ANY_RULES.load(Ordering::Acquire) {
         return None;
     }
@@ -55,13 +56,13 @@ pub fn check(func: &str) -> Option<CUresult> {
     let faults = rules.get_mut(func)?;
     faults.calls += 1;
     let call = faults.calls;
-    faults.rules.iter().find_map(|&(when, code)| {
+    faults.rules.iter().find_map(|&(when, fault)| {
         let fires = match when {
             When::Nth(n) => call == n,
             When::From(n) => call >= n,
             When::Always => true,
         };
-        fires.then_some(code)
+        fires.then_some(fault)
     })
 }
 
@@ -85,7 +86,7 @@ pub fn inject(func: Option<&str>, nth: u32, code: CUresult) {
                 func.to_string(),
                 FunctionFaults {
                     calls: 0,
-                    rules: vec![(when, code)],
+                    rules: vec![(when, Fault::Fail(code))],
                 },
             );
         }
@@ -104,7 +105,7 @@ mod tests {
         check("fault_test_a");
         inject(Some("fault_test_a"), 2, 7);
         assert_eq!(check("fault_test_a"), None);
-        assert_eq!(check("fault_test_a"), Some(7));
+        assert_eq!(check("fault_test_a"), Some(Fault::Fail(7)));
         assert_eq!(check("fault_test_a"), None);
         assert_eq!(check("fault_test_other"), None);
     }
@@ -114,18 +115,18 @@ mod tests {
         load(&[FaultRule {
             func: "fault_test_c".into(),
             when: When::From(2),
-            code: 5,
+            fault: Fault::Fail(5),
         }]);
         assert_eq!(check("fault_test_c"), None);
-        assert_eq!(check("fault_test_c"), Some(5));
-        assert_eq!(check("fault_test_c"), Some(5));
+        assert_eq!(check("fault_test_c"), Some(Fault::Fail(5)));
+        assert_eq!(check("fault_test_c"), Some(Fault::Fail(5)));
     }
 
     #[test]
     fn every_call_until_cleared() {
         inject(Some("fault_test_b"), 0, 12345);
-        assert_eq!(check("fault_test_b"), Some(12345));
-        assert_eq!(check("fault_test_b"), Some(12345));
+        assert_eq!(check("fault_test_b"), Some(Fault::Fail(12345)));
+        assert_eq!(check("fault_test_b"), Some(Fault::Fail(12345)));
         inject(Some("fault_test_b"), 0, 0);
         assert_eq!(check("fault_test_b"), None);
     }

@@ -166,8 +166,13 @@ fn entry(symbol: &str, needs: Needs, body: impl FnOnce() -> Result<(), CUresult>
     let result = catch_unwind(AssertUnwindSafe(|| {
         // Loads the environment's fault rules before the first call is counted.
         let _ = settings();
-        if let Some(code) = faults::check(symbol) {
-            return code;
+        match faults::check(symbol) {
+            Some(config::Fault::Fail(code)) => return code,
+            // SAFETY: raise(3) with a valid signal number; the handler is the program's.
+            Some(config::Fault::Raise(sig)) => unsafe {
+                libc::raise(sig);
+            },
+            None => {}
         }
         if needs == Needs::Init && !state::is_initialized() {
             return CUDA_ERROR_NOT_INITIALIZED;
