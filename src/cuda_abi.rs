@@ -16,6 +16,7 @@ impl CuResult {
     pub const NOT_INITIALIZED: CuResult = CuResult(3);
     pub const INVALID_CONTEXT: CuResult = CuResult(201);
     pub const NOT_FOUND: CuResult = CuResult(500);
+    pub const NOT_PERMITTED: CuResult = CuResult(800);
     pub const NOT_SUPPORTED: CuResult = CuResult(801);
     pub const UNKNOWN: CuResult = CuResult(999);
 

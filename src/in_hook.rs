@@ -1,5 +1,9 @@
-//! Whether this thread is inside one of our hooks: if the driver calls back into an
-//! exported hook, that inner call passes straight through, so nothing is counted twice.
+//! Where this thread is in our hooks: outside them, in cuquota's own code, or in the real
+//! driver call a hook makes. A hooked call made while the thread is in the driver is the
+//! driver calling back into an exported symbol: it passes straight through, so nothing is
+//! counted twice. One made while the thread is in cuquota's own code cannot come from the
+//! driver (cuquota calls no exported hook): it is a signal handler that interrupted the
+//! hook, perhaps holding a lock, and it is refused (see `exports::frame`).
 //!
 //! Every hooked call reads this flag, so where it lives matters. Rust's `thread_local!` in a
 //! shared library uses the general-dynamic TLS model: each access calls `__tls_get_addr`
@@ -11,11 +15,32 @@
 
 use std::cell::Cell;
 
-/// This thread's flag. The address is this thread's for its life (the flag has no
+/// Not inside a hook.
+pub const OUTSIDE: u8 = 0;
+/// Inside a hook, in cuquota's own code.
+pub const OURS: u8 = 1;
+/// Inside a hook, in the real driver call it makes for the caller.
+pub const DRIVER: u8 = 2;
+
+/// This thread's state. The address is this thread's for its life (the byte has no
 /// destructor), so the caller may keep it while the thread runs.
 #[inline(always)]
-pub fn flag() -> *const Cell<bool> {
+pub fn flag() -> *const Cell<u8> {
     imp::flag()
+}
+
+/// Runs a hook's real driver call marked as such, so that a call the driver makes back into
+/// an exported hook passes through; cuquota's own code is marked again afterwards.
+#[inline(always)]
+pub fn driver<R>(call: impl FnOnce() -> R) -> R {
+    let flag = flag();
+    // SAFETY: this thread's flag, which lives as long as the thread; only this thread (and
+    // a signal handler on it, which restores what it changes) touches it.
+    let before = unsafe { (*flag).replace(DRIVER) };
+    let result = call();
+    // SAFETY: as above.
+    unsafe { (*flag).set(before) };
+    result
 }
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
@@ -36,8 +61,8 @@ mod imp {
     );
 
     #[inline(always)]
-    pub fn flag() -> *const Cell<bool> {
-        let address: *const Cell<bool>;
+    pub fn flag() -> *const Cell<u8> {
+        let address: *const Cell<u8>;
         // SAFETY: the initial-exec sequence: %fs:0 holds the thread pointer (the x86-64
         // TLS ABI), and the GOT entry that `@GOTTPOFF` names holds the flag's offset from
         // it, written by the dynamic linker before any code of ours runs. Both reads are of
@@ -59,12 +84,12 @@ mod imp {
     use std::cell::Cell;
 
     thread_local! {
-        static IN_HOOK: Cell<bool> = const { Cell::new(false) };
+        static IN_HOOK: Cell<u8> = const { Cell::new(super::OUTSIDE) };
     }
 
     #[inline(always)]
-    pub fn flag() -> *const Cell<bool> {
-        IN_HOOK.with(|h| h as *const Cell<bool>)
+    pub fn flag() -> *const Cell<u8> {
+        IN_HOOK.with(|h| h as *const Cell<u8>)
     }
 }
 
@@ -76,8 +101,8 @@ mod tests {
     fn each_thread_has_its_own_flag_starting_clear() {
         // SAFETY: this thread's flag, read and written on this thread only.
         let here = unsafe { &*flag() };
-        assert!(!here.get());
-        here.set(true);
+        assert_eq!(here.get(), OUTSIDE);
+        here.set(OURS);
         assert!(
             std::ptr::eq(here, flag()),
             "the same address on the same thread"
@@ -85,12 +110,22 @@ mod tests {
         let other = std::thread::spawn(|| {
             // SAFETY: as above, on the spawned thread.
             let f = unsafe { &*flag() };
-            (f.get(), f as *const Cell<bool> as usize)
+            (f.get(), f as *const Cell<u8> as usize)
         })
         .join()
         .unwrap();
-        assert!(!other.0, "another thread's flag is clear");
-        assert_ne!(other.1, here as *const Cell<bool> as usize);
-        here.set(false);
+        assert_eq!(other.0, OUTSIDE, "another thread's flag is clear");
+        assert_ne!(other.1, here as *const Cell<u8> as usize);
+        here.set(OUTSIDE);
+    }
+
+    #[test]
+    fn the_driver_call_is_marked_and_our_state_restored() {
+        // SAFETY: this thread's flag, on this thread only.
+        let here = unsafe { &*flag() };
+        here.set(OURS);
+        assert_eq!(driver(|| here.get()), DRIVER);
+        assert_eq!(here.get(), OURS);
+        here.set(OUTSIDE);
     }
 }

@@ -23,6 +23,8 @@ pub type NvmlReturn = c_uint;
 pub type NvmlDevice = *mut c_void;
 
 pub const NVML_SUCCESS: NvmlReturn = 0;
+/// `NVML_ERROR_NO_PERMISSION`: what a hook answers a signal handler that interrupted one.
+pub const NVML_ERROR_NO_PERMISSION: NvmlReturn = 4;
 pub const NVML_ERROR_INSUFFICIENT_SIZE: NvmlReturn = 7;
 /// `NVML_ERROR_FUNCTION_NOT_FOUND`: what a hook answers when the real library lacks it.
 pub const NVML_ERROR_FUNCTION_NOT_FOUND: NvmlReturn = 13;

@@ -7,6 +7,7 @@ use super::placement::Place;
 use super::state::Engine;
 use crate::array_shape::ArrayShape;
 use crate::cuda_abi::CuResult;
+use crate::in_hook::driver;
 use crate::ledger::{Charge, Kind};
 
 impl Engine {
@@ -24,7 +25,7 @@ impl Engine {
         call: impl FnOnce() -> (CuResult, u64),
     ) -> CuResult {
         let call = || {
-            let (rc, key) = call();
+            let (rc, key) = driver(call);
             (rc, key, bytes)
         };
         self.alloc_settled(api, kind, place, bytes, call, |_| {})
@@ -42,7 +43,7 @@ impl Engine {
         undo: impl FnOnce(u64),
     ) -> CuResult {
         let call = || {
-            let (rc, ptr, pitch) = call();
+            let (rc, ptr, pitch) = driver(call);
             (rc, ptr, pitch.saturating_mul(height))
         };
         let estimate = width.saturating_mul(height);
@@ -66,14 +67,14 @@ impl Engine {
         undo: impl FnOnce(u64),
     ) -> CuResult {
         if !shape.is_backed() {
-            return create().0;
+            return driver(create).0;
         }
         // (Without a context the creation fails, and alloc_settled passes that on.)
         let device = self.queries.current_device().ok();
         let cached = device.and_then(|d| self.allocations.array_size(d, shape));
         let estimate = cached.unwrap_or_else(|| shape.estimate());
         let call = || {
-            let (rc, key) = create();
+            let (rc, key) = driver(create);
             let size = match (rc.is_ok(), cached, device) {
                 (true, None, Some(d)) => true_size(d)
                     .inspect(|&bytes| self.allocations.remember_array_size(d, shape, bytes)),
@@ -104,13 +105,13 @@ impl Engine {
         let (device, owner) = match placed {
             Ok(Some(placed)) => placed,
             // Host memory: nothing to charge.
-            Ok(None) => return call().0,
+            Ok(None) => return driver(call).0,
             // No current context, or the driver cannot say where: the driver gets the call
             // and gives its own answer (an error where it needs a context), uncharged.
-            Err(_) => return call().0,
+            Err(_) => return driver(call).0,
         };
         let call = || {
-            let (rc, key, actual) = call();
+            let (rc, key, actual) = driver(call);
             (rc, (key, actual))
         };
         let Granted {
@@ -174,7 +175,7 @@ impl Engine {
         if self.tracing {
             self.traced_free(api, key, charge);
         }
-        let rc = call();
+        let rc = driver(call);
         if !rc.is_ok() {
             ledger.insert(key, charge);
             if self.tracing {

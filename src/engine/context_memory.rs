@@ -5,6 +5,7 @@ use super::state::Engine;
 use crate::context_memory::{self as books, Measured};
 use crate::contexts::NO_CONTEXT;
 use crate::cuda_abi::CuResult;
+use crate::in_hook::driver;
 use crate::quota::Part;
 
 // ---- context memory ----------------------------------------------------------------------
@@ -147,14 +148,14 @@ impl Engine {
     ) -> CuResult {
         let device = match u32::try_from(device) {
             Ok(d) if self.counts_context() => d,
-            _ => return create().0,
+            _ => return driver(create).0,
         };
         let made = std::cell::Cell::new(0usize);
         let part = self.context_part(api);
         let (rc, slot, fits) =
             self.context_memory
                 .create(device, &Meters(&*self.queries), &part, is_new, || {
-                    let (rc, context) = create();
+                    let (rc, context) = driver(create);
                     made.set(context);
                     let slot = match rc.is_ok() {
                         true => self.contexts.add(context, device),
@@ -213,10 +214,10 @@ impl Engine {
         undo: impl FnOnce(R) -> bool,
     ) -> CuResult {
         if !self.counts_context() {
-            return call().0;
+            return driver(call).0;
         }
         let Ok((device, slot)) = self.current() else {
-            return call().0;
+            return driver(call).0;
         };
         let meters = Meters(&*self.queries);
         let part = self.context_part(api);

@@ -28,6 +28,7 @@ use crate::cuda_abi::{
     CuResult, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH, CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD,
 };
 use crate::graph_memory::{add_to, growth, on, ExecNeeds};
+use crate::in_hook::driver;
 use crate::quota::Part;
 use std::collections::HashSet;
 
@@ -102,11 +103,11 @@ impl Engine {
         call: impl FnOnce() -> (CuResult, usize),
     ) -> CuResult {
         if !self.counts_footprint() {
-            return call().0;
+            return driver(call).0;
         }
         let needs = needs_of(self.queries.as_ref(), graph).filter(|n| !n.need.is_empty());
         let Some(mut needs) = needs else {
-            return call().0;
+            return driver(call).0;
         };
         needs.auto_free = flags & CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH != 0;
         let staged = if flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD != 0 {
@@ -117,7 +118,7 @@ impl Engine {
         } else {
             Vec::new()
         };
-        let (rc, exec) = call();
+        let (rc, exec) = driver(call);
         if rc.is_ok() {
             self.graph_memory.lock().remember(exec, needs.clone());
         }
@@ -140,16 +141,16 @@ impl Engine {
         call: impl FnOnce() -> CuResult,
     ) -> CuResult {
         if !self.counts_footprint() {
-            return call();
+            return driver(call);
         }
         let Some(needs) = self.graph_memory.lock().needs(exec) else {
-            return call();
+            return driver(call);
         };
         let staged = match self.graph_stage(api, &needs, launch) {
             Ok(staged) => staged,
             Err(rc) => return rc,
         };
-        let rc = call();
+        let rc = driver(call);
         if rc.is_ok() && launch {
             self.graph_memory.lock().launched(exec);
         }

@@ -34,6 +34,7 @@ use super::parts::PartRefusal;
 use super::placement::{place_in_pool, Place};
 use super::state::Engine;
 use crate::cuda_abi::CuResult;
+use crate::in_hook::driver;
 use crate::ledger::{Charge, Kind};
 use crate::pool_cache::{Freed, PoolBooks, PoolPlace, Pooled, TakenPooled};
 use crate::quota::{DeviceQuota, Part, UNLIMITED};
@@ -87,7 +88,7 @@ impl Engine {
         let (device, owner) = match self.resolve_place(place) {
             Ok(Some(placed)) => placed,
             // A host pool, or no context: the driver's own answer, uncharged.
-            _ => return call().0,
+            _ => return driver(call).0,
         };
         let handle = match pool {
             PoolOf::Given(p) => p,
@@ -465,12 +466,12 @@ impl Engine {
         call: impl FnOnce() -> CuResult,
     ) -> CuResult {
         if kind != Kind::Pointer {
-            return call();
+            return driver(call);
         }
         // Out of the books under their lock: a context's end takes its pool allocations
         // from them, and must find each one there or not at all.
         let Some(pooled) = self.pool_cache.books().take_pointer(key) else {
-            return call();
+            return driver(call);
         };
         let Pooled { charge, pool: id } = pooled;
         // Before the driver frees, as for any free (`traced_free`); the pool cache's line
@@ -478,7 +479,7 @@ impl Engine {
         if self.tracing {
             self.traced_free(api, key, charge);
         }
-        let rc = call();
+        let rc = driver(call);
         if !rc.is_ok() {
             self.pool_cache.books().restore_pointer(key, pooled);
             if self.tracing {

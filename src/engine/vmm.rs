@@ -1,6 +1,7 @@
 use super::explain::Outcome;
 use super::state::Engine;
 use crate::cuda_abi::CuResult;
+use crate::in_hook::driver;
 use crate::ledger::{Charge, Kind};
 
 // ---- VMM lifetimes and imports ---------------------------------------------------------
@@ -32,7 +33,7 @@ impl Engine {
                 // refuse, and it ends nothing.
                 None if books.knows(handle) => {
                     drop(books);
-                    return call();
+                    return driver(call);
                 }
                 None => {
                     drop(books);
@@ -41,7 +42,7 @@ impl Engine {
                 }
             }
         };
-        let rc = call();
+        let rc = driver(call);
         if rc.is_ok() {
             self.credit_all(api, taken);
         } else {
@@ -61,7 +62,7 @@ impl Engine {
         call: impl FnOnce() -> CuResult,
     ) -> CuResult {
         let ours = self.vmm.lock().map_begin(handle);
-        let rc = call();
+        let rc = driver(call);
         let taken = {
             let mut books = self.vmm.lock();
             if rc.is_ok() {
@@ -92,7 +93,7 @@ impl Engine {
             let taken = self.take_handles(&unmapped.ended);
             (unmapped, taken)
         };
-        let rc = call();
+        let rc = driver(call);
         if rc.is_ok() {
             self.credit_all(api, taken);
         } else {
@@ -110,7 +111,7 @@ impl Engine {
         call: impl FnOnce() -> (CuResult, u64),
     ) -> CuResult {
         let counted = self.vmm.lock().retain_begin(address);
-        let (rc, got) = call();
+        let (rc, got) = driver(call);
         let taken = {
             let mut books = self.vmm.lock();
             let mut ended = Vec::new();

@@ -4,6 +4,7 @@
 use super::{hook, hooked, table};
 use crate::cuda_abi::CuDevice;
 use crate::ffi::Out;
+use crate::in_hook;
 use crate::real_driver as real;
 use std::ffi::c_uint;
 
@@ -12,7 +13,9 @@ hooked!(cuMemGetInfo_v2, |free: *mut usize, total: *mut usize| {
         &real::cuMemGetInfo_v2,
         |real, e| {
             // SAFETY: the caller's arguments, passed on; both are its out-pointers.
-            let (rc, outs) = unsafe { (real(free, total), (Out::new(free), Out::new(total))) };
+            let rc = in_hook::driver(|| unsafe { real(free, total) });
+            // SAFETY: as above.
+            let outs = unsafe { (Out::new(free), Out::new(total)) };
             if let (true, (Some(free), Some(total))) = (rc.is_ok(), outs) {
                 let (f, t) = e.memory_info(
                     real::cuMemGetInfo_v2.name(),
@@ -38,7 +41,9 @@ hooked!(cuMemGetInfo, |free: *mut c_uint, total: *mut c_uint| {
         &real::cuMemGetInfo,
         |real, e| {
             // SAFETY: the caller's arguments, passed on; both are its out-pointers.
-            let (rc, outs) = unsafe { (real(free, total), (Out::new(free), Out::new(total))) };
+            let rc = in_hook::driver(|| unsafe { real(free, total) });
+            // SAFETY: as above.
+            let outs = unsafe { (Out::new(free), Out::new(total)) };
             if let (true, (Some(free), Some(total))) = (rc.is_ok(), outs) {
                 // Never more than the driver said, so the values still fit in 32 bits.
                 let (f, t) = e.memory_info(
@@ -66,7 +71,9 @@ hooked!(
             &real::cuDeviceTotalMem_v2,
             |real, e| {
                 // SAFETY: the caller's arguments, passed on; `bytes` is its out-pointer.
-                let (rc, out) = unsafe { (real(bytes, device), Out::new(bytes)) };
+                let rc = in_hook::driver(|| unsafe { real(bytes, device) });
+                // SAFETY: as above.
+                let out = unsafe { Out::new(bytes) };
                 if let (true, Some(out), Ok(device)) = (rc.is_ok(), out, u32::try_from(device)) {
                     let told = e.total_memory(device, out.get() as u64);
                     if let Err(rc) = e.check_config() {
@@ -87,7 +94,9 @@ hooked!(cuDeviceTotalMem, |bytes: *mut c_uint, device: CuDevice| {
         &real::cuDeviceTotalMem,
         |real, e| {
             // SAFETY: the caller's arguments, passed on; `bytes` is its out-pointer.
-            let (rc, out) = unsafe { (real(bytes, device), Out::new(bytes)) };
+            let rc = in_hook::driver(|| unsafe { real(bytes, device) });
+            // SAFETY: as above.
+            let out = unsafe { Out::new(bytes) };
             if let (true, Some(out), Ok(device)) = (rc.is_ok(), out, u32::try_from(device)) {
                 let told = e.total_memory(device, out.get().into());
                 if let Err(rc) = e.check_config() {

@@ -3,6 +3,7 @@
 use super::{hook, hooked, per_thread, table};
 use crate::cuda_abi::{CuDevicePtr, CuDevicePtrV1, CuResult, CuStream};
 use crate::engine::Kind;
+use crate::in_hook;
 use crate::lookup::{CFunction, Real};
 use crate::real_driver as real;
 
@@ -49,7 +50,7 @@ fn free_async(
         real,
         |f, e| {
             if real::stream_capturing(meant) {
-                return call(f);
+                return in_hook::driver(|| call(f));
             }
             e.free(real.name(), Kind::Pointer, ptr, || call(f))
         },

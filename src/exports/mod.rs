@@ -61,6 +61,7 @@ mod vmm;
 use crate::cuda_abi::{CuResult, CuStream};
 use crate::engine::Engine;
 use crate::ffi::{written, Out};
+use crate::in_hook;
 use crate::lookup::{self, CFunction, Hook, Hooks, Real};
 use crate::process::engine;
 use crate::real_driver as real;
@@ -154,18 +155,35 @@ every_area!(
 // put in other codegen units, where a function without it is never inlined (the frames then
 // cost a call of their own on every hooked call; bench/README.md has the figures).
 
-/// Holds this thread's in-hook flag ([`crate::in_hook`]) while a hook runs; keeps its
-/// address so that leaving reads no thread-local storage again.
-struct InHook(*const Cell<bool>);
+/// Marks this thread as in cuquota's own code while a hook runs (see [`crate::in_hook`]);
+/// keeps the flag's address so that leaving reads no thread-local storage again.
+struct InHook(*const Cell<u8>);
+
+/// Where a hooked call finds its thread.
+enum Entry {
+    /// Outside every hook: the call is the program's, and the hook runs.
+    Entered(InHook),
+    /// In the real driver call of a hook: the driver calling an exported symbol.
+    InDriver,
+    /// In cuquota's own code: a signal handler that interrupted a hook.
+    Interrupted,
+}
 
 impl InHook {
     #[inline]
-    fn enter() -> Option<InHook> {
-        let flag = crate::in_hook::flag();
+    fn enter() -> Entry {
+        let flag = in_hook::flag();
         // SAFETY: this thread's flag, which lives as long as the thread; only this thread
-        // touches it.
-        let entered = unsafe { !(*flag).replace(true) };
-        entered.then_some(InHook(flag))
+        // (and a signal handler on it, which leaves it as it found it) touches it.
+        match unsafe { (*flag).get() } {
+            in_hook::OUTSIDE => {
+                // SAFETY: as above.
+                unsafe { (*flag).set(in_hook::OURS) };
+                Entry::Entered(InHook(flag))
+            }
+            in_hook::DRIVER => Entry::InDriver,
+            _ => Entry::Interrupted,
+        }
     }
 }
 
@@ -174,7 +192,7 @@ impl Drop for InHook {
     fn drop(&mut self) {
         // SAFETY: the flag has no destructor, so it lives as long as this thread, and this
         // guard never leaves the thread that made it.
-        unsafe { (*self.0).set(false) };
+        unsafe { (*self.0).set(in_hook::OUTSIDE) };
     }
 }
 
@@ -183,16 +201,20 @@ impl Drop for InHook {
 trait Status: Copy {
     const NOT_FOUND: Self;
     const UNKNOWN: Self;
+    /// The answer to a call made by a signal handler that interrupted a hook.
+    const INTERRUPTED: Self;
 }
 
 impl Status for CuResult {
     const NOT_FOUND: Self = CuResult::NOT_FOUND;
     const UNKNOWN: Self = CuResult::UNKNOWN;
+    const INTERRUPTED: Self = CuResult::NOT_PERMITTED;
 }
 
 impl Status for crate::nvml::NvmlReturn {
     const NOT_FOUND: Self = crate::nvml::NVML_ERROR_FUNCTION_NOT_FOUND;
     const UNKNOWN: Self = crate::nvml::NVML_ERROR_UNKNOWN;
+    const INTERRUPTED: Self = crate::nvml::NVML_ERROR_NO_PERMISSION;
 }
 
 /// Catches a panic at the FFI boundary: the caller gets its library's "unknown error", never
@@ -203,8 +225,12 @@ fn guard<R: Status>(body: impl FnOnce() -> R) -> R {
 }
 
 /// The one prologue of every hook, the CUDA driver's and NVML's: no panic leaves it; a real
-/// function that is missing answers "not found"; a call made from inside a hook (the
-/// driver's own, or ours) goes to `nested`, any other to `body`.
+/// function that is missing answers "not found"; a call the driver makes from inside a
+/// hook's real call goes to `nested` (straight through: the hook counts what its call
+/// does), a program's call to `body`. A call made while a hook is in cuquota's own code
+/// comes from a signal handler that interrupted it: it is refused (`INTERRUPTED`), as it
+/// could be neither counted (the interrupted hook may hold the books' locks: waiting for
+/// them would never end) nor granted uncounted.
 #[inline]
 fn frame<F: CFunction, R: Status>(
     real: &'static Real<F>,
@@ -216,8 +242,9 @@ fn frame<F: CFunction, R: Status>(
             return R::NOT_FOUND;
         };
         match InHook::enter() {
-            Some(_in_hook) => body(f),
-            None => nested(f),
+            Entry::Entered(_in_hook) => body(f),
+            Entry::InDriver => nested(f),
+            Entry::Interrupted => R::INTERRUPTED,
         }
     })
 }
@@ -257,7 +284,7 @@ fn watched<F: CFunction>(
     then: impl FnOnce(&'static Engine),
 ) -> CuResult {
     frame(real, &call, |f| {
-        let rc = call(f);
+        let rc = in_hook::driver(|| call(f));
         let engine = engine();
         if rc.is_ok() && engine.check_config().is_ok() {
             then(engine);
@@ -292,7 +319,7 @@ fn watched_ending<F: CFunction>(
         let context = context(engine);
         let surely = ends == Ends::Surely && engine.check_config().is_ok();
         let mut end = engine.context_end(real.name(), context, surely);
-        let rc = call(f);
+        let rc = in_hook::driver(|| call(f));
         end.settle(rc.is_ok());
         if rc.is_ok() && engine.check_config().is_ok() {
             then(engine);
@@ -314,7 +341,7 @@ fn measured<F: CFunction>(
         let engine = engine();
         match engine.check_config() {
             Ok(()) => counted(f, engine),
-            Err(_) => plain(f),
+            Err(_) => in_hook::driver(|| plain(f)),
         }
     })
 }

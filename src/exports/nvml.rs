@@ -20,6 +20,7 @@ use crate::engine::{
     configured_limit, cuda_ordinal, memory_told, quota_without_books, reserved_told, NvmlQuota,
 };
 use crate::ffi::{outs, Out};
+use crate::in_hook;
 use crate::lookup::Real;
 use crate::nvml::{
     self as real, NvmlDevice, NvmlMemoryV1, NvmlMemoryV2, NvmlProcessInfoV1, NvmlProcessInfoV2,
@@ -228,7 +229,7 @@ fn processes<T: Entry>(
         f(device, count, infos)
     };
     frame(real, call, |f| {
-        let rc = call(f);
+        let rc = in_hook::driver(|| call(f));
         // SAFETY: the caller's count pointer (null or valid, as NVML asks).
         let listed = unsafe { Out::new(count) }.map_or(0, |c| c.get() as usize);
         if rc != NVML_SUCCESS || listed == 0 || infos.is_null() {

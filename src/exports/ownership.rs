@@ -9,6 +9,7 @@ use crate::cuda_abi::{
 };
 use crate::engine::PoolPlace;
 use crate::ffi::{self, Out};
+use crate::in_hook;
 use crate::lookup::Real;
 use crate::real_driver as real;
 use std::ffi::{c_int, c_uint};
@@ -41,7 +42,7 @@ hooked!(
             &real::cuMemPoolCreate,
             |real, e| {
                 // SAFETY: the caller's arguments, passed on.
-                let rc = unsafe { real(pool, props) };
+                let rc = in_hook::driver(|| unsafe { real(pool, props) });
                 // SAFETY: `pool` is the caller's out-pointer, null or valid.
                 if let (true, Some(pool)) = (rc.is_ok(), unsafe { Out::new(pool) }) {
                     if let Some(place) = place {

@@ -4,6 +4,7 @@
 
 use super::{hook, hooked, out, table};
 use crate::cuda_abi::{CuDevicePtr, CuIpcMemHandle, CuMemHandle, CuMemoryPool, CuResult};
+use crate::in_hook;
 use crate::lookup::{CFunction, Real};
 use crate::real_driver as real;
 use std::ffi::{c_int, c_uint, c_void};
@@ -89,7 +90,7 @@ hooked!(
         hook(
             &real::cuMemImportFromShareableHandle,
             |real, e| {
-                let (rc, imported) = call(real);
+                let (rc, imported) = in_hook::driver(|| call(real));
                 if rc.is_ok() {
                     e.imported_handle(real::cuMemImportFromShareableHandle.name(), imported);
                 }
@@ -109,7 +110,7 @@ fn import_pointer<F: CFunction>(
     hook(
         real,
         |f, e| {
-            let (rc, ptr) = call(f);
+            let (rc, ptr) = in_hook::driver(|| call(f));
             if rc.is_ok() {
                 e.imported_pointer(real.name(), ptr);
             }

@@ -18,7 +18,12 @@
  *                           first spin thread (most likely inside a hook); prints
  *                           "sigexit SIG survived" if still alive after 10 s
  *   atexitfree              registers an atexit handler that frees every live pointer and
- *                           releases every live handle, printing "atexitfree-ran n=N rc=R" */
+ *                           releases every live handle, printing "atexitfree-ran n=N rc=R"
+ *   sigalloc:SIG:SIZE:N     installs a SIG handler that makes N cuMemAlloc_v2 of SIZE bytes
+ *                           (the shim's CUDA_SHIM_FAIL can raise SIG inside a driver call,
+ *                           so that the handler interrupts a hook)
+ *   sigallocs               what the handler's allocations got: "sigallocs runs=R rc=A,B,..";
+ *                           each granted pointer becomes a pointer slot */
 #define _GNU_SOURCE
 #include "ops_internal.h"
 
@@ -363,6 +368,49 @@ int op_catch(const struct drv *d, char **f, int nf) {
         return -1;
     signal((int)a, note_signal);
     out("catch %llu", a);
+    return 0;
+}
+
+/* The allocating handler's request and results (written only by the handler). */
+static size_t sig_size;
+static int sig_count, sig_runs, sig_done;
+static CUresult sig_rc[16];
+static CUdeviceptr sig_ptr[16];
+
+static void alloc_in_handler(int sig) {
+    int i;
+    (void)sig;
+    sig_runs++;
+    for (i = 0; i < sig_count && sig_done < 16; i++, sig_done++) {
+        sig_ptr[sig_done] = 0;
+        sig_rc[sig_done] = CALL(the_drv, cuMemAlloc_v2, &sig_ptr[sig_done], sig_size);
+    }
+}
+
+int op_sigalloc(const struct drv *d, char **f, int nf) {
+    unsigned long long sig = 0, size = 0, n = 0;
+    NARGS(3);
+    if (parse_num(f[1], &sig) || sig == 0 || sig >= 65 || parse_size(f[2], &size) ||
+        parse_num(f[3], &n) || n == 0 || n > 16)
+        return -1;
+    sig_size = (size_t)size;
+    sig_count = (int)n;
+    signal((int)sig, alloc_in_handler);
+    out("sigalloc %llu", sig);
+    return 0;
+}
+
+int op_sigallocs(const struct drv *d, char **f, int nf) {
+    char list[16 * 12] = "";
+    int i;
+    NARGS(0);
+    for (i = 0; i < sig_done; i++) {
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%d", i ? "," : "",
+                 (int)sig_rc[i]);
+        if (sig_rc[i] == CUDA_SUCCESS)
+            push(&ptrs, sig_ptr[i], sig_size, 1);
+    }
+    out("sigallocs runs=%d rc=%s", sig_runs, list);
     return 0;
 }
 

@@ -68,6 +68,8 @@
   OP("exitthread", op_exitthread) \
   OP("atexitfree", op_atexitfree) \
   OP("kill", op_kill) \
+  OP("sigalloc", op_sigalloc) \
+  OP("sigallocs", op_sigallocs) \
   /* CUDA arrays (ops_arrays.c) */ \
   OP("larray", op_larray) \
   OP("larray3d", op_larray) \

@@ -41,6 +41,8 @@ mod placement;
 mod pool_cache;
 // the root-owned policy and /etc/ld.so.preload, on a test build of the library
 mod policy;
+// a setuid program under /etc/ld.so.preload, run by another user who sets the variables
+mod privileged;
 mod real_clients;
 mod reliability_faults;
 mod reliability_files;
@@ -50,6 +52,8 @@ mod reliability_odd_calls;
 mod reliability_soak;
 // the shim's footprint model
 mod shim_footprint;
+// a signal handler that allocates while its thread is inside a hook
+mod signals;
 // cuquota top and cuquota metrics: the live views, Prometheus.
 mod top;
 // the SPANK plugin on a real Slurm (slurmctld and slurmd on loopback)
