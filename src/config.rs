@@ -10,6 +10,12 @@
 //! `cuquota_state::policy`) comes first: the variables may only narrow it — a lower limit,
 //! enforce over observe — and never remove its limit or leave its group (such a variable is
 //! ignored with one line). A policy that is there but cannot be trusted or read fails closed.
+//!
+//! A program that runs with more privileges than the user who started it (setuid, setgid or
+//! file capabilities: the kernel's `AT_SECURE`) ignores the variables that name files,
+//! directories or groups ([`IGNORED_WHEN_SECURE`]), as glibc ignores `MALLOC_TRACE` there:
+//! otherwise that user could make it write where only it may write, or judge a group file
+//! by the user's credentials. The others may still only narrow.
 
 use cuquota_format::settings::{self, printable};
 pub use cuquota_format::settings::{parse_limits, DeviceId, Limits, MAX_DEVICES};
@@ -37,7 +43,20 @@ pub struct Sources {
     /// The process asked for cuquota itself: a `CUQUOTA_*` variable, or `LD_PRELOAD` naming
     /// the library. With no policy either, it is untouched (preloaded by /etc/ld.so.preload).
     pub asked: bool,
+    /// The program runs with more privileges than its caller (`AT_SECURE`).
+    pub secure: bool,
 }
+
+/// What a program with more privileges than its caller takes from no variable: where to
+/// write, which group to trust, which directory holds the shared state, and call stacks
+/// (which would name the privileged program's code to the caller).
+pub const IGNORED_WHEN_SECURE: [&str; 5] = [
+    "CUQUOTA_LOG",
+    "CUQUOTA_TRACE",
+    "CUQUOTA_STATE_DIR",
+    "CUQUOTA_GROUP",
+    "CUQUOTA_STACKS",
+];
 
 impl Sources {
     /// No policy; the process asked for cuquota.
@@ -46,6 +65,7 @@ impl Sources {
             main: Loaded::Absent,
             job: Loaded::Absent,
             asked: true,
+            secure: false,
         }
     }
 }
@@ -215,7 +235,27 @@ impl Config {
         };
         let main = trusted(&sources.main)?;
         let job = trusted(&sources.job)?;
+        let given = |name: &str| raw(name).is_some();
+        let ignored: Vec<&str> = match sources.secure {
+            true => IGNORED_WHEN_SECURE
+                .into_iter()
+                .filter(|v| given(v))
+                .collect(),
+            false => Vec::new(),
+        };
+        let raw = |name: &str| raw(name).filter(|_| !ignored.contains(&name));
         let mut config = Config::variables(&raw)?;
+        if !ignored.is_empty() {
+            config.warnings.push(format!(
+                "{} ignored: this program runs with more privileges than the user who \
+                 started it (setuid, setgid or file capabilities), so no variable may name \
+                 its files, directories or groups",
+                match ignored.as_slice() {
+                    [one] => format!("{one} is"),
+                    many => format!("{} are", many.join(", ")),
+                }
+            ));
+        }
         let Some((main_path, main)) = main else {
             config.untouched = !sources.asked;
             if config.untouched {

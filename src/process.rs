@@ -255,7 +255,14 @@ pub fn read_config() -> Result<Config, ConfigError> {
     let asked = std::env::vars_os().any(|(k, _)| k.as_encoded_bytes().starts_with(b"CUQUOTA_"))
         || std::env::var_os("LD_PRELOAD")
             .is_some_and(|p| p.to_string_lossy().contains("libcuquota"));
-    let sources = crate::config::Sources { main, job, asked };
+    // SAFETY: getauxval reads the auxiliary vector the kernel gave the process.
+    let secure = unsafe { libc::getauxval(libc::AT_SECURE) } != 0;
+    let sources = crate::config::Sources {
+        main,
+        job,
+        asked,
+        secure,
+    };
     // Non-UTF-8 values are kept (lossily) so that they fail to parse rather than read as unset.
     Config::with_policy(|name| std::env::var_os(name), &sources)
 }

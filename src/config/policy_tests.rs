@@ -19,6 +19,7 @@ fn sources(main: Option<&str>, job: Option<&str>) -> Sources {
         main: load(main, "/etc/cuquota.conf", false),
         job: load(job, "/run/cuquota/jobs/42", true),
         asked: false,
+        secure: false,
     }
 }
 
@@ -229,4 +230,66 @@ fn a_jobs_policy_narrows_the_main_one() {
     let c = config(&sources(Some(main), Some(job)), &[]).unwrap();
     assert_eq!((limits(&c), c.mode), ([Some(GIB); 2], Mode::Enforce));
     assert_eq!(c.group.as_deref(), Some("slurm-job-42"));
+}
+
+/// A program with more privileges than its caller takes no file, directory, group or stack
+/// depth from the variables (one line names them), keeps the policy's group and state
+/// directory, and still lets a variable narrow the limit.
+#[test]
+fn a_privileged_program_ignores_the_variables_that_name_files() {
+    let secure = |main: Option<&str>| Sources {
+        secure: true,
+        asked: true,
+        ..sources(main, None)
+    };
+    let vars = [
+        ("CUQUOTA_LOG", "/etc/passwd"),
+        ("CUQUOTA_TRACE", "/root/t.jsonl"),
+        ("CUQUOTA_STATE_DIR", "/tmp/mine"),
+        ("CUQUOTA_GROUP", "theirs"),
+        ("CUQUOTA_STACKS", "8"),
+        ("CUQUOTA_LIMIT", "1GiB"),
+    ];
+    let c = config(&secure(None), &vars).unwrap();
+    assert_eq!(c.log, LogTarget::Stderr);
+    assert_eq!(
+        (c.trace.is_none(), c.group.is_none(), c.stacks),
+        (true, true, 0)
+    );
+    assert_eq!(c.state_dir, PathBuf::from(group::DEFAULT_STATE_DIR));
+    assert_eq!(limits(&c), [Some(GIB); 2]);
+    assert_eq!(
+        c.warnings,
+        [
+            "CUQUOTA_LOG, CUQUOTA_TRACE, CUQUOTA_STATE_DIR, CUQUOTA_GROUP, CUQUOTA_STACKS are \
+          ignored: this program runs with more privileges than the user who started it \
+          (setuid, setgid or file capabilities), so no variable may name its files, \
+          directories or groups"
+        ]
+    );
+    // The policy's group and state directory stand; the variable cannot widen its limit.
+    let main = "limit = 2GiB\ngroup = svc\nstate_dir = /run/cuquota\n";
+    let c = config(
+        &secure(Some(main)),
+        &[("CUQUOTA_GROUP", "theirs"), ("CUQUOTA_LIMIT", "4GiB")],
+    )
+    .unwrap();
+    assert_eq!(c.group.as_deref(), Some("svc"));
+    assert_eq!(c.state_dir, PathBuf::from("/run/cuquota"));
+    assert_eq!(limits(&c), [Some(2 * GIB); 2]);
+    assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+    assert!(c.warnings[0].starts_with("CUQUOTA_GROUP is ignored: this program"));
+    // The same variables in an ordinary program are taken.
+    let c = config(
+        &Sources {
+            secure: false,
+            ..secure(None)
+        },
+        &vars,
+    )
+    .unwrap();
+    assert_eq!(
+        (c.trace.is_some(), c.group.as_deref(), c.stacks),
+        (true, Some("theirs"), 8)
+    );
 }

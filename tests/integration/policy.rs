@@ -222,6 +222,32 @@ fn a_jobs_policy_is_found_by_its_cgroup_and_a_job_writable_one_is_refused() {
     let _ = fs::remove_dir_all(&jobs);
 }
 
+/// Runs `command` (a shell command line) in a mount namespace of its own where
+/// /etc/ld.so.preload holds `preload`: an overlay on /etc, its upper layer in `over`, so the
+/// machine's /etc is never touched.
+pub(crate) fn with_ld_so_preload(over: &Path, preload: &str, command: &str) -> Output {
+    for d in ["upper", "work"] {
+        fs::create_dir_all(over.join(d)).unwrap();
+    }
+    fs::write(over.join("upper/ld.so.preload"), format!("{preload}\n")).unwrap();
+    let script = format!(
+        "mount -t overlay overlay -o lowerdir=/etc,upperdir={o}/upper,workdir={o}/work /etc \
+         || exit 97; exec {command}",
+        o = over.display(),
+    );
+    let out = Run::program("unshare")
+        .no_preload()
+        .ops("-m --propagation private sh -c")
+        .arg(&script)
+        .run();
+    assert_ne!(
+        out.status.code(),
+        Some(97),
+        "cannot mount an overlay on /etc in a mount namespace (needs CAP_SYS_ADMIN): {out}"
+    );
+    out
+}
+
 /// With the library in /etc/ld.so.preload (in a mount namespace with an overlay on /etc),
 /// a process started with an empty environment, in a session of its own, is governed by
 /// the policy alone; with no policy it is untouched (no line, the GPU's own figures).
@@ -230,34 +256,14 @@ fn ld_so_preload_governs_every_process_by_the_policy_alone() {
     needs_root();
     let b = build();
     let over = scratch_dir("ld-so-preload");
-    for d in ["upper", "work"] {
-        fs::create_dir_all(over.join(d)).unwrap();
-    }
-    fs::write(
-        over.join("upper/ld.so.preload"),
-        format!("{}\n", b.library.display()),
-    )
-    .unwrap();
     let art = artifacts();
     let in_namespace = |ops: &str| {
-        let script = format!(
-            "mount -t overlay overlay -o lowerdir=/etc,upperdir={o}/upper,workdir={o}/work /etc \
-             || exit 97; exec setsid env -i LD_LIBRARY_PATH={shim} {client} {ops}",
-            o = over.display(),
+        let command = format!(
+            "setsid env -i LD_LIBRARY_PATH={shim} {client} {ops}",
             shim = art.shim_dir.display(),
             client = Client::Linked.path().display(),
         );
-        let out = Run::program("unshare")
-            .no_preload()
-            .ops("-m --propagation private sh -c")
-            .arg(&script)
-            .run();
-        assert_ne!(
-            out.status.code(),
-            Some(97),
-            "cannot mount an overlay on /etc in a mount namespace (needs CAP_SYS_ADMIN): {out}"
-        );
-        out
+        with_ld_so_preload(&over, &b.library.display().to_string(), &command)
     };
     let _p = write_policy(Some("limit = 1GiB\n"), 0o644, 0);
     let out = in_namespace("init info alloc:1G alloc:1");

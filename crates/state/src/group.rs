@@ -149,9 +149,25 @@ pub struct Credentials {
 }
 
 impl Credentials {
+    /// This process's credentials. A program with more privileges than its caller (setuid,
+    /// setgid, file capabilities: `AT_SECURE`) is in no group here: the groups it runs with
+    /// are its caller's, and a file its caller's group may write must not decide its limit.
     pub fn this_process() -> Credentials {
-        // SAFETY: geteuid and getegid have no preconditions.
-        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        // SAFETY: geteuid and getegid have no preconditions; getauxval reads the auxiliary
+        // vector the kernel gave the process.
+        let (uid, gid, secure) = unsafe {
+            (
+                libc::geteuid(),
+                libc::getegid(),
+                libc::getauxval(libc::AT_SECURE) != 0,
+            )
+        };
+        if secure {
+            return Credentials {
+                uid,
+                groups: Vec::new(),
+            };
+        }
         let mut groups = vec![gid];
         // SAFETY: asking the count with a null list of length 0, as getgroups(2) allows.
         let n = unsafe { libc::getgroups(0, std::ptr::null_mut()) };
