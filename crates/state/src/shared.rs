@@ -279,12 +279,13 @@ pub fn store_text(words: &[std::sync::atomic::AtomicU64], text: &str) {
     }
 }
 
-/// See [`store_text`].
+/// See [`store_text`]. Bytes that are not UTF-8 (another process wrote them) come back
+/// as `\xff`, visible to whoever shows the text.
 pub fn load_text(words: &[std::sync::atomic::AtomicU64]) -> String {
     let bytes: Vec<u8> = words
         .iter()
         .flat_map(|w| w.load(std::sync::atomic::Ordering::Relaxed).to_le_bytes())
         .take_while(|b| *b != 0)
         .collect();
-    String::from_utf8_lossy(&bytes).into_owned()
+    cuquota_format::escape::from_utf8(&bytes)
 }
