@@ -289,3 +289,22 @@ pub fn load_text(words: &[std::sync::atomic::AtomicU64]) -> String {
         .collect();
     cuquota_format::escape::from_utf8(&bytes)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+    /// Text another process packed: bytes that are not UTF-8 come back written out, so that
+    /// a view shows them rather than a replacement character; control characters stay for
+    /// the view to escape (JSON outputs keep them exactly).
+    #[test]
+    fn text_from_elsewhere_keeps_every_byte_visible() {
+        let words: Vec<AtomicU64> = (0..2).map(|_| AtomicU64::new(0)).collect();
+        words[0].store(u64::from_le_bytes(*b"ab\xff\x9b2J\x1b\n"), Relaxed);
+        words[1].store(u64::from_le_bytes(*b"c\0\0\0\0\0\0\0"), Relaxed);
+        assert_eq!(load_text(&words), "ab\\xff\\x9b2J\x1b\nc");
+        store_text(&words, "python train.py");
+        assert_eq!(load_text(&words), "python train.py");
+    }
+}
