@@ -749,8 +749,10 @@ mod proptests {
             Ok(c) => assert_ne!(c.limits, Limits::None, "{value:?} gave no limit"),
             Err(e) => {
                 assert!(
-                    e.message
-                        .starts_with(&format!("CUQUOTA_LIMIT=\"{value}\" is not valid: ")),
+                    e.message.starts_with(&format!(
+                        "CUQUOTA_LIMIT=\"{}\" is not valid: ",
+                        printable(value)
+                    )),
                     "{}",
                     e.message
                 );

@@ -5,6 +5,7 @@
 use crate::config::LogTarget;
 use crate::output::{describe_open_error, open_append, write_all};
 use crate::spin::SpinLock;
+use cuquota_format::escape;
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
@@ -45,11 +46,14 @@ pub fn exiting() {
 
 /// Writes `cuquota[PID]: msg`. Never blocks for long and never raises SIGPIPE (see
 /// `output`): a log file that cannot be opened or written (a FIFO nobody reads, a reader
-/// that left, a full disk) costs one note, and every line after it goes to stderr.
+/// that left, a full disk) costs one note, and every line after it goes to stderr. One line
+/// whatever `msg` quotes: its control characters are written out (`\n`, `\x1b`), so that
+/// text from elsewhere (another member's command line, a path) can neither forge a line
+/// nor drive the reader's terminal.
 pub fn line(msg: &str) {
     // SAFETY: getpid has no preconditions. Read per line: a forked child logs its own pid.
     let pid = unsafe { libc::getpid() };
-    let text = format!("cuquota[{pid}]: {msg}\n");
+    let text = format!("cuquota[{pid}]: {}\n", escape::text(msg));
     let mut sink = if EXITING.load(Ordering::Acquire) {
         match SINK.try_lock_for(crate::spin::EXIT_LOCK_ATTEMPTS) {
             Some(sink) => sink,
@@ -92,7 +96,10 @@ pub fn line(msg: &str) {
 }
 
 fn to_stderr_instead(pid: i32, note: &str, text: &str) {
-    let note = format!("cuquota[{pid}]: {note}; logging to stderr\n");
+    let note = format!(
+        "cuquota[{pid}]: {}; logging to stderr\n",
+        escape::text(note)
+    );
     let _ = write_all(2, note.as_bytes());
     let _ = write_all(2, text.as_bytes());
 }

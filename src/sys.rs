@@ -53,13 +53,13 @@ fn gettid() -> u32 {
     unsafe { libc::syscall(libc::SYS_gettid) as u32 }
 }
 
-/// This process's command line, word by word (lossy UTF-8).
+/// This process's command line, word by word (a byte that is not UTF-8 as `\xff`).
 pub fn command_line() -> Vec<String> {
     std::fs::read("/proc/self/cmdline")
         .map(|raw| {
             raw.split(|&b| b == 0)
                 .filter(|a| !a.is_empty())
-                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .map(cuquota_format::escape::from_utf8)
                 .collect()
         })
         .unwrap_or_default()
@@ -75,7 +75,7 @@ pub fn host_name() -> String {
         return "unknown".into();
     }
     let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
+    cuquota_format::escape::from_utf8(&buf[..end])
 }
 
 #[cfg(test)]

@@ -273,6 +273,8 @@ impl Client {
 /// One client run, built up and then started with [`Run::run`].
 pub struct Run {
     program: PathBuf,
+    /// argv[0] when not the program's path (any bytes but NUL).
+    arg0: Option<OsString>,
     args: Vec<String>,
     env: Vec<(OsString, OsString)>,
     preload: bool,
@@ -300,6 +302,7 @@ impl Run {
     pub fn program(path: impl Into<PathBuf>) -> Run {
         Run {
             program: path.into(),
+            arg0: None,
             args: Vec::new(),
             env: Vec::new(),
             preload: true,
@@ -329,6 +332,13 @@ impl Run {
     /// Appends ops (or arguments), given as one whitespace-separated string.
     pub fn ops(mut self, ops: &str) -> Run {
         self.args.extend(ops.split_whitespace().map(str::to_string));
+        self
+    }
+
+    /// Gives the program this argv[0] (it still runs the program's file): a command line
+    /// of any bytes but NUL, as /proc/PID/cmdline shows it.
+    pub fn arg0(mut self, arg0: impl Into<OsString>) -> Run {
+        self.arg0 = Some(arg0.into());
         self
     }
 
@@ -410,6 +420,10 @@ impl Run {
         let art = artifacts();
         let mut cmd = Command::new(&self.program);
         cmd.args(&self.args).stdin(Stdio::null());
+        if let Some(arg0) = &self.arg0 {
+            use std::os::unix::process::CommandExt;
+            cmd.arg0(arg0);
+        }
         let mut merged = None;
         if self.merged {
             let (reader, writer) = std::io::pipe().expect("a pipe");

@@ -362,7 +362,8 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("cuquota: {e}");
+            // One line, whatever the error quotes of a trace or the state directory.
+            eprintln!("cuquota: {}", cuquota_format::escape::text(&e));
             ExitCode::FAILURE
         }
     }

@@ -352,22 +352,17 @@ fn ticks(max: f64, target: f64) -> (f64, usize) {
     (step, decimals)
 }
 
+/// Text for the SVG: foreign strings (command lines, host and GPU names, file names) with
+/// their control characters escaped, so that the file is well-formed XML whatever a traced
+/// process was given, and `& < > " '` as entities.
 fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
+    cuquota_format::escape::xml(text)
 }
 
-/// At most `max` characters, with an ellipsis.
+/// At most `max` characters, with an ellipsis, control characters escaped first (the cut
+/// never splits an escape).
 fn clip(text: &str, max: usize) -> String {
-    if text.chars().count() <= max {
-        text.to_string()
-    } else {
-        let mut s: String = text.chars().take(max - 1).collect();
-        s.push('…');
-        s
-    }
+    cuquota_format::escape::cut(&cuquota_format::escape::text(text), max)
 }
 
 /// Up to [`FILES_NAMED`] files are all named (a two-rank job names both), each clipped from
@@ -942,8 +937,10 @@ mod tests {
     #[test]
     fn text_is_escaped_and_clipped() {
         assert_eq!(escape("a<b & \"c\""), "a&lt;b &amp; &quot;c&quot;");
+        assert_eq!(escape("x\u{1b}]0;t\u{7}\n'"), "x\\x1b]0;t\\x07\\n&apos;");
         assert_eq!(clip("abcdef", 4), "abc…");
         assert_eq!(clip("abc", 4), "abc");
+        assert_eq!(clip("ab\u{1b}cd", 6), "ab…");
     }
 
     /// Refusals closer than a bucket share one cross, with their count beside it.

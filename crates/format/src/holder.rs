@@ -2,6 +2,7 @@
 //! `holders` of a refusal by a group's quota), and how a holder's command is shortened. Who
 //! the holders are is worked out from the shared state (`cuquota-state`'s `holders`).
 
+use crate::escape;
 use crate::part::Part;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -42,17 +43,19 @@ impl Holder {
     }
 
     /// `pid 4242`, `pid 4242 (1 in its namespace)`, then ` [container]` and ` (command)`
-    /// where known: who it is, in the words of the refusal line and the report.
+    /// where known: who it is, in the words of the refusal line and the report. The
+    /// container and command came from the holder's own files: shown escaped, so that
+    /// they cannot break the line or drive the reader's terminal.
     pub fn who(&self) -> String {
         let mut who = format!("pid {}", self.shown_pid());
         if self.shown_pid() != self.pid {
             who += &format!(" ({} in its namespace)", self.pid);
         }
         if let Some(c) = &self.container {
-            who += &format!(" [{c}]");
+            who += &format!(" [{}]", escape::text(c));
         }
         if !self.command.is_empty() {
-            who += &format!(" ({})", self.command);
+            who += &format!(" ({})", escape::text(&self.command));
         }
         who
     }
@@ -97,6 +100,20 @@ mod tests {
         );
         (h.outer_pid, h.container, h.command) = (0, None, String::new());
         assert_eq!(h.who(), "pid 1");
+    }
+
+    #[test]
+    fn who_shows_a_hostile_command_and_container_escaped() {
+        let h = Holder {
+            pid: 7,
+            command: "x\u{1b}]0;owned\u{7}\ncuquota[1]: GPU 0 summary: all fine".into(),
+            container: Some("ab\u{9b}2J".into()),
+            ..Holder::default()
+        };
+        assert_eq!(
+            h.who(),
+            "pid 7 [ab\\u{9b}2J] (x\\x1b]0;owned\\x07\\ncuquota[1]: GPU 0 summary: all fine)"
+        );
     }
 
     #[test]

@@ -11,9 +11,11 @@
 //! - [`read`] (with its fast path, `fastline`): the streaming trace reader;
 //! - [`episodes`]: the one rule that groups refusals into back-off episodes;
 //! - [`hash`]: the one hasher for maps keyed by device addresses;
-//! - [`holder`]: a holder of a group's quota as a refusal's trace line names it.
+//! - [`holder`]: a holder of a group's quota as a refusal's trace line names it;
+//! - [`escape`]: text from another process or file made safe to show (terminal, log, SVG).
 
 pub mod episodes;
+pub mod escape;
 pub mod fastline;
 pub mod hash;
 pub mod holder;

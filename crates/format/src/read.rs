@@ -44,8 +44,9 @@ pub struct Stats {
 
 const PROGRESS_EVERY: u64 = 1 << 20;
 
+/// One warning line on stderr; what it quotes of a trace is escaped.
 pub fn warn(msg: &str) {
-    eprintln!("cuquota: warning: {msg}");
+    eprintln!("cuquota: warning: {}", crate::escape::text(msg));
 }
 
 /// Calls `visit` for each record of `path`, in file order. The first record is always a

@@ -215,18 +215,10 @@ pub fn option_words(why: &str) -> String {
     )
 }
 
-/// The value as it can be shown on one line: control characters escaped (`\n`, `\u{1b}`).
+/// The value as it can be shown on one line: control characters escaped (`\n`, `\x1b`), by
+/// the rule every foreign string is shown by ([`crate::escape::text`]).
 pub fn printable(value: &str) -> String {
-    value
-        .chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_default().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
+    crate::escape::text(value).into_owned()
 }
 
 /// `CUQUOTA_MODE`: `Some(true)` to enforce, `Some(false)` to observe, `None` if it is

@@ -279,12 +279,32 @@ pub fn store_text(words: &[std::sync::atomic::AtomicU64], text: &str) {
     }
 }
 
-/// See [`store_text`].
+/// See [`store_text`]. Bytes that are not UTF-8 (another process wrote them) come back
+/// as `\xff`, visible to whoever shows the text.
 pub fn load_text(words: &[std::sync::atomic::AtomicU64]) -> String {
     let bytes: Vec<u8> = words
         .iter()
         .flat_map(|w| w.load(std::sync::atomic::Ordering::Relaxed).to_le_bytes())
         .take_while(|b| *b != 0)
         .collect();
-    String::from_utf8_lossy(&bytes).into_owned()
+    cuquota_format::escape::from_utf8(&bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+    /// Text another process packed: bytes that are not UTF-8 come back written out, so that
+    /// a view shows them rather than a replacement character; control characters stay for
+    /// the view to escape (JSON outputs keep them exactly).
+    #[test]
+    fn text_from_elsewhere_keeps_every_byte_visible() {
+        let words: Vec<AtomicU64> = (0..2).map(|_| AtomicU64::new(0)).collect();
+        words[0].store(u64::from_le_bytes(*b"ab\xff\x9b2J\x1b\n"), Relaxed);
+        words[1].store(u64::from_le_bytes(*b"c\0\0\0\0\0\0\0"), Relaxed);
+        assert_eq!(load_text(&words), "ab\\xff\\x9b2J\x1b\nc");
+        store_text(&words, "python train.py");
+        assert_eq!(load_text(&words), "python train.py");
+    }
 }

@@ -8,8 +8,8 @@ mod report;
 mod export_plot;
 // `run` with the interposer and the shim, recorded traces, help, the install script.
 mod run;
-// The SVG checker the plot tests use.
-mod xml;
+// The SVG checker the plot tests use (and the views' tests of foreign strings).
+pub(crate) mod xml;
 
 use crate::common::{artifacts, GIB, MIB};
 use serde_json::Value;

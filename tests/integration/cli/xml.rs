@@ -1,4 +1,5 @@
-//! A small XML well-formedness checker, enough for the SVG plotters writes: nested,
+//! A small XML well-formedness checker, enough for the SVG plotters writes: only characters
+//! XML 1.0 allows (no control character but tab and line ends, also by reference), nested,
 //! matching tags, quoted attributes, known entities, one root.
 
 pub struct Element {
@@ -15,17 +16,24 @@ impl Element {
     }
 }
 
+/// XML 1.0's Char production.
+fn xml_char(c: char) -> bool {
+    matches!(c, '\t' | '\n' | '\r' | '\u{20}'..='\u{d7ff}' | '\u{e000}'..='\u{fffd}' | '\u{10000}'..)
+}
+
 fn check_text(text: &str) -> Result<(), String> {
     let mut rest = text;
     while let Some(at) = rest.find('&') {
         let end = rest[at..].find(';').ok_or("unterminated entity")? + at;
         let entity = &rest[at + 1..end];
+        let referred = |n: Option<u32>| n.and_then(char::from_u32).is_some_and(xml_char);
         let known = ["amp", "lt", "gt", "quot", "apos"].contains(&entity)
-            || entity.strip_prefix('#').is_some_and(|n| {
-                n.parse::<u32>().is_ok()
-                    || n.strip_prefix('x')
-                        .is_some_and(|h| u32::from_str_radix(h, 16).is_ok())
-            });
+            || entity
+                .strip_prefix('#')
+                .is_some_and(|n| match n.strip_prefix('x') {
+                    Some(hex) => referred(u32::from_str_radix(hex, 16).ok()),
+                    None => referred(n.parse().ok()),
+                });
         if !known {
             return Err(format!("unknown entity &{entity};"));
         }
@@ -36,6 +44,9 @@ fn check_text(text: &str) -> Result<(), String> {
 
 /// Every element, in document order.
 pub fn parse(doc: &str) -> Result<Vec<Element>, String> {
+    if let Some(c) = doc.chars().find(|c| !xml_char(*c)) {
+        return Err(format!("{c:?} is no XML character"));
+    }
     let mut elements = Vec::new();
     let mut open: Vec<String> = Vec::new();
     let mut roots = 0;
@@ -142,4 +153,9 @@ fn the_checker_rejects_what_it_should() {
     assert!(parse("<a/><b/>").is_err());
     assert!(parse("<a>&nbsp;</a>").is_err());
     assert!(parse("<a>&amp;&#32;&#x20;</a>").is_ok());
+    assert!(parse("<a>\u{1b}[2J</a>").is_err());
+    assert!(parse("<a x=\"\u{7}\"/>").is_err());
+    assert!(parse("<a>&#27;&#x1b;</a>").is_err());
+    assert!(parse("<a>\u{fffe}</a>").is_err());
+    assert!(parse("<a>\t\n\u{9b}é</a>").is_ok());
 }

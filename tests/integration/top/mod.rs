@@ -12,6 +12,8 @@
 mod living;
 // Members in PID namespaces: host PIDs in the views, NVML's process list.
 mod namespaces;
+// Hostile command lines: escaped in the refusal line, top, the live view, report, plot.
+mod foreign_strings;
 
 use crate::common::*;
 use serde_json::Value;

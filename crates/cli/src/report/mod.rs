@@ -171,6 +171,59 @@ mod tests {
         }
     }
 
+    /// A trace whose every text field holds what a hostile program could put in its
+    /// command line, host name or registry file: the text report is that of the same trace
+    /// with those fields already escaped, one line each, nothing for a terminal to obey.
+    #[test]
+    fn foreign_text_in_a_trace_is_shown_escaped() {
+        const HOSTILE: &str =
+            "evil\u{1b}[2J\u{1b}]0;owned\u{7}\u{9b}1m\ncuquota[1]: GPU 0 summary: all fine";
+        let trace = |text: &str| {
+            let t = serde_json::to_string(text).unwrap();
+            vec![
+                format!(
+                    r#"{{"type":"header","schema":1,"version":"0.1.0","pid":9,"host":{t},"rank":0,"argv":[{t},{t}],"start_unix_ns":1,"mode":"enforce","group":{t},"devices":[{{"ordinal":0,"name":{t},"total":8589934592,"quota":{q}}}]}}"#,
+                    q = 100 * MIB
+                ),
+                format!(
+                    r#"{{"type":"alloc","t_ns":1000,"tid":7,"dev":0,"api":{t},"ptr":{t},"bytes":{b},"result":"CUDA_SUCCESS","in_use":{b}}}"#,
+                    b = 60 * MIB
+                ),
+                format!(
+                    r#"{{"type":"refused","t_ns":2000,"tid":7,"dev":0,"api":{t},"ptr":"0x0","bytes":{b},"result":"CUDA_ERROR_OUT_OF_MEMORY","in_use":{b},"reason":"quota","group":{t},"group_in_use":{g},"group_limit":{q},"holders":[{{"pid":5,"outer_pid":5,"command":{t},"container":{t},"in_use":{h}}}]}}"#,
+                    b = 60 * MIB,
+                    g = 90 * MIB,
+                    q = 100 * MIB,
+                    h = 30 * MIB
+                ),
+                format!(
+                    r#"{{"type":"summary","t_ns":3000,"end":{t},"events":2,"dropped":0,"devices":[]}}"#
+                ),
+            ]
+        };
+        let shown = cuquota_format::escape::text(HOSTILE);
+        let hostile = render(&report(&[("hostile", trace(HOSTILE))]));
+        assert_eq!(hostile, render(&report(&[("hostile", trace(&shown))])));
+        for line in hostile.lines() {
+            assert!(!line.chars().any(char::is_control), "{line:?}");
+            assert!(!line.starts_with("cuquota["), "{line:?}");
+        }
+        for needle in [
+            format!("== {shown} · rank 0 · pid 9 · {shown} {shown}"),
+            format!("sharing group {shown}'s quota"),
+            format!("stopped by {shown}"),
+            format!("GPU 0 ({shown}, 8.00 GiB)"),
+            format!("group {shown} 90.00 MiB of 100.00 MiB"),
+            format!("pid 5 [{shown}] ({shown}) 30.00 MiB"),
+            format!("API mix (calls traced, refused ones included): {shown} 2"),
+        ] {
+            assert!(
+                hostile.contains(&needle),
+                "missing {needle:?} in\n{hostile}"
+            );
+        }
+    }
+
     #[test]
     fn merges_files_into_a_job_and_notes_killed_processes() {
         let mut killed = vec![header(200, 1)];

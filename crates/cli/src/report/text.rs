@@ -1,8 +1,12 @@
-//! The report as text, for the terminal.
+//! The report as text, for the terminal. Every text field of a trace (the command line,
+//! host, group and GPU names, API and result names, holders, call sites) is shown escaped
+//! ([`cuquota_format::escape`]): a trace holds what its process was given, and a viewer's
+//! terminal must not obey it. (`--json` needs none of this: its encoder escapes.)
 
 use super::model::*;
 use super::{CHART_ROWS, EPISODE_HEAD};
 use cuquota_format::episodes::GAP_NS;
+use cuquota_format::escape::text as shown;
 use cuquota_format::holder::Holder;
 use cuquota_format::part::Part;
 use cuquota_format::units::human;
@@ -37,27 +41,30 @@ fn render_process(out: &mut String, p: &ProcessReport) {
     let _ = writeln!(
         out,
         "== {} · rank {} · pid {} · {}",
-        p.host, p.rank, p.pid, command
+        shown(&p.host),
+        p.rank,
+        p.pid,
+        shown(&command)
     );
     let ended = match &p.end {
         Some(end) if end == "exit" => "exited normally".to_string(),
-        Some(end) => format!("stopped by {end}"),
+        Some(end) => format!("stopped by {}", shown(end)),
         None => "no summary line: the process is still running, or was killed".to_string(),
     };
     let counting = match p.count.as_deref() {
         Some("footprint") => ", counting the footprint".to_string(),
-        Some(other) => format!(", counting {other}"),
+        Some(other) => format!(", counting {}", shown(other)),
         None => String::new(),
     };
     let counting = match &p.group {
-        Some(group) => format!("{counting}, sharing group {group}'s quota"),
+        Some(group) => format!("{counting}, sharing group {}'s quota", shown(group)),
         None => counting,
     };
     let _ = writeln!(
         out,
         "   {}: mode {}{counting}, {} over {}; {ended}",
-        p.file,
-        p.mode,
+        shown(&p.file),
+        shown(&p.mode),
         count(p.events, "event", "events"),
         seconds(p.duration_ns)
     );
@@ -105,8 +112,8 @@ fn render_process(out: &mut String, p: &ProcessReport) {
                 "     {:>12}  GPU {}  {}  {}  {at}{live}",
                 human(a.bytes),
                 a.dev,
-                a.api,
-                a.ptr
+                shown(&a.api),
+                shown(&a.ptr)
             );
             render_site(out, a);
         }
@@ -129,8 +136,8 @@ fn render_process(out: &mut String, p: &ProcessReport) {
             "     {:>12}  GPU {}  {}  {}  allocated at {}",
             human(a.bytes),
             a.dev,
-            a.api,
-            a.ptr,
+            shown(&a.api),
+            shown(&a.ptr),
             seconds(a.t_ns)
         );
         render_site(out, a);
@@ -149,7 +156,7 @@ fn render_process(out: &mut String, p: &ProcessReport) {
         let mix: Vec<String> = p
             .api_mix
             .iter()
-            .map(|a| format!("{} {}", a.api, a.count))
+            .map(|a| format!("{} {}", shown(&a.api), a.count))
             .collect();
         let _ = writeln!(
             out,
@@ -162,7 +169,7 @@ fn render_process(out: &mut String, p: &ProcessReport) {
 /// Where an allocation was made, under its line (with call stacks only).
 fn render_site(out: &mut String, a: &AllocReport) {
     if let Some(site) = &a.site {
-        let _ = writeln!(out, "     {:>12}  in {}", "", site.words());
+        let _ = writeln!(out, "     {:>12}  in {}", "", shown(&site.words()));
     }
 }
 
@@ -221,7 +228,7 @@ fn render_stacks(out: &mut String, p: &ProcessReport, stacks: &StacksReport) {
 
 fn render_device(out: &mut String, p: &ProcessReport, d: &DeviceReport) {
     let name = match (&d.name, d.total) {
-        (Some(n), Some(t)) => format!(" ({n}, {})", human(t)),
+        (Some(n), Some(t)) => format!(" ({}, {})", shown(n), human(t)),
         _ => String::new(),
     };
     let counted = d
@@ -383,7 +390,7 @@ fn render_contexts_and_graphs(out: &mut String, d: &DeviceReport) {
             out,
             "     refused at {} via {}: {}, with {} in use",
             seconds(w.t_ns),
-            w.api,
+            shown(&w.api),
             refused_words(&w.api, w.bytes),
             human(w.in_use)
         );
@@ -438,7 +445,7 @@ fn render_observed(out: &mut String, d: &DeviceReport) {
             "       {:>12}  at {} via {} (in use {})",
             refused_words(&o.api, o.bytes),
             seconds(o.t_ns),
-            o.api,
+            shown(&o.api),
             human(o.in_use)
         );
     }
@@ -478,7 +485,7 @@ fn render_episodes(out: &mut String, e: &EpisodesReport) {
             ep.dev,
             ep.tid,
             seconds(ep.t_ns),
-            ep.api,
+            shown(&ep.api),
             sizes.join(" → ")
         );
         render_held(out, ep);
@@ -510,7 +517,7 @@ fn render_held(out: &mut String, ep: &EpisodeReport) {
                 out,
                 "       held then: this process {}{by_part}; group {} {} of {}",
                 human(own),
-                g.name,
+                shown(&g.name),
                 human(g.in_use),
                 human(g.limit)
             );
@@ -592,9 +599,10 @@ fn site_row(out: &mut String, indent: &str, s: &SiteLive) {
         .map_or_else(|| "(no stack)".to_string(), Site::words);
     let _ = writeln!(
         out,
-        "{indent}{:>12}  {:<14}  {site}",
+        "{indent}{:>12}  {:<14}  {}",
         human(s.bytes),
-        count(s.allocations, "allocation", "allocations")
+        count(s.allocations, "allocation", "allocations"),
+        shown(&site)
     );
 }
 
@@ -660,7 +668,7 @@ fn render_job(out: &mut String, r: &Report) {
             let _ = writeln!(
                 out,
                 "   {:<16} {:>5} {:>8} {:>4} {:>12} {:>12} {:>9} {:>12}",
-                p.host,
+                shown(&p.host),
                 p.rank,
                 p.pid,
                 d.dev,

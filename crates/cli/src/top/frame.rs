@@ -1,9 +1,12 @@
 //! One frame of `cuquota top`, as a pure function of a [`Snapshot`]: lines of styled spans
 //! that `--once` prints as plain text and the live view draws with colour. Readable with no
 //! colour at all (bars are `|` characters, every figure is written out) and laid out for a
-//! given width, 80 columns and up.
+//! given width, 80 columns and up. Every string another process wrote (command lines,
+//! containers, group and GPU names, refusal lines, file names in the notes) is shown
+//! escaped ([`cuquota_format::escape`]): read, never obeyed by the terminal.
 
 use super::model::{ByPart, Gpu, GroupRow, LastRefusal, Process, Snapshot};
+use cuquota_format::escape;
 use cuquota_format::units::human;
 
 /// What a span is, for the live view's colours.
@@ -107,16 +110,10 @@ fn clock(unix_ns: u64) -> String {
     format!("{:02}:{:02}:{:02} UTC", s / 3600, s / 60 % 60, s % 60)
 }
 
-/// `text` cut to `width` characters (the last one `…` when cut).
+/// `text` cut to `width` characters (the last one `…` when cut), never inside an escape.
+/// Escaped again on the way: a foreign string that was not is shown, not obeyed.
 pub fn fit(text: &str, width: usize) -> String {
-    if text.chars().count() <= width {
-        return text.to_string();
-    }
-    let mut s: String = text.chars().take(width.saturating_sub(1)).collect();
-    if width > 0 {
-        s.push('…');
-    }
-    s
+    escape::cut(&escape::text(text), width)
 }
 
 fn plural(n: usize, one: &str, many: &str) -> String {
@@ -210,7 +207,7 @@ fn row_lines(out: &mut Vec<Line>, r: &Row, c: &Columns, now: u64, width: usize) 
         let text = format!(
             "{pad}last refusal {}{who}: {}",
             age(now, refusal.unix_ns),
-            refusal.line
+            escape::text(&refusal.line)
         );
         out.push(vec![span(fit(&text, width), Style::Refusal)]);
     }
@@ -236,9 +233,7 @@ fn process_name(p: &Process) -> String {
         .container
         .as_ref()
         .map_or(String::new(), |c| format!(" [{c}]"));
-    format!("{pid}{mode}{container} {program} {args}")
-        .trim_end()
-        .to_string()
+    escape::text(format!("{pid}{mode}{container} {program} {args}").trim_end()).into_owned()
 }
 
 fn process_row<'a>(p: &'a Process, indent: usize, room: u64, member: bool) -> Row<'a> {
@@ -290,14 +285,15 @@ fn gpu_lines(out: &mut Vec<Line>, gpu: &Gpu, view: &View, now: u64) {
     let name = if gpu.name.is_empty() {
         String::new()
     } else {
-        format!("  {}", gpu.name)
+        format!("  {}", escape::text(&gpu.name))
     };
     let head = format!("{index}  {total}{name}");
-    if head.len() + 2 + gpu.uuid.len() <= w {
-        out.push(vec![span(format!("{head}  {}", gpu.uuid), Style::Gpu)]);
+    let uuid = escape::text(&gpu.uuid);
+    if head.chars().count() + 2 + uuid.chars().count() <= w {
+        out.push(vec![span(format!("{head}  {uuid}"), Style::Gpu)]);
     } else {
         out.push(vec![span(fit(&head, w), Style::Gpu)]);
-        out.push(vec![span(fit(&format!("  {}", gpu.uuid), w), Style::Gpu)]);
+        out.push(vec![span(fit(&format!("  {uuid}"), w), Style::Gpu)]);
     }
     out.push(vec![span(
         format!(
@@ -331,7 +327,7 @@ fn gpu_lines(out: &mut Vec<Line>, gpu: &Gpu, view: &View, now: u64) {
             &Row {
                 name: format!(
                     "group {} ({})",
-                    g.name,
+                    escape::text(&g.name),
                     plural(g.members, "member", "members")
                 ),
                 name_style: Style::Group,
@@ -390,7 +386,7 @@ pub fn render(s: &Snapshot, view: &View) -> Vec<Line> {
                 &format!(
                     "No governed process or group under {} (CUQUOTA_STATE_DIR or --state-dir \
                      to look elsewhere).",
-                    s.state_dir
+                    escape::text(&s.state_dir)
                 ),
                 w,
             ),
@@ -415,11 +411,15 @@ pub fn render(s: &Snapshot, view: &View) -> Vec<Line> {
         let text = format!(
             "{} with no living member: {} (`cuquota set NAME --remove` removes one)",
             plural(s.idle_groups.len(), "group", "groups"),
-            s.idle_groups.join(", ")
+            (s.idle_groups.iter())
+                .map(|g| escape::text(g))
+                .collect::<Vec<_>>()
+                .join(", ")
         );
         out.push(vec![span(fit(&text, w), Style::Dim)]);
     }
     for note in s.notes.iter().take(5) {
+        let note = escape::text(note);
         out.push(vec![span(fit(&format!("note: {note}"), w), Style::Dim)]);
     }
     if s.notes.len() > 5 {
@@ -546,6 +546,63 @@ mod tests {
         for line in lines {
             assert!(line.chars().count() <= 80, "{line:?}");
         }
+    }
+
+    /// Every string another process wrote, hostile: escapes that clear the screen and set
+    /// the window title, a C1 CSI, and a newline before a forged log line. The frame is
+    /// the one of the same strings already escaped: shown, not obeyed.
+    #[test]
+    fn foreign_strings_are_shown_escaped_on_their_own_lines() {
+        const HOSTILE: &str =
+            "evil\u{1b}[2J\u{1b}]0;owned\u{7}\u{9b}1m\ncuquota[1]: GPU 0 summary: all fine";
+        let with = |text: &str| {
+            let set = |p: &mut super::super::model::Process| {
+                p.argv = text.into();
+                p.container = Some(text.into());
+                if let Some(r) = &mut p.last_refusal {
+                    r.line = text.into();
+                }
+            };
+            let mut s = sample();
+            s.state_dir = text.into();
+            for gpu in &mut s.gpus {
+                gpu.name = text.into();
+                for g in &mut gpu.groups {
+                    g.name = text.into();
+                    g.last_refusal.iter_mut().for_each(|r| r.line = text.into());
+                    g.processes.iter_mut().for_each(set);
+                }
+                gpu.processes.iter_mut().for_each(set);
+            }
+            s.idle_processes.iter_mut().for_each(set);
+            s.idle_groups = vec![text.into()];
+            s.notes = vec![text.into()];
+            s
+        };
+        let shown = escape::text(HOSTILE);
+        assert_eq!(
+            shown,
+            "evil\\x1b[2J\\x1b]0;owned\\x07\\u{9b}1m\\ncuquota[1]: GPU 0 summary: all fine"
+        );
+        for width in [80, 200] {
+            let t = text(&with(HOSTILE), width);
+            assert_eq!(t, text(&with(&shown), width));
+            for line in t.lines() {
+                assert!(!line.chars().any(char::is_control), "{line:?}");
+                assert!(line.chars().count() <= width, "{line:?}");
+                assert!(!line.starts_with("cuquota["), "{line:?}");
+            }
+        }
+        let t = text(&with(HOSTILE), 200);
+        assert!(t.contains(&format!("group {shown} (2 members)")), "{t}");
+        assert!(t.contains(&format!("[{shown}] {shown}")), "{t}");
+        assert!(t.contains(&format!("GPU 0  8.00 GiB  {shown}")), "{t}");
+        assert!(t.contains(&format!("(pid 101): {shown}")), "{t}");
+        assert!(t.contains(&format!("note: {shown}")), "{t}");
+        // Cut at 80 columns between escapes, never inside one.
+        let t = text(&with(HOSTILE), 80);
+        let cut = t.lines().find(|l| l.contains("  group evil")).unwrap();
+        assert!(cut.starts_with("  group evil\\x1b[2J\\x1b]0;… "), "{cut:?}");
     }
 
     #[test]
