@@ -30,16 +30,17 @@ pub fn flag() -> *const Cell<u8> {
 }
 
 /// Runs a hook's real driver call marked as such, so that a call the driver makes back into
-/// an exported hook passes through; cuquota's own code is marked again afterwards.
+/// an exported hook passes through; cuquota's own code is marked again afterwards. Called
+/// only from a hook's own code (the engine), where the thread is marked [`OURS`].
 #[inline(always)]
 pub fn driver<R>(call: impl FnOnce() -> R) -> R {
     let flag = flag();
     // SAFETY: this thread's flag, which lives as long as the thread; only this thread (and
-    // a signal handler on it, which restores what it changes) touches it.
-    let before = unsafe { (*flag).replace(DRIVER) };
+    // a signal handler on it, which leaves it as it found it) touches it.
+    unsafe { (*flag).set(DRIVER) };
     let result = call();
     // SAFETY: as above.
-    unsafe { (*flag).set(before) };
+    unsafe { (*flag).set(OURS) };
     result
 }
 
@@ -66,13 +67,14 @@ mod imp {
         // SAFETY: the initial-exec sequence: %fs:0 holds the thread pointer (the x86-64
         // TLS ABI), and the GOT entry that `@GOTTPOFF` names holds the flag's offset from
         // it, written by the dynamic linker before any code of ours runs. Both reads are of
-        // memory that never changes for this thread, hence `pure, readonly`.
+        // memory that never changes for this thread, so the result depends on nothing that
+        // code can write: `pure, nomem` lets the compiler compute it once per hook.
         unsafe {
             std::arch::asm!(
                 "mov {a}, qword ptr fs:[0]",
                 "add {a}, qword ptr [rip + cuquota_in_hook@GOTTPOFF]",
                 a = out(reg) address,
-                options(pure, readonly, nostack),
+                options(pure, nomem, nostack),
             );
         }
         address
@@ -120,7 +122,7 @@ mod tests {
     }
 
     #[test]
-    fn the_driver_call_is_marked_and_our_state_restored() {
+    fn the_driver_call_is_marked_and_our_code_marked_again() {
         // SAFETY: this thread's flag, on this thread only.
         let here = unsafe { &*flag() };
         here.set(OURS);

@@ -11,7 +11,6 @@ use super::parts::PartRefusal;
 use super::state::Engine;
 use crate::config::Mode;
 use crate::cuda_abi::CuResult;
-use crate::in_hook::driver;
 use crate::ledger::{Charge, Kind};
 use crate::quota::{DeviceQuota, Reservation};
 
@@ -50,21 +49,21 @@ impl Engine {
         call: impl FnOnce() -> (CuResult, R),
     ) -> Result<Granted<'_, R>, CuResult> {
         let Some(quota) = self.quota(device) else {
-            return Err(driver(call).0); // an ordinal beyond any quota cuquota keeps
+            return Err(call().0); // an ordinal beyond any quota cuquota keeps
         };
         let limit = self.limit(device, quota)?;
         match self.reserve(api, device, quota, bytes, limit) {
             Reserved::Refused => return Err(CuResult::OUT_OF_MEMORY),
             Reserved::Charged => {}
             Reserved::Uncharged => {
-                let rc = driver(call).0;
+                let rc = call().0;
                 if !rc.is_ok() {
                     self.driver_failed(api, device, quota, bytes, limit, quota.quota_in_use(), rc);
                 }
                 return Err(rc);
             }
         }
-        let (rc, got) = driver(call);
+        let (rc, got) = call();
         if !rc.is_ok() {
             let in_use = quota.rollback(bytes);
             self.driver_failed(api, device, quota, bytes, limit, in_use, rc);

@@ -24,8 +24,9 @@ impl Engine {
         bytes: u64,
         call: impl FnOnce() -> (CuResult, u64),
     ) -> CuResult {
+        let call = move || driver(call);
         let call = || {
-            let (rc, key) = driver(call);
+            let (rc, key) = call();
             (rc, key, bytes)
         };
         self.alloc_settled(api, kind, place, bytes, call, |_| {})
@@ -42,8 +43,9 @@ impl Engine {
         call: impl FnOnce() -> (CuResult, u64, u64),
         undo: impl FnOnce(u64),
     ) -> CuResult {
+        let call = move || driver(call);
         let call = || {
-            let (rc, ptr, pitch) = driver(call);
+            let (rc, ptr, pitch) = call();
             (rc, ptr, pitch.saturating_mul(height))
         };
         let estimate = width.saturating_mul(height);
@@ -66,15 +68,16 @@ impl Engine {
         true_size: impl FnOnce(u32) -> Option<u64>,
         undo: impl FnOnce(u64),
     ) -> CuResult {
+        let create = move || driver(create);
         if !shape.is_backed() {
-            return driver(create).0;
+            return create().0;
         }
         // (Without a context the creation fails, and alloc_settled passes that on.)
         let device = self.queries.current_device().ok();
         let cached = device.and_then(|d| self.allocations.array_size(d, shape));
         let estimate = cached.unwrap_or_else(|| shape.estimate());
         let call = || {
-            let (rc, key) = driver(create);
+            let (rc, key) = create();
             let size = match (rc.is_ok(), cached, device) {
                 (true, None, Some(d)) => true_size(d)
                     .inspect(|&bytes| self.allocations.remember_array_size(d, shape, bytes)),
@@ -105,13 +108,13 @@ impl Engine {
         let (device, owner) = match placed {
             Ok(Some(placed)) => placed,
             // Host memory: nothing to charge.
-            Ok(None) => return driver(call).0,
+            Ok(None) => return call().0,
             // No current context, or the driver cannot say where: the driver gets the call
             // and gives its own answer (an error where it needs a context), uncharged.
-            Err(_) => return driver(call).0,
+            Err(_) => return call().0,
         };
         let call = || {
-            let (rc, key, actual) = driver(call);
+            let (rc, key, actual) = call();
             (rc, (key, actual))
         };
         let Granted {
@@ -167,6 +170,7 @@ impl Engine {
         key: u64,
         call: impl FnOnce() -> CuResult,
     ) -> CuResult {
+        let call = move || driver(call);
         let ledger = self.ledger(kind);
         let Some(charge) = ledger.remove(key) else {
             // Not a plain allocation: perhaps a pool's (out of line, off the hot path).
@@ -175,7 +179,7 @@ impl Engine {
         if self.tracing {
             self.traced_free(api, key, charge);
         }
-        let rc = driver(call);
+        let rc = call();
         if !rc.is_ok() {
             ledger.insert(key, charge);
             if self.tracing {

@@ -146,16 +146,17 @@ impl Engine {
         undo: impl FnOnce(usize),
         forget_undone: bool,
     ) -> CuResult {
+        let create = move || driver(create);
         let device = match u32::try_from(device) {
             Ok(d) if self.counts_context() => d,
-            _ => return driver(create).0,
+            _ => return create().0,
         };
         let made = std::cell::Cell::new(0usize);
         let part = self.context_part(api);
         let (rc, slot, fits) =
             self.context_memory
                 .create(device, &Meters(&*self.queries), &part, is_new, || {
-                    let (rc, context) = driver(create);
+                    let (rc, context) = create();
                     made.set(context);
                     let slot = match rc.is_ok() {
                         true => self.contexts.add(context, device),
@@ -213,11 +214,12 @@ impl Engine {
         module: impl FnOnce(R) -> Option<usize>,
         undo: impl FnOnce(R) -> bool,
     ) -> CuResult {
+        let call = move || driver(call);
         if !self.counts_context() {
-            return driver(call).0;
+            return call().0;
         }
         let Ok((device, slot)) = self.current() else {
-            return driver(call).0;
+            return call().0;
         };
         let meters = Meters(&*self.queries);
         let part = self.context_part(api);

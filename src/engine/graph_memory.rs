@@ -102,12 +102,13 @@ impl Engine {
         flags: u64,
         call: impl FnOnce() -> (CuResult, usize),
     ) -> CuResult {
+        let call = move || driver(call);
         if !self.counts_footprint() {
-            return driver(call).0;
+            return call().0;
         }
         let needs = needs_of(self.queries.as_ref(), graph).filter(|n| !n.need.is_empty());
         let Some(mut needs) = needs else {
-            return driver(call).0;
+            return call().0;
         };
         needs.auto_free = flags & CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH != 0;
         let staged = if flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD != 0 {
@@ -118,7 +119,7 @@ impl Engine {
         } else {
             Vec::new()
         };
-        let (rc, exec) = driver(call);
+        let (rc, exec) = call();
         if rc.is_ok() {
             self.graph_memory.lock().remember(exec, needs.clone());
         }
@@ -140,17 +141,18 @@ impl Engine {
         launch: bool,
         call: impl FnOnce() -> CuResult,
     ) -> CuResult {
+        let call = move || driver(call);
         if !self.counts_footprint() {
-            return driver(call);
+            return call();
         }
         let Some(needs) = self.graph_memory.lock().needs(exec) else {
-            return driver(call);
+            return call();
         };
         let staged = match self.graph_stage(api, &needs, launch) {
             Ok(staged) => staged,
             Err(rc) => return rc,
         };
-        let rc = driver(call);
+        let rc = call();
         if rc.is_ok() && launch {
             self.graph_memory.lock().launched(exec);
         }

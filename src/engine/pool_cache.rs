@@ -72,6 +72,7 @@ impl Engine {
         call: impl FnOnce() -> (CuResult, u64),
         undo: impl FnOnce(u64),
     ) -> CuResult {
+        let call = move || driver(call);
         let (place, managed) = match pool {
             PoolOf::Current => (Place::Stream(stream), false),
             PoolOf::Given(p) => {
@@ -88,7 +89,7 @@ impl Engine {
         let (device, owner) = match self.resolve_place(place) {
             Ok(Some(placed)) => placed,
             // A host pool, or no context: the driver's own answer, uncharged.
-            _ => return driver(call).0,
+            _ => return call().0,
         };
         let handle = match pool {
             PoolOf::Given(p) => p,
@@ -466,12 +467,12 @@ impl Engine {
         call: impl FnOnce() -> CuResult,
     ) -> CuResult {
         if kind != Kind::Pointer {
-            return driver(call);
+            return call();
         }
         // Out of the books under their lock: a context's end takes its pool allocations
         // from them, and must find each one there or not at all.
         let Some(pooled) = self.pool_cache.books().take_pointer(key) else {
-            return driver(call);
+            return call();
         };
         let Pooled { charge, pool: id } = pooled;
         // Before the driver frees, as for any free (`traced_free`); the pool cache's line
@@ -479,7 +480,7 @@ impl Engine {
         if self.tracing {
             self.traced_free(api, key, charge);
         }
-        let rc = driver(call);
+        let rc = call();
         if !rc.is_ok() {
             self.pool_cache.books().restore_pointer(key, pooled);
             if self.tracing {

@@ -24,6 +24,7 @@ impl Engine {
         handle: u64,
         call: impl FnOnce() -> CuResult,
     ) -> CuResult {
+        let call = move || driver(call);
         let taken = {
             let mut books = self.vmm.lock();
             match books.release(handle) {
@@ -33,7 +34,7 @@ impl Engine {
                 // refuse, and it ends nothing.
                 None if books.knows(handle) => {
                     drop(books);
-                    return driver(call);
+                    return call();
                 }
                 None => {
                     drop(books);
@@ -42,7 +43,7 @@ impl Engine {
                 }
             }
         };
-        let rc = driver(call);
+        let rc = call();
         if rc.is_ok() {
             self.credit_all(api, taken);
         } else {
@@ -61,8 +62,9 @@ impl Engine {
         handle: u64,
         call: impl FnOnce() -> CuResult,
     ) -> CuResult {
+        let call = move || driver(call);
         let ours = self.vmm.lock().map_begin(handle);
-        let rc = driver(call);
+        let rc = call();
         let taken = {
             let mut books = self.vmm.lock();
             if rc.is_ok() {
@@ -87,13 +89,14 @@ impl Engine {
         size: u64,
         call: impl FnOnce() -> CuResult,
     ) -> CuResult {
+        let call = move || driver(call);
         let (unmapped, taken) = {
             let mut books = self.vmm.lock();
             let unmapped = books.unmap_begin(base, size);
             let taken = self.take_handles(&unmapped.ended);
             (unmapped, taken)
         };
-        let rc = driver(call);
+        let rc = call();
         if rc.is_ok() {
             self.credit_all(api, taken);
         } else {
@@ -110,8 +113,9 @@ impl Engine {
         address: u64,
         call: impl FnOnce() -> (CuResult, u64),
     ) -> CuResult {
+        let call = move || driver(call);
         let counted = self.vmm.lock().retain_begin(address);
-        let (rc, got) = driver(call);
+        let (rc, got) = call();
         let taken = {
             let mut books = self.vmm.lock();
             let mut ended = Vec::new();

@@ -175,15 +175,23 @@ impl InHook {
         let flag = in_hook::flag();
         // SAFETY: this thread's flag, which lives as long as the thread; only this thread
         // (and a signal handler on it, which leaves it as it found it) touches it.
-        match unsafe { (*flag).get() } {
-            in_hook::OUTSIDE => {
-                // SAFETY: as above.
-                unsafe { (*flag).set(in_hook::OURS) };
-                Entry::Entered(InHook(flag))
-            }
-            in_hook::DRIVER => Entry::InDriver,
-            _ => Entry::Interrupted,
+        let state = unsafe { (*flag).get() };
+        // The program's call first: every hooked call takes this test.
+        if state == in_hook::OUTSIDE {
+            // SAFETY: as above.
+            unsafe { (*flag).set(in_hook::OURS) };
+            return Entry::Entered(InHook(flag));
         }
+        nested_entry(state)
+    }
+}
+
+/// A call made inside a hook (out of line: rare).
+#[cold]
+fn nested_entry(state: u8) -> Entry {
+    match state {
+        in_hook::DRIVER => Entry::InDriver,
+        _ => Entry::Interrupted,
     }
 }
 
