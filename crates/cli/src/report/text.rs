@@ -236,12 +236,7 @@ fn render_device(out: &mut String, p: &ProcessReport, d: &DeviceReport) {
         .as_ref()
         .is_some_and(|f| f.counted && !f.only_allocations());
     let peak_word = if counted { "footprint peak" } else { "peak" };
-    // The quota in force at the peak (`cuquota set` may have changed it before).
-    let at_peak = (d.quota_changes.iter())
-        .take_while(|c| c.t_ns <= d.peak_t_ns)
-        .last()
-        .map_or(d.quota, |c| c.quota);
-    let quota = match at_peak {
+    let quota = match quota_at_peak(d) {
         Some(q) => format!(
             "quota {}, {peak_word} {} ({:.1}%)",
             human(q),
@@ -673,7 +668,7 @@ fn render_job(out: &mut String, r: &Report) {
                 p.pid,
                 d.dev,
                 human(d.peak),
-                d.quota.map_or("-".into(), human),
+                quota_at_peak(d).map_or("-".into(), human),
                 d.refusals,
                 human(d.live_bytes)
             );
@@ -700,4 +695,13 @@ fn render_job(out: &mut String, r: &Report) {
             if j.unfinished == 1 { "" } else { "s" }
         );
     }
+}
+
+/// The quota in force at the device's peak (`cuquota set` may have changed it before), the
+/// one its peak is read against.
+fn quota_at_peak(d: &DeviceReport) -> Option<u64> {
+    (d.quota_changes.iter())
+        .take_while(|c| c.t_ns <= d.peak_t_ns)
+        .last()
+        .map_or(d.quota, |c| c.quota)
 }
