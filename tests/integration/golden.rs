@@ -26,7 +26,7 @@ use std::path::Path;
 use std::process::Command;
 
 /// Every golden trace; each has a test below.
-const TRACES: [&str; 8] = [
+const TRACES: [&str; 9] = [
     "normal",
     "backoff",
     "two_devices",
@@ -35,6 +35,7 @@ const TRACES: [&str; 8] = [
     "context",
     "footprint",
     "footprint_observe",
+    "group_stacks",
 ];
 
 /// Runs `cuquota report --json` on tests/golden/NAME.jsonl (as a relative path, which the
@@ -166,4 +167,13 @@ fn observe_mode_sizes_the_quota_by_the_footprint() {
 #[test]
 fn dropped_events_and_unknown_fields_and_line_types() {
     check("tolerance");
+}
+
+/// A member of group g, recorded with call stacks (`CUQUOTA_STACKS=8`; the module paths
+/// edited to ones no machine has, so that no machine symbolises them): its `module` and
+/// `stack` lines, two refusals naming the other member that held 600 MiB, and the group's
+/// limit raised by `cuquota set` between them (a `limit` line).
+#[test]
+fn a_group_refusal_with_holders_a_limit_change_and_call_stacks() {
+    check("group_stacks");
 }
