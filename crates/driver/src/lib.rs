@@ -1,5 +1,5 @@
 //! cuquota-driver: the CUDA driver as cuquota sees it. Every function of NVIDIA's `cuda.h`
-//! (the `nvidia-cuda-runtime` wheel pinned in `scripts/cuda-header.sh`) is one row of
+//! (the `nvidia-cuda-runtime` wheel pinned in `scripts/cuda-runtime-pin.sh`) is one row of
 //! [`catalogue::FUNCTIONS`], with its lookup facts (the exported symbol, the name and version
 //! a `cuGetProcAddress` caller gives, its per-thread default stream form) and its class:
 //! hooked (which part of the footprint, which kind of hook), passes through (why it cannot
