@@ -573,4 +573,35 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), FUNCTIONS.len(), "a symbol is listed twice");
     }
+
+    /// Each function's facts are cuda.h's (the catalogue's row), and the table resolves
+    /// exactly what the catalogue says cuquota hooks or calls.
+    #[test]
+    fn table_is_the_catalogues() {
+        use cuquota_driver::{catalogue, Class, Stream as CatalogueStream};
+        for f in FUNCTIONS {
+            let row = catalogue::function(f.name())
+                .unwrap_or_else(|| panic!("{} is not a function of cuda.h", f.name()));
+            let stream = match f.stream {
+                Stream::Plain => CatalogueStream::Plain,
+                Stream::PerThread => CatalogueStream::Ptsz,
+            };
+            assert_eq!(
+                (row.base, row.since, row.stream),
+                (f.base, f.since, stream),
+                "{}",
+                f.name()
+            );
+        }
+        let mut table: Vec<_> = FUNCTIONS.iter().map(|f| f.name()).collect();
+        let mut catalogue: Vec<_> = catalogue::FUNCTIONS
+            .iter()
+            .filter(|f| matches!(f.class, Class::Hooked(h) if !h.not_yet))
+            .map(|f| f.symbol)
+            .chain(catalogue::CALLED.iter().copied())
+            .collect();
+        table.sort();
+        catalogue.sort();
+        assert_eq!(table, catalogue);
+    }
 }

@@ -420,4 +420,20 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), CUDA_HOOKS.hooks.len());
     }
+
+    /// The hooks are the catalogue's hooked functions; one it classes as hooked "not yet"
+    /// must not be hooked (when it is, its row says so).
+    #[test]
+    fn hooks_are_the_catalogues() {
+        use cuquota_driver::{catalogue, Class};
+        let mut hooks: Vec<_> = CUDA_HOOKS.hooks.iter().map(|h| h.real.name()).collect();
+        let mut hooked: Vec<_> = catalogue::FUNCTIONS
+            .iter()
+            .filter(|f| matches!(f.class, Class::Hooked(h) if !h.not_yet))
+            .map(|f| f.symbol)
+            .collect();
+        hooks.sort();
+        hooked.sort();
+        assert_eq!(hooks, hooked);
+    }
 }
