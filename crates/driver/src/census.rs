@@ -90,8 +90,8 @@ pub fn read(cuda_h: &str, typedefs_h: &str) -> Result<Header, String> {
     let functions = pair(&symbols, &typedefs)?;
     let mut defaults: Vec<String> = defines
         .values()
-        .filter_map(|d| match d {
-            Define::Rename(to) | Define::PerThread(to, _) => Some(to.to_string()),
+        .map(|d| match d {
+            Define::Rename(to) | Define::PerThread(to, _) => to.to_string(),
         })
         .collect();
     defaults.sort();
