@@ -200,13 +200,15 @@ impl<F: CFunction> Real<F> {
 ///
 /// ```text
 /// library! {
-///     LIBCUDA = c"libcuda.so.1", names "cu";
-///     // symbol: cuGetProcAddress name @ since, stream: prototype
-///     cuMemAlloc_v2: "cuMemAlloc" @ 3020, Plain: fn(*mut CuDevicePtr, usize) -> CuResult;
+///     LIBCUDA = c"libcuda.so.1", names "cu", facts crate::lookup::driver_facts;
+///     // symbol: prototype
+///     cuMemAlloc_v2: fn(*mut CuDevicePtr, usize) -> CuResult;
 /// }
 /// ```
 ///
-/// The version facts are for `cuGetProcAddress`; a library without such a lookup leaves
+/// The version facts are for `cuGetProcAddress`: with `facts F`, `F(symbol)` gives each
+/// line's (a `const fn`, so a symbol without facts fails the build); a line may also write its
+/// own (`cuX_v2: "cuX" @ 3020, Plain: fn(…) -> …;`). A library without such a lookup leaves
 /// them out (`nvmlInit_v2: fn() -> NvmlReturn;`: its own name, version 0, plain).
 ///
 /// Each line becomes a `pub static` [`Real`] slot named as the symbol, and the prototype a
@@ -214,11 +216,18 @@ impl<F: CFunction> Real<F> {
 /// `Real<real_driver::cuMemAlloc_v2>` is the type of `real_driver::cuMemAlloc_v2`.
 macro_rules! library {
     (
-        $(#[$doc:meta])* $library:ident = $soname:literal, names $prefix:literal;
+        $(#[$doc:meta])* $library:ident = $soname:literal, names $prefix:literal
+            $(, facts $facts:path)?;
+        $($lines:tt)*
+    ) => {
+        $crate::lookup::library!(@table [$(#[$doc])*] $library $soname $prefix [$($facts)?] $($lines)*);
+    };
+    (
+        @table [$($doc:tt)*] $library:ident $soname:literal $prefix:literal $facts:tt
         $( $symbol:ident: $($base:literal @ $since:literal, $stream:ident:)?
             fn($($arg:ty),* $(,)?) -> $ret:ty; )*
     ) => {
-        $(#[$doc])*
+        $($doc)*
         pub static $library: $crate::lookup::Library =
             $crate::lookup::Library::new($soname, $prefix);
         $(
@@ -229,23 +238,41 @@ macro_rules! library {
                 $crate::lookup::Real::new(
                     &$library,
                     concat!(stringify!($symbol), "\0"),
-                    $crate::lookup::library!(@base $symbol $($base)?),
-                    $crate::lookup::library!(@since $($since)?),
-                    $crate::lookup::library!(@stream $($stream)?),
+                    $crate::lookup::library!(@base $symbol $facts $($base)?),
+                    $crate::lookup::library!(@since $symbol $facts $($since)?),
+                    $crate::lookup::library!(@stream $symbol $facts $($stream)?),
                 );
         )*
         /// Every function of the table, in table order.
         #[allow(dead_code)]
         pub static FUNCTIONS: &[&$crate::lookup::Symbol] = &[$($symbol.symbol(),)*];
     };
-    (@base $symbol:ident) => { stringify!($symbol) };
-    (@base $symbol:ident $base:literal) => { $base };
-    (@since) => { 0 };
-    (@since $since:literal) => { $since };
-    (@stream) => { $crate::lookup::Stream::Plain };
-    (@stream $stream:ident) => { $crate::lookup::Stream::$stream };
+    (@base $symbol:ident [$facts:path]) => { $facts(stringify!($symbol)).0 };
+    (@base $symbol:ident []) => { stringify!($symbol) };
+    (@base $symbol:ident [$($facts:path)?] $base:literal) => { $base };
+    (@since $symbol:ident [$facts:path]) => { $facts(stringify!($symbol)).1 };
+    (@since $symbol:ident []) => { 0 };
+    (@since $symbol:ident [$($facts:path)?] $since:literal) => { $since };
+    (@stream $symbol:ident [$facts:path]) => { $facts(stringify!($symbol)).2 };
+    (@stream $symbol:ident []) => { $crate::lookup::Stream::Plain };
+    (@stream $symbol:ident [$($facts:path)?] $stream:ident) => { $crate::lookup::Stream::$stream };
 }
 pub(crate) use library;
+
+/// A CUDA driver function's `cuGetProcAddress` facts (base name, version, stream), from the
+/// driver catalogue (cuda.h's); a symbol cuda.h does not declare fails the build.
+pub const fn driver_facts(symbol: &str) -> (&'static str, u32, Stream) {
+    match cuquota_driver::catalogue::function(symbol) {
+        Some(f) => {
+            let stream = match f.stream {
+                cuquota_driver::Stream::Plain => Stream::Plain,
+                cuquota_driver::Stream::Ptsz | cuquota_driver::Stream::Ptds => Stream::PerThread,
+            };
+            (f.base, f.since, stream)
+        }
+        None => panic!("a driver function the catalogue (cuda.h) does not have"),
+    }
+}
 
 // ---- hooks: what the routing hands out -------------------------------------------------------
 

@@ -22,7 +22,8 @@
 //! function answered, nested calls passed straight through), whose status type — `CUresult`
 //! or `nvmlReturn_t` — is a parameter ([`Status`]). [`plain`] passes a call on unchanged.
 //!
-//! Adding a hooked function: its line in `real_driver`'s table; in its area's file, the
+//! Adding a hooked function: its row in the driver catalogue (`crates/driver`) classed as
+//! hooked, and its line in `real_driver`'s table; in its area's file, the
 //! hook, `hooked!(symbol, |arg: Type, …| { body })`, and its name in the file's `table!` at
 //! the end (a new file: also its name in `every_area!` below). The compiler checks the
 //! steps: `table!` that the hook has the real function's prototype, `hooked!` that the
