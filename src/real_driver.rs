@@ -52,6 +52,8 @@ library! {
     cuCtxGetDevice: fn(*mut CuDevice) -> CuResult;
     cuDeviceGetCount: fn(*mut c_int) -> CuResult;
     cuDeviceGetName: fn(*mut c_char, c_int, CuDevice) -> CuResult;
+    // -- the driver's version (said with a variant this build does not know)
+    cuDriverGetVersion: fn(*mut c_int) -> CuResult;
     // -- GPUs by UUID (called: per-GPU limits may name a UUID) --
     cuDeviceGetUuid_v2: fn(*mut [u8; 16], CuDevice) -> CuResult;
     // arrays (hooked: the creations and destructions; called: the memory requirements)
@@ -161,6 +163,19 @@ library! {
     // -- pool reservations (the pool cache; called, not hooked)
     cuMemPoolGetAttribute: fn(CuMemoryPool, c_int, *mut c_void) -> CuResult;
     cuMemPoolTrimTo: fn(CuMemoryPool, usize) -> CuResult;
+}
+
+/// The driver's version (1000·major + 10·minor), if it can say.
+pub fn driver_version() -> Option<u32> {
+    let f = cuDriverGetVersion.get()?;
+    let mut version: c_int = 0;
+    // SAFETY: version is a valid out-pointer.
+    let rc = unsafe { f(&mut version) };
+    if rc.is_ok() {
+        u32::try_from(version).ok()
+    } else {
+        None
+    }
 }
 
 /// The device of the calling thread's current context, from the real driver.

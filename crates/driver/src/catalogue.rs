@@ -31,6 +31,7 @@ pub static CALLED: &[&str] = &[
     "cuCtxGetDevice",
     "cuDeviceGetCount",
     "cuDeviceGetName",
+    "cuDriverGetVersion",
     "cuDeviceGetUuid_v2",
     "cuArrayGetMemoryRequirements",
     "cuMipmappedArrayGetMemoryRequirements",
