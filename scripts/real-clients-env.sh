@@ -15,6 +15,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The runtime wheel's version is pinned once, for the census too.
+. scripts/cuda-runtime-pin.sh
 # CUDA 13 throughout (the GPU machine's frameworks are CUDA 13 too); the shim
 # is run with CUDA_SHIM_DRIVER_VERSION=13000 to match. Every package of the closure is
 # pinned and installed with --no-deps, so no resolver picks a newer version on a later run.
@@ -27,7 +29,7 @@ PINS=(
   llvmlite==0.50.0
   numpy==2.4.6
   packaging==26.4
-  nvidia-cuda-runtime==13.5.37
+  "nvidia-cuda-runtime==$CUDA_RUNTIME_VERSION"
   tinygrad==0.14.0
   nvidia-ml-py==13.615.71
   nvitop==1.7.2

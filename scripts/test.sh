@@ -81,6 +81,8 @@ CUQUOTA_BUILD_POLICY_PATH="$target_dir/policy-test/etc/cuquota.conf" \
     cargo build -q -p cuquota --lib --target-dir "$target_dir/policy-build"
 step "Python venv for the real-client tests (first time: ~100 MB from PyPI into target/real-clients)"
 scripts/real-clients-env.sh >/dev/null
+step "the census: the driver catalogue against NVIDIA's cuda.h (first time: ~3 MB wheel, or the real clients' copy)"
+scripts/census.sh
 step "validators for the CDI spec and the pod example (first time: ~16 MB from PyPI into target/k8s-tools)"
 scripts/k8s-tools-env.sh >/dev/null
 step "cargo test (unit and integration tests; the log is also in target/test.log)"

@@ -154,6 +154,9 @@ pub struct Config {
     pub ceilings: Vec<Limits>,
     /// The policy files in force (none: the variables alone).
     pub policies: Vec<PathBuf>,
+    /// The policy's `unknown_variants = refuse`: a lookup of a variant of a hooked function
+    /// this build does not know fails (false: it is handed out, said and counted).
+    pub refuse_unknown_variants: bool,
     /// No policy and nothing asked for: no line, no file, no limit (the library came from
     /// /etc/ld.so.preload into a process nobody put under cuquota).
     pub untouched: bool,
@@ -312,6 +315,7 @@ impl Config {
             mode,
             group,
             state_dir,
+            refuse_unknown_variants: p.refuse_unknown_variants.unwrap_or(false),
             ..config
         })
     }
@@ -489,6 +493,7 @@ impl Config {
             ceilings: Vec::new(),
             policies: Vec::new(),
             untouched: false,
+            refuse_unknown_variants: false,
             warnings,
         })
     }

@@ -89,8 +89,18 @@ extern "C" fn dlsym_explicit(handle: *mut c_void, name: *const c_char) -> *mut c
     let Some(name) = (unsafe { ffi::c_str(name) }) else {
         return found;
     };
-    std::panic::catch_unwind(|| lookup::hook_for_symbol(name, found as usize, HOOKED_LIBRARIES))
-        .ok()
-        .flatten()
-        .map_or(found, |hook| hook as *mut c_void)
+    std::panic::catch_unwind(|| {
+        if let Some(hook) = lookup::hook_for_symbol(name, found as usize, HOOKED_LIBRARIES) {
+            return hook as *mut c_void;
+        }
+        // A variant of a hooked function this build does not know: said, and refused (as
+        // an unknown symbol: null) where the policy says so.
+        match lookup::unknown_variant_symbol(name, found as usize, &CUDA_HOOKS) {
+            Some(base) if crate::process::engine().unknown_variant(name, base, "dlsym") => {
+                std::ptr::null_mut()
+            }
+            _ => found,
+        }
+    })
+    .unwrap_or(found)
 }

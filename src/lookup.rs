@@ -200,13 +200,15 @@ impl<F: CFunction> Real<F> {
 ///
 /// ```text
 /// library! {
-///     LIBCUDA = c"libcuda.so.1", names "cu";
-///     // symbol: cuGetProcAddress name @ since, stream: prototype
-///     cuMemAlloc_v2: "cuMemAlloc" @ 3020, Plain: fn(*mut CuDevicePtr, usize) -> CuResult;
+///     LIBCUDA = c"libcuda.so.1", names "cu", facts crate::lookup::driver_facts;
+///     // symbol: prototype
+///     cuMemAlloc_v2: fn(*mut CuDevicePtr, usize) -> CuResult;
 /// }
 /// ```
 ///
-/// The version facts are for `cuGetProcAddress`; a library without such a lookup leaves
+/// The version facts are for `cuGetProcAddress`: with `facts F`, `F(symbol)` gives each
+/// line's (a `const fn`, so a symbol without facts fails the build); a line may also write its
+/// own (`cuX_v2: "cuX" @ 3020, Plain: fn(…) -> …;`). A library without such a lookup leaves
 /// them out (`nvmlInit_v2: fn() -> NvmlReturn;`: its own name, version 0, plain).
 ///
 /// Each line becomes a `pub static` [`Real`] slot named as the symbol, and the prototype a
@@ -214,11 +216,18 @@ impl<F: CFunction> Real<F> {
 /// `Real<real_driver::cuMemAlloc_v2>` is the type of `real_driver::cuMemAlloc_v2`.
 macro_rules! library {
     (
-        $(#[$doc:meta])* $library:ident = $soname:literal, names $prefix:literal;
+        $(#[$doc:meta])* $library:ident = $soname:literal, names $prefix:literal
+            $(, facts $facts:path)?;
+        $($lines:tt)*
+    ) => {
+        $crate::lookup::library!(@table [$(#[$doc])*] $library $soname $prefix [$($facts)?] $($lines)*);
+    };
+    (
+        @table [$($doc:tt)*] $library:ident $soname:literal $prefix:literal $facts:tt
         $( $symbol:ident: $($base:literal @ $since:literal, $stream:ident:)?
             fn($($arg:ty),* $(,)?) -> $ret:ty; )*
     ) => {
-        $(#[$doc])*
+        $($doc)*
         pub static $library: $crate::lookup::Library =
             $crate::lookup::Library::new($soname, $prefix);
         $(
@@ -229,23 +238,41 @@ macro_rules! library {
                 $crate::lookup::Real::new(
                     &$library,
                     concat!(stringify!($symbol), "\0"),
-                    $crate::lookup::library!(@base $symbol $($base)?),
-                    $crate::lookup::library!(@since $($since)?),
-                    $crate::lookup::library!(@stream $($stream)?),
+                    $crate::lookup::library!(@base $symbol $facts $($base)?),
+                    $crate::lookup::library!(@since $symbol $facts $($since)?),
+                    $crate::lookup::library!(@stream $symbol $facts $($stream)?),
                 );
         )*
         /// Every function of the table, in table order.
         #[allow(dead_code)]
         pub static FUNCTIONS: &[&$crate::lookup::Symbol] = &[$($symbol.symbol(),)*];
     };
-    (@base $symbol:ident) => { stringify!($symbol) };
-    (@base $symbol:ident $base:literal) => { $base };
-    (@since) => { 0 };
-    (@since $since:literal) => { $since };
-    (@stream) => { $crate::lookup::Stream::Plain };
-    (@stream $stream:ident) => { $crate::lookup::Stream::$stream };
+    (@base $symbol:ident [$facts:path]) => { $facts(stringify!($symbol)).0 };
+    (@base $symbol:ident []) => { stringify!($symbol) };
+    (@base $symbol:ident [$($facts:path)?] $base:literal) => { $base };
+    (@since $symbol:ident [$facts:path]) => { $facts(stringify!($symbol)).1 };
+    (@since $symbol:ident []) => { 0 };
+    (@since $symbol:ident [$($facts:path)?] $since:literal) => { $since };
+    (@stream $symbol:ident [$facts:path]) => { $facts(stringify!($symbol)).2 };
+    (@stream $symbol:ident []) => { $crate::lookup::Stream::Plain };
+    (@stream $symbol:ident [$($facts:path)?] $stream:ident) => { $crate::lookup::Stream::$stream };
 }
 pub(crate) use library;
+
+/// A CUDA driver function's `cuGetProcAddress` facts (base name, version, stream), from the
+/// driver catalogue (cuda.h's); a symbol cuda.h does not declare fails the build.
+pub const fn driver_facts(symbol: &str) -> (&'static str, u32, Stream) {
+    match cuquota_driver::catalogue::function(symbol) {
+        Some(f) => {
+            let stream = match f.stream {
+                cuquota_driver::Stream::Plain => Stream::Plain,
+                cuquota_driver::Stream::Ptsz | cuquota_driver::Stream::Ptds => Stream::PerThread,
+            };
+            (f.base, f.since, stream)
+        }
+        None => panic!("a driver function the catalogue (cuda.h) does not have"),
+    }
+}
 
 // ---- hooks: what the routing hands out -------------------------------------------------------
 
@@ -393,40 +420,112 @@ fn hooked_variants<'a>(base: &'a [u8], hooks: &'a Hooks) -> impl Iterator<Item =
         .filter(move |h| candidate && h.real.base.as_bytes() == base)
 }
 
+/// What a `cuGetProcAddress` answer becomes.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Routed {
+    /// Our hook for the variant the driver gave.
+    Hook(usize),
+    /// The answer as the driver gave it (a name we do not hook).
+    Untouched,
+    /// A variant of a hooked function that this build does not know (a newer driver's):
+    /// its exported name (or `base@version` when it has none) and the hooked base.
+    Unknown { symbol: Vec<u8>, base: &'static str },
+}
+
 /// After a successful `cuGetProcAddress(base, version, flags)` that returned `found`: the hook
-/// for exactly the variant the driver gave, or None to leave the answer alone.
+/// for exactly the variant the driver gave, the answer left alone, or a variant of a hooked
+/// function that this build does not know.
 pub fn hook_for_lookup(
     base: &[u8],
     found: usize,
     version: i32,
     flags: u64,
     hooks: &Hooks,
-) -> Option<usize> {
-    let mut known = false;
+) -> Routed {
+    let mut known = None;
     for hook in hooked_variants(base, hooks) {
-        known = true;
+        known = Some(hook.real.base);
         if hook.real.address() == Some(found) {
-            return Some(handed_out(hook));
+            return Routed::Hook(handed_out(hook));
         }
     }
-    if !known {
-        return None;
-    }
+    let Some(hooked_base) = known else {
+        return Routed::Untouched;
+    };
     // A name the driver answers with another function we hook: from CUDA 12.0
     // `cuGraphInstantiate` means `cuGraphInstantiateWithFlags` (cuda.h's #define, the
     // PFN_cuGraphInstantiate typedef), and the caller expects that prototype.
     if let Some(alias) = hooks.hooks.iter().find(|h| h.real.address() == Some(found)) {
-        return Some(handed_out(alias));
+        return Routed::Hook(handed_out(alias));
     }
     // The driver may hand out an address that is none of its exports. Then the documented
-    // rules name the variant — unless the address is another exported function (a variant
-    // newer than this build knows), which must pass through untouched.
+    // rules name the variant — unless the address is another exported function: a variant
+    // newer than this build knows, which no hook of ours fits.
     let per_thread = flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM != 0;
-    let hook = variant_by_rules(base, u32::try_from(version).ok()?, per_thread, hooks)?;
-    match exported_name_at(found) {
-        Some(name) if name != hook.real.name().as_bytes() => None,
-        _ => Some(handed_out(hook)),
+    let by_rules = u32::try_from(version)
+        .ok()
+        .and_then(|v| variant_by_rules(base, v, per_thread, hooks));
+    let exported = exported_name_at(found);
+    match (by_rules, exported) {
+        (Some(hook), None) => Routed::Hook(handed_out(hook)),
+        (Some(hook), Some(name)) if name == hook.real.name().as_bytes() => {
+            Routed::Hook(handed_out(hook))
+        }
+        (_, name) => Routed::Unknown {
+            symbol: name.unwrap_or_else(|| {
+                format!("{}@{version}", String::from_utf8_lossy(base)).into_bytes()
+            }),
+            base: hooked_base,
+        },
     }
+}
+
+/// `dlsym(handle, name)` found `found`, which we do not hook: the hooked base, when `name` is
+/// a variant of a hooked function that this build does not know (`cuMemAlloc_v3`: a base we
+/// hook, a `_vN`, `_ptsz` or `_ptds` form none of our hooks has) and `found` lies in the
+/// hooks' library.
+pub fn unknown_variant_symbol(name: &[u8], found: usize, hooks: &Hooks) -> Option<&'static str> {
+    if !name.starts_with(hooks.library.prefix.as_bytes()) || hooked_symbol(name, hooks).is_some() {
+        return None;
+    }
+    let base = variant_base(name)?;
+    let hook = hooks
+        .hooks
+        .iter()
+        .find(|h| h.real.base.as_bytes() == base)?;
+    in_library(found, hooks.library).then_some(hook.real.base)
+}
+
+/// The base of a variant's name by the driver's naming (`cuX_v3_ptsz` → `cuX`), when it has
+/// a variant suffix.
+fn variant_base(name: &[u8]) -> Option<&[u8]> {
+    let name = name
+        .strip_suffix(b"_ptsz")
+        .or_else(|| name.strip_suffix(b"_ptds"))
+        .unwrap_or(name);
+    let at = name.windows(2).rposition(|w| w == b"_v")?;
+    let digits = &name[at + 2..];
+    (!digits.is_empty() && digits.iter().all(u8::is_ascii_digit)).then_some(&name[..at])
+}
+
+/// Whether `addr` lies in an object loaded under `library`'s soname (its file name starts as
+/// the soname does, up to `.so`: `libcuda.so.1`, `libcuda.so.580.65.06`).
+fn in_library(addr: usize, library: &Library) -> bool {
+    // SAFETY: Dl_info is plain data (pointers and integers); all-zero is a valid value.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr only reads the address and fills `info`.
+    let ok = unsafe { libc::dladdr(addr as *const c_void, &mut info) } != 0;
+    if !ok || info.dli_fname.is_null() {
+        return false;
+    }
+    // SAFETY: dladdr returned a NUL-terminated file name owned by the loader.
+    let file = unsafe { CStr::from_ptr(info.dli_fname) }.to_bytes();
+    let soname = library.soname.to_bytes();
+    let stem = soname
+        .windows(3)
+        .position(|w| w == b".so")
+        .map_or(soname, |at| &soname[..at + 3]);
+    file_name(file).starts_with(stem)
 }
 
 /// The variant the driver's documented rules give for (base, version, flags): the newest one
@@ -639,6 +738,29 @@ mod tests {
         // The library is not loaded in a unit test, so no address is the real function.
         assert_eq!(hook_for_symbol(b"nvmlInit_v2", 1, &[&NVML_HOOKS]), None);
         assert!(nvml::nvmlInit_v2.get().is_none());
+    }
+
+    #[test]
+    fn variant_names_by_the_drivers_naming() {
+        assert_eq!(variant_base(b"cuMemAlloc_v3"), Some(&b"cuMemAlloc"[..]));
+        assert_eq!(variant_base(b"cuMemcpy_v2_ptds"), Some(&b"cuMemcpy"[..]));
+        assert_eq!(
+            variant_base(b"cuStreamBeginCapture_v12_ptsz"),
+            Some(&b"cuStreamBeginCapture"[..])
+        );
+        assert_eq!(variant_base(b"cuMemAlloc"), None);
+        assert_eq!(variant_base(b"cuMemAlloc_v"), None);
+        assert_eq!(variant_base(b"cuMemAlloc_vx"), None);
+        assert_eq!(variant_base(b"cuMemAllocAsync_ptsz"), None);
+        // Not in the library (this test binary has no libcuda): never a variant of it.
+        assert_eq!(
+            unknown_variant_symbol(
+                b"nvmlInit_v3",
+                nvmlInit_v2 as *const () as usize,
+                &NVML_HOOKS
+            ),
+            None
+        );
     }
 
     #[test]

@@ -303,6 +303,51 @@ fn duration(ns: u64) -> String {
     }
 }
 
+/// A CUDA version (1000·major + 10·minor) as `13.6`.
+fn cuda_version(version: u32) -> String {
+    format!("{}.{}", version / 1000, version % 1000 / 10)
+}
+
+/// `cuGetProcAddress handed out cuMemAlloc_v3, a variant of cuMemAlloc this build of cuquota does not know (driver CUDA 13.6): calls through it are not counted`
+pub fn unknown_variant(
+    symbol: &str,
+    base: &str,
+    via: &str,
+    driver: Option<u32>,
+    refused: bool,
+) -> String {
+    let driver = driver.map_or("driver version unknown".to_string(), |v| {
+        format!("driver CUDA {}", cuda_version(v))
+    });
+    let what = format!("a variant of {base} this build of cuquota does not know ({driver})");
+    if refused {
+        format!(
+            "{via} refused {symbol}, {what}: the policy says unknown_variants = refuse, so the \
+             lookup fails as for an unknown symbol"
+        )
+    } else {
+        format!(
+            "{via} handed out {symbol}, {what}: calls through it are not counted (a policy's \
+             unknown_variants = refuse closes this door)"
+        )
+    }
+}
+
+/// `2 lookups of variants this build of cuquota does not know were handed out: cuMemAlloc_v3`
+pub fn unknown_variants_summary(count: u64, names: &[&str], refused: bool) -> String {
+    let lookups = if count == 1 { "lookup" } else { "lookups" };
+    let done = if refused { "refused" } else { "handed out" };
+    let were = if count == 1 { "was" } else { "were" };
+    let names = if names.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", names.join(", "))
+    };
+    format!(
+        "{count} {lookups} of variants this build of cuquota does not know {were} {done}{names}"
+    )
+}
+
 /// `GPU 0 summary: peak 5.91 GiB (6345981952 bytes) of quota 6.00 GiB, 37 allocations, 5 refusals, 2 live at exit (5.91 GiB)`
 /// `live` is None when the live allocations could not be counted (the exit came while a hook
 /// held their table: `exit()` from a signal handler).
@@ -525,6 +570,32 @@ mod tests {
     }
 
     const GIB: u64 = 1 << 30;
+
+    #[test]
+    fn unknown_variant_lines() {
+        assert_eq!(
+            unknown_variant(
+                "cuMemAlloc_v3",
+                "cuMemAlloc",
+                "cuGetProcAddress",
+                Some(13060),
+                false
+            ),
+            "cuGetProcAddress handed out cuMemAlloc_v3, a variant of cuMemAlloc this build of \
+             cuquota does not know (driver CUDA 13.6): calls through it are not counted (a \
+             policy's unknown_variants = refuse closes this door)"
+        );
+        assert_eq!(
+            unknown_variant("cuMemAlloc_v3", "cuMemAlloc", "dlsym", None, true),
+            "dlsym refused cuMemAlloc_v3, a variant of cuMemAlloc this build of cuquota does \
+             not know (driver version unknown): the policy says unknown_variants = refuse, so \
+             the lookup fails as for an unknown symbol"
+        );
+        assert_eq!(
+            unknown_variants_summary(1, &[], true),
+            "1 lookup of variants this build of cuquota does not know was refused"
+        );
+    }
 
     #[test]
     fn refusal_lines() {

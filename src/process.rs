@@ -78,6 +78,9 @@ impl Queries for RealDriver {
     fn nvml_absence(&self) -> Option<String> {
         crate::nvml::absence_note()
     }
+    fn driver_version(&self) -> Option<u32> {
+        real_driver::driver_version()
+    }
 
     // -- graph memory (a part of the footprint)
     fn graph_nodes(&self, graph: usize) -> Option<Vec<GraphNode>> {

@@ -1,7 +1,9 @@
 //! The real CUDA driver, libcuda.so.1: every function cuquota resolves in it, declared once
-//! here (symbol, the facts `cuGetProcAddress` needs, prototype), and the few questions the
-//! engine asks the driver. The facts are from the `PFN_*_vNNNN` typedefs of NVIDIA's
-//! `cudaTypedefs.h`; whether a function is hooked is said where the hooks are (`exports`).
+//! here (symbol and prototype), and the few questions the engine asks the driver. The facts
+//! `cuGetProcAddress` needs (base name, version, stream) are the driver catalogue's
+//! (`cuquota_driver`, held to NVIDIA's header by the census), read at compile time; whether a
+//! function is hooked is said where the hooks are (`exports`), and the catalogue's class
+//! says the same (a test holds the two together).
 
 use crate::cuda_abi::{
     CuArray, CuArray3DDescriptor, CuArray3DDescriptorV1, CuArrayDescriptor, CuArrayDescriptorV1,
@@ -22,201 +24,158 @@ use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 
 library! {
     /// The CUDA driver.
-    LIBCUDA = c"libcuda.so.1", names "cu";
-    // symbol                      cuGetProcAddress name @ since, stream: prototype
-    cuInit: "cuInit" @ 2000, Plain: fn(c_uint) -> CuResult;
-    cuMemAlloc_v2: "cuMemAlloc" @ 3020, Plain: fn(*mut CuDevicePtr, usize) -> CuResult;
-    cuMemAlloc: "cuMemAlloc" @ 2000, Plain: fn(*mut CuDevicePtrV1, c_uint) -> CuResult;
-    cuMemAllocPitch_v2: "cuMemAllocPitch" @ 3020, Plain:
-        fn(*mut CuDevicePtr, *mut usize, usize, usize, c_uint) -> CuResult;
-    cuMemAllocPitch: "cuMemAllocPitch" @ 2000, Plain:
-        fn(*mut CuDevicePtrV1, *mut c_uint, c_uint, c_uint, c_uint) -> CuResult;
-    cuMemAllocManaged: "cuMemAllocManaged" @ 6000, Plain:
-        fn(*mut CuDevicePtr, usize, c_uint) -> CuResult;
-    cuMemAllocAsync: "cuMemAllocAsync" @ 11020, Plain:
-        fn(*mut CuDevicePtr, usize, CuStream) -> CuResult;
-    cuMemAllocAsync_ptsz: "cuMemAllocAsync" @ 11020, PerThread:
-        fn(*mut CuDevicePtr, usize, CuStream) -> CuResult;
-    cuMemAllocFromPoolAsync: "cuMemAllocFromPoolAsync" @ 11020, Plain:
-        fn(*mut CuDevicePtr, usize, CuMemoryPool, CuStream) -> CuResult;
-    cuMemAllocFromPoolAsync_ptsz: "cuMemAllocFromPoolAsync" @ 11020, PerThread:
-        fn(*mut CuDevicePtr, usize, CuMemoryPool, CuStream) -> CuResult;
-    cuMemFree_v2: "cuMemFree" @ 3020, Plain: fn(CuDevicePtr) -> CuResult;
-    cuMemFree: "cuMemFree" @ 2000, Plain: fn(CuDevicePtrV1) -> CuResult;
-    cuMemFreeAsync: "cuMemFreeAsync" @ 11020, Plain: fn(CuDevicePtr, CuStream) -> CuResult;
-    cuMemFreeAsync_ptsz: "cuMemFreeAsync" @ 11020, PerThread:
-        fn(CuDevicePtr, CuStream) -> CuResult;
-    cuMemCreate: "cuMemCreate" @ 10020, Plain:
-        fn(*mut CuMemHandle, usize, *const CuMemAllocationProp, u64) -> CuResult;
-    cuMemRelease: "cuMemRelease" @ 10020, Plain: fn(CuMemHandle) -> CuResult;
-    cuMemPoolCreate: "cuMemPoolCreate" @ 11020, Plain:
-        fn(*mut CuMemoryPool, *const CuMemPoolPropsHead) -> CuResult;
-    cuMemGetInfo_v2: "cuMemGetInfo" @ 3020, Plain: fn(*mut usize, *mut usize) -> CuResult;
-    cuMemGetInfo: "cuMemGetInfo" @ 2000, Plain: fn(*mut c_uint, *mut c_uint) -> CuResult;
-    cuDeviceTotalMem_v2: "cuDeviceTotalMem" @ 3020, Plain: fn(*mut usize, CuDevice) -> CuResult;
-    cuDeviceTotalMem: "cuDeviceTotalMem" @ 2000, Plain: fn(*mut c_uint, CuDevice) -> CuResult;
-    cuGetProcAddress: "cuGetProcAddress" @ 11030, Plain:
-        fn(*const c_char, *mut *mut c_void, c_int, u64) -> CuResult;
-    cuGetProcAddress_v2: "cuGetProcAddress" @ 12000, Plain:
-        fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> CuResult;
-    cuCtxGetDevice: "cuCtxGetDevice" @ 2000, Plain: fn(*mut CuDevice) -> CuResult;
-    cuDeviceGetCount: "cuDeviceGetCount" @ 2000, Plain: fn(*mut c_int) -> CuResult;
-    cuDeviceGetName: "cuDeviceGetName" @ 2000, Plain: fn(*mut c_char, c_int, CuDevice) -> CuResult;
+    LIBCUDA = c"libcuda.so.1", names "cu", facts crate::lookup::driver_facts;
+    // symbol: prototype (the cuGetProcAddress facts are cuda.h's, from the catalogue)
+    cuInit: fn(c_uint) -> CuResult;
+    cuMemAlloc_v2: fn(*mut CuDevicePtr, usize) -> CuResult;
+    cuMemAlloc: fn(*mut CuDevicePtrV1, c_uint) -> CuResult;
+    cuMemAllocPitch_v2: fn(*mut CuDevicePtr, *mut usize, usize, usize, c_uint) -> CuResult;
+    cuMemAllocPitch: fn(*mut CuDevicePtrV1, *mut c_uint, c_uint, c_uint, c_uint) -> CuResult;
+    cuMemAllocManaged: fn(*mut CuDevicePtr, usize, c_uint) -> CuResult;
+    cuMemAllocAsync: fn(*mut CuDevicePtr, usize, CuStream) -> CuResult;
+    cuMemAllocAsync_ptsz: fn(*mut CuDevicePtr, usize, CuStream) -> CuResult;
+    cuMemAllocFromPoolAsync: fn(*mut CuDevicePtr, usize, CuMemoryPool, CuStream) -> CuResult;
+    cuMemAllocFromPoolAsync_ptsz: fn(*mut CuDevicePtr, usize, CuMemoryPool, CuStream) -> CuResult;
+    cuMemFree_v2: fn(CuDevicePtr) -> CuResult;
+    cuMemFree: fn(CuDevicePtrV1) -> CuResult;
+    cuMemFreeAsync: fn(CuDevicePtr, CuStream) -> CuResult;
+    cuMemFreeAsync_ptsz: fn(CuDevicePtr, CuStream) -> CuResult;
+    cuMemCreate: fn(*mut CuMemHandle, usize, *const CuMemAllocationProp, u64) -> CuResult;
+    cuMemRelease: fn(CuMemHandle) -> CuResult;
+    cuMemPoolCreate: fn(*mut CuMemoryPool, *const CuMemPoolPropsHead) -> CuResult;
+    cuMemGetInfo_v2: fn(*mut usize, *mut usize) -> CuResult;
+    cuMemGetInfo: fn(*mut c_uint, *mut c_uint) -> CuResult;
+    cuDeviceTotalMem_v2: fn(*mut usize, CuDevice) -> CuResult;
+    cuDeviceTotalMem: fn(*mut c_uint, CuDevice) -> CuResult;
+    cuGetProcAddress: fn(*const c_char, *mut *mut c_void, c_int, u64) -> CuResult;
+    cuGetProcAddress_v2: fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> CuResult;
+    cuCtxGetDevice: fn(*mut CuDevice) -> CuResult;
+    cuDeviceGetCount: fn(*mut c_int) -> CuResult;
+    cuDeviceGetName: fn(*mut c_char, c_int, CuDevice) -> CuResult;
+    // -- the driver's version (said with a variant this build does not know)
+    cuDriverGetVersion: fn(*mut c_int) -> CuResult;
     // -- GPUs by UUID (called: per-GPU limits may name a UUID) --
-    cuDeviceGetUuid_v2: "cuDeviceGetUuid" @ 11040, Plain: fn(*mut [u8; 16], CuDevice) -> CuResult;
+    cuDeviceGetUuid_v2: fn(*mut [u8; 16], CuDevice) -> CuResult;
     // arrays (hooked: the creations and destructions; called: the memory requirements)
-    cuArrayCreate_v2: "cuArrayCreate" @ 3020, Plain:
-        fn(*mut CuArray, *const CuArrayDescriptor) -> CuResult;
-    cuArray3DCreate_v2: "cuArray3DCreate" @ 3020, Plain:
-        fn(*mut CuArray, *const CuArray3DDescriptor) -> CuResult;
-    cuArrayCreate: "cuArrayCreate" @ 2000, Plain:
-        fn(*mut CuArray, *const CuArrayDescriptorV1) -> CuResult;
-    cuArray3DCreate: "cuArray3DCreate" @ 2000, Plain:
-        fn(*mut CuArray, *const CuArray3DDescriptorV1) -> CuResult;
-    cuArrayDestroy: "cuArrayDestroy" @ 2000, Plain: fn(CuArray) -> CuResult;
-    cuMipmappedArrayCreate: "cuMipmappedArrayCreate" @ 5000, Plain:
-        fn(*mut CuArray, *const CuArray3DDescriptor, c_uint) -> CuResult;
-    cuMipmappedArrayDestroy: "cuMipmappedArrayDestroy" @ 5000, Plain: fn(CuArray) -> CuResult;
-    cuArrayGetMemoryRequirements: "cuArrayGetMemoryRequirements" @ 11060, Plain:
-        fn(*mut CuArrayMemoryRequirements, CuArray, CuDevice) -> CuResult;
-    cuMipmappedArrayGetMemoryRequirements: "cuMipmappedArrayGetMemoryRequirements" @ 11060, Plain:
+    cuArrayCreate_v2: fn(*mut CuArray, *const CuArrayDescriptor) -> CuResult;
+    cuArray3DCreate_v2: fn(*mut CuArray, *const CuArray3DDescriptor) -> CuResult;
+    cuArrayCreate: fn(*mut CuArray, *const CuArrayDescriptorV1) -> CuResult;
+    cuArray3DCreate: fn(*mut CuArray, *const CuArray3DDescriptorV1) -> CuResult;
+    cuArrayDestroy: fn(CuArray) -> CuResult;
+    cuMipmappedArrayCreate: fn(*mut CuArray, *const CuArray3DDescriptor, c_uint) -> CuResult;
+    cuMipmappedArrayDestroy: fn(CuArray) -> CuResult;
+    cuArrayGetMemoryRequirements: fn(*mut CuArrayMemoryRequirements, CuArray, CuDevice) -> CuResult;
+    cuMipmappedArrayGetMemoryRequirements:
         fn(*mut CuArrayMemoryRequirements, CuArray, CuDevice) -> CuResult;
     // -- VMM lifetimes and imports --
-    cuMemMap: "cuMemMap" @ 10020, Plain:
-        fn(CuDevicePtr, usize, usize, CuMemHandle, u64) -> CuResult;
-    cuMemUnmap: "cuMemUnmap" @ 10020, Plain: fn(CuDevicePtr, usize) -> CuResult;
-    cuMemAddressFree: "cuMemAddressFree" @ 10020, Plain: fn(CuDevicePtr, usize) -> CuResult;
-    cuMemRetainAllocationHandle: "cuMemRetainAllocationHandle" @ 11000, Plain:
-        fn(*mut CuMemHandle, *mut c_void) -> CuResult;
-    cuMemImportFromShareableHandle: "cuMemImportFromShareableHandle" @ 10020, Plain:
-        fn(*mut CuMemHandle, *mut c_void, c_int) -> CuResult;
-    cuIpcOpenMemHandle_v2: "cuIpcOpenMemHandle" @ 11000, Plain:
-        fn(*mut CuDevicePtr, CuIpcMemHandle, c_uint) -> CuResult;
-    cuIpcOpenMemHandle: "cuIpcOpenMemHandle" @ 4010, Plain:
-        fn(*mut CuDevicePtr, CuIpcMemHandle, c_uint) -> CuResult;
-    cuMemPoolImportPointer: "cuMemPoolImportPointer" @ 11020, Plain:
-        fn(*mut CuDevicePtr, CuMemoryPool, *mut c_void) -> CuResult;
-    cuExternalMemoryGetMappedBuffer: "cuExternalMemoryGetMappedBuffer" @ 10000, Plain:
-        fn(*mut CuDevicePtr, *mut c_void, *const c_void) -> CuResult;
+    cuMemMap: fn(CuDevicePtr, usize, usize, CuMemHandle, u64) -> CuResult;
+    cuMemUnmap: fn(CuDevicePtr, usize) -> CuResult;
+    cuMemAddressFree: fn(CuDevicePtr, usize) -> CuResult;
+    cuMemRetainAllocationHandle: fn(*mut CuMemHandle, *mut c_void) -> CuResult;
+    cuMemImportFromShareableHandle: fn(*mut CuMemHandle, *mut c_void, c_int) -> CuResult;
+    cuIpcOpenMemHandle_v2: fn(*mut CuDevicePtr, CuIpcMemHandle, c_uint) -> CuResult;
+    cuIpcOpenMemHandle: fn(*mut CuDevicePtr, CuIpcMemHandle, c_uint) -> CuResult;
+    cuMemPoolImportPointer: fn(*mut CuDevicePtr, CuMemoryPool, *mut c_void) -> CuResult;
+    cuExternalMemoryGetMappedBuffer: fn(*mut CuDevicePtr, *mut c_void, *const c_void) -> CuResult;
 
     // -- where a charge lands and who owns it (streams, pools, contexts, capture)
-    cuCtxGetCurrent: "cuCtxGetCurrent" @ 4000, Plain: fn(*mut CuContext) -> CuResult;
-    cuCtxPushCurrent_v2: "cuCtxPushCurrent" @ 4000, Plain: fn(CuContext) -> CuResult;
-    cuCtxPopCurrent_v2: "cuCtxPopCurrent" @ 4000, Plain: fn(*mut CuContext) -> CuResult;
-    cuStreamGetCtx: "cuStreamGetCtx" @ 9020, Plain: fn(CuStream, *mut CuContext) -> CuResult;
-    cuStreamIsCapturing: "cuStreamIsCapturing" @ 10000, Plain:
-        fn(CuStream, *mut c_int) -> CuResult;
+    cuCtxGetCurrent: fn(*mut CuContext) -> CuResult;
+    cuCtxPushCurrent_v2: fn(CuContext) -> CuResult;
+    cuCtxPopCurrent_v2: fn(*mut CuContext) -> CuResult;
+    cuStreamGetCtx: fn(CuStream, *mut CuContext) -> CuResult;
+    cuStreamIsCapturing: fn(CuStream, *mut c_int) -> CuResult;
     // (hooked: counted, so that the question above is asked only while a capture may live)
-    cuStreamBeginCapture: "cuStreamBeginCapture" @ 10000, Plain: fn(CuStream) -> CuResult;
-    cuStreamBeginCapture_ptsz: "cuStreamBeginCapture" @ 10000, PerThread:
-        fn(CuStream) -> CuResult;
-    cuStreamBeginCapture_v2: "cuStreamBeginCapture" @ 10010, Plain:
-        fn(CuStream, c_int) -> CuResult;
-    cuStreamBeginCapture_v2_ptsz: "cuStreamBeginCapture" @ 10010, PerThread:
-        fn(CuStream, c_int) -> CuResult;
-    cuStreamBeginCaptureToGraph: "cuStreamBeginCaptureToGraph" @ 12030, Plain:
+    cuStreamBeginCapture: fn(CuStream) -> CuResult;
+    cuStreamBeginCapture_ptsz: fn(CuStream) -> CuResult;
+    cuStreamBeginCapture_v2: fn(CuStream, c_int) -> CuResult;
+    cuStreamBeginCapture_v2_ptsz: fn(CuStream, c_int) -> CuResult;
+    cuStreamBeginCaptureToGraph:
         fn(CuStream, CuGraph, *const CuGraphNode, *const c_void, usize, c_int) -> CuResult;
-    cuStreamBeginCaptureToGraph_ptsz: "cuStreamBeginCaptureToGraph" @ 12030, PerThread:
+    cuStreamBeginCaptureToGraph_ptsz:
         fn(CuStream, CuGraph, *const CuGraphNode, *const c_void, usize, c_int) -> CuResult;
-    cuStreamEndCapture: "cuStreamEndCapture" @ 10000, Plain:
-        fn(CuStream, *mut CuGraph) -> CuResult;
-    cuStreamEndCapture_ptsz: "cuStreamEndCapture" @ 10000, PerThread:
-        fn(CuStream, *mut CuGraph) -> CuResult;
-    cuCtxDestroy_v2: "cuCtxDestroy" @ 4000, Plain: fn(CuContext) -> CuResult;
-    cuCtxDestroy: "cuCtxDestroy" @ 2000, Plain: fn(CuContext) -> CuResult;
-    cuCtxDetach: "cuCtxDetach" @ 2000, Plain: fn(CuContext) -> CuResult;
-    cuCtxAttach: "cuCtxAttach" @ 2000, Plain: fn(*mut CuContext, c_uint) -> CuResult;
-    cuDevicePrimaryCtxRetain: "cuDevicePrimaryCtxRetain" @ 7000, Plain:
-        fn(*mut CuContext, CuDevice) -> CuResult;
-    cuDevicePrimaryCtxRelease_v2: "cuDevicePrimaryCtxRelease" @ 11000, Plain:
-        fn(CuDevice) -> CuResult;
-    cuDevicePrimaryCtxRelease: "cuDevicePrimaryCtxRelease" @ 7000, Plain:
-        fn(CuDevice) -> CuResult;
-    cuDevicePrimaryCtxReset_v2: "cuDevicePrimaryCtxReset" @ 11000, Plain:
-        fn(CuDevice) -> CuResult;
-    cuDevicePrimaryCtxReset: "cuDevicePrimaryCtxReset" @ 7000, Plain: fn(CuDevice) -> CuResult;
-    cuDevicePrimaryCtxGetState: "cuDevicePrimaryCtxGetState" @ 7000, Plain:
-        fn(CuDevice, *mut c_uint, *mut c_int) -> CuResult;
-    cuDeviceGetDefaultMemPool: "cuDeviceGetDefaultMemPool" @ 11020, Plain:
-        fn(*mut CuMemoryPool, CuDevice) -> CuResult;
-    cuDeviceGetMemPool: "cuDeviceGetMemPool" @ 11020, Plain:
-        fn(*mut CuMemoryPool, CuDevice) -> CuResult;
-    cuDeviceSetMemPool: "cuDeviceSetMemPool" @ 11020, Plain:
-        fn(CuDevice, CuMemoryPool) -> CuResult;
-    cuMemPoolDestroy: "cuMemPoolDestroy" @ 11020, Plain: fn(CuMemoryPool) -> CuResult;
-    cuMemGetDefaultMemPool: "cuMemGetDefaultMemPool" @ 13000, Plain:
-        fn(*mut CuMemoryPool, *mut CuMemLocation, c_int) -> CuResult;
-    cuMemGetMemPool: "cuMemGetMemPool" @ 13000, Plain:
-        fn(*mut CuMemoryPool, *mut CuMemLocation, c_int) -> CuResult;
-    cuMemSetMemPool: "cuMemSetMemPool" @ 13000, Plain:
-        fn(*mut CuMemLocation, c_int, CuMemoryPool) -> CuResult;
+    cuStreamEndCapture: fn(CuStream, *mut CuGraph) -> CuResult;
+    cuStreamEndCapture_ptsz: fn(CuStream, *mut CuGraph) -> CuResult;
+    cuCtxDestroy_v2: fn(CuContext) -> CuResult;
+    cuCtxDestroy: fn(CuContext) -> CuResult;
+    cuCtxDetach: fn(CuContext) -> CuResult;
+    cuCtxAttach: fn(*mut CuContext, c_uint) -> CuResult;
+    cuDevicePrimaryCtxRetain: fn(*mut CuContext, CuDevice) -> CuResult;
+    cuDevicePrimaryCtxRelease_v2: fn(CuDevice) -> CuResult;
+    cuDevicePrimaryCtxRelease: fn(CuDevice) -> CuResult;
+    cuDevicePrimaryCtxReset_v2: fn(CuDevice) -> CuResult;
+    cuDevicePrimaryCtxReset: fn(CuDevice) -> CuResult;
+    cuDevicePrimaryCtxGetState: fn(CuDevice, *mut c_uint, *mut c_int) -> CuResult;
+    cuDeviceGetDefaultMemPool: fn(*mut CuMemoryPool, CuDevice) -> CuResult;
+    cuDeviceGetMemPool: fn(*mut CuMemoryPool, CuDevice) -> CuResult;
+    cuDeviceSetMemPool: fn(CuDevice, CuMemoryPool) -> CuResult;
+    cuMemPoolDestroy: fn(CuMemoryPool) -> CuResult;
+    cuMemGetDefaultMemPool: fn(*mut CuMemoryPool, *mut CuMemLocation, c_int) -> CuResult;
+    cuMemGetMemPool: fn(*mut CuMemoryPool, *mut CuMemLocation, c_int) -> CuResult;
+    cuMemSetMemPool: fn(*mut CuMemLocation, c_int, CuMemoryPool) -> CuResult;
 
     // -- context memory: creations measured, limits and module loads that grow
     // it; the PCI bus id matches a device to NVML's (called)
-    cuDeviceGetPCIBusId: "cuDeviceGetPCIBusId" @ 4010, Plain:
-        fn(*mut c_char, c_int, CuDevice) -> CuResult;
-    cuCtxCreate: "cuCtxCreate" @ 2000, Plain: fn(*mut CuContext, c_uint, CuDevice) -> CuResult;
-    cuCtxCreate_v2: "cuCtxCreate" @ 3020, Plain:
-        fn(*mut CuContext, c_uint, CuDevice) -> CuResult;
-    cuCtxCreate_v3: "cuCtxCreate" @ 11040, Plain:
-        fn(*mut CuContext, *mut c_void, c_int, c_uint, CuDevice) -> CuResult;
-    cuCtxCreate_v4: "cuCtxCreate" @ 12050, Plain:
-        fn(*mut CuContext, *mut c_void, c_uint, CuDevice) -> CuResult;
-    cuCtxSetLimit: "cuCtxSetLimit" @ 3010, Plain: fn(c_int, usize) -> CuResult;
-    cuCtxGetLimit: "cuCtxGetLimit" @ 3010, Plain: fn(*mut usize, c_int) -> CuResult;
-    cuModuleLoad: "cuModuleLoad" @ 2000, Plain: fn(*mut CuModule, *const c_char) -> CuResult;
-    cuModuleLoadData: "cuModuleLoadData" @ 2000, Plain:
-        fn(*mut CuModule, *const c_void) -> CuResult;
-    cuModuleLoadDataEx: "cuModuleLoadDataEx" @ 2010, Plain:
+    cuDeviceGetPCIBusId: fn(*mut c_char, c_int, CuDevice) -> CuResult;
+    cuCtxCreate: fn(*mut CuContext, c_uint, CuDevice) -> CuResult;
+    cuCtxCreate_v2: fn(*mut CuContext, c_uint, CuDevice) -> CuResult;
+    cuCtxCreate_v3: fn(*mut CuContext, *mut c_void, c_int, c_uint, CuDevice) -> CuResult;
+    cuCtxCreate_v4: fn(*mut CuContext, *mut c_void, c_uint, CuDevice) -> CuResult;
+    cuCtxSetLimit: fn(c_int, usize) -> CuResult;
+    cuCtxGetLimit: fn(*mut usize, c_int) -> CuResult;
+    cuModuleLoad: fn(*mut CuModule, *const c_char) -> CuResult;
+    cuModuleLoadData: fn(*mut CuModule, *const c_void) -> CuResult;
+    cuModuleLoadDataEx:
         fn(*mut CuModule, *const c_void, c_uint, *mut c_int, *mut *mut c_void) -> CuResult;
-    cuModuleLoadFatBinary: "cuModuleLoadFatBinary" @ 2000, Plain:
-        fn(*mut CuModule, *const c_void) -> CuResult;
-    cuModuleUnload: "cuModuleUnload" @ 2000, Plain: fn(CuModule) -> CuResult;
-    cuLibraryLoadData: "cuLibraryLoadData" @ 12000, Plain: fn(
+    cuModuleLoadFatBinary: fn(*mut CuModule, *const c_void) -> CuResult;
+    cuModuleUnload: fn(CuModule) -> CuResult;
+    cuLibraryLoadData: fn(
         *mut CuModule, *const c_void, *mut c_int, *mut *mut c_void, c_uint,
         *mut c_int, *mut *mut c_void, c_uint,
     ) -> CuResult;
-    cuLibraryLoadFromFile: "cuLibraryLoadFromFile" @ 12000, Plain: fn(
+    cuLibraryLoadFromFile: fn(
         *mut CuModule, *const c_char, *mut c_int, *mut *mut c_void, c_uint,
         *mut c_int, *mut *mut c_void, c_uint,
     ) -> CuResult;
-    cuLibraryUnload: "cuLibraryUnload" @ 12000, Plain: fn(CuModule) -> CuResult;
+    cuLibraryUnload: fn(CuModule) -> CuResult;
     // -- graph memory: hooked (instantiate, upload, launch, exec destroy, the
     // program's trim); called (a graph's memory nodes, the graph memory pool's figures)
-    cuGraphInstantiate: "cuGraphInstantiate" @ 10000, Plain:
+    cuGraphInstantiate:
         fn(*mut CuGraphExec, CuGraph, *mut CuGraphNode, *mut c_char, usize) -> CuResult;
-    cuGraphInstantiate_v2: "cuGraphInstantiate" @ 11000, Plain:
+    cuGraphInstantiate_v2:
         fn(*mut CuGraphExec, CuGraph, *mut CuGraphNode, *mut c_char, usize) -> CuResult;
-    cuGraphInstantiateWithFlags: "cuGraphInstantiateWithFlags" @ 11040, Plain:
-        fn(*mut CuGraphExec, CuGraph, u64) -> CuResult;
-    cuGraphInstantiateWithParams: "cuGraphInstantiateWithParams" @ 12000, Plain:
+    cuGraphInstantiateWithFlags: fn(*mut CuGraphExec, CuGraph, u64) -> CuResult;
+    cuGraphInstantiateWithParams:
         fn(*mut CuGraphExec, CuGraph, *mut CuGraphInstantiateParams) -> CuResult;
-    cuGraphInstantiateWithParams_ptsz: "cuGraphInstantiateWithParams" @ 12000, PerThread:
+    cuGraphInstantiateWithParams_ptsz:
         fn(*mut CuGraphExec, CuGraph, *mut CuGraphInstantiateParams) -> CuResult;
-    cuGraphUpload: "cuGraphUpload" @ 11010, Plain: fn(CuGraphExec, CuStream) -> CuResult;
-    cuGraphUpload_ptsz: "cuGraphUpload" @ 11010, PerThread:
-        fn(CuGraphExec, CuStream) -> CuResult;
-    cuGraphLaunch: "cuGraphLaunch" @ 10000, Plain: fn(CuGraphExec, CuStream) -> CuResult;
-    cuGraphLaunch_ptsz: "cuGraphLaunch" @ 10000, PerThread:
-        fn(CuGraphExec, CuStream) -> CuResult;
-    cuGraphExecDestroy: "cuGraphExecDestroy" @ 10000, Plain: fn(CuGraphExec) -> CuResult;
-    cuDeviceGraphMemTrim: "cuDeviceGraphMemTrim" @ 11040, Plain: fn(CuDevice) -> CuResult;
-    cuGraphGetNodes: "cuGraphGetNodes" @ 10000, Plain:
-        fn(CuGraph, *mut CuGraphNode, *mut usize) -> CuResult;
-    cuGraphNodeGetType: "cuGraphNodeGetType" @ 10000, Plain:
-        fn(CuGraphNode, *mut c_int) -> CuResult;
-    cuGraphMemAllocNodeGetParams: "cuGraphMemAllocNodeGetParams" @ 11040, Plain:
-        fn(CuGraphNode, *mut CuMemAllocNodeParams) -> CuResult;
-    cuGraphMemFreeNodeGetParams: "cuGraphMemFreeNodeGetParams" @ 11040, Plain:
-        fn(CuGraphNode, *mut CuDevicePtr) -> CuResult;
-    cuGraphChildGraphNodeGetGraph: "cuGraphChildGraphNodeGetGraph" @ 10000, Plain:
-        fn(CuGraphNode, *mut CuGraph) -> CuResult;
-    cuDeviceGetGraphMemAttribute: "cuDeviceGetGraphMemAttribute" @ 11040, Plain:
-        fn(CuDevice, c_int, *mut c_void) -> CuResult;
+    cuGraphUpload: fn(CuGraphExec, CuStream) -> CuResult;
+    cuGraphUpload_ptsz: fn(CuGraphExec, CuStream) -> CuResult;
+    cuGraphLaunch: fn(CuGraphExec, CuStream) -> CuResult;
+    cuGraphLaunch_ptsz: fn(CuGraphExec, CuStream) -> CuResult;
+    cuGraphExecDestroy: fn(CuGraphExec) -> CuResult;
+    cuDeviceGraphMemTrim: fn(CuDevice) -> CuResult;
+    cuGraphGetNodes: fn(CuGraph, *mut CuGraphNode, *mut usize) -> CuResult;
+    cuGraphNodeGetType: fn(CuGraphNode, *mut c_int) -> CuResult;
+    cuGraphMemAllocNodeGetParams: fn(CuGraphNode, *mut CuMemAllocNodeParams) -> CuResult;
+    cuGraphMemFreeNodeGetParams: fn(CuGraphNode, *mut CuDevicePtr) -> CuResult;
+    cuGraphChildGraphNodeGetGraph: fn(CuGraphNode, *mut CuGraph) -> CuResult;
+    cuDeviceGetGraphMemAttribute: fn(CuDevice, c_int, *mut c_void) -> CuResult;
     // -- pool reservations (the pool cache; called, not hooked)
-    cuMemPoolGetAttribute: "cuMemPoolGetAttribute" @ 11020, Plain:
-        fn(CuMemoryPool, c_int, *mut c_void) -> CuResult;
-    cuMemPoolTrimTo: "cuMemPoolTrimTo" @ 11020, Plain: fn(CuMemoryPool, usize) -> CuResult;
+    cuMemPoolGetAttribute: fn(CuMemoryPool, c_int, *mut c_void) -> CuResult;
+    cuMemPoolTrimTo: fn(CuMemoryPool, usize) -> CuResult;
+}
+
+/// The driver's version (1000·major + 10·minor), if it can say.
+pub fn driver_version() -> Option<u32> {
+    let f = cuDriverGetVersion.get()?;
+    let mut version: c_int = 0;
+    // SAFETY: version is a valid out-pointer.
+    let rc = unsafe { f(&mut version) };
+    if rc.is_ok() {
+        u32::try_from(version).ok()
+    } else {
+        None
+    }
 }
 
 /// The device of the calling thread's current context, from the real driver.
@@ -572,5 +531,36 @@ mod tests {
         names.sort();
         names.dedup();
         assert_eq!(names.len(), FUNCTIONS.len(), "a symbol is listed twice");
+    }
+
+    /// Each function's facts are cuda.h's (the catalogue's row), and the table resolves
+    /// exactly what the catalogue says cuquota hooks or calls.
+    #[test]
+    fn table_is_the_catalogues() {
+        use cuquota_driver::{catalogue, Class, Stream as CatalogueStream};
+        for f in FUNCTIONS {
+            let row = catalogue::function(f.name())
+                .unwrap_or_else(|| panic!("{} is not a function of cuda.h", f.name()));
+            let stream = match f.stream {
+                Stream::Plain => CatalogueStream::Plain,
+                Stream::PerThread => CatalogueStream::Ptsz,
+            };
+            assert_eq!(
+                (row.base, row.since, row.stream),
+                (f.base, f.since, stream),
+                "{}",
+                f.name()
+            );
+        }
+        let mut table: Vec<_> = FUNCTIONS.iter().map(|f| f.name()).collect();
+        let mut catalogue: Vec<_> = catalogue::FUNCTIONS
+            .iter()
+            .filter(|f| matches!(f.class, Class::Hooked(h) if !h.not_yet))
+            .map(|f| f.symbol)
+            .chain(catalogue::CALLED.iter().copied())
+            .collect();
+        table.sort();
+        catalogue.sort();
+        assert_eq!(table, catalogue);
     }
 }

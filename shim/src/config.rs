@@ -3,7 +3,8 @@
 //! * `CUDA_SHIM_DEVICES`: number of simulated devices (default 1, at most 16).
 //! * `CUDA_SHIM_MEMORY`: memory per device, one size for all or a comma list with one size
 //!   per device (default `8GiB`).
-//! * `CUDA_SHIM_DRIVER_VERSION`: what `cuDriverGetVersion` reports (default 12080).
+//! * `CUDA_SHIM_DRIVER_VERSION`: what `cuDriverGetVersion` reports (default 12080); 13060 or
+//!   more also gives a newer driver's `cuMemAlloc_v3` (`exports/newer.rs`).
 //! * `CUDA_SHIM_FAIL`: fault injection rules, `FUNC:WHEN:CODE,...` (see [`crate::faults`]);
 //!   a CODE `raiseSIG` raises signal SIG at the start of the call, which then runs as usual.
 //! * `CUDA_SHIM_POOL_CHUNK`: the granularity in which memory pools and the graph memory

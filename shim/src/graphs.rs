@@ -368,6 +368,23 @@ pub fn capture_free(state: &mut State, graph: usize, address: u64) -> Result<(),
     Ok(())
 }
 
+/// The graph a capture to an existing graph places its nodes in: it must exist, and the
+/// dependencies must be its nodes.
+pub fn check_capture_target(state: &State, graph: usize, deps: &[usize]) -> Result<(), CUresult> {
+    if !state.graphs.graphs.contains_key(&graph) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    check_dependencies(state, graph, deps)
+}
+
+/// `cuGraphChildGraphNodeGetGraph`: "Gets a handle to the embedded graph in a child graph
+/// node" (cuda.h). Only memory nodes exist here, so no node is a child graph node: every
+/// node is refused with `CUDA_ERROR_INVALID_VALUE`, as an unknown one is.
+pub fn child_graph(node: usize) -> Result<usize, CUresult> {
+    node_type(node)?;
+    Err(CUDA_ERROR_INVALID_VALUE)
+}
+
 /// `cuGraphGetNodes`: the graph's nodes in creation order.
 pub fn nodes(graph: usize) -> Result<Vec<usize>, CUresult> {
     let state = state::lock();

@@ -77,6 +77,25 @@ pub fn destroy_of_context(state: &mut State, context: usize) {
 
 /// `cuStreamBeginCapture`: the default streams cannot capture. The capture builds a graph.
 pub fn begin_capture(handle: usize) -> Result<(), CUresult> {
+    begin_capture_into(handle, |state| crate::graphs::create(state, 0))
+}
+
+/// `cuStreamBeginCaptureToGraph`: "Begin graph capture on \p hStream, placing new nodes into
+/// an existing graph" (cuda.h); the dependencies must be nodes of that graph. The shim's
+/// graphs hold no edges, so dependencies are checked and not otherwise kept.
+pub fn begin_capture_to_graph(handle: usize, graph: usize, deps: &[usize]) -> Result<(), CUresult> {
+    begin_capture_into(handle, |state| {
+        crate::graphs::check_capture_target(state, graph, deps)?;
+        Ok(graph)
+    })
+}
+
+/// Starts a capture on a stream that can capture and is not capturing, into the graph
+/// `graph` gives.
+fn begin_capture_into(
+    handle: usize,
+    graph: impl FnOnce(&mut State) -> Result<usize, CUresult>,
+) -> Result<(), CUresult> {
     let mut state = state::lock();
     if is_default(handle) {
         context::current(&state)?;
@@ -87,7 +106,7 @@ pub fn begin_capture(handle: usize) -> Result<(), CUresult> {
         Some(s) if s.capture.is_some() => return Err(CUDA_ERROR_ILLEGAL_STATE),
         Some(_) => {}
     }
-    let graph = crate::graphs::create(&mut state, 0)?;
+    let graph = graph(&mut state)?;
     if let Some(stream) = state.streams.get_mut(&handle) {
         stream.capture = Some(graph);
     }

@@ -9,6 +9,7 @@ use crate::cuda_abi::CuResult;
 use crate::quota::{Part, UNLIMITED};
 use crate::trace::{self, Event};
 use crate::{episodes, messages};
+use std::sync::atomic::Ordering::Relaxed;
 
 /// What happened, in figures.
 pub(super) enum Outcome {
@@ -430,8 +431,9 @@ impl Engine {
         self.episodes_ended(episodes::expired());
     }
 
-    /// The exit summary: one line per device that saw an allocation or a refusal. It never
-    /// waits for a lock.
+    /// The exit summary: one line per device that saw an allocation or a refusal, and one
+    /// for the variants this build does not know that lookups gave out. It never waits for
+    /// a lock.
     pub fn summary_lines(&self) -> Vec<String> {
         let lines = self.figures_at_exit().into_iter().map(|f| {
             let line = messages::summary(f.device, &f.usage, f.live);
@@ -440,7 +442,54 @@ impl Engine {
                 None => line,
             }
         });
-        lines.collect()
+        let unknown = self.unknown_variants.count.load(Relaxed);
+        let unknown = (unknown > 0).then(|| {
+            let names = self.unknown_variants.said.try_lock_for(64);
+            let names = names.as_deref().map_or(&[][..], Vec::as_slice);
+            messages::unknown_variants_summary(unknown, names, self.refuses_unknown_variants())
+        });
+        lines.chain(unknown).collect()
+    }
+
+    /// Whether the policy refuses variants this build does not know (a bad configuration
+    /// refuses: fail closed).
+    fn refuses_unknown_variants(&self) -> bool {
+        self.config
+            .as_ref()
+            .map_or(true, |c| c.refuse_unknown_variants)
+    }
+
+    /// A lookup (`via`: `dlsym` or `cuGetProcAddress`) is about to give the program `symbol`,
+    /// a variant of the hooked function `base` that this build does not know: its calls
+    /// would not be counted. Said once per symbol (with the driver's version), traced and
+    /// counted each time. Returns whether the policy refuses it (the lookup then fails as for
+    /// an unknown symbol).
+    pub fn unknown_variant(&self, symbol: &[u8], base: &str, via: &str) -> bool {
+        let refused = self.refuses_unknown_variants();
+        self.unknown_variants.count.fetch_add(1, Relaxed);
+        let driver = self.queries.driver_version();
+        let name = {
+            let mut said = self.unknown_variants.said.lock();
+            match said.iter().find(|n| n.as_bytes() == symbol) {
+                Some(name) => Some((*name, false)),
+                None if said.len() < super::state::UnknownVariants::NAMES => {
+                    let name: &'static str = Box::leak(
+                        String::from_utf8_lossy(symbol)
+                            .into_owned()
+                            .into_boxed_str(),
+                    );
+                    said.push(name);
+                    Some((name, true))
+                }
+                None => None,
+            }
+        };
+        let (name, first) = name.unwrap_or(("(another variant)", false));
+        if first {
+            crate::log::line(&messages::unknown_variant(name, base, via, driver, refused));
+        }
+        self.emit(|| Event::unknown_variant(name, driver.unwrap_or(0), refused));
+        refused
     }
 
     /// Appends the trace event `event` builds; the trace module starts the trace at the

@@ -56,6 +56,10 @@ pub trait Queries: Sync + Send {
     fn nvml_absence(&self) -> Option<String> {
         None
     }
+    /// The driver's version (`cuDriverGetVersion`: 1000·major + 10·minor), if it can say.
+    fn driver_version(&self) -> Option<u32> {
+        None
+    }
 
     // -- graph memory --
     /// The nodes of a graph, as far as memory goes (None: the driver cannot say).

@@ -78,6 +78,28 @@ pub struct Engine {
     /// References and mappings of `cuMemCreate` allocations (their charges are in the
     /// handle ledger).
     pub(super) vmm: SpinLock<VmmBooks>,
+    /// Variants of hooked functions this build does not know that lookups handed out.
+    pub(super) unknown_variants: UnknownVariants,
+}
+
+/// The variants of hooked functions this build does not know that lookups gave the program
+/// (or refused): how many times, and the names said so far (each once).
+pub(super) struct UnknownVariants {
+    pub(super) count: AtomicU64,
+    /// At most [`UnknownVariants::NAMES`] names; the rest are counted only.
+    pub(super) said: SpinLock<Vec<&'static str>>,
+}
+
+impl UnknownVariants {
+    /// How many distinct names are kept (each is leaked: a process meets a handful at most).
+    pub(super) const NAMES: usize = 16;
+
+    fn new() -> UnknownVariants {
+        UnknownVariants {
+            count: AtomicU64::new(0),
+            said: SpinLock::new(Vec::new()),
+        }
+    }
 }
 
 /// What resolving the limits learnt, kept across fork.
@@ -127,6 +149,7 @@ impl Engine {
                 config.as_ref().ok().and_then(|c| c.context),
             )),
             vmm: SpinLock::new(VmmBooks::new()),
+            unknown_variants: UnknownVariants::new(),
             config,
         }
     }
@@ -183,6 +206,7 @@ impl Engine {
             contexts,
             context_memory,
             vmm,
+            unknown_variants,
         } = self;
         // SAFETY (each): the caller's promise: the child of a fork, with one thread.
         unsafe {
@@ -193,6 +217,9 @@ impl Engine {
             contexts.reset_in_child();
             context_memory.reset_in_child();
             vmm.reset_in_child(VmmBooks::new());
+            // The child says its own (its lookups are its own).
+            unknown_variants.said.reset_in_child(Vec::new());
         }
+        unknown_variants.count.store(0, Relaxed);
     }
 }

@@ -22,7 +22,8 @@
 //! function answered, nested calls passed straight through), whose status type — `CUresult`
 //! or `nvmlReturn_t` — is a parameter ([`Status`]). [`plain`] passes a call on unchanged.
 //!
-//! Adding a hooked function: its line in `real_driver`'s table; in its area's file, the
+//! Adding a hooked function: its row in the driver catalogue (`crates/driver`) classed as
+//! hooked, and its line in `real_driver`'s table; in its area's file, the
 //! hook, `hooked!(symbol, |arg: Type, …| { body })`, and its name in the file's `table!` at
 //! the end (a new file: also its name in `every_area!` below). The compiler checks the
 //! steps: `table!` that the hook has the real function's prototype, `hooked!` that the
@@ -454,5 +455,21 @@ mod tests {
         names.sort();
         names.dedup();
         assert_eq!(names.len(), CUDA_HOOKS.hooks.len());
+    }
+
+    /// The hooks are the catalogue's hooked functions; one it classes as hooked "not yet"
+    /// must not be hooked (when it is, its row says so).
+    #[test]
+    fn hooks_are_the_catalogues() {
+        use cuquota_driver::{catalogue, Class};
+        let mut hooks: Vec<_> = CUDA_HOOKS.hooks.iter().map(|h| h.real.name()).collect();
+        let mut hooked: Vec<_> = catalogue::FUNCTIONS
+            .iter()
+            .filter(|f| matches!(f.class, Class::Hooked(h) if !h.not_yet))
+            .map(|f| f.symbol)
+            .collect();
+        hooks.sort();
+        hooked.sort();
+        assert_eq!(hooks, hooked);
     }
 }

@@ -67,7 +67,7 @@ const SIZE_MAX: usize = 21;
 const ESCAPE_MAX: usize = 6;
 
 // `{"type":"…","t_ns":` for each type, spelling out `kind::*` (the tests compare).
-const PREFIXES: [&[u8]; 9] = [
+const PREFIXES: [&[u8]; 10] = [
     b"{\"type\":\"alloc\",\"t_ns\":",
     b"{\"type\":\"free\",\"t_ns\":",
     b"{\"type\":\"refused\",\"t_ns\":",
@@ -77,6 +77,7 @@ const PREFIXES: [&[u8]; 9] = [
     b"{\"type\":\"footprint\",\"t_ns\":",
     b"{\"type\":\"trim\",\"t_ns\":",
     b"{\"type\":\"limit\",\"t_ns\":",
+    b"{\"type\":\"unknown_variant\",\"t_ns\":",
 ];
 
 impl Encoder {
@@ -95,6 +96,7 @@ impl Encoder {
             EventKind::Footprint { .. } => (6, &[]),
             EventKind::Trim { .. } => (7, &[]),
             EventKind::Limit { .. } => (8, &[]),
+            EventKind::UnknownVariant { .. } => (9, &[]),
         };
         let result = match ev.result {
             0 => None, // written as a constant below
@@ -244,6 +246,11 @@ impl Encoder {
                 limit_value(&mut w, *limit);
                 w.put(b",\"before\":");
                 limit_value(&mut w, *before);
+                w.put(b"}\n");
+            }
+            EventKind::UnknownVariant { driver } => {
+                w.put(b",\"driver\":");
+                w.decimal(u64::from(*driver));
                 w.put(b"}\n");
             }
         }
@@ -634,6 +641,8 @@ mod tests {
         limit: Option<Option<u64>>,
         #[serde(skip_serializing_if = "Option::is_none")]
         before: Option<Option<u64>>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        driver: Option<u32>,
     }
 
     fn reference(s: &Stamped) -> String {
@@ -666,6 +675,7 @@ mod tests {
             holders: None,
             limit: None,
             before: None,
+            driver: None,
         };
         match &ev.kind {
             EventKind::Alloc { .. } => r.kind = kind::ALLOC,
@@ -722,6 +732,10 @@ mod tests {
                 r.kind = kind::LIMIT;
                 r.limit = Some(value(*limit));
                 r.before = Some(value(*before));
+            }
+            EventKind::UnknownVariant { driver } => {
+                r.kind = kind::UNKNOWN_VARIANT;
+                r.driver = Some(*driver);
             }
         }
         serde_json::to_string(&r).unwrap() + "\n"
@@ -787,6 +801,7 @@ mod tests {
                 EventKind::Trim {
                     part: Part::ALL[(i + 1) % 3],
                 },
+                EventKind::UnknownVariant { driver: n as u32 },
             ];
             for (j, kind) in kinds.into_iter().enumerate() {
                 let s = Stamped {

@@ -200,6 +200,19 @@ impl Event {
         )
     }
 
+    /// A lookup handed out (or, `refused`, did not) `symbol`, a variant of a hooked function
+    /// this build does not know, from a driver of version `driver`.
+    pub fn unknown_variant(symbol: &'static str, driver: u32, refused: bool) -> Event {
+        Event {
+            result: if refused {
+                crate::cuda_abi::CuResult::NOT_FOUND.0
+            } else {
+                0
+            },
+            ..Event::ok(EventKind::UnknownVariant { driver }, 0, symbol, 0, 0, 0)
+        }
+    }
+
     /// `part` is now `bytes` on `device` (the whole footprint there: `in_use`).
     pub fn footprint(device: u32, api: &'static str, part: Part, bytes: u64, in_use: u64) -> Event {
         Event::ok(EventKind::Footprint { part }, device, api, 0, bytes, in_use)
@@ -278,6 +291,12 @@ pub enum EventKind {
     Limit {
         limit: u64,
         before: u64,
+    },
+    /// A lookup gave (`result` 0) or, refused by the policy, did not give the program a
+    /// variant of a hooked function this build does not know (`api`), from a driver of this
+    /// version (0: unknown).
+    UnknownVariant {
+        driver: u32,
     },
 }
 

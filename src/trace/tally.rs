@@ -18,6 +18,8 @@ pub struct Tally {
     /// Index in `devices` of the last device looked up: most events are on the same one.
     last: usize,
     pub events: u64,
+    /// `unknown_variant` events (no device's).
+    unknown_variants: u64,
 }
 
 struct DeviceTally {
@@ -88,6 +90,11 @@ impl Tally {
     #[inline]
     pub fn add(&mut self, s: &Stamped) {
         let ev = &s.ev;
+        if let EventKind::UnknownVariant { .. } = ev.kind {
+            self.events += 1;
+            self.unknown_variants += 1;
+            return;
+        }
         if let EventKind::Context { ptrs } = &ev.kind {
             // Freed with their context, on whichever device each was charged (a pool's
             // may be on another one).
@@ -173,6 +180,7 @@ impl Tally {
             events: self.events,
             dropped,
             devices: self.devices.iter().map(DeviceTally::summary).collect(),
+            unknown_variants: self.unknown_variants,
         }
     }
 }

@@ -26,6 +26,12 @@ static void *sym(void *handle, const char *name) {
     return LOOKUP(handle, name);
 }
 
+/* A newer driver's variant by its name, looked up when the op asks. */
+static void *newer_alloc(void) {
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    return h ? LOOKUP(h, "cuMemAlloc_v3") : NULL;
+}
+
 int main(int argc, char **argv) {
     struct drv d = {0};
     void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -40,5 +46,6 @@ int main(int argc, char **argv) {
 #undef DRV
 #undef DRV_LEGACY
     d.sym = sym;
+    d.newer_alloc = newer_alloc;
     return run_ops(&d, argc - 1, argv + 1);
 }

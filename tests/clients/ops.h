@@ -18,6 +18,11 @@ struct drv {
     /* The client's own symbol lookup (for the shim's cuShimStats), so that every
      * client binary references only the dlsym version it means to. */
     void *(*sym)(void *handle, const char *name);
+    /* A newer driver's cuMemAlloc (the shim's cuMemAlloc_v3, with CUDA_SHIM_DRIVER_VERSION
+     * 13060 or more) as this client's own path finds it when the op asks (the dlsym clients
+     * by its name, the runtime client by cuGetProcAddress("cuMemAlloc", 13060)); NULL: none,
+     * or the client has no such path (the linked one). */
+    void *(*newer_alloc)(void);
 };
 
 /* Runs the ops in argv[0..argc) and prints one line per op on stdout. Returns the exit

@@ -2,6 +2,8 @@
  * Each allocation is a pointer slot, each cuMemCreate a handle slot, each reservation a
  * reservation slot; later ops name them by number.
  *
+ * newer:SIZE: a newer driver's cuMemAlloc (struct drv's newer_alloc), rc=500 if not found.
+ *
  * VMM lifetimes and imports:
  *   createfd:SIZE           cuMemCreate on the current device, exportable as a POSIX fd
  *   mapat:R:OFF:H           cuMemMap of handle slot H (its whole size) at reservation R + OFF
@@ -87,6 +89,12 @@ int op_alloc(const struct drv *d, char **f, int nf) {
         rc = CALL(d, cuMemAllocManaged, &dp, a, CU_MEM_ATTACH_GLOBAL);
     } else if (!strcmp(op, "async")) {
         rc = CALL(d, cuMemAllocAsync, &dp, a, NULL);
+    } else if (!strcmp(op, "newer")) {
+        /* A newer driver's variant, found the client's way (rc=500: not found). */
+        fn_cuMemAlloc_v2 newer = NULL;
+        if (d->newer_alloc)
+            *(void **)&newer = d->newer_alloc();
+        rc = newer ? newer(&dp, a) : CUDA_ERROR_NOT_FOUND;
     } else if (!strcmp(op, "pool")) {
         CUmemoryPool pool = NULL;
         rc = own_pool(d, &pool);

@@ -22,6 +22,7 @@
   OP("async", op_alloc) \
   OP("pool", op_alloc) \
   OP("defpool", op_alloc) \
+  OP("newer", op_alloc) \
   OP("pitch", op_pitch) \
   OP("lalloc", op_lalloc) \
   OP("free", op_free) \

@@ -29,6 +29,11 @@ static void *lookup(const char *name, int version) {
     return rc == CUDA_SUCCESS ? fn : NULL;
 }
 
+/* A newer driver's cuMemAlloc: asked for at CUDA 13.6 when the op asks. */
+static void *newer_alloc(void) {
+    return lookup("cuMemAlloc", 13060);
+}
+
 int main(int argc, char **argv) {
     struct drv d = {0};
     const char *pt = getenv("CLIENT_PER_THREAD");
@@ -63,5 +68,6 @@ int main(int argc, char **argv) {
 #undef DRV
 #undef DRV_LEGACY
     d.sym = sym;
+    d.newer_alloc = newer_alloc;
     return run_ops(&d, argc - 1, argv + 1);
 }

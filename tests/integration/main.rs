@@ -60,6 +60,8 @@ mod top;
 mod slurm;
 mod stacks;
 mod trace;
+// a driver's variant of a hooked function that this build does not know
+mod unknown_variants;
 mod vmm;
 // The shim's context memory, NVML and other processes, as clients see them.
 mod shim_nvml;

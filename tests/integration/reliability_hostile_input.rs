@@ -65,7 +65,7 @@ fn value() -> impl Strategy<Value = String> {
     ]
 }
 
-const KEYS: [&str; 29] = [
+const KEYS: [&str; 30] = [
     "type",
     "t_ns",
     "tid",
@@ -93,6 +93,7 @@ const KEYS: [&str; 29] = [
     "lo",
     "hi",
     "build_id",
+    "driver",
     "new_field",
     "type",
 ];
@@ -113,7 +114,8 @@ fn event_like() -> impl Strategy<Value = String> {
             Just("footprint"),
             Just("trim"),
             Just("stack"),
-            Just("module")
+            Just("module"),
+            Just("unknown_variant")
         ],
     )
         .prop_map(|(fields, ws, kind)| {

@@ -50,6 +50,11 @@ pub mod kind {
     pub const TRIM: &str = "trim";
     /// The quota in force changed (a group's, by `cuquota set`): `limit` and `before`.
     pub const LIMIT: &str = "limit";
+    /// A lookup (`dlsym`, `cuGetProcAddress`) gave the program a variant of a hooked driver
+    /// function that this build of cuquota does not know (`api`: its symbol; `driver`: the
+    /// driver's version), so its calls are not counted; `result` `CUDA_ERROR_NOT_FOUND`: the
+    /// policy refused it and the lookup failed. Not a device's event (`dev` 0, `in_use` 0).
+    pub const UNKNOWN_VARIANT: &str = "unknown_variant";
     pub const SUMMARY: &str = "summary";
     /// A call stack (`CUQUOTA_STACKS`), written once before the first event that names it
     /// by `id` (an `alloc` line's `stack`): see [`super::StackLine`].
@@ -224,6 +229,9 @@ pub struct EventLine<'a> {
     /// module: its GNU build id, lowercase hex (empty: none).
     #[serde(default, borrow)]
     pub build_id: Option<Cow<'a, str>>,
+    /// unknown_variant: the driver's version (`cuDriverGetVersion`; 0: it could not say).
+    #[serde(default)]
+    pub driver: Option<u32>,
 }
 
 /// A `stack` line: one distinct call stack of the allocations (`CUQUOTA_STACKS=N`, at most N
@@ -270,6 +278,14 @@ pub struct Summary {
     /// Events dropped because the buffer was full.
     pub dropped: u64,
     pub devices: Vec<SummaryDevice>,
+    /// Lookups that gave (or, refused, would have given) the program a variant of a hooked
+    /// function this build does not know (`unknown_variant` lines); absent: none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unknown_variants: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

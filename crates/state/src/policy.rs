@@ -8,7 +8,13 @@
 //! mode = enforce              # or observe
 //! state_dir = /dev/shm/cuquota
 //! jobs = /run/cuquota/jobs    # per-job policies written by a scheduler (below)
+//! unknown_variants = refuse   # or allow (the default): see below
 //! ```
+//!
+//! `unknown_variants = refuse`: a lookup (`dlsym`, `cuGetProcAddress`) that would hand a
+//! program a variant of a hooked driver function that this build of cuquota does not know (a
+//! newer driver's `cuMemAlloc_v3`) fails as for an unknown symbol, so calls cannot go around
+//! the quota through it. With `allow` the variant is handed out, said in one line and counted.
 //!
 //! A key given twice, an unknown key or a bad value makes the whole file an error: a policy
 //! is never half read. `jobs` names a directory of per-job policies, each named after the
@@ -43,6 +49,8 @@ pub struct Policy {
     pub state_dir: Option<PathBuf>,
     /// `jobs`: the directory of per-job policies (main policy only).
     pub jobs: Option<PathBuf>,
+    /// `unknown_variants`: `true` for refuse, `false` for allow.
+    pub refuse_unknown_variants: Option<bool>,
 }
 
 /// A policy file looked for.
@@ -106,9 +114,24 @@ pub fn parse(text: &str, job: bool) -> Result<Policy, String> {
                 slot.replace(value.into())
                     .map_or(Ok(()), |_| Err(twice()))?;
             }
+            "unknown_variants" => {
+                let refuse = match value {
+                    "refuse" => true,
+                    "allow" => false,
+                    _ => {
+                        return Err(at(format!(
+                            "unknown_variants = {value}: use refuse or allow"
+                        )))
+                    }
+                };
+                p.refuse_unknown_variants
+                    .replace(refuse)
+                    .map_or(Ok(()), |_| Err(twice()))?;
+            }
             _ => {
                 return Err(at(format!(
-                    "unknown key {key:?} (use limit, group, mode, state_dir or jobs)"
+                    "unknown key {key:?} (use limit, group, mode, state_dir, jobs or \
+                     unknown_variants)"
                 )))
             }
         }
@@ -200,6 +223,10 @@ pub fn narrow(main: &Policy, job: &Policy) -> Policy {
         },
         state_dir: job.state_dir.clone().or_else(|| main.state_dir.clone()),
         jobs: main.jobs.clone(),
+        refuse_unknown_variants: match (main.refuse_unknown_variants, job.refuse_unknown_variants) {
+            (Some(a), Some(b)) => Some(a || b),
+            (a, b) => a.or(b),
+        },
     }
 }
 
@@ -228,7 +255,13 @@ mod tests {
         assert_eq!(p.enforce, Some(false));
         assert_eq!(p.state_dir, Some("/run/cq".into()));
         assert_eq!(p.jobs, Some("/run/cuquota/jobs".into()));
+        assert_eq!(p.refuse_unknown_variants, None);
         assert_eq!(parse("", false).unwrap(), Policy::default());
+        let refuse = |text| parse(text, false).map(|p| p.refuse_unknown_variants);
+        assert_eq!(refuse("unknown_variants = refuse"), Ok(Some(true)));
+        assert_eq!(refuse("unknown_variants = allow"), Ok(Some(false)));
+        assert!(refuse("unknown_variants = maybe").is_err());
+        assert!(refuse("unknown_variants = refuse\nunknown_variants = allow").is_err());
     }
 
     #[test]
@@ -306,6 +339,20 @@ mod tests {
             &parse("mode = observe", true).unwrap(),
         );
         assert_eq!(p.enforce, Some(true), "a job cannot lift enforce");
+        let p = narrow(
+            &parse("unknown_variants = refuse", false).unwrap(),
+            &parse("unknown_variants = allow", true).unwrap(),
+        );
+        assert_eq!(
+            p.refuse_unknown_variants,
+            Some(true),
+            "a job cannot lift refuse"
+        );
+        let p = narrow(
+            &Policy::default(),
+            &parse("unknown_variants = refuse", true).unwrap(),
+        );
+        assert_eq!(p.refuse_unknown_variants, Some(true));
     }
 
     #[test]

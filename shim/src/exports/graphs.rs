@@ -97,6 +97,15 @@ exports! {
         Ok(())
     }
 
+    fn cuGraphChildGraphNodeGetGraph(
+        node: Handle,
+        graph: *mut Handle,
+    ) as cuGraphChildGraphNodeGetGraph since 10000 {
+        let out = Out::new(graph)?;
+        out.write(handle_ptr(graphs::child_graph(h(node))?));
+        Ok(())
+    }
+
     fn cuGraphNodeGetType(node: Handle, kind: *mut c_int) as cuGraphNodeGetType since 10000 {
         let out = Out::new(kind)?;
         out.write(graphs::node_type(h(node))?);
@@ -209,7 +218,10 @@ pub(super) static ALIASES: &[Row] = &[Row::alias(
 ///
 /// # Safety
 /// `deps` must be valid for `count` handles when `count` is not 0.
-unsafe fn dependencies_of(deps: *const Handle, count: usize) -> Result<Vec<usize>, CUresult> {
+pub(super) unsafe fn dependencies_of(
+    deps: *const Handle,
+    count: usize,
+) -> Result<Vec<usize>, CUresult> {
     if count == 0 {
         return Ok(Vec::new());
     }

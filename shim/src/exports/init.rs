@@ -82,7 +82,11 @@ fn get_proc_address(
     flags: u64,
     status: Option<Out<c_int>>,
 ) -> Result<(), CUresult> {
-    let (address, code, result) = match TABLE.lookup(symbol, version, flags) {
+    let found = match TABLE.lookup(symbol, version, flags) {
+        Lookup::Found(row) => Lookup::Found(super::newer::newest(row, version).unwrap_or(row)),
+        other => other,
+    };
+    let (address, code, result) = match found {
         Lookup::Found(row) => (row.address(), 0, Ok(())),
         Lookup::NotFound => (ptr::null_mut(), 1, Err(CUDA_ERROR_NOT_FOUND)),
         Lookup::VersionNotSufficient => (ptr::null_mut(), 2, Err(CUDA_ERROR_NOT_FOUND)),

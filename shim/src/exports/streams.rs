@@ -1,7 +1,8 @@
 //! Streams and events. Work completes as it is issued, so these mostly check handles.
 
-use std::ffi::{c_int, c_uint};
+use std::ffi::{c_int, c_uint, c_void};
 
+use super::graphs::dependencies_of;
 use super::{h, handle_ptr};
 use crate::abi::*;
 use crate::ffi::Out;
@@ -117,6 +118,34 @@ exports! {
     // -- capture: a capturing stream's allocations allocate nothing
     fn cuStreamBeginCapture(stream: Handle) as cuStreamBeginCapture since 10000 {
         streams::begin_capture(h(stream))
+    }
+
+    fn cuStreamBeginCapture_ptsz(stream: Handle) as cuStreamBeginCapture since 10000 Ptsz {
+        streams::begin_capture(h(stream))
+    }
+
+    fn cuStreamBeginCaptureToGraph(
+        stream: Handle,
+        graph: Handle,
+        deps: *const Handle,
+        _dependency_data: *const c_void,
+        count: usize,
+        _mode: c_int,
+    ) as cuStreamBeginCaptureToGraph since 12030 {
+        let deps = dependencies_of(deps, count)?;
+        streams::begin_capture_to_graph(h(stream), h(graph), &deps)
+    }
+
+    fn cuStreamBeginCaptureToGraph_ptsz(
+        stream: Handle,
+        graph: Handle,
+        deps: *const Handle,
+        _dependency_data: *const c_void,
+        count: usize,
+        _mode: c_int,
+    ) as cuStreamBeginCaptureToGraph since 12030 Ptsz {
+        let deps = dependencies_of(deps, count)?;
+        streams::begin_capture_to_graph(h(stream), h(graph), &deps)
     }
 
     fn cuStreamBeginCapture_v2(

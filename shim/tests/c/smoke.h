@@ -143,6 +143,10 @@ CUresult cuDeviceGetGraphMemAttribute(CUdevice, int, void *);
 CUresult cuDeviceSetGraphMemAttribute(CUdevice, int, void *);
 CUresult cuStreamBeginCapture_v2(CUstream, int);
 CUresult cuStreamEndCapture(CUstream, CUgraph *);
+CUresult cuStreamBeginCapture_ptsz(CUstream);
+CUresult cuStreamBeginCaptureToGraph(CUstream, CUgraph, const CUgraphNode *, const void *, size_t,
+                                     int);
+CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode, CUgraph *);
 int cuShimFootprint(int, size_t *, size_t *, size_t *, size_t *);
 int cuShimInjectFault(const char *, unsigned, unsigned);
 int cuShimStats(int, size_t *, size_t *, unsigned long long *);

@@ -308,6 +308,32 @@ void scenario_graphs(void) {
         CHECK(cuGraphInstantiateWithParams(&e, g2, &ip) == 801);
         CHECK(ip.result_out == 1);
     }
+    /* capture into an existing graph: its nodes go there; dependencies must be its nodes */
+    {
+        CUgraph g3, same, child = NULL;
+        OK(cuGraphCreate(&g3, 0));
+        OK(cuStreamBeginCaptureToGraph(s, g3, NULL, NULL, 0, 0));
+        OK(cuMemAllocAsync(&c, 2 * MiB, s));
+        /* only the graph pool's reservation from the launch above: the capture adds nothing */
+        FOOTPRINT(0, 0, 2 * MiB);
+        OK(cuMemFreeAsync(c, s));
+        OK(cuStreamEndCapture(s, &same));
+        CHECK(same == g3);
+        count = 2;
+        OK(cuGraphGetNodes(g3, nodes, &count));
+        CHECK(count == 2);
+        /* memory nodes are no child graph nodes, and an unknown node is none either */
+        CHECK(cuGraphChildGraphNodeGetGraph(nodes[0], &child) == 1 && child == NULL);
+        CHECK(cuGraphChildGraphNodeGetGraph((CUgraphNode)g3, &child) == 1);
+        OK(cuStreamBeginCaptureToGraph(s, g3, &nodes[1], NULL, 1, 0));
+        CHECK(cuStreamBeginCaptureToGraph(s, g3, NULL, NULL, 0, 0) == 401); /* ILLEGAL_STATE */
+        OK(cuStreamEndCapture(s, &same));
+        CHECK(cuStreamBeginCaptureToGraph(s, g3, (CUgraphNode *)&g2, NULL, 1, 0) == 1);
+        CHECK(cuStreamBeginCaptureToGraph(s, (CUgraph)nodes[0], NULL, NULL, 0, 0) == 1);
+        /* the per-thread default stream cannot capture */
+        CHECK(cuStreamBeginCapture_ptsz(NULL) == 900);
+        OK(cuGraphDestroy(g3));
+    }
     /* the CUDA 10 form */
     {
         CUgraphNode err = (CUgraphNode)1;

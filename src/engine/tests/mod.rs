@@ -612,3 +612,31 @@ fn vmm_exact_under_threads() {
 }
 
 mod context_memory;
+
+#[test]
+fn unknown_variants_are_counted_and_refused_where_the_policy_says() {
+    let (e, _) = with_limit("1GiB");
+    assert!(!e.unknown_variant(b"cuMemAlloc_v3", "cuMemAlloc", "dlsym"));
+    assert!(!e.unknown_variant(b"cuMemAlloc_v3", "cuMemAlloc", "cuGetProcAddress"));
+    assert!(!e.unknown_variant(b"cuMemFree_v3", "cuMemFree", "dlsym"));
+    let lines = e.summary_lines();
+    assert_eq!(
+        lines.last().map(String::as_str),
+        Some(
+            "3 lookups of variants this build of cuquota does not know were handed out: \
+             cuMemAlloc_v3, cuMemFree_v3"
+        )
+    );
+    let (mut refusing, _) = with_limit("1GiB");
+    if let Ok(c) = &mut refusing.config {
+        c.refuse_unknown_variants = true;
+    }
+    assert!(refusing.unknown_variant(b"cuMemAlloc_v3", "cuMemAlloc", "dlsym"));
+    let (bad, _) = with_limit("6GBB");
+    assert!(
+        bad.unknown_variant(b"cuMemAlloc_v3", "cuMemAlloc", "dlsym"),
+        "fail closed"
+    );
+    let (quiet, _) = with_limit("1GiB");
+    assert!(quiet.summary_lines().is_empty());
+}
