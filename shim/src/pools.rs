@@ -176,8 +176,8 @@ pub fn create_default(state: &mut State, device: usize) -> usize {
     handle
 }
 
-/// `cuMemPoolCreate`: pinned pools on a device or on the host (any host NUMA node: the
-/// simulated host has one).
+/// `cuMemPoolCreate`: pinned pools on a device, a device's locality domain or the host (any
+/// host NUMA node: the simulated host has one).
 pub fn create(props: &MemPoolPropsHead) -> Result<usize, CUresult> {
     let mut state = state::lock();
     match props.alloc_type {
@@ -186,18 +186,12 @@ pub fn create(props: &MemPoolPropsHead) -> Result<usize, CUresult> {
         ALLOCATION_MANAGED => return Err(CUDA_ERROR_NOT_SUPPORTED),
         _ => return Err(CUDA_ERROR_INVALID_VALUE),
     }
-    let host = (LOCATION_HOST..=LOCATION_HOST_NUMA_CURRENT).contains(&props.location.kind);
-    if !host {
-        if props.location.kind != LOCATION_DEVICE {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        state
-            .device(props.location.id)
-            .map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
-    }
-    let device = if host { 0 } else { props.location.id as usize };
-    let mut pool = Pool::new(device, false, props.max_size as u64);
-    pool.host = host;
+    // A device (or a locality domain of one: "a memory pool created with
+    // ::CU_MEM_LOCATION_TYPE_DEVICE_LOCALITY_DOMAIN and localityDomainId 0 is equivalent to
+    // a full-device memory pool"), or the host; anything else is invalid.
+    let device = props.location.device(state.devices.len())?;
+    let mut pool = Pool::new(device.unwrap_or(0), false, props.max_size as u64);
+    pool.host = device.is_none();
     let handle = state::new_handle();
     state.pools.insert(handle, pool);
     Ok(handle)

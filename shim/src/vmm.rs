@@ -89,6 +89,9 @@ fn check_prop(state: &State, prop: &MemAllocationProp) -> Result<Option<usize>, 
         LOCATION_DEVICE => state
             .device(prop.location.id)
             .map(|_| Some(prop.location.id as usize)),
+        // cuda.h: "will localize the allocation to the specified locality domain" of
+        // `localized.deviceId` (see `MemLocation::device`).
+        LOCATION_DEVICE_LOCALITY_DOMAIN => prop.location.device(state.devices.len()),
         LOCATION_HOST | LOCATION_HOST_NUMA | LOCATION_HOST_NUMA_CURRENT => Ok(None),
         _ => Err(CUDA_ERROR_INVALID_VALUE),
     }
@@ -159,7 +162,16 @@ pub fn create(size: usize, prop: &MemAllocationProp, flags: u64) -> Result<u64, 
         prop: StoredProp {
             kind: prop.kind,
             requested_handle_types: prop.requested_handle_types,
-            location: prop.location,
+            // Localized to the one locality domain of a simulated device: "equivalent to a
+            // full-device allocation ... The resulting allocation will be of type
+            // ::CU_MEM_LOCATION_TYPE_DEVICE".
+            location: match (prop.location.kind, device) {
+                (LOCATION_DEVICE_LOCALITY_DOMAIN, Some(d)) => MemLocation {
+                    kind: LOCATION_DEVICE,
+                    id: d as i32,
+                },
+                _ => prop.location,
+            },
             win32_handle_metadata: prop.win32_handle_metadata as usize,
             alloc_flags: prop.alloc_flags,
         },

@@ -1,9 +1,10 @@
 //! Where a charge lands and who owns it: the current context, a stream's context, a pool's
 //! device. A pool allocation is owned by no context ([`POOLED`]).
 
+use super::explain::Outcome;
 use super::state::Engine;
 use crate::contexts::{ContextSlot, NO_CONTEXT, POOLED};
-use crate::cuda_abi::CuResult;
+use crate::cuda_abi::{CuMemLocation, CuResult};
 use crate::pool_cache::PoolPlace;
 
 /// Where an allocation lands, and which context owns it.
@@ -82,6 +83,18 @@ impl Engine {
     /// `cuDeviceGetMemPool`) with this location: remember where its memory lands.
     pub fn pool_located(&self, pool: usize, place: PoolPlace) {
         self.pool_cache.set_place(pool, place);
+    }
+
+    /// `api` names a memory location cuquota cannot place (an unknown type, or a negative
+    /// device): refused with one line, never passed as host memory (fail closed).
+    #[cold]
+    pub fn unknown_location(&self, api: &'static str, location: CuMemLocation) -> CuResult {
+        self.explain(Outcome::UnknownLocation {
+            api,
+            kind: location.kind,
+            id: location.id,
+        });
+        CuResult::NOT_SUPPORTED
     }
 
     /// `cuMemPoolDestroy` succeeded: the handle may come back for another pool.

@@ -30,6 +30,7 @@ enum {
 
 /* CUmemLocationType */
 enum { CU_MEM_LOCATION_TYPE_DEVICE = 1, CU_MEM_LOCATION_TYPE_HOST = 2 };
+enum { CU_MEM_LOCATION_TYPE_DEVICE_LOCALITY_DOMAIN = 6 };
 /* CUmemAllocationType */
 enum { CU_MEM_ALLOCATION_TYPE_PINNED = 1 };
 /* CUmemAttach_flags */
@@ -38,9 +39,17 @@ enum { CU_MEM_ATTACH_GLOBAL = 1 };
 enum { CU_GET_PROC_ADDRESS_DEFAULT = 0, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM = 2 };
 enum { CU_GET_PROC_ADDRESS_SUCCESS = 0 };
 
+/* CUmemLocation: the id is a union with CUDA 13.4's `localized` device and locality domain
+ * (for CU_MEM_LOCATION_TYPE_DEVICE_LOCALITY_DOMAIN). */
 typedef struct {
     int type;
-    int id;
+    union {
+        int id;
+        struct {
+            unsigned char deviceId;
+            unsigned char localityDomainId;
+        } localized;
+    };
 } CUmemLocation;
 
 /* CUmemAllocationProp (v1): 32 bytes on LP64. */

@@ -11,6 +11,8 @@
  *   export:H                cuMemExportToShareableHandle (POSIX fd); the fd goes in $OPS_FD
  *                           (inherited by a forkexec child)
  *   import:SIZE             cuMemImportFromShareableHandle of $OPS_FD: a handle slot of SIZE
+ *   createat:SIZE:TYPE:ID   cuMemCreate at location TYPE (CUmemLocationType) ID; for
+ *                           DEVICE_LOCALITY_DOMAIN (6), device ID's locality domain 0
  *   ipcopen / poolimport / extbuf   cuIpcOpenMemHandle(_v2) of a zero handle,
  *                           cuMemPoolImportPointer and cuExternalMemoryGetMappedBuffer with
  *                           null objects: a pointer slot if one comes back */
@@ -297,6 +299,26 @@ int op_create(const struct drv *d, char **f, int nf) {
         h = 0;
     slot = push(&handles, h, a, rc == 0);
     out("%s %llu rc=%d slot=%zu handle=0x%llx", op, a, rc, slot, h);
+    return 0;
+}
+
+int op_createat(const struct drv *d, char **f, int nf) {
+    unsigned long long a = 0, t = 0, id = 0;
+    CUresult rc;
+    CUmemAllocationProp prop;
+    CUmemGenericAllocationHandle h = 0;
+    size_t slot;
+    NARGS(3);
+    if (parse_size(f[1], &a) || parse_num(f[2], &t) || parse_num(f[3], &id))
+        return -1;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    set_location(&prop.location, (int)t, (int)id);
+    rc = CALL(d, cuMemCreate, &h, a, &prop, 0);
+    if (rc)
+        h = 0;
+    slot = push(&handles, h, a, rc == 0);
+    out("createat %llu rc=%d slot=%zu handle=0x%llx", a, rc, slot, h);
     return 0;
 }
 

@@ -37,6 +37,7 @@
   OP("shimstats", op_shimstats) \
   OP("create", op_create) \
   OP("createhost", op_create) \
+  OP("createat", op_createat) \
   OP("release", op_release) \
   OP("reserve", op_reserve) \
   OP("map", op_map) \
@@ -84,6 +85,7 @@
   OP("defpoolon", op_asyncon) \
   OP("hostpool", op_asyncon) \
   OP("locpool", op_locpool) \
+  OP("poolat", op_locpool) \
   OP("ctxretain", op_ctxretain) \
   OP("ctxattach", op_ctxattach) \
   OP("ctxdetach", op_ctxattach) \

@@ -82,6 +82,52 @@ fn cuda13_default_pools_by_location() {
     }
 }
 
+/// CUDA 13.4's `DEVICE_LOCALITY_DOMAIN` (cuda.h: "a portion of device memory, specified by
+/// the locality domain ID"), its device in the location's `localized.deviceId` (the client
+/// leaves the rest of the union non-zero): `cuMemCreate`, a pool `cuMemPoolCreate` makes
+/// there and the default pool `cuMemGetDefaultMemPool` names are charged to that GPU.
+#[test]
+fn locality_domain_memory_is_charged_to_its_device() {
+    for client in Client::ALL {
+        let out = run(
+            client,
+            "init createat:768M:6:1 poolat:6:1:256M locpool:6:1:2M createat:2M:6:1 \
+             createat:768M:6:0 dev:1 info shimstats:1 shimstats:0",
+            &TWO_GPUS,
+        );
+        out.check_exit(0);
+        out.check_rcs(&[0, 0, 0, OUT_OF_MEMORY, OUT_OF_MEMORY, 0, 0, 0, 0, 0]);
+        out.check(7, "info", &[("free", 0)]);
+        out.check(8, "shimstats", &[("in_use", GIB), ("live", 2)]);
+        out.check(9, "shimstats", &[("in_use", 768 * MIB), ("live", 1)]);
+    }
+}
+
+/// A location type cuquota does not know is refused with one line naming it (fail closed),
+/// never passed as host memory; the host types still pass uncharged.
+#[test]
+fn an_unknown_location_type_is_refused_not_taken_for_the_host() {
+    for client in Client::ALL {
+        let out = run(
+            client,
+            "init createat:2M:7:0 poolat:9:0:2M createat:768M:2:0 poolat:3:0:768M \
+             alloc:1G shimstats:0",
+            &TWO_GPUS,
+        );
+        out.check_exit(0);
+        out.check_rcs(&[0, NOT_SUPPORTED, NOT_SUPPORTED, 0, 0, 0, 0]);
+        out.check(6, "shimstats", &[("in_use", GIB), ("live", 1)]);
+        for (api, kind) in [("cuMemCreate", 7), ("cuMemPoolCreate", 9)] {
+            out.check_log(&format!(
+                "refused {api}: memory location type {kind} (id 0) is not one cuquota knows \
+                 (DEVICE, DEVICE_LOCALITY_DOMAIN, HOST, HOST_NUMA, HOST_NUMA_CURRENT), so its \
+                 memory cannot be charged; the call fails with CUDA_ERROR_NOT_SUPPORTED"
+            ));
+        }
+        assert_eq!(out.logs_starting("refused ").len(), 2, "{out}");
+    }
+}
+
 #[test]
 fn host_pools_are_not_charged() {
     for client in Client::ALL {
