@@ -90,6 +90,8 @@ library! {
         fn(*mut CuMemHandle, *mut c_void) -> CuResult;
     cuMemImportFromShareableHandle: "cuMemImportFromShareableHandle" @ 10020, Plain:
         fn(*mut CuMemHandle, *mut c_void, c_int) -> CuResult;
+    cuMemExportToShareableHandle: "cuMemExportToShareableHandle" @ 10020, Plain:
+        fn(*mut c_void, CuMemHandle, c_int, u64) -> CuResult;
     cuIpcOpenMemHandle_v2: "cuIpcOpenMemHandle" @ 11000, Plain:
         fn(*mut CuDevicePtr, CuIpcMemHandle, c_uint) -> CuResult;
     cuIpcOpenMemHandle: "cuIpcOpenMemHandle" @ 4010, Plain:

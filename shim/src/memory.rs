@@ -309,7 +309,8 @@ pub fn allocate_managed(size: usize, flags: u32) -> Result<u64, CUresult> {
 
 /// `cuMemGetInfo`: (free, total) of the current context's device.
 pub fn info() -> Result<(u64, u64), CUresult> {
-    let state = state::lock();
+    let mut state = state::lock();
+    vmm::reap_closed_exports(&mut state);
     let device = &state.devices[context::current_device(&state)?];
     Ok((device.free(), device.total))
 }
@@ -424,7 +425,8 @@ pub fn host_flags(address: usize) -> Result<u32, CUresult> {
 
 /// `cuShimStats`: (in use, peak, live allocations) of a device.
 pub fn stats(device: CUdevice) -> Result<(u64, u64, u64), CUresult> {
-    let state = state::lock();
+    let mut state = state::lock();
+    vmm::reap_closed_exports(&mut state);
     let d = state.device(device)?;
     Ok((d.in_use, d.peak, d.live))
 }
@@ -432,7 +434,8 @@ pub fn stats(device: CUdevice) -> Result<(u64, u64, u64), CUresult> {
 /// `cuShimFootprint`: a device's footprint by part: (live allocations, pool cache, graph
 /// memory, context memory).
 pub fn footprint(device: CUdevice) -> Result<(u64, u64, u64, u64), CUresult> {
-    let state = state::lock();
+    let mut state = state::lock();
+    vmm::reap_closed_exports(&mut state);
     let d = state.device(device)?;
     Ok((d.in_use, d.pool_cache, d.graph_reserved, d.context_memory))
 }

@@ -28,10 +28,26 @@ struct Physical {
     prop: StoredProp,
     /// The device charged for it, if it is device memory.
     device: Option<usize>,
-    /// Handle references: one from `cuMemCreate`, one per `cuMemRetainAllocationHandle`.
+    /// Handle references: one from `cuMemCreate`, one per `cuMemRetainAllocationHandle`, one
+    /// per import of its own export.
     refs: u32,
     /// Number of mappings of it.
     maps: u32,
+    /// Descriptors `cuMemExportToShareableHandle` gave (duplicates of `fd`): "Once all
+    /// shareable handles are closed and the allocation is released, the allocated memory
+    /// referenced will be released", so each keeps the memory while it is open.
+    exports: Vec<c_int>,
+}
+
+impl Physical {
+    /// Forgets the exports closed since (or whose number now names another file); true if
+    /// one is still open.
+    fn exports_open(&mut self) -> bool {
+        let own = file_id(self.fd).map(|(d, i, _)| (d, i));
+        self.exports
+            .retain(|&fd| own.is_some() && file_id(fd).map(|(d, i, _)| (d, i)) == own);
+        !self.exports.is_empty()
+    }
 }
 
 struct Mapping {
@@ -145,6 +161,7 @@ pub fn create(size: usize, prop: &MemAllocationProp, flags: u64) -> Result<u64, 
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let mut state = state::lock();
+    reap_closed_exports(&mut state);
     let device = check_prop(&state, prop)?;
     if let Some(d) = device {
         state.devices[d].charge(size as u64)?;
@@ -178,14 +195,21 @@ pub fn create(size: usize, prop: &MemAllocationProp, flags: u64) -> Result<u64, 
         device,
         refs: 1,
         maps: 0,
+        exports: Vec::new(),
     };
     state.vmm.handles.insert(handle, physical);
     Ok(handle)
 }
 
-/// Frees a physical allocation once nothing refers to it any more.
+/// Frees a physical allocation once nothing refers to it any more: no handle reference, no
+/// mapping, no export still open (cuda.h on `cuMemRelease`: "when all outstanding mappings
+/// to the memory are unmapped and when all outstanding references to the handle (including
+/// it's shareable counterparts) are also released").
 fn destroy_if_unused(state: &mut State, handle: u64) {
-    let unused = matches!(state.vmm.handles.get(&handle), Some(p) if p.refs == 0 && p.maps == 0);
+    let unused = match state.vmm.handles.get_mut(&handle) {
+        Some(p) if p.refs == 0 && p.maps == 0 => !p.exports_open(),
+        _ => false,
+    };
     if !unused {
         return;
     }
@@ -195,6 +219,19 @@ fn destroy_if_unused(state: &mut State, handle: u64) {
         if let Some(d) = physical.device {
             state.devices[d].uncharge(physical.size as u64);
         }
+    }
+}
+
+/// Frees the allocations that only an export kept, if their exports were closed since (no
+/// call announces a `close`): looked at before the shim's figures are read and before a
+/// `cuMemCreate` is charged.
+pub fn reap_closed_exports(state: &mut State) {
+    let kept: Vec<u64> = (state.vmm.handles.iter())
+        .filter(|(_, p)| p.refs == 0 && p.maps == 0)
+        .map(|(&h, _)| h)
+        .collect();
+    for handle in kept {
+        destroy_if_unused(state, handle);
     }
 }
 
@@ -218,16 +255,17 @@ pub fn export(handle: u64, kind: i32, flags: u64) -> Result<c_int, CUresult> {
     if kind != HANDLE_TYPE_POSIX_FD {
         return Err(CUDA_ERROR_NOT_SUPPORTED);
     }
-    let state = state::lock();
-    let fd = match state.vmm.handles.get(&handle) {
-        Some(p) if p.refs > 0 && p.prop.requested_handle_types & HANDLE_TYPE_POSIX_FD != 0 => p.fd,
+    let mut state = state::lock();
+    let physical = match state.vmm.handles.get_mut(&handle) {
+        Some(p) if p.refs > 0 && p.prop.requested_handle_types & HANDLE_TYPE_POSIX_FD != 0 => p,
         _ => return Err(CUDA_ERROR_INVALID_VALUE),
     };
     // SAFETY: `fd` is the allocation's open descriptor; dup makes a new one.
-    let exported = unsafe { libc::dup(fd) };
+    let exported = unsafe { libc::dup(physical.fd) };
     if exported < 0 {
         return Err(CUDA_ERROR_OUT_OF_MEMORY);
     }
+    physical.exports.push(exported);
     Ok(exported)
 }
 
@@ -264,9 +302,11 @@ fn file_id(fd: c_int) -> Option<(u64, u64, usize)> {
 
 /// `cuMemImportFromShareableHandle` of a POSIX file descriptor another process of the shim
 /// exported: a new handle to that memory (at the location it was made at), with one
-/// reference. The memory belongs to the exporting process and is charged there, not here. Importing this process's own
-/// export is not simulated (`CUDA_ERROR_NOT_SUPPORTED`): the shim cannot say what the real
-/// driver's handle would then be.
+/// reference. The memory belongs to the exporting process and is charged there, not here.
+/// An import of this process's own allocation gives its handle with one more reference:
+/// "Each time a recipient process imports a shareable handle, it needs to pair it with
+/// ::cuMemRelease for the handle to be freed" (whether the real driver gives the same value
+/// is a question `scripts/gpu-check.sh`'s `questions` check asks it).
 pub fn import(os_handle: usize, kind: i32) -> Result<u64, CUresult> {
     if kind != HANDLE_TYPE_POSIX_FD {
         return Err(CUDA_ERROR_NOT_SUPPORTED);
@@ -278,13 +318,11 @@ pub fn import(os_handle: usize, kind: i32) -> Result<u64, CUresult> {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let mut state = state::lock();
-    let own = state
-        .vmm
-        .handles
-        .values()
-        .any(|p| file_id(p.fd).is_some_and(|(d, i, _)| (d, i) == (dev, ino)));
-    if own {
-        return Err(CUDA_ERROR_NOT_SUPPORTED);
+    let own = (state.vmm.handles.iter_mut())
+        .find(|(_, p)| file_id(p.fd).is_some_and(|(d, i, _)| (d, i) == (dev, ino)));
+    if let Some((&handle, physical)) = own {
+        physical.refs += 1;
+        return Ok(handle);
     }
     // SAFETY: `fd` is the caller's open descriptor; this makes a new one the shim owns.
     let fd = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
@@ -306,6 +344,7 @@ pub fn import(os_handle: usize, kind: i32) -> Result<u64, CUresult> {
         device: None,
         refs: 1,
         maps: 0,
+        exports: Vec::new(),
     };
     state.vmm.handles.insert(handle, physical);
     Ok(handle)

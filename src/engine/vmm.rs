@@ -2,13 +2,15 @@ use super::explain::Outcome;
 use super::state::Engine;
 use crate::cuda_abi::CuResult;
 use crate::ledger::{Charge, Kind};
+use crate::vmm::Export;
 
 // ---- VMM lifetimes and imports ---------------------------------------------------------
 //
 // A `cuMemCreate` allocation is charged (in the handle ledger) until its last reference is
-// released and its last mapping unmapped; `VmmBooks` says when that is. As in `free`, what a
-// call would end leaves the ledger before the driver is called and comes back if it fails.
-// Imports are never charged: the exporting process pays.
+// released and its last mapping unmapped, and every export of it closed; `VmmBooks` says
+// when that is. As in `free`, what a call would end leaves the ledger before the driver is
+// called and comes back if it fails. Imports are never charged: the exporting process pays;
+// an import of our own export is one more reference of ours, never an end.
 
 impl Engine {
     /// `cuMemCreate` succeeded (charged or not): its handle has one reference.
@@ -44,6 +46,7 @@ impl Engine {
         let rc = call();
         if rc.is_ok() {
             self.credit_all(api, taken);
+            self.reap_exports(api);
         } else {
             self.vmm.lock().add_ref(handle);
             self.restore(taken);
@@ -95,6 +98,7 @@ impl Engine {
         let rc = call();
         if rc.is_ok() {
             self.credit_all(api, taken);
+            self.reap_exports(api);
         } else {
             self.restore(taken);
             self.vmm.lock().unmap_undo(unmapped);
@@ -133,12 +137,42 @@ impl Engine {
         rc
     }
 
-    /// `cuMemImportFromShareableHandle` gave `handle`: another process's memory, never
-    /// charged here. An entry of ours under that value is stale (the driver reused it).
-    pub fn imported_handle(&self, api: &'static str, handle: u64) {
-        self.vmm.lock().forget(handle);
-        let stale = self.take_handles(&[handle]);
-        self.credit_all(api, stale);
+    /// `cuMemExportToShareableHandle` gave the POSIX file descriptor `fd` for `handle`: a
+    /// reference of its allocation until the descriptor is closed.
+    pub fn vmm_exported(&self, handle: u64, fd: i32) {
+        if let Some(file) = crate::sys::file_id(fd) {
+            self.vmm.lock().exported(handle, Export { fd, file });
+        }
+    }
+
+    /// `cuMemImportFromShareableHandle` gave `handle`, for the POSIX file descriptor `fd`
+    /// (`None`: another kind of shareable handle). An import of one of our own exports (or
+    /// a handle value of ours given back) is one more reference of our allocation, released
+    /// by its own `cuMemRelease`; anything else is another process's memory, never charged
+    /// here. Never an end of anything.
+    pub fn imported_handle(&self, handle: u64, fd: Option<i32>) {
+        let export = fd.and_then(|fd| Some(Export { fd, file: crate::sys::file_id(fd)? }));
+        let mut books = self.vmm.lock();
+        let own = export.and_then(|e| books.export_of(e));
+        books.imported(handle, own);
+    }
+
+    /// Exports closed since are gone (no call announces a `close`): what that leaves with
+    /// no reference, mapping or open export is credited. Looked at when a VMM call may have
+    /// ended something, before a figure is told and before a refusal is final. True if
+    /// anything was credited.
+    pub(super) fn reap_exports(&self, api: &'static str) -> bool {
+        let taken = {
+            let mut books = self.vmm.lock();
+            if !books.has_exports() {
+                return false;
+            }
+            let ended = books.reap_exports(|e| crate::sys::file_id(e.fd) == Some(e.file));
+            self.take_handles(&ended)
+        };
+        let credited = !taken.is_empty();
+        self.credit_all(api, taken);
+        credited
     }
 
     /// An import gave device pointer `ptr` (IPC, a pool's exported pointer, external

@@ -1,9 +1,10 @@
-//! VMM lifetimes and imports. A `cuMemCreate` allocation is charged until it is both
-//! released and unmapped (the engine's `vmm_*` entry points keep the books); imports are
-//! never charged.
+//! VMM lifetimes and imports. A `cuMemCreate` allocation is charged until it is released,
+//! unmapped and every export of it closed (the engine's `vmm_*` entry points keep the
+//! books); imports are never charged (an import of our own export is a reference of ours).
 
 use super::{hook, hooked, out, table};
 use crate::cuda_abi::{CuDevicePtr, CuIpcMemHandle, CuMemHandle, CuMemoryPool, CuResult};
+use crate::ffi;
 use crate::lookup::{CFunction, Real};
 use crate::real_driver as real;
 use std::ffi::{c_int, c_uint, c_void};
@@ -79,6 +80,10 @@ hooked!(
     }
 );
 
+/// `CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`: the shareable handle is an `int` descriptor
+/// (passed to an import as the pointer's value).
+const HANDLE_TYPE_POSIX_FD: c_int = 1;
+
 hooked!(
     cuMemImportFromShareableHandle,
     |handle: *mut CuMemHandle, os_handle: *mut c_void, kind: c_int| {
@@ -86,16 +91,44 @@ hooked!(
         let call = |real: real::cuMemImportFromShareableHandle| unsafe {
             out(real(handle, os_handle, kind), handle)
         };
+        let fd = (kind == HANDLE_TYPE_POSIX_FD).then_some(os_handle as usize as c_int);
         hook(
             &real::cuMemImportFromShareableHandle,
             |real, e| {
                 let (rc, imported) = call(real);
                 if rc.is_ok() {
-                    e.imported_handle(real::cuMemImportFromShareableHandle.name(), imported);
+                    e.imported_handle(imported, fd);
                 }
                 rc
             },
             |real| call(real).0,
+        )
+    }
+);
+
+// An exported descriptor is a reference of the allocation ("including it's shareable
+// counterparts"): it keeps the memory until it is closed.
+hooked!(
+    cuMemExportToShareableHandle,
+    |shareable: *mut c_void, handle: CuMemHandle, kind: c_int, flags: u64| {
+        // SAFETY: the caller's arguments, passed on.
+        let call = |real: real::cuMemExportToShareableHandle| unsafe {
+            real(shareable, handle, kind, flags)
+        };
+        hook(
+            &real::cuMemExportToShareableHandle,
+            |real, e| {
+                let rc = call(real);
+                if rc.is_ok() && kind == HANDLE_TYPE_POSIX_FD {
+                    // SAFETY: for a POSIX descriptor `shareable` is the caller's `int *`,
+                    // which the driver just wrote.
+                    if let Some(fd) = unsafe { ffi::input(shareable as *const c_int) } {
+                        e.vmm_exported(handle, *fd);
+                    }
+                }
+                rc
+            },
+            call,
         )
     }
 );
@@ -160,6 +193,7 @@ hooked!(
 );
 
 table!(
+    cuMemExportToShareableHandle,
     cuMemRelease,
     cuMemMap,
     cuMemUnmap,

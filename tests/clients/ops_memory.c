@@ -11,6 +11,7 @@
  *   export:H                cuMemExportToShareableHandle (POSIX fd); the fd goes in $OPS_FD
  *                           (inherited by a forkexec child)
  *   import:SIZE             cuMemImportFromShareableHandle of $OPS_FD: a handle slot of SIZE
+ *   closefd                 close($OPS_FD): the exported descriptor is released
  *   createat:SIZE:TYPE:ID   cuMemCreate at location TYPE (CUmemLocationType) ID; for
  *                           DEVICE_LOCALITY_DOMAIN (6), device ID's locality domain 0
  *   ipcopen / poolimport / extbuf   cuIpcOpenMemHandle(_v2) of a zero handle,
@@ -25,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define FILL_LIMIT 1000000UL
 
@@ -490,6 +492,19 @@ int op_export(const struct drv *d, char **f, int nf) {
         setenv("OPS_FD", num, 1);
     }
     out("export %s rc=%d fd=%d", f[1], rc, rc ? -1 : fd);
+    return 0;
+}
+
+int op_closefd(const struct drv *d, char **f, int nf) {
+    const char *fd = getenv("OPS_FD");
+    int rc;
+    (void)d;
+    (void)f;
+    if (nf != 1 || !fd)
+        return -1;
+    rc = close(atoi(fd));
+    unsetenv("OPS_FD");
+    out("closefd %s rc=%d", fd, rc);
     return 0;
 }
 

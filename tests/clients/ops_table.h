@@ -50,6 +50,7 @@
   OP("retain", op_retain) \
   OP("export", op_export) \
   OP("import", op_import) \
+  OP("closefd", op_closefd) \
   OP("ipcopen", op_ipcopen) \
   OP("poolimport", op_ipcopen) \
   OP("extbuf", op_ipcopen) \

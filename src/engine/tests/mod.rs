@@ -537,7 +537,7 @@ fn imports_are_not_charged_and_drop_stale_entries() {
     let ok = || CuResult::SUCCESS;
     // an imported handle: mapping, retaining, unmapping and releasing it credit nothing
     assert_eq!(create(&e, 1, 256 * MIB), CuResult::SUCCESS);
-    e.imported_handle("i", 0x77);
+    e.imported_handle(0x77, None);
     assert_eq!(
         e.vmm_map("m", 0x1000_0000, 64 * MIB, 0x77, ok),
         CuResult::SUCCESS
@@ -567,6 +567,32 @@ fn imports_are_not_charged_and_drop_stale_entries() {
         768 * MIB,
         "the import's free credits nothing"
     );
+}
+
+/// cuda.h: freed once every reference "(including it's shareable counterparts)" is
+/// released; each import "needs to pair it with ::cuMemRelease". An export is a reference
+/// until its descriptor is closed, an import of it one more (whatever value the driver
+/// gives it), and a handle value of ours given back by an import is never credited.
+#[test]
+fn an_exported_allocation_stays_charged_until_its_descriptor_closes() {
+    use std::os::fd::AsRawFd;
+    let (e, _) = with_limit("1GiB");
+    let ok = || CuResult::SUCCESS;
+    let path = std::env::temp_dir().join(format!("cuquota-export-{}", std::process::id()));
+    let file = std::fs::File::create(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let fd = file.as_raw_fd();
+    assert_eq!(create(&e, 1, 256 * MIB), CuResult::SUCCESS);
+    e.vmm_exported(1, fd);
+    e.imported_handle(0x55, Some(fd)); // another value for our allocation
+    e.imported_handle(1, None); // our own value given back: one more reference
+    for handle in [1, 0x55, 1] {
+        assert_eq!(e.vmm_release("r", handle, ok), CuResult::SUCCESS);
+    }
+    assert_eq!(free_bytes(&e), 768 * MIB, "the export is still open");
+    drop(file);
+    assert_eq!(free_bytes(&e), GIB, "closed: the allocation is gone");
+    assert_eq!(e.ledger(Kind::Handle).live_on(0), (0, 0));
 }
 
 /// Threads create, map, release and unmap (in both orders, with retains) under a
