@@ -295,6 +295,29 @@ pub struct CuArrayMemoryRequirements {
     pub reserved: [u32; 4],
 }
 
+/// `CUarrayMapInfo` (v1): 96 bytes; the subresource union kept as its 32 raw bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CuArrayMapInfo {
+    pub resource_type: i32,
+    /// The `CUarray` or `CUmipmappedArray`.
+    pub resource: usize,
+    pub subresource_type: i32,
+    pub subresource: [u64; 4],
+    /// [`CU_MEM_OPERATION_TYPE_MAP`] or [`CU_MEM_OPERATION_TYPE_UNMAP`].
+    pub operation: i32,
+    pub handle_type: i32,
+    pub handle: CuMemHandle,
+    pub offset: u64,
+    pub device_mask: u32,
+    pub flags: u32,
+    pub reserved: [u32; 2],
+}
+
+/// `CUmemOperationType` values.
+pub const CU_MEM_OPERATION_TYPE_MAP: i32 = 1;
+pub const CU_MEM_OPERATION_TYPE_UNMAP: i32 = 2;
+
 /// `CUDA_ARRAY3D_*` flags.
 pub const CUDA_ARRAY3D_LAYERED: u32 = 0x01;
 pub const CUDA_ARRAY3D_CUBEMAP: u32 = 0x04;
@@ -418,6 +441,10 @@ mod tests {
         assert_eq!(std::mem::size_of::<CuArrayDescriptorV1>(), 16);
         assert_eq!(std::mem::size_of::<CuArray3DDescriptorV1>(), 24);
         assert_eq!(std::mem::size_of::<CuIpcMemHandle>(), 64);
+        assert_eq!(std::mem::size_of::<CuArrayMapInfo>(), 96);
+        assert_eq!(std::mem::offset_of!(CuArrayMapInfo, subresource), 24);
+        assert_eq!(std::mem::offset_of!(CuArrayMapInfo, handle), 64);
+        assert_eq!(std::mem::offset_of!(CuArrayMapInfo, device_mask), 80);
         // graphs and graph memory
         assert_eq!(std::mem::size_of::<CuMemPoolProps>(), 88);
         assert_eq!(std::mem::size_of::<CuMemAllocNodeParams>(), 120);

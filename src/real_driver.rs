@@ -5,7 +5,7 @@
 
 use crate::cuda_abi::{
     CuArray, CuArray3DDescriptor, CuArray3DDescriptorV1, CuArrayDescriptor, CuArrayDescriptorV1,
-    CuArrayMemoryRequirements, CuContext, CuDevice, CuDevicePtr, CuDevicePtrV1, CuIpcMemHandle,
+    CuArrayMapInfo, CuArrayMemoryRequirements, CuContext, CuDevice, CuDevicePtr, CuDevicePtrV1, CuIpcMemHandle,
     CuMemAllocationProp, CuMemHandle, CuMemLocation, CuMemPoolPropsHead, CuMemoryPool, CuResult,
     CuStream,
 };
@@ -92,6 +92,10 @@ library! {
         fn(*mut CuMemHandle, *mut c_void, c_int) -> CuResult;
     cuMemExportToShareableHandle: "cuMemExportToShareableHandle" @ 10020, Plain:
         fn(*mut c_void, CuMemHandle, c_int, u64) -> CuResult;
+    cuMemMapArrayAsync: "cuMemMapArrayAsync" @ 11010, Plain:
+        fn(*mut CuArrayMapInfo, c_uint, CuStream) -> CuResult;
+    cuMemMapArrayAsync_ptsz: "cuMemMapArrayAsync" @ 11010, PerThread:
+        fn(*mut CuArrayMapInfo, c_uint, CuStream) -> CuResult;
     cuIpcOpenMemHandle_v2: "cuIpcOpenMemHandle" @ 11000, Plain:
         fn(*mut CuDevicePtr, CuIpcMemHandle, c_uint) -> CuResult;
     cuIpcOpenMemHandle: "cuIpcOpenMemHandle" @ 4010, Plain:

@@ -52,6 +52,10 @@ pub struct Unmapped {
     pub ended: Vec<u64>,
 }
 
+/// Where `cuMemMapArrayAsync` maps memory: (resource type, resource, subresource type,
+/// subresource bytes), as the caller passed them.
+pub type ArraySlot = (i32, usize, i32, [u64; 4]);
+
 /// A shareable handle `cuMemExportToShareableHandle` gave: a POSIX file descriptor, and the
 /// file it was (device, inode), so that a closed descriptor whose number came back for
 /// another file is not taken for it.
@@ -71,6 +75,8 @@ pub struct VmmBooks {
     /// Handle values an import of our own export gave that are not the allocation's own →
     /// the allocation's handle (a release of one is a release of a reference of it).
     aliases: HashMap<u64, u64>,
+    /// Our allocations mapped into sparse or deferred-mapping arrays: slot → handle.
+    array_mappings: HashMap<ArraySlot, u64>,
 }
 
 impl VmmBooks {
@@ -149,6 +155,49 @@ impl VmmBooks {
         if let Some(h) = self.handles.get_mut(&target) {
             h.refs += 1;
         }
+    }
+
+    /// `cuMemMapArrayAsync` mapped `handle` at `slot` (`ours`: `map_begin` counted it).
+    /// Whatever the books held there is replaced (the driver remaps a slot): that mapping
+    /// ends, and a handle it leaves unused is returned.
+    pub fn array_mapped(&mut self, slot: ArraySlot, handle: u64, ours: bool) -> Option<u64> {
+        let old = match ours {
+            true => (self.array_mappings).insert(slot, self.allocation_of(handle)),
+            false => self.array_mappings.remove(&slot),
+        }?;
+        if let Some(h) = self.handles.get_mut(&old) {
+            h.maps = h.maps.saturating_sub(1);
+        }
+        self.end_if_unused(old).then_some(old)
+    }
+
+    /// Before a `cuMemMapArrayAsync` unmap of `slot`: takes out the mapping there, or, if the
+    /// books have none at exactly that slot, the resource's only one (a deferred-mapping
+    /// array's subresource is ignored by the driver). Returns (its slot, its handle, whether
+    /// the unmap ends the allocation).
+    pub fn array_unmap_begin(&mut self, slot: ArraySlot) -> Option<(ArraySlot, u64, bool)> {
+        let found = match self.array_mappings.contains_key(&slot) {
+            true => slot,
+            false => {
+                let mut of_resource = (self.array_mappings.keys())
+                    .filter(|k| (k.0, k.1) == (slot.0, slot.1));
+                match (of_resource.next(), of_resource.next()) {
+                    (Some(&only), None) => only,
+                    _ => return None,
+                }
+            }
+        };
+        let handle = self.array_mappings.remove(&found)?;
+        if let Some(h) = self.handles.get_mut(&handle) {
+            h.maps = h.maps.saturating_sub(1);
+        }
+        Some((found, handle, self.end_if_unused(handle)))
+    }
+
+    /// The unmap failed: the mapping is back.
+    pub fn array_unmap_undo(&mut self, slot: ArraySlot, handle: u64) {
+        self.handles.entry(handle).or_default().maps += 1;
+        self.array_mappings.insert(slot, handle);
     }
 
     /// Whether any export is open (the reaping costs a look at each).
@@ -265,6 +314,7 @@ impl VmmBooks {
         self.mappings.retain(|_, m| m.handle != handle);
         self.exports.remove(&handle);
         self.aliases.retain(|_, &mut h| h != handle);
+        self.array_mappings.retain(|_, &mut h| h != handle);
         self.handles.remove(&handle).is_some()
     }
 
@@ -356,6 +406,33 @@ mod tests {
         b.imported(G, Some(H));
         b.imported(G, None);
         assert_eq!(b.allocation_of(G), G);
+    }
+
+    #[test]
+    fn array_mappings_keep_the_allocation_until_unmapped() {
+        let mut b = VmmBooks::new();
+        let tile = |x: u64| (0, 0xa0, 0, [x, 0, 0, 0]);
+        b.created(H);
+        assert!(b.map_begin(H) && b.map_begin(H));
+        assert_eq!(b.array_mapped(tile(1), H, true), None);
+        assert_eq!(b.array_mapped(tile(2), H, true), None);
+        assert_eq!(b.release(H), Some(false), "mapped twice");
+        assert_eq!(b.array_unmap_begin(tile(1)), Some((tile(1), H, false)));
+        // an unmap the books cannot place exactly takes the resource's only mapping
+        let (slot, h, ended) = b.array_unmap_begin(tile(9)).unwrap();
+        assert_eq!((slot, h, ended), (tile(2), H, true));
+        b.array_unmap_undo(slot, h);
+        assert_eq!(b.array_unmap_begin(tile(2)), Some((tile(2), H, true)));
+        assert!(!b.knows(H));
+        // remapping a slot ends what was mapped there
+        b.created(G);
+        b.created(H);
+        b.map_begin(G);
+        b.array_mapped(tile(1), G, true);
+        b.release(G);
+        b.map_begin(H);
+        assert_eq!(b.array_mapped(tile(1), H, true), Some(G));
+        assert_eq!(b.array_unmap_begin(tile(3)), Some((tile(1), H, false)));
     }
 
     #[test]

@@ -343,6 +343,36 @@ const _: () = assert!(NVML_MEMORY_V2 == 0x0200_0028);
 const _: () = assert!(std::mem::size_of::<NvmlProcessInfoV1>() == 16);
 const _: () = assert!(std::mem::size_of::<NvmlProcessInfoV2>() == 24);
 
+/// `CUarrayMapInfo` (v1): 96 bytes. The subresource union (a sparse level's offsets and
+/// extents, or a mip tail's layer, offset and size) is kept as its 32 raw bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ArrayMapInfo {
+    /// `CUresourcetype`: [`RESOURCE_TYPE_ARRAY`] or [`RESOURCE_TYPE_MIPMAPPED_ARRAY`].
+    pub resource_type: i32,
+    /// The `CUarray` or `CUmipmappedArray`.
+    pub resource: usize,
+    pub subresource_type: i32,
+    pub subresource: [u64; 4],
+    /// [`MEM_OPERATION_MAP`] or [`MEM_OPERATION_UNMAP`].
+    pub operation: i32,
+    /// `CUmemHandleType`: only `CU_MEM_HANDLE_TYPE_GENERIC` (0).
+    pub handle_type: i32,
+    pub handle: u64,
+    pub offset: u64,
+    pub device_mask: u32,
+    pub flags: u32,
+    pub reserved: [u32; 2],
+}
+const _: () = assert!(std::mem::size_of::<ArrayMapInfo>() == 96);
+pub const RESOURCE_TYPE_ARRAY: i32 = 0;
+pub const RESOURCE_TYPE_MIPMAPPED_ARRAY: i32 = 1;
+pub const MEM_OPERATION_MAP: i32 = 1;
+pub const MEM_OPERATION_UNMAP: i32 = 2;
+/// `CU_MEM_CREATE_USAGE_TILE_POOL`, in `CUmemAllocationProp::allocFlags::usage` (an
+/// `unsigned short` at byte 2 of `allocFlags`).
+pub const CREATE_USAGE_TILE_POOL: u16 = 0x1;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -57,12 +57,18 @@ struct Mapping {
     access: i32,
 }
 
+/// Where `cuMemMapArrayAsync` mapped memory: (resource type, resource, subresource type,
+/// subresource bytes); a deferred-mapping array's is the whole array (subresource zeroed).
+type ArraySlot = (i32, usize, i32, [u64; 4]);
+
 pub struct Vmm {
     handles: BTreeMap<u64, Physical>,
     /// Reserved address ranges: base to size.
     reservations: BTreeMap<usize, usize>,
     /// Mapped ranges by base address.
     mappings: BTreeMap<usize, Mapping>,
+    /// Tile-pool memory mapped into sparse and deferred-mapping arrays: slot → handle.
+    array_mappings: BTreeMap<ArraySlot, u64>,
 }
 
 impl Vmm {
@@ -71,6 +77,7 @@ impl Vmm {
             handles: BTreeMap::new(),
             reservations: BTreeMap::new(),
             mappings: BTreeMap::new(),
+            array_mappings: BTreeMap::new(),
         }
     }
 
@@ -233,6 +240,74 @@ pub fn reap_closed_exports(state: &mut State) {
     for handle in kept {
         destroy_if_unused(state, handle);
     }
+}
+
+/// `cuMemMapArrayAsync`: maps tile-pool memory into (or unmaps it from) sparse and
+/// deferred-mapping arrays. cuda.h: "The tile pool allocation has to be created by
+/// specifying the ::CU_MEM_CREATE_USAGE_TILE_POOL flag", `memHandleType` must be
+/// `CU_MEM_HANDLE_TYPE_GENERIC`, an unmap's `memHandle` "must be NULL", `deviceBitMask`
+/// "must have exactly one bit set, and the corresponding device must match the device
+/// associated with the stream" (and the tile pool's, for a map), `flags` and `reserved`
+/// zero. A mapping counts as one of its allocation's: the memory is freed only "when all
+/// outstanding mappings to the memory are unmapped" (`cuMemRelease`). Every entry is
+/// checked before any is applied; all the stream's work is complete at once here.
+/// Tile alignment and extents are not checked (the shim keeps no array contents).
+pub fn map_array(infos: &[ArrayMapInfo], stream: usize) -> Result<(), CUresult> {
+    let mut state = state::lock();
+    let stream_device = crate::streams::device(&state, stream)?;
+    let mut slots = Vec::with_capacity(infos.len());
+    for info in infos {
+        let (device, deferred) =
+            crate::arrays::mappable(&state, info.resource_type, info.resource)?;
+        let one_device = info.device_mask.count_ones() == 1
+            && info.device_mask.trailing_zeros() as usize == stream_device
+            && device == stream_device;
+        if info.handle_type != 0 || info.flags != 0 || info.reserved != [0; 2] || !one_device {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let slot: ArraySlot = match deferred {
+            true => (info.resource_type, info.resource, 0, [0; 4]),
+            false => (
+                info.resource_type,
+                info.resource,
+                info.subresource_type,
+                info.subresource,
+            ),
+        };
+        match info.operation {
+            MEM_OPERATION_MAP => {
+                let p = state.vmm.handles.get(&info.handle);
+                let usage = p.map(|p| u16::from_ne_bytes([p.prop.alloc_flags[2], p.prop.alloc_flags[3]]));
+                let tile_pool = usage.is_some_and(|u| u & CREATE_USAGE_TILE_POOL != 0);
+                match p {
+                    Some(p) if p.refs > 0 && tile_pool && p.device == Some(device) => {}
+                    _ => return Err(CUDA_ERROR_INVALID_VALUE),
+                }
+            }
+            MEM_OPERATION_UNMAP if info.handle == 0 => {}
+            _ => return Err(CUDA_ERROR_INVALID_VALUE),
+        }
+        slots.push((slot, info.operation, info.handle));
+    }
+    for (slot, operation, handle) in slots {
+        let gone = match operation {
+            MEM_OPERATION_MAP => {
+                if let Some(p) = state.vmm.handles.get_mut(&handle) {
+                    p.maps += 1;
+                }
+                state.vmm.array_mappings.insert(slot, handle)
+            }
+            _ => state.vmm.array_mappings.remove(&slot),
+        };
+        // What was mapped there before (a remap, or the unmapped memory) is one mapping less.
+        if let Some(old) = gone {
+            if let Some(p) = state.vmm.handles.get_mut(&old) {
+                p.maps -= 1;
+            }
+            destroy_if_unused(&mut state, old);
+        }
+    }
+    Ok(())
 }
 
 /// The name of a device allocation's memfd, before the ordinal.

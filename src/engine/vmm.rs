@@ -1,6 +1,8 @@
 use super::explain::Outcome;
 use super::state::Engine;
-use crate::cuda_abi::CuResult;
+use crate::cuda_abi::{
+    CuArrayMapInfo, CuResult, CU_MEM_OPERATION_TYPE_MAP, CU_MEM_OPERATION_TYPE_UNMAP,
+};
 use crate::ledger::{Charge, Kind};
 use crate::vmm::Export;
 
@@ -27,8 +29,10 @@ impl Engine {
     ) -> CuResult {
         let taken = {
             let mut books = self.vmm.lock();
+            // An import's own handle value stands for our allocation (the ledger's key).
+            let allocation = books.allocation_of(handle);
             match books.release(handle) {
-                Some(true) => self.take_handles(&[handle]),
+                Some(true) => self.take_handles(&[allocation]),
                 Some(false) => Vec::new(),
                 // Ours, with no reference left (released, still mapped): the driver's to
                 // refuse, and it ends nothing.
@@ -67,11 +71,12 @@ impl Engine {
         let rc = call();
         let taken = {
             let mut books = self.vmm.lock();
+            let allocation = books.allocation_of(handle);
             if rc.is_ok() {
                 let stale = books.map_done(base, size, handle, ours);
                 self.take_handles(&stale)
             } else if ours && books.map_failed(handle) {
-                self.take_handles(&[handle])
+                self.take_handles(&[allocation])
             } else {
                 Vec::new()
             }
@@ -103,6 +108,69 @@ impl Engine {
             self.restore(taken);
             self.vmm.lock().unmap_undo(unmapped);
         }
+        rc
+    }
+
+    /// `cuMemMapArrayAsync(infos, ..)`: a map of our allocation into a sparse or
+    /// deferred-mapping array is one of its mappings, an unmap ends one (counted before the
+    /// call, as `cuMemMap`'s and `cuMemUnmap`'s are; taken back if the call fails).
+    pub fn vmm_map_array(
+        &self,
+        api: &'static str,
+        infos: &[CuArrayMapInfo],
+        call: impl FnOnce() -> CuResult,
+    ) -> CuResult {
+        let slot = |i: &CuArrayMapInfo| {
+            (i.resource_type, i.resource, i.subresource_type, i.subresource)
+        };
+        let (maps, unmaps, taken) = {
+            let mut books = self.vmm.lock();
+            let (mut maps, mut unmaps, mut ended) = (Vec::new(), Vec::new(), Vec::new());
+            for info in infos {
+                match info.operation {
+                    CU_MEM_OPERATION_TYPE_MAP => {
+                        maps.push((slot(info), info.handle, books.map_begin(info.handle)))
+                    }
+                    CU_MEM_OPERATION_TYPE_UNMAP => {
+                        if let Some((at, handle, ends)) = books.array_unmap_begin(slot(info)) {
+                            unmaps.push((at, handle));
+                            if ends {
+                                ended.push(handle);
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            (maps, unmaps, self.take_handles(&ended))
+        };
+        let rc = call();
+        let more = {
+            let mut books = self.vmm.lock();
+            let mut ended = Vec::new();
+            if rc.is_ok() {
+                for (at, handle, ours) in maps {
+                    ended.extend(books.array_mapped(at, handle, ours));
+                }
+            } else {
+                for (at, handle) in unmaps {
+                    books.array_unmap_undo(at, handle);
+                }
+                for (_, handle, ours) in maps {
+                    let allocation = books.allocation_of(handle);
+                    if ours && books.map_failed(handle) {
+                        ended.push(allocation);
+                    }
+                }
+            }
+            self.take_handles(&ended)
+        };
+        if rc.is_ok() {
+            self.credit_all(api, taken);
+        } else {
+            self.restore(taken);
+        }
+        self.credit_all(api, more);
         rc
     }
 

@@ -3,7 +3,9 @@
 //! books); imports are never charged (an import of our own export is a reference of ours).
 
 use super::{hook, hooked, out, table};
-use crate::cuda_abi::{CuDevicePtr, CuIpcMemHandle, CuMemHandle, CuMemoryPool, CuResult};
+use crate::cuda_abi::{
+    CuArrayMapInfo, CuDevicePtr, CuIpcMemHandle, CuMemHandle, CuMemoryPool, CuResult, CuStream,
+};
 use crate::ffi;
 use crate::lookup::{CFunction, Real};
 use crate::real_driver as real;
@@ -192,7 +194,43 @@ hooked!(
     }
 );
 
+/// A map or unmap into a sparse or deferred-mapping array: a mapping of the allocation.
+fn map_array(
+    real: &'static Real<real::cuMemMapArrayAsync>,
+    infos: *mut CuArrayMapInfo,
+    count: c_uint,
+    stream: CuStream,
+) -> CuResult {
+    // SAFETY: the caller's arguments, passed on.
+    let call = |f: real::cuMemMapArrayAsync| unsafe { f(infos, count, stream) };
+    hook(
+        real,
+        |f, e| {
+            // SAFETY: `infos` is null or the caller's `count` valid CUarrayMapInfo.
+            let list = unsafe { ffi::inputs(infos, count as usize) };
+            e.vmm_map_array(real.name(), &list, || call(f))
+        },
+        call,
+    )
+}
+
+hooked!(
+    cuMemMapArrayAsync,
+    |infos: *mut CuArrayMapInfo, count: c_uint, stream: CuStream| {
+        map_array(&real::cuMemMapArrayAsync, infos, count, stream)
+    }
+);
+
+hooked!(
+    cuMemMapArrayAsync_ptsz,
+    |infos: *mut CuArrayMapInfo, count: c_uint, stream: CuStream| {
+        map_array(&real::cuMemMapArrayAsync_ptsz, infos, count, stream)
+    }
+);
+
 table!(
+    cuMemMapArrayAsync,
+    cuMemMapArrayAsync_ptsz,
     cuMemExportToShareableHandle,
     cuMemRelease,
     cuMemMap,

@@ -184,6 +184,19 @@ typedef int (*fn_nvmlDeviceGetComputeRunningProcesses_v3)(nvmlDevice_t device,
 typedef int (*fn_nvmlDeviceGetUUID)(nvmlDevice_t device, char *uuid, unsigned int length);
 typedef int (*fn_nvmlDeviceGetPciInfo_v3)(nvmlDevice_t device, nvmlPciInfo_t *pci);
 
+/* CUarrayMapInfo (v1): 96 bytes on LP64; the subresource union as its 32 bytes. */
+typedef struct {
+    int resourceType; /* CU_RESOURCE_TYPE_ARRAY = 0, _MIPMAPPED_ARRAY = 1 */
+    void *resource;   /* the CUarray or CUmipmappedArray */
+    int subresourceType;
+    unsigned long long subresource[4];
+    int memOperationType; /* CU_MEM_OPERATION_TYPE_MAP = 1, _UNMAP = 2 */
+    int memHandleType;    /* CU_MEM_HANDLE_TYPE_GENERIC = 0 */
+    CUmemGenericAllocationHandle memHandle;
+    unsigned long long offset;
+    unsigned int deviceBitMask, flags, reserved[2];
+} CUarrayMapInfo;
+
 /* ---- Pools that keep memory, graph memory ---- */
 typedef struct cuquota_graph_opaque *CUgraph;
 typedef struct cuquota_graph_node_opaque *CUgraphNode;

@@ -51,6 +51,9 @@
   OP("export", op_export) \
   OP("import", op_import) \
   OP("closefd", op_closefd) \
+  OP("createtile", op_createtile) \
+  OP("arrmap", op_arrmap) \
+  OP("arrunmap", op_arrmap) \
   OP("ipcopen", op_ipcopen) \
   OP("poolimport", op_ipcopen) \
   OP("extbuf", op_ipcopen) \

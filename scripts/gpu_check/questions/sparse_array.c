@@ -5,31 +5,7 @@
  * pool of its memory requirements, mapped; the handle released; then unmapped. */
 #include "ask.h"
 
-/* CUarrayMapInfo (v1), our own declaration of cuda.h's layout: 96 bytes. */
-typedef struct {
-    int resourceType; /* CU_RESOURCE_TYPE_ARRAY = 0 */
-    union {
-        CUmipmappedArray mipmap;
-        CUarray array;
-    } resource;
-    int subresourceType;
-    union {
-        unsigned int sparseLevel[8];
-        struct {
-            unsigned int layer;
-            unsigned long long offset, size;
-        } miptail;
-    } subresource;
-    int memOperationType; /* CU_MEM_OPERATION_TYPE_MAP = 1, _UNMAP = 2 */
-    int memHandleType;    /* CU_MEM_HANDLE_TYPE_GENERIC = 0 */
-    unsigned long long memHandle;
-    unsigned long long offset;
-    unsigned int deviceBitMask, flags, reserved[2];
-} CUarrayMapInfo;
 _Static_assert(sizeof(CUarrayMapInfo) == 96, "CUarrayMapInfo is 96 bytes");
-
-typedef CUresult (*fn_cuMemMapArrayAsync)(CUarrayMapInfo *infos, unsigned int count,
-                                          CUstream stream);
 
 #define DEFERRED_MAPPING 0x80 /* CUDA_ARRAY3D_DEFERRED_MAPPING */
 #define TILE_POOL 0x1         /* CU_MEM_CREATE_USAGE_TILE_POOL */
@@ -71,7 +47,7 @@ int main(void) {
     MUST(cuMemCreate(&h, size, &prop, 0));
     report("created");
     memset(&map, 0, sizeof map);
-    map.resource.array = array;
+    map.resource = array;
     map.memOperationType = 1;
     map.memHandle = h;
     map.deviceBitMask = 1;
