@@ -421,7 +421,10 @@ mod tests {
         }
         // localized { deviceId = 2, localityDomainId = 1 }, the rest of the union unset
         let localized = i32::from_ne_bytes([2, 1, 0xab, 0xcd]);
-        let location = CuMemLocation { kind: 6, id: localized };
+        let location = CuMemLocation {
+            kind: 6,
+            id: localized,
+        };
         assert_eq!(location.localized(), (2, 1));
         assert_eq!(location.located(), Located::Device(2));
         for unknown in [0, 5, 7, i32::MAX] {

@@ -385,7 +385,13 @@ mod tests {
         assert!(l.remove_context(NO_CONTEXT).is_empty());
         // pool allocations: no context's end takes them, their device's reset does
         l.insert(0xc000, owned(8, POOLED));
-        l.insert(0xd000, Charge { device: 1, ..owned(9, POOLED) });
+        l.insert(
+            0xd000,
+            Charge {
+                device: 1,
+                ..owned(9, POOLED)
+            },
+        );
         assert!(l.remove_context(POOLED).is_empty());
         assert_eq!(l.remove_pooled_on(2), [(0xc000, owned(8, POOLED))]);
         assert_eq!(l.live_on(2), (1, 7), "the context's own stays");

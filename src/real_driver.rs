@@ -5,9 +5,9 @@
 
 use crate::cuda_abi::{
     CuArray, CuArray3DDescriptor, CuArray3DDescriptorV1, CuArrayDescriptor, CuArrayDescriptorV1,
-    CuArrayMapInfo, CuArrayMemoryRequirements, CuContext, CuDevice, CuDevicePtr, CuDevicePtrV1, CuIpcMemHandle,
-    CuMemAllocationProp, CuMemHandle, CuMemLocation, CuMemPoolPropsHead, CuMemoryPool, CuResult,
-    CuStream,
+    CuArrayMapInfo, CuArrayMemoryRequirements, CuContext, CuDevice, CuDevicePtr, CuDevicePtrV1,
+    CuIpcMemHandle, CuMemAllocationProp, CuMemHandle, CuMemLocation, CuMemPoolPropsHead,
+    CuMemoryPool, CuResult, CuStream,
 };
 // graph memory
 use crate::cuda_abi::{

@@ -179,8 +179,8 @@ impl VmmBooks {
         let found = match self.array_mappings.contains_key(&slot) {
             true => slot,
             false => {
-                let mut of_resource = (self.array_mappings.keys())
-                    .filter(|k| (k.0, k.1) == (slot.0, slot.1));
+                let mut of_resource =
+                    (self.array_mappings.keys()).filter(|k| (k.0, k.1) == (slot.0, slot.1));
                 match (of_resource.next(), of_resource.next()) {
                     (Some(&only), None) => only,
                     _ => return None,
@@ -385,14 +385,25 @@ mod tests {
         b.created(H);
         b.exported(H, fd);
         assert_eq!(b.export_of(fd), Some(H));
-        assert_eq!(b.export_of(Export { fd: 7, file: (1, 98) }), None, "another file");
+        assert_eq!(
+            b.export_of(Export {
+                fd: 7,
+                file: (1, 98)
+            }),
+            None,
+            "another file"
+        );
         // the import gives another value: one more reference of H, under G
         b.imported(G, Some(H));
         assert_eq!(b.release(H), Some(false));
         assert_eq!(b.release(G), Some(false), "the export is still open");
         assert!(b.knows(H));
         assert!(b.reap_exports(|_| true).is_empty(), "still open");
-        assert_eq!(b.reap_exports(|_| false), vec![H], "closed: the allocation ends");
+        assert_eq!(
+            b.reap_exports(|_| false),
+            vec![H],
+            "closed: the allocation ends"
+        );
         assert!(!b.knows(H) && !b.has_exports());
         // the import gives the same value back: a reference, never an end
         b.created(H);

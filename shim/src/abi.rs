@@ -382,15 +382,25 @@ mod tests {
         let at = |kind, id| MemLocation { kind, id }.device(2);
         assert_eq!(at(LOCATION_DEVICE, 1), Ok(Some(1)));
         assert_eq!(at(LOCATION_DEVICE, 2), Err(CUDA_ERROR_INVALID_VALUE));
-        for host in [LOCATION_HOST, LOCATION_HOST_NUMA, LOCATION_HOST_NUMA_CURRENT] {
+        for host in [
+            LOCATION_HOST,
+            LOCATION_HOST_NUMA,
+            LOCATION_HOST_NUMA_CURRENT,
+        ] {
             assert_eq!(at(host, 0), Ok(None));
         }
         // localized { deviceId, localityDomainId }; the union's other bytes are not read
         let localized = |device: u8, domain: u8| i32::from_ne_bytes([device, domain, 0xab, 0xab]);
-        assert_eq!(at(LOCATION_DEVICE_LOCALITY_DOMAIN, localized(1, 0)), Ok(Some(1)));
+        assert_eq!(
+            at(LOCATION_DEVICE_LOCALITY_DOMAIN, localized(1, 0)),
+            Ok(Some(1))
+        );
         // one locality domain per simulated device; no device 2
         for bad in [localized(1, 1), localized(2, 0)] {
-            assert_eq!(at(LOCATION_DEVICE_LOCALITY_DOMAIN, bad), Err(CUDA_ERROR_INVALID_VALUE));
+            assert_eq!(
+                at(LOCATION_DEVICE_LOCALITY_DOMAIN, bad),
+                Err(CUDA_ERROR_INVALID_VALUE)
+            );
         }
         assert_eq!(at(0, 0), Err(CUDA_ERROR_INVALID_VALUE));
         assert_eq!(at(5, 0), Err(CUDA_ERROR_INVALID_VALUE));

@@ -260,10 +260,18 @@ pub fn array_requirements(
 /// mipmapped array ("must have been allocated using ... ::CUDA_ARRAY3D_SPARSE or
 /// ::CUDA_ARRAY3D_DEFERRED_MAPPING"). Returns (its device, whether it is deferred-mapping:
 /// then "the contents of ::CUarrayMapInfo::subresource will be ignored").
-pub fn mappable(state: &State, resource_type: i32, handle: usize) -> Result<(usize, bool), CUresult> {
+pub fn mappable(
+    state: &State,
+    resource_type: i32,
+    handle: usize,
+) -> Result<(usize, bool), CUresult> {
     let (desc, device) = match resource_type {
         RESOURCE_TYPE_ARRAY => {
-            let array = state.arrays.arrays.get(&handle).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+            let array = state
+                .arrays
+                .arrays
+                .get(&handle)
+                .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
             // A level of a mipmapped array: "::CUDA_ERROR_INVALID_VALUE will be returned".
             if array.parent.is_some() {
                 return Err(CUDA_ERROR_INVALID_VALUE);

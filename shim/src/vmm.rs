@@ -277,7 +277,8 @@ pub fn map_array(infos: &[ArrayMapInfo], stream: usize) -> Result<(), CUresult> 
         match info.operation {
             MEM_OPERATION_MAP => {
                 let p = state.vmm.handles.get(&info.handle);
-                let usage = p.map(|p| u16::from_ne_bytes([p.prop.alloc_flags[2], p.prop.alloc_flags[3]]));
+                let usage =
+                    p.map(|p| u16::from_ne_bytes([p.prop.alloc_flags[2], p.prop.alloc_flags[3]]));
                 let tile_pool = usage.is_some_and(|u| u & CREATE_USAGE_TILE_POOL != 0);
                 match p {
                     Some(p) if p.refs > 0 && tile_pool && p.device == Some(device) => {}

@@ -100,7 +100,11 @@ pub(super) enum Outcome {
     /// NVML cannot be used, so contexts are not measured: why.
     NvmlAbsent(String),
     /// A memory location cuquota cannot place (`kind`, `id`): `api` refused, fail closed.
-    UnknownLocation { api: &'static str, kind: i32, id: i32 },
+    UnknownLocation {
+        api: &'static str,
+        kind: i32,
+        id: i32,
+    },
     /// This member's own limit of `device` differs from its group's, which applies.
     GroupLimitDiffers {
         device: u32,

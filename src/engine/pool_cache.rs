@@ -363,7 +363,11 @@ impl Engine {
     /// take the room in between), and the device's pools are read again, so that what went
     /// back is given back (a pool the driver no longer knows is forgotten). Returns their
     /// pointers and bytes, for the context's event.
-    pub(super) fn device_pool_allocations(&self, api: &'static str, device: u32) -> (Vec<u64>, u64) {
+    pub(super) fn device_pool_allocations(
+        &self,
+        api: &'static str,
+        device: u32,
+    ) -> (Vec<u64>, u64) {
         let taken = self.take_device_pool_pointers(device);
         self.settle_context_pool_pointers(api, taken)
     }

@@ -121,7 +121,12 @@ impl Engine {
         call: impl FnOnce() -> CuResult,
     ) -> CuResult {
         let slot = |i: &CuArrayMapInfo| {
-            (i.resource_type, i.resource, i.subresource_type, i.subresource)
+            (
+                i.resource_type,
+                i.resource,
+                i.subresource_type,
+                i.subresource,
+            )
         };
         let (maps, unmaps, taken) = {
             let mut books = self.vmm.lock();
@@ -219,7 +224,12 @@ impl Engine {
     /// by its own `cuMemRelease`; anything else is another process's memory, never charged
     /// here. Never an end of anything.
     pub fn imported_handle(&self, handle: u64, fd: Option<i32>) {
-        let export = fd.and_then(|fd| Some(Export { fd, file: crate::sys::file_id(fd)? }));
+        let export = fd.and_then(|fd| {
+            Some(Export {
+                fd,
+                file: crate::sys::file_id(fd)?,
+            })
+        });
         let mut books = self.vmm.lock();
         let own = export.and_then(|e| books.export_of(e));
         books.imported(handle, own);
