@@ -230,8 +230,8 @@ fn destroy_if_unused(state: &mut State, handle: u64) {
 }
 
 /// Frees the allocations that only an export kept, if their exports were closed since (no
-/// call announces a `close`): looked at before the shim's figures are read and before a
-/// `cuMemCreate` is charged.
+/// call announces a `close`): looked at before the shim's figures are read (its own,
+/// `cuMemGetInfo`, NVML's) and before a `cuMemCreate` is charged.
 pub fn reap_closed_exports(state: &mut State) {
     let kept: Vec<u64> = (state.vmm.handles.iter())
         .filter(|(_, p)| p.refs == 0 && p.maps == 0)
