@@ -13,7 +13,7 @@
 //! - a free of pool memory moves its charge into the pool cache (the pool keeps it). What
 //!   a pool gave back since (at a synchronisation) is read lazily, when a decision needs
 //!   it: a request that does not fit ([`Engine::trim_pools`], which trims only if reading
-//!   again is not enough), `cuMemGetInfo`, a context gone. Never on the plain
+//!   again is not enough), `cuMemGetInfo`, a primary reset. Never on the plain
 //!   `cuMemAlloc`/`cuMemFree` path, and never from the exit handler (the driver may be gone
 //!   by then): the summary gives the last figure.
 //! - only this process's pools are read or trimmed: those it allocated from (an imported
@@ -25,7 +25,7 @@
 //! Every reading of the driver and the change it makes to the part happen under one lock,
 //! in order, so an older figure never overwrites a newer one. A pool's figure is raised only
 //! by a settlement, checked against the quota (a figure forced up could be another thread's
-//! growth, in flight, which would then pass unchecked), or after a context went, when the
+//! growth, in flight, which would then pass unchecked), or after a primary reset, when the
 //! driver holds what its pools keep whatever cuquota says.
 
 use super::admission::Granted;
