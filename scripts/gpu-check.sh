@@ -42,6 +42,13 @@
 #                     quota and 0 used; pynvml (SKIPPED, never PASS, where it is not importable)
 #                     with two members: total = the quota, used = both footprints; without the
 #                     variables, the real figures
+#   questions         scripts/gpu_check/questions/*.c, without cuquota: the real driver's own
+#                     answers (cuMemGetInfo's free and NVML's figure for the process, at each
+#                     step) to what cuda.h leaves open: pool memory after cuCtxDestroy, after
+#                     the last cuDevicePrimaryCtxRelease; export + self-import + release; a
+#                     deferred-mapping array's map + release; a DEVICE_LOCALITY_DOMAIN
+#                     allocation where the driver has it. Recorded, not judged: FAIL only if a
+#                     program cannot run
 #
 # One PASS/FAIL line per check with its numbers (SKIPPED, with why, for a part that cannot
 # run here), then "N passed, M failed[, K skipped]"; with $OUT set, everything measured also
@@ -75,9 +82,9 @@ declare -A LIMIT=(
   [torch-default]=90 [torch-expandable]=90 [torch-async]=90 [jax]=120
   [cupy-default]=60 [cupy-async]=60 [bfc-growth]=60 [arrays]=60 [ctx-reset]=40 [overhead]=120
   [vmm]=40 [footprint-torch]=60 [footprint-torch-async]=60 [footprint-cupy-async]=50
-  [footprint-jax]=60 [nvml]=90
+  [footprint-jax]=60 [nvml]=90 [questions]=40
 )
-read -r -a checks <<<"${CHECKS:-torch-default torch-expandable torch-async jax cupy-default cupy-async bfc-growth arrays ctx-reset overhead vmm footprint-torch footprint-torch-async footprint-cupy-async footprint-jax nvml}"
+read -r -a checks <<<"${CHECKS:-torch-default torch-expandable torch-async jax cupy-default cupy-async bfc-growth arrays ctx-reset overhead vmm footprint-torch footprint-torch-async footprint-cupy-async footprint-jax nvml questions}"
 
 py=python3
 work=$PWD/target/gpu-check
@@ -134,6 +141,18 @@ if [[ " ${checks[*]} " == *" arrays "* ]]; then
   if [ $dry = 0 ] && ! gcc -O2 -Wall -Itests/clients -o "$work/arrays/array_sizes" tests/clients/array_sizes.c -ldl; then
     echo "gpu-check: gcc failed; arrays will fail" >&2
   fi
+fi
+
+# And the driver questions, one program each.
+if [[ " ${checks[*]} " == *" questions "* ]]; then
+  mkdir -p "$work/questions"
+  for src in scripts/gpu_check/questions/*.c; do
+    bin=$work/questions/$(basename "$src" .c)
+    show gcc -O2 -Wall -Itests/clients -o "$bin" "$src" -ldl
+    if [ $dry = 0 ] && ! gcc -O2 -Wall -Itests/clients -o "$bin" "$src" -ldl; then
+      echo "gpu-check: gcc failed; questions will fail" >&2
+    fi
+  done
 fi
 
 for check in "${checks[@]}"; do

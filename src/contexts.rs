@@ -11,14 +11,20 @@ use std::sync::atomic::AtomicU32;
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
-/// Slots a process can have at once (slot 0 means "no context known"). A process with more
-/// live contexts than this charges the extra ones' allocations to no context: they are
-/// then credited only by their frees (a limit the README lists).
-pub const SLOTS: usize = 255;
+/// Slots a process can have at once (slot 0 means "no context known", 255 [`POOLED`]). A
+/// process with more live contexts than this charges the extra ones' allocations to no
+/// context: they are then credited only by their frees (a limit the README lists).
+pub const SLOTS: usize = 254;
 
-/// A context's slot: 1..=SLOTS, or [`NO_CONTEXT`].
+/// A context's slot: 1..=SLOTS, or [`NO_CONTEXT`], or [`POOLED`].
 pub type ContextSlot = u8;
 pub const NO_CONTEXT: ContextSlot = 0;
+/// The owner of a pool allocation (`cuMemAllocAsync`, `cuMemAllocFromPoolAsync`): no
+/// context. cuda.h on `cuCtxDestroy`: those allocations "are not associated with any CUDA
+/// context and need to be destroyed explicitly". Besides its free, only what is
+/// device-wide ends one: its device's primary context reset or last release. No context's
+/// end takes a charge of this slot; a primary end takes those of its device.
+pub const POOLED: ContextSlot = 255;
 
 const FREE: usize = usize::MAX;
 

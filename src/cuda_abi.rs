@@ -152,13 +152,57 @@ pub type CuMemHandle = u64;
 
 /// `CUmemLocationType` values.
 pub const CU_MEM_LOCATION_TYPE_DEVICE: i32 = 1;
+pub const CU_MEM_LOCATION_TYPE_HOST: i32 = 2;
+pub const CU_MEM_LOCATION_TYPE_HOST_NUMA: i32 = 3;
+pub const CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT: i32 = 4;
+/// CUDA 13.4: "a portion of device memory, specified by the locality domain ID".
+pub const CU_MEM_LOCATION_TYPE_DEVICE_LOCALITY_DOMAIN: i32 = 6;
 
 /// `CUmemLocation`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CuMemLocation {
     pub kind: i32,
+    /// A union in cuda.h: `int id`, or for `DEVICE_LOCALITY_DOMAIN` `struct { unsigned char
+    /// deviceId; unsigned char localityDomainId; } localized` in its first two bytes.
     pub id: i32,
+}
+
+impl CuMemLocation {
+    /// The union's `localized` member: (deviceId, localityDomainId).
+    pub fn localized(self) -> (u8, u8) {
+        let bytes = self.id.to_ne_bytes();
+        (bytes[0], bytes[1])
+    }
+
+    /// Whose memory this location is: a GPU for `DEVICE` (its `id`) and
+    /// `DEVICE_LOCALITY_DOMAIN` (its `localized.deviceId`: "a portion of device memory");
+    /// the host for the three host types (`HOST`, `HOST_NUMA`, `HOST_NUMA_CURRENT`);
+    /// anything else (a type this build does not know, a negative device) is memory cuquota
+    /// cannot place, never taken for host memory.
+    pub fn located(self) -> Located {
+        match self.kind {
+            CU_MEM_LOCATION_TYPE_DEVICE => match u32::try_from(self.id) {
+                Ok(device) => Located::Device(device),
+                Err(_) => Located::Unknown,
+            },
+            CU_MEM_LOCATION_TYPE_DEVICE_LOCALITY_DOMAIN => {
+                Located::Device(self.localized().0.into())
+            }
+            CU_MEM_LOCATION_TYPE_HOST
+            | CU_MEM_LOCATION_TYPE_HOST_NUMA
+            | CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT => Located::Host,
+            _ => Located::Unknown,
+        }
+    }
+}
+
+/// Whose memory a [`CuMemLocation`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Located {
+    Device(u32),
+    Host,
+    Unknown,
 }
 
 /// `CUmemAllocationProp` (v1): 32 bytes; only `location` is read by cuquota.
@@ -251,6 +295,29 @@ pub struct CuArrayMemoryRequirements {
     pub alignment: usize,
     pub reserved: [u32; 4],
 }
+
+/// `CUarrayMapInfo` (v1): 96 bytes; the subresource union kept as its 32 raw bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CuArrayMapInfo {
+    pub resource_type: i32,
+    /// The `CUarray` or `CUmipmappedArray`.
+    pub resource: usize,
+    pub subresource_type: i32,
+    pub subresource: [u64; 4],
+    /// [`CU_MEM_OPERATION_TYPE_MAP`] or [`CU_MEM_OPERATION_TYPE_UNMAP`].
+    pub operation: i32,
+    pub handle_type: i32,
+    pub handle: CuMemHandle,
+    pub offset: u64,
+    pub device_mask: u32,
+    pub flags: u32,
+    pub reserved: [u32; 2],
+}
+
+/// `CUmemOperationType` values.
+pub const CU_MEM_OPERATION_TYPE_MAP: i32 = 1;
+pub const CU_MEM_OPERATION_TYPE_UNMAP: i32 = 2;
 
 /// `CUDA_ARRAY3D_*` flags.
 pub const CUDA_ARRAY3D_LAYERED: u32 = 0x01;
@@ -346,6 +413,27 @@ mod tests {
     }
 
     #[test]
+    fn locations_are_a_device_the_host_or_unknown() {
+        let at = |kind, id| CuMemLocation { kind, id }.located();
+        assert_eq!(at(1, 3), Located::Device(3));
+        assert_eq!(at(1, -1), Located::Unknown);
+        for host in 2..=4 {
+            assert_eq!(at(host, 7), Located::Host);
+        }
+        // localized { deviceId = 2, localityDomainId = 1 }, the rest of the union unset
+        let localized = i32::from_ne_bytes([2, 1, 0xab, 0xcd]);
+        let location = CuMemLocation {
+            kind: 6,
+            id: localized,
+        };
+        assert_eq!(location.localized(), (2, 1));
+        assert_eq!(location.located(), Located::Device(2));
+        for unknown in [0, 5, 7, i32::MAX] {
+            assert_eq!(at(unknown, 0), Located::Unknown, "type {unknown}");
+        }
+    }
+
+    #[test]
     fn struct_layouts_match_cuda_h() {
         assert_eq!(std::mem::size_of::<CuMemAllocationProp>(), 32);
         assert_eq!(std::mem::offset_of!(CuMemAllocationProp, location), 8);
@@ -357,6 +445,10 @@ mod tests {
         assert_eq!(std::mem::size_of::<CuArrayDescriptorV1>(), 16);
         assert_eq!(std::mem::size_of::<CuArray3DDescriptorV1>(), 24);
         assert_eq!(std::mem::size_of::<CuIpcMemHandle>(), 64);
+        assert_eq!(std::mem::size_of::<CuArrayMapInfo>(), 96);
+        assert_eq!(std::mem::offset_of!(CuArrayMapInfo, subresource), 24);
+        assert_eq!(std::mem::offset_of!(CuArrayMapInfo, handle), 64);
+        assert_eq!(std::mem::offset_of!(CuArrayMapInfo, device_mask), 80);
         // graphs and graph memory
         assert_eq!(std::mem::size_of::<CuMemPoolProps>(), 88);
         assert_eq!(std::mem::size_of::<CuMemAllocNodeParams>(), 120);

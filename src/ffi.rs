@@ -49,6 +49,19 @@ pub unsafe fn outs<T: Copy>(p: *mut T, count: usize) -> Vec<Out<T>> {
         .collect()
 }
 
+/// Copies of the first `count` elements of a caller's input array (none for a null
+/// pointer).
+///
+/// # Safety
+/// `p` must be null or valid for reads of `count` elements of `T` while the hook runs.
+pub unsafe fn inputs<T: Copy>(p: *const T, count: usize) -> Vec<T> {
+    if p.is_null() {
+        return Vec::new();
+    }
+    // SAFETY: within the caller's `count` elements.
+    (0..count).map(|i| unsafe { *p.add(i) }).collect()
+}
+
 /// What the driver wrote through `p` if the call succeeded and `p` is not null, else 0.
 ///
 /// # Safety

@@ -3,7 +3,7 @@
 //! live allocations (a peer's linked list made a free cost O(live)).
 
 use crate::array_shape::ArrayShape;
-use crate::contexts::{ContextSlot, NO_CONTEXT};
+use crate::contexts::{ContextSlot, NO_CONTEXT, POOLED};
 use crate::key_map::{self, KeyMap, SHARD_BITS};
 use crate::spin::{SpinGuard, SpinLock};
 use std::collections::HashMap;
@@ -239,23 +239,33 @@ impl Ledger {
     }
 
     /// Removes every allocation `context` owns (the context was destroyed, and the driver
-    /// freed them with it).
+    /// freed them with it). Never a pool allocation's ([`POOLED`]: no context owns it).
     pub fn remove_context(&self, context: ContextSlot) -> Vec<(u64, Charge)> {
-        let mut gone = Vec::new();
-        if context == NO_CONTEXT {
-            return gone;
+        if context == NO_CONTEXT || context == POOLED {
+            return Vec::new();
         }
+        self.remove_where(|c| c.context == context)
+    }
+
+    /// Removes every pool allocation charged to `device` (its primary context was reset or
+    /// released for the last time: device-wide, the driver freed them).
+    pub fn remove_pooled_on(&self, device: u32) -> Vec<(u64, Charge)> {
+        self.remove_where(|c| c.context == POOLED && c.device == device)
+    }
+
+    fn remove_where(&self, gone: impl Fn(&Charge) -> bool) -> Vec<(u64, Charge)> {
+        let mut removed = Vec::new();
         for shard in &self.shards {
             shard.lock().map.retain(|key, p| {
                 let c = Charge::from(p);
-                let keep = c.context != context;
+                let keep = !gone(&c);
                 if !keep {
-                    gone.push((key, c));
+                    removed.push((key, c));
                 }
                 keep
             });
         }
-        gone
+        removed
     }
 
     /// Live allocations per device: (count, bytes), for the exit summary.
@@ -373,6 +383,19 @@ mod tests {
         assert_eq!(gone, [5, 6], "only that context's charges");
         assert_eq!(l.live_on(2), (1, 7));
         assert!(l.remove_context(NO_CONTEXT).is_empty());
+        // pool allocations: no context's end takes them, their device's reset does
+        l.insert(0xc000, owned(8, POOLED));
+        l.insert(
+            0xd000,
+            Charge {
+                device: 1,
+                ..owned(9, POOLED)
+            },
+        );
+        assert!(l.remove_context(POOLED).is_empty());
+        assert_eq!(l.remove_pooled_on(2), [(0xc000, owned(8, POOLED))]);
+        assert_eq!(l.live_on(2), (1, 7), "the context's own stays");
+        assert_eq!(l.live_on(1), (2, 10));
         std::mem::forget(l.shard(0x7000_1000).map.lock());
         // SAFETY: this test is the ledger's only user.
         unsafe { l.reset_in_child() };

@@ -524,6 +524,16 @@ pub fn group_summary(group: &str, peak: u64) -> String {
     format!("; group {group}: peak {} of all its members", human(peak))
 }
 
+/// A memory location this build cannot place on a GPU or the host: the call is refused
+/// rather than its memory passed as host memory, uncharged.
+pub fn unknown_location(api: &str, kind: i32, id: i32) -> String {
+    format!(
+        "refused {api}: memory location type {kind} (id {id}) is not one cuquota knows \
+         (DEVICE, DEVICE_LOCALITY_DOMAIN, HOST, HOST_NUMA, HOST_NUMA_CURRENT), so its memory \
+         cannot be charged; the call fails with CUDA_ERROR_NOT_SUPPORTED"
+    )
+}
+
 /// At info: the process cannot be listed by `cuquota top` (its quota works all the same).
 pub fn not_registered(why: &str) -> String {
     format!("this process is not listed for cuquota top and metrics ({why})")

@@ -3,7 +3,6 @@
 //! allocation came from. Plain data under two locks; `engine/pool_cache.rs` meets the driver
 //! with them (the rules are told there).
 
-use crate::contexts::ContextSlot;
 use crate::key_map::KeyMap;
 use crate::ledger::Charge;
 use crate::spin::{SpinGuard, SpinLock};
@@ -79,7 +78,7 @@ impl Default for PoolCache {
     }
 }
 
-/// A context's pool allocations taken out of the books: pointer, charge, pool.
+/// A device's pool allocations taken out of the books: pointer, charge, pool.
 pub type TakenPooled = Vec<(u64, Charge, Option<u64>)>;
 
 /// One pool this process allocated from.
@@ -236,11 +235,13 @@ impl PoolBooks {
         self.pointers.insert(ptr, pooled);
     }
 
-    /// Every live allocation context `slot` owns, out of the books: pointer, charge, pool.
-    pub fn take_context(&mut self, slot: ContextSlot) -> TakenPooled {
+    /// Every live allocation charged to `device`, out of the books: pointer, charge, pool
+    /// (its primary context was reset or released for the last time: device-wide, the
+    /// driver freed them; no other context's end does).
+    pub fn take_device(&mut self, device: u32) -> TakenPooled {
         let mut taken = Vec::new();
         self.pointers.retain(|ptr, p| {
-            let keep = p.charge.context != slot;
+            let keep = p.charge.device != device;
             if !keep {
                 taken.push((ptr, p.charge, p.pool));
             }

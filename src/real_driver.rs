@@ -7,9 +7,9 @@
 
 use crate::cuda_abi::{
     CuArray, CuArray3DDescriptor, CuArray3DDescriptorV1, CuArrayDescriptor, CuArrayDescriptorV1,
-    CuArrayMemoryRequirements, CuContext, CuDevice, CuDevicePtr, CuDevicePtrV1, CuIpcMemHandle,
-    CuMemAllocationProp, CuMemHandle, CuMemLocation, CuMemPoolPropsHead, CuMemoryPool, CuResult,
-    CuStream,
+    CuArrayMapInfo, CuArrayMemoryRequirements, CuContext, CuDevice, CuDevicePtr, CuDevicePtrV1,
+    CuIpcMemHandle, CuMemAllocationProp, CuMemHandle, CuMemLocation, CuMemPoolPropsHead,
+    CuMemoryPool, CuResult, CuStream,
 };
 // graph memory
 use crate::cuda_abi::{
@@ -73,6 +73,9 @@ library! {
     cuMemAddressFree: fn(CuDevicePtr, usize) -> CuResult;
     cuMemRetainAllocationHandle: fn(*mut CuMemHandle, *mut c_void) -> CuResult;
     cuMemImportFromShareableHandle: fn(*mut CuMemHandle, *mut c_void, c_int) -> CuResult;
+    cuMemExportToShareableHandle: fn(*mut c_void, CuMemHandle, c_int, u64) -> CuResult;
+    cuMemMapArrayAsync: fn(*mut CuArrayMapInfo, c_uint, CuStream) -> CuResult;
+    cuMemMapArrayAsync_ptsz: fn(*mut CuArrayMapInfo, c_uint, CuStream) -> CuResult;
     cuIpcOpenMemHandle_v2: fn(*mut CuDevicePtr, CuIpcMemHandle, c_uint) -> CuResult;
     cuIpcOpenMemHandle: fn(*mut CuDevicePtr, CuIpcMemHandle, c_uint) -> CuResult;
     cuMemPoolImportPointer: fn(*mut CuDevicePtr, CuMemoryPool, *mut c_void) -> CuResult;

@@ -1,7 +1,8 @@
 //! What cuquota asks the OS about itself. On its hot path: the monotonic clock and the
 //! calling thread's id, one place for each, so that the trace, the episodes and the context
 //! memory's rate limit read the same clock and the same ids. Once: who this process is
-//! (command line, host name), for the trace header and the registry.
+//! (command line, host name), for the trace header and the registry. And which file a
+//! descriptor is (an exported shareable handle still open).
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -51,6 +52,18 @@ pub fn forget_thread_ids_in_child() {
 fn gettid() -> u32 {
     // SAFETY: gettid has no preconditions.
     unsafe { libc::syscall(libc::SYS_gettid) as u32 }
+}
+
+/// The file an open descriptor is, as (device, inode); `None` if `fd` is not open. Tells
+/// whether a shareable handle (an exported descriptor) is still the one it was.
+pub fn file_id(fd: i32) -> Option<(u64, u64)> {
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: an all-zero stat is a valid value for fstat to fill.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a valid out-pointer; a descriptor that is not open only makes it fail.
+    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev as u64, st.st_ino as u64))
 }
 
 /// This process's command line, word by word (a byte that is not UTF-8 as `\xff`).

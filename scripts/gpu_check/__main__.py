@@ -37,7 +37,7 @@ CHECKS = {
     for name in (
         "ctx-reset", "torch-default", "torch-expandable", "torch-async", "jax", "cupy-default",
         "cupy-async", "bfc-growth", "arrays", "overhead", "vmm", "footprint-torch",
-        "footprint-torch-async", "footprint-cupy-async", "footprint-jax", "nvml",
+        "footprint-torch-async", "footprint-cupy-async", "footprint-jax", "nvml", "questions",
     )
 }
 

@@ -419,7 +419,56 @@ def ctx_reset_check(args):
         expect(problems, (c.get("count"), c.get("bytes")) == (2, GIB), f"context event {c}")
     return numbers, problems
 
+# The programs of scripts/gpu_check/questions/, each one question cuda.h leaves open.
+QUESTIONS = ("pool_after_destroy", "pool_after_release", "export_import", "sparse_array", "locality_domain")
+
+
+def question_answers(stdout):
+    """{label: {key: value}} for each moment's line of a questions program ("LABEL k=v ..."),
+    and its loose "k=v" words at the top level; values as ints where they are."""
+    def value(v):
+        try:
+            return int(v)
+        except ValueError:
+            return v
+
+    answers = {}
+    for line in stdout.splitlines():
+        words = line.split()
+        if not words:
+            continue
+        pairs = [w.split("=", 1) for w in words if "=" in w]
+        if "=" in words[0]:
+            answers.update({k: value(v) for k, v in pairs})
+        else:
+            answers[words[0]] = {k: value(v) for k, v in pairs} or True
+    return answers
+
+
+def questions_check(args):
+    """The real driver's own answers, without cuquota, to the questions its accounting rests
+    on (pool memory after cuCtxDestroy and after the last cuDevicePrimaryCtxRelease, an
+    export + self-import + release, a deferred-mapping array's map + release, a
+    DEVICE_LOCALITY_DOMAIN allocation): each program's figures (cuMemGetInfo's free, NVML's
+    figure for the process) at each moment are recorded. A FAIL only where a program could
+    not run; what the answers mean is for the reader (gpu-check.json)."""
+    numbers, problems = {}, []
+    for name in QUESTIONS:
+        child = run_child(args, [os.path.join(args.work, name)], preload=False, trace=False, name=name)
+        if child is None:
+            continue
+        answers = question_answers(child.stdout)
+        numbers[name] = answers
+        for label, figures in answers.items():
+            if isinstance(figures, dict) and "nvml_used" in figures:
+                numbers[f"{name}.{label}.nvml_used"] = figures["nvml_used"]
+        last = (child.stdout.strip().splitlines() or ["(no output)"])[-1]
+        expect(problems, child.rc == 0, f"{name}: exit {child.rc}: {last}")
+    return numbers, problems
+
+
 CHECKS = {
+    "questions": questions_check,
     "ctx-reset": ctx_reset_check,
     "bfc-growth": bfc_check,
     "arrays": arrays_check,

@@ -42,6 +42,8 @@ pub const LOCATION_DEVICE: i32 = 1;
 pub const LOCATION_HOST: i32 = 2;
 pub const LOCATION_HOST_NUMA: i32 = 3;
 pub const LOCATION_HOST_NUMA_CURRENT: i32 = 4;
+/// CUDA 13.4: "a portion of device memory, specified by the locality domain ID".
+pub const LOCATION_DEVICE_LOCALITY_DOMAIN: i32 = 6;
 /// Stream capture.
 pub const CUDA_ERROR_ILLEGAL_STATE: CUresult = 401;
 pub const CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: CUresult = 900;
@@ -64,7 +66,42 @@ pub struct IpcMemHandle {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MemLocation {
     pub kind: i32,
+    /// cuda.h: a union of `int id` and, for `DEVICE_LOCALITY_DOMAIN`, `struct { unsigned char
+    /// deviceId; unsigned char localityDomainId; } localized` (see [`MemLocation::localized`]).
     pub id: i32,
+}
+
+impl MemLocation {
+    /// The `localized` member of the union: (deviceId, localityDomainId), the first two bytes
+    /// of the union's storage.
+    pub fn localized(self) -> (u8, u8) {
+        let bytes = self.id.to_ne_bytes();
+        (bytes[0], bytes[1])
+    }
+
+    /// Where memory at this location lands: `Some(device)` for device memory, `None` for the
+    /// host (`HOST`, `HOST_NUMA`, `HOST_NUMA_CURRENT`). `DEVICE_LOCALITY_DOMAIN` (cuda.h:
+    /// "localized.deviceId must specify the device ID ... The locality domain ID must be a
+    /// valid locality domain ID for the specified device") is device memory of `deviceId`:
+    /// a simulated device has one locality domain, 0, and "On devices with a single locality
+    /// domain, ::CU_MEM_LOCATION_TYPE_DEVICE_LOCALITY_DOMAIN and localityDomainId 0 is
+    /// equivalent to a full-device allocation created with ::CU_MEM_LOCATION_TYPE_DEVICE".
+    /// Any other type, or a device that does not exist: `CUDA_ERROR_INVALID_VALUE`.
+    pub fn device(self, devices: usize) -> Result<Option<usize>, CUresult> {
+        let device = match self.kind {
+            LOCATION_DEVICE => usize::try_from(self.id).ok(),
+            LOCATION_DEVICE_LOCALITY_DOMAIN => match self.localized() {
+                (device, 0) => Some(device as usize),
+                _ => None,
+            },
+            LOCATION_HOST | LOCATION_HOST_NUMA | LOCATION_HOST_NUMA_CURRENT => return Ok(None),
+            _ => None,
+        };
+        match device {
+            Some(d) if d < devices => Ok(Some(d)),
+            _ => Err(CUDA_ERROR_INVALID_VALUE),
+        }
+    }
 }
 
 /// `CUmemAllocationProp`: 32 bytes.
@@ -305,3 +342,67 @@ const _: () = assert!(std::mem::size_of::<NvmlMemoryV2>() == 40);
 const _: () = assert!(NVML_MEMORY_V2 == 0x0200_0028);
 const _: () = assert!(std::mem::size_of::<NvmlProcessInfoV1>() == 16);
 const _: () = assert!(std::mem::size_of::<NvmlProcessInfoV2>() == 24);
+
+/// `CUarrayMapInfo` (v1): 96 bytes. The subresource union (a sparse level's offsets and
+/// extents, or a mip tail's layer, offset and size) is kept as its 32 raw bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ArrayMapInfo {
+    /// `CUresourcetype`: [`RESOURCE_TYPE_ARRAY`] or [`RESOURCE_TYPE_MIPMAPPED_ARRAY`].
+    pub resource_type: i32,
+    /// The `CUarray` or `CUmipmappedArray`.
+    pub resource: usize,
+    pub subresource_type: i32,
+    pub subresource: [u64; 4],
+    /// [`MEM_OPERATION_MAP`] or [`MEM_OPERATION_UNMAP`].
+    pub operation: i32,
+    /// `CUmemHandleType`: only `CU_MEM_HANDLE_TYPE_GENERIC` (0).
+    pub handle_type: i32,
+    pub handle: u64,
+    pub offset: u64,
+    pub device_mask: u32,
+    pub flags: u32,
+    pub reserved: [u32; 2],
+}
+const _: () = assert!(std::mem::size_of::<ArrayMapInfo>() == 96);
+pub const RESOURCE_TYPE_ARRAY: i32 = 0;
+pub const RESOURCE_TYPE_MIPMAPPED_ARRAY: i32 = 1;
+pub const MEM_OPERATION_MAP: i32 = 1;
+pub const MEM_OPERATION_UNMAP: i32 = 2;
+/// `CU_MEM_CREATE_USAGE_TILE_POOL`, in `CUmemAllocationProp::allocFlags::usage` (an
+/// `unsigned short` at byte 2 of `allocFlags`).
+pub const CREATE_USAGE_TILE_POOL: u16 = 0x1;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locations_are_a_device_its_locality_domain_or_the_host() {
+        let at = |kind, id| MemLocation { kind, id }.device(2);
+        assert_eq!(at(LOCATION_DEVICE, 1), Ok(Some(1)));
+        assert_eq!(at(LOCATION_DEVICE, 2), Err(CUDA_ERROR_INVALID_VALUE));
+        for host in [
+            LOCATION_HOST,
+            LOCATION_HOST_NUMA,
+            LOCATION_HOST_NUMA_CURRENT,
+        ] {
+            assert_eq!(at(host, 0), Ok(None));
+        }
+        // localized { deviceId, localityDomainId }; the union's other bytes are not read
+        let localized = |device: u8, domain: u8| i32::from_ne_bytes([device, domain, 0xab, 0xab]);
+        assert_eq!(
+            at(LOCATION_DEVICE_LOCALITY_DOMAIN, localized(1, 0)),
+            Ok(Some(1))
+        );
+        // one locality domain per simulated device; no device 2
+        for bad in [localized(1, 1), localized(2, 0)] {
+            assert_eq!(
+                at(LOCATION_DEVICE_LOCALITY_DOMAIN, bad),
+                Err(CUDA_ERROR_INVALID_VALUE)
+            );
+        }
+        assert_eq!(at(0, 0), Err(CUDA_ERROR_INVALID_VALUE));
+        assert_eq!(at(5, 0), Err(CUDA_ERROR_INVALID_VALUE));
+    }
+}

@@ -256,6 +256,40 @@ pub fn array_requirements(
     requirements(&array.desc, 1)
 }
 
+/// A resource `cuMemMapArrayAsync` may map into: a sparse or deferred-mapping array or
+/// mipmapped array ("must have been allocated using ... ::CUDA_ARRAY3D_SPARSE or
+/// ::CUDA_ARRAY3D_DEFERRED_MAPPING"). Returns (its device, whether it is deferred-mapping:
+/// then "the contents of ::CUarrayMapInfo::subresource will be ignored").
+pub fn mappable(
+    state: &State,
+    resource_type: i32,
+    handle: usize,
+) -> Result<(usize, bool), CUresult> {
+    let (desc, device) = match resource_type {
+        RESOURCE_TYPE_ARRAY => {
+            let array = state
+                .arrays
+                .arrays
+                .get(&handle)
+                .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+            // A level of a mipmapped array: "::CUDA_ERROR_INVALID_VALUE will be returned".
+            if array.parent.is_some() {
+                return Err(CUDA_ERROR_INVALID_VALUE);
+            }
+            (array.desc, array.device)
+        }
+        RESOURCE_TYPE_MIPMAPPED_ARRAY => {
+            let m = (state.arrays.mipmapped.get(&handle)).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+            (m.desc, m.device)
+        }
+        _ => return Err(CUDA_ERROR_INVALID_VALUE),
+    };
+    if !is_unbacked(&desc) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    Ok((device, desc.flags & ARRAY3D_DEFERRED_MAPPING != 0))
+}
+
 /// `cuMipmappedArrayCreate`.
 pub fn create_mipmapped(desc: &Array3DDescriptor, levels: u32) -> Result<usize, CUresult> {
     if levels == 0 || levels > max_levels(desc) {

@@ -1,11 +1,15 @@
 //! Contexts: primary contexts (one per device, reference counted), created contexts, and
 //! each thread's stack of current contexts.
 //!
-//! A context owns the memory allocated in it (stream-ordered memory: in its stream's
-//! context). Like the real driver, `cuCtxDestroy`, `cuDevicePrimaryCtxReset` and the
-//! `cuDevicePrimaryCtxRelease` that drops the last reference free all of it, and its
-//! streams. A primary context keeps its handle after a reset or its
-//! last release; its next use finds it fresh, as the driver reinitialises it.
+//! A context owns the memory allocated in it: cuda.h on `cuCtxDestroy`, it "destroys and
+//! cleans up all resources associated with the context", among them "memory allocations by
+//! cuMemAlloc(), cuMemAllocHost(), cuMemAllocManaged() and cuMemAllocPitch()", and its
+//! streams and arrays; `cuDevicePrimaryCtxReset` and the `cuDevicePrimaryCtxRelease` that
+//! drops the last reference do the same to the primary context. Pool and `cuMemCreate`
+//! memory belongs to no context (see `pools`, `vmm`): a destroy leaves it; a primary reset
+//! or last release frees the device's pool allocations, being device-wide
+//! (`pools::device_reset`). A primary context keeps its handle after a reset or its last
+//! release; its next use finds it fresh, as the driver reinitialises it.
 //!
 //! A context also takes device memory itself (`CUDA_SHIM_CONTEXT_MEMORY`, and what
 //! `cuCtxSetLimit` adds): charged to its device's `context_memory` from its creation (a
@@ -173,8 +177,8 @@ pub fn create(device: CUdevice, flags: u32) -> Result<usize, CUresult> {
     Ok(handle)
 }
 
-/// `cuCtxDestroy`: destroys a created context, its streams, its arrays and its memory, and
-/// pops it if it is current on this thread.
+/// `cuCtxDestroy`: destroys a created context, its streams, its arrays and its memory (not
+/// pool allocations made on its streams), and pops it if it is current on this thread.
 pub fn destroy(handle: usize) -> Result<(), CUresult> {
     {
         let mut state = state::lock();
@@ -292,8 +296,10 @@ pub fn primary_retain(device: CUdevice) -> Result<usize, CUresult> {
     Ok(handle)
 }
 
-/// `cuDevicePrimaryCtxRelease`. The release that drops the last reference destroys the
-/// context's memory (the handle stays, for the next retain).
+/// `cuDevicePrimaryCtxRelease`. The release that drops the last reference resets the
+/// context ("The context is automatically reset once the last reference to it is
+/// released"): as `cuDevicePrimaryCtxReset`, its memory and the device's pool allocations
+/// go (the handle stays, for the next retain).
 pub fn primary_release(device: CUdevice) -> Result<(), CUresult> {
     let gone = {
         let mut state = state::lock();
@@ -314,6 +320,7 @@ pub fn primary_release(device: CUdevice) -> Result<(), CUresult> {
     };
     if let Some(handle) = gone {
         crate::memory::free_owned_by(handle);
+        crate::pools::device_reset(device as usize);
     }
     Ok(())
 }
@@ -335,8 +342,8 @@ pub fn primary_reset(device: CUdevice) -> Result<(), CUresult> {
     if let Some(handle) = handle {
         crate::memory::free_owned_by(handle);
     }
-    // "All resources associated with the device in the process": its pools and
-    // graph memory let go of everything no other context's allocation uses.
+    // "All resources associated with the current device in the current process": its pool
+    // allocations, whichever context's stream made them, its pools' and graph memory.
     crate::pools::device_reset(device as usize);
     Ok(())
 }

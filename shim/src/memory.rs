@@ -67,8 +67,8 @@ pub struct Allocation {
     pub device: Option<usize>,
     /// The memory pool of a stream-ordered allocation.
     pub pool: Option<usize>,
-    /// The context that owns it (the current one, or the stream's for stream-ordered
-    /// memory): destroying or resetting the context frees it. 0: none.
+    /// The context that owns it (the current one): destroying or resetting the context
+    /// frees it. 0: none (a pool allocation: see `pools`).
     pub context: usize,
     backing: Backing,
 }
@@ -249,17 +249,22 @@ pub fn free(dptr: u64, need_context: bool) -> Result<(), CUresult> {
     Ok(())
 }
 
-/// A context was destroyed or reset: the driver frees every allocation it owns.
+/// A context was destroyed or reset: the driver frees every allocation it owns (never a
+/// pool allocation: those belong to no context, see `pools`).
 pub fn free_owned_by(context: usize) {
+    free_where(|a| a.context != 0 && a.context == context);
+}
+
+/// Frees every allocation `gone` picks: out of the books and uncharged under the lock, the
+/// backing released after it.
+pub(crate) fn free_where(gone: impl Fn(&Allocation) -> bool) {
     let freed: Vec<(u64, Allocation)> = {
         let mut state = state::lock();
-        let owned: Vec<u64> = state
-            .allocations
-            .iter()
-            .filter(|(_, a)| a.context == context)
+        let picked: Vec<u64> = (state.allocations.iter())
+            .filter(|(_, a)| gone(a))
             .map(|(&address, _)| address)
             .collect();
-        let freed: Vec<(u64, Allocation)> = owned
+        picked
             .into_iter()
             .filter_map(|address| {
                 let a = state.allocations.remove(&address)?;
@@ -271,20 +276,7 @@ pub fn free_owned_by(context: usize) {
                 uncharge(&mut state, payer, a.size);
                 Some((address, a))
             })
-            .collect();
-        // The context's work is over: its devices' pools release what they keep above
-        // their thresholds, as at a synchronisation.
-        let mut devices: Vec<usize> = freed
-            .iter()
-            .filter(|(_, a)| a.pool.is_some())
-            .filter_map(|(_, a)| a.device)
-            .collect();
-        devices.sort_unstable();
-        devices.dedup();
-        for device in devices {
-            pools::synchronized(&mut state, device);
-        }
-        freed
+            .collect()
     };
     for (address, a) in freed {
         release(address as usize, a.backing);
@@ -317,7 +309,8 @@ pub fn allocate_managed(size: usize, flags: u32) -> Result<u64, CUresult> {
 
 /// `cuMemGetInfo`: (free, total) of the current context's device.
 pub fn info() -> Result<(u64, u64), CUresult> {
-    let state = state::lock();
+    let mut state = state::lock();
+    vmm::reap_closed_exports(&mut state);
     let device = &state.devices[context::current_device(&state)?];
     Ok((device.free(), device.total))
 }
@@ -432,7 +425,8 @@ pub fn host_flags(address: usize) -> Result<u32, CUresult> {
 
 /// `cuShimStats`: (in use, peak, live allocations) of a device.
 pub fn stats(device: CUdevice) -> Result<(u64, u64, u64), CUresult> {
-    let state = state::lock();
+    let mut state = state::lock();
+    vmm::reap_closed_exports(&mut state);
     let d = state.device(device)?;
     Ok((d.in_use, d.peak, d.live))
 }
@@ -440,7 +434,8 @@ pub fn stats(device: CUdevice) -> Result<(u64, u64, u64), CUresult> {
 /// `cuShimFootprint`: a device's footprint by part: (live allocations, pool cache, graph
 /// memory, context memory).
 pub fn footprint(device: CUdevice) -> Result<(u64, u64, u64, u64), CUresult> {
-    let state = state::lock();
+    let mut state = state::lock();
+    vmm::reap_closed_exports(&mut state);
     let d = state.device(device)?;
     Ok((d.in_use, d.pool_cache, d.graph_reserved, d.context_memory))
 }

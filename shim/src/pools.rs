@@ -15,10 +15,19 @@
 //! The reservation is modelled without fragmentation: the chunks backing live allocations
 //! are `used` rounded up to a chunk. What a device's pools reserve beyond their live
 //! allocations is its `pool_cache`, part of its footprint. A pool located on the host
-//! (`HOST`, `HOST_NUMA`, `HOST_NUMA_CURRENT`) charges no device. A stream-ordered allocation
-//! belongs to its stream's context: destroying or resetting that context frees it, and
-//! (the context's work being synchronized) its device's pools release what they keep above
-//! their thresholds.
+//! (`HOST`, `HOST_NUMA`, `HOST_NUMA_CURRENT`) charges no device.
+//!
+//! A pool allocation belongs to no context. cuda.h on `cuCtxDestroy`: it "will not destroy
+//! memory allocations by cuMemCreate(), cuMemAllocAsync() and cuMemAllocFromPoolAsync().
+//! These memory allocations are not associated with any CUDA context and need to be
+//! destroyed explicitly." So destroying (or detaching the last reference of) the context
+//! whose stream allocated it leaves it allocated, freeable from any context. What ends it
+//! besides a free is device-wide: `cuDevicePrimaryCtxReset` "destroys and cleans up all
+//! resources associated with the current device in the current process", and the primary
+//! context "is automatically reset once the last reference to it is released"
+//! (`cuDevicePrimaryCtxRelease`): every allocation from a pool located on that device goes,
+//! and its pools release all they keep ([`device_reset`]). Allocations from pools elsewhere
+//! (another device, the host) stay.
 //!
 //! On a stream that is capturing, an allocation only records a graph node (see `graphs`): it
 //! gets the address the graph's memory will have, and nothing is allocated; a free there is
@@ -167,8 +176,8 @@ pub fn create_default(state: &mut State, device: usize) -> usize {
     handle
 }
 
-/// `cuMemPoolCreate`: pinned pools on a device or on the host (any host NUMA node: the
-/// simulated host has one).
+/// `cuMemPoolCreate`: pinned pools on a device, a device's locality domain or the host (any
+/// host NUMA node: the simulated host has one).
 pub fn create(props: &MemPoolPropsHead) -> Result<usize, CUresult> {
     let mut state = state::lock();
     match props.alloc_type {
@@ -177,18 +186,12 @@ pub fn create(props: &MemPoolPropsHead) -> Result<usize, CUresult> {
         ALLOCATION_MANAGED => return Err(CUDA_ERROR_NOT_SUPPORTED),
         _ => return Err(CUDA_ERROR_INVALID_VALUE),
     }
-    let host = (LOCATION_HOST..=LOCATION_HOST_NUMA_CURRENT).contains(&props.location.kind);
-    if !host {
-        if props.location.kind != LOCATION_DEVICE {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        state
-            .device(props.location.id)
-            .map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
-    }
-    let device = if host { 0 } else { props.location.id as usize };
-    let mut pool = Pool::new(device, false, props.max_size as u64);
-    pool.host = host;
+    // A device (or a locality domain of one: "a memory pool created with
+    // ::CU_MEM_LOCATION_TYPE_DEVICE_LOCALITY_DOMAIN and localityDomainId 0 is equivalent to
+    // a full-device memory pool"), or the host; anything else is invalid.
+    let device = props.location.device(state.devices.len())?;
+    let mut pool = Pool::new(device.unwrap_or(0), false, props.max_size as u64);
+    pool.host = device.is_none();
     let handle = state::new_handle();
     state.pools.insert(handle, pool);
     Ok(handle)
@@ -286,10 +289,12 @@ pub fn synchronized(state: &mut State, device: usize) {
 }
 
 /// `cuDevicePrimaryCtxReset` ("destroys and cleans up all resources associated with the
-/// current device in the current process"), after its context's allocations are freed:
-/// the device's pools release every chunk no live allocation (of another context) uses,
-/// whatever their thresholds, and its graph memory goes (see `graphs::device_reset`).
+/// current device in the current process"), also the release of the primary context's last
+/// reference: every allocation from a pool located on `device` is freed, whichever context's
+/// stream made it, the device's pools release every chunk, whatever their thresholds, and
+/// its graph memory goes (see `graphs::device_reset`).
 pub fn device_reset(device: usize) {
+    memory::free_where(|a| a.pool.is_some() && a.device == Some(device));
     let mut state = state::lock();
     let handles: Vec<usize> = state
         .pools
@@ -445,8 +450,7 @@ pub fn trim_to(handle: usize, keep: u64) -> Result<(), CUresult> {
     Ok(())
 }
 
-/// `cuMemAllocAsync`: from the current pool of the stream's device, owned by the stream's
-/// context.
+/// `cuMemAllocAsync`: from the current pool of the stream's device, owned by no context.
 pub fn allocate_async(size: usize, stream: usize) -> Result<u64, CUresult> {
     let captured = streams::capture_allocation(stream, size, |state| {
         let device = streams::device(state, stream)?;
@@ -460,13 +464,13 @@ pub fn allocate_async(size: usize, stream: usize) -> Result<u64, CUresult> {
         Ok(Payer {
             device: Some(device),
             pool: Some(state.devices[device].current_pool),
-            context: streams::context(state, stream)?,
+            context: 0,
         })
     })
 }
 
 /// `cuMemAllocFromPoolAsync`: charged to the pool's device (none for a host pool), owned
-/// by the stream's context.
+/// by no context.
 pub fn allocate_from_pool(size: usize, pool: usize, stream: usize) -> Result<u64, CUresult> {
     live_pool(&state::lock(), pool)?;
     let captured = streams::capture_allocation(stream, size, |state| Ok(location(state, pool)))?;
@@ -474,12 +478,13 @@ pub fn allocate_from_pool(size: usize, pool: usize, stream: usize) -> Result<u64
         return Ok(address);
     }
     memory::allocate(size, Placement::Anywhere, |state| {
-        let context = streams::context(state, stream)?;
+        // The stream must be valid (its context alive), though it owns nothing.
+        streams::context(state, stream)?;
         let p = live_pool(state, pool)?;
         Ok(Payer {
             device: (!p.host).then_some(p.device),
             pool: Some(pool),
-            context,
+            context: 0,
         })
     })
 }

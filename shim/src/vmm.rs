@@ -28,10 +28,26 @@ struct Physical {
     prop: StoredProp,
     /// The device charged for it, if it is device memory.
     device: Option<usize>,
-    /// Handle references: one from `cuMemCreate`, one per `cuMemRetainAllocationHandle`.
+    /// Handle references: one from `cuMemCreate`, one per `cuMemRetainAllocationHandle`, one
+    /// per import of its own export.
     refs: u32,
     /// Number of mappings of it.
     maps: u32,
+    /// Descriptors `cuMemExportToShareableHandle` gave (duplicates of `fd`): "Once all
+    /// shareable handles are closed and the allocation is released, the allocated memory
+    /// referenced will be released", so each keeps the memory while it is open.
+    exports: Vec<c_int>,
+}
+
+impl Physical {
+    /// Forgets the exports closed since (or whose number now names another file); true if
+    /// one is still open.
+    fn exports_open(&mut self) -> bool {
+        let own = file_id(self.fd).map(|(d, i, _)| (d, i));
+        self.exports
+            .retain(|&fd| own.is_some() && file_id(fd).map(|(d, i, _)| (d, i)) == own);
+        !self.exports.is_empty()
+    }
 }
 
 struct Mapping {
@@ -41,12 +57,18 @@ struct Mapping {
     access: i32,
 }
 
+/// Where `cuMemMapArrayAsync` mapped memory: (resource type, resource, subresource type,
+/// subresource bytes); a deferred-mapping array's is the whole array (subresource zeroed).
+type ArraySlot = (i32, usize, i32, [u64; 4]);
+
 pub struct Vmm {
     handles: BTreeMap<u64, Physical>,
     /// Reserved address ranges: base to size.
     reservations: BTreeMap<usize, usize>,
     /// Mapped ranges by base address.
     mappings: BTreeMap<usize, Mapping>,
+    /// Tile-pool memory mapped into sparse and deferred-mapping arrays: slot → handle.
+    array_mappings: BTreeMap<ArraySlot, u64>,
 }
 
 impl Vmm {
@@ -55,6 +77,7 @@ impl Vmm {
             handles: BTreeMap::new(),
             reservations: BTreeMap::new(),
             mappings: BTreeMap::new(),
+            array_mappings: BTreeMap::new(),
         }
     }
 
@@ -89,6 +112,9 @@ fn check_prop(state: &State, prop: &MemAllocationProp) -> Result<Option<usize>, 
         LOCATION_DEVICE => state
             .device(prop.location.id)
             .map(|_| Some(prop.location.id as usize)),
+        // cuda.h: "will localize the allocation to the specified locality domain" of
+        // `localized.deviceId` (see `MemLocation::device`).
+        LOCATION_DEVICE_LOCALITY_DOMAIN => prop.location.device(state.devices.len()),
         LOCATION_HOST | LOCATION_HOST_NUMA | LOCATION_HOST_NUMA_CURRENT => Ok(None),
         _ => Err(CUDA_ERROR_INVALID_VALUE),
     }
@@ -142,6 +168,7 @@ pub fn create(size: usize, prop: &MemAllocationProp, flags: u64) -> Result<u64, 
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let mut state = state::lock();
+    reap_closed_exports(&mut state);
     let device = check_prop(&state, prop)?;
     if let Some(d) = device {
         state.devices[d].charge(size as u64)?;
@@ -159,21 +186,37 @@ pub fn create(size: usize, prop: &MemAllocationProp, flags: u64) -> Result<u64, 
         prop: StoredProp {
             kind: prop.kind,
             requested_handle_types: prop.requested_handle_types,
-            location: prop.location,
+            // Localized to the one locality domain of a simulated device: "equivalent to a
+            // full-device allocation ... The resulting allocation will be of type
+            // ::CU_MEM_LOCATION_TYPE_DEVICE".
+            location: match (prop.location.kind, device) {
+                (LOCATION_DEVICE_LOCALITY_DOMAIN, Some(d)) => MemLocation {
+                    kind: LOCATION_DEVICE,
+                    id: d as i32,
+                },
+                _ => prop.location,
+            },
             win32_handle_metadata: prop.win32_handle_metadata as usize,
             alloc_flags: prop.alloc_flags,
         },
         device,
         refs: 1,
         maps: 0,
+        exports: Vec::new(),
     };
     state.vmm.handles.insert(handle, physical);
     Ok(handle)
 }
 
-/// Frees a physical allocation once nothing refers to it any more.
+/// Frees a physical allocation once nothing refers to it any more: no handle reference, no
+/// mapping, no export still open (cuda.h on `cuMemRelease`: "when all outstanding mappings
+/// to the memory are unmapped and when all outstanding references to the handle (including
+/// it's shareable counterparts) are also released").
 fn destroy_if_unused(state: &mut State, handle: u64) {
-    let unused = matches!(state.vmm.handles.get(&handle), Some(p) if p.refs == 0 && p.maps == 0);
+    let unused = match state.vmm.handles.get_mut(&handle) {
+        Some(p) if p.refs == 0 && p.maps == 0 => !p.exports_open(),
+        _ => false,
+    };
     if !unused {
         return;
     }
@@ -184,6 +227,88 @@ fn destroy_if_unused(state: &mut State, handle: u64) {
             state.devices[d].uncharge(physical.size as u64);
         }
     }
+}
+
+/// Frees the allocations that only an export kept, if their exports were closed since (no
+/// call announces a `close`): looked at before the shim's figures are read (its own,
+/// `cuMemGetInfo`, NVML's) and before a `cuMemCreate` is charged.
+pub fn reap_closed_exports(state: &mut State) {
+    let kept: Vec<u64> = (state.vmm.handles.iter())
+        .filter(|(_, p)| p.refs == 0 && p.maps == 0)
+        .map(|(&h, _)| h)
+        .collect();
+    for handle in kept {
+        destroy_if_unused(state, handle);
+    }
+}
+
+/// `cuMemMapArrayAsync`: maps tile-pool memory into (or unmaps it from) sparse and
+/// deferred-mapping arrays. cuda.h: "The tile pool allocation has to be created by
+/// specifying the ::CU_MEM_CREATE_USAGE_TILE_POOL flag", `memHandleType` must be
+/// `CU_MEM_HANDLE_TYPE_GENERIC`, an unmap's `memHandle` "must be NULL", `deviceBitMask`
+/// "must have exactly one bit set, and the corresponding device must match the device
+/// associated with the stream" (and the tile pool's, for a map), `flags` and `reserved`
+/// zero. A mapping counts as one of its allocation's: the memory is freed only "when all
+/// outstanding mappings to the memory are unmapped" (`cuMemRelease`). Every entry is
+/// checked before any is applied; all the stream's work is complete at once here.
+/// Tile alignment and extents are not checked (the shim keeps no array contents).
+pub fn map_array(infos: &[ArrayMapInfo], stream: usize) -> Result<(), CUresult> {
+    let mut state = state::lock();
+    let stream_device = crate::streams::device(&state, stream)?;
+    let mut slots = Vec::with_capacity(infos.len());
+    for info in infos {
+        let (device, deferred) =
+            crate::arrays::mappable(&state, info.resource_type, info.resource)?;
+        let one_device = info.device_mask.count_ones() == 1
+            && info.device_mask.trailing_zeros() as usize == stream_device
+            && device == stream_device;
+        if info.handle_type != 0 || info.flags != 0 || info.reserved != [0; 2] || !one_device {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let slot: ArraySlot = match deferred {
+            true => (info.resource_type, info.resource, 0, [0; 4]),
+            false => (
+                info.resource_type,
+                info.resource,
+                info.subresource_type,
+                info.subresource,
+            ),
+        };
+        match info.operation {
+            MEM_OPERATION_MAP => {
+                let p = state.vmm.handles.get(&info.handle);
+                let usage =
+                    p.map(|p| u16::from_ne_bytes([p.prop.alloc_flags[2], p.prop.alloc_flags[3]]));
+                let tile_pool = usage.is_some_and(|u| u & CREATE_USAGE_TILE_POOL != 0);
+                match p {
+                    Some(p) if p.refs > 0 && tile_pool && p.device == Some(device) => {}
+                    _ => return Err(CUDA_ERROR_INVALID_VALUE),
+                }
+            }
+            MEM_OPERATION_UNMAP if info.handle == 0 => {}
+            _ => return Err(CUDA_ERROR_INVALID_VALUE),
+        }
+        slots.push((slot, info.operation, info.handle));
+    }
+    for (slot, operation, handle) in slots {
+        let gone = match operation {
+            MEM_OPERATION_MAP => {
+                if let Some(p) = state.vmm.handles.get_mut(&handle) {
+                    p.maps += 1;
+                }
+                state.vmm.array_mappings.insert(slot, handle)
+            }
+            _ => state.vmm.array_mappings.remove(&slot),
+        };
+        // What was mapped there before (a remap, or the unmapped memory) is one mapping less.
+        if let Some(old) = gone {
+            if let Some(p) = state.vmm.handles.get_mut(&old) {
+                p.maps -= 1;
+            }
+            destroy_if_unused(&mut state, old);
+        }
+    }
+    Ok(())
 }
 
 /// The name of a device allocation's memfd, before the ordinal.
@@ -206,16 +331,17 @@ pub fn export(handle: u64, kind: i32, flags: u64) -> Result<c_int, CUresult> {
     if kind != HANDLE_TYPE_POSIX_FD {
         return Err(CUDA_ERROR_NOT_SUPPORTED);
     }
-    let state = state::lock();
-    let fd = match state.vmm.handles.get(&handle) {
-        Some(p) if p.refs > 0 && p.prop.requested_handle_types & HANDLE_TYPE_POSIX_FD != 0 => p.fd,
+    let mut state = state::lock();
+    let physical = match state.vmm.handles.get_mut(&handle) {
+        Some(p) if p.refs > 0 && p.prop.requested_handle_types & HANDLE_TYPE_POSIX_FD != 0 => p,
         _ => return Err(CUDA_ERROR_INVALID_VALUE),
     };
     // SAFETY: `fd` is the allocation's open descriptor; dup makes a new one.
-    let exported = unsafe { libc::dup(fd) };
+    let exported = unsafe { libc::dup(physical.fd) };
     if exported < 0 {
         return Err(CUDA_ERROR_OUT_OF_MEMORY);
     }
+    physical.exports.push(exported);
     Ok(exported)
 }
 
@@ -252,9 +378,11 @@ fn file_id(fd: c_int) -> Option<(u64, u64, usize)> {
 
 /// `cuMemImportFromShareableHandle` of a POSIX file descriptor another process of the shim
 /// exported: a new handle to that memory (at the location it was made at), with one
-/// reference. The memory belongs to the exporting process and is charged there, not here. Importing this process's own
-/// export is not simulated (`CUDA_ERROR_NOT_SUPPORTED`): the shim cannot say what the real
-/// driver's handle would then be.
+/// reference. The memory belongs to the exporting process and is charged there, not here.
+/// An import of this process's own allocation gives its handle with one more reference:
+/// "Each time a recipient process imports a shareable handle, it needs to pair it with
+/// ::cuMemRelease for the handle to be freed" (whether the real driver gives the same value
+/// is a question `scripts/gpu-check.sh`'s `questions` check asks it).
 pub fn import(os_handle: usize, kind: i32) -> Result<u64, CUresult> {
     if kind != HANDLE_TYPE_POSIX_FD {
         return Err(CUDA_ERROR_NOT_SUPPORTED);
@@ -266,13 +394,11 @@ pub fn import(os_handle: usize, kind: i32) -> Result<u64, CUresult> {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let mut state = state::lock();
-    let own = state
-        .vmm
-        .handles
-        .values()
-        .any(|p| file_id(p.fd).is_some_and(|(d, i, _)| (d, i) == (dev, ino)));
-    if own {
-        return Err(CUDA_ERROR_NOT_SUPPORTED);
+    let own = (state.vmm.handles.iter_mut())
+        .find(|(_, p)| file_id(p.fd).is_some_and(|(d, i, _)| (d, i) == (dev, ino)));
+    if let Some((&handle, physical)) = own {
+        physical.refs += 1;
+        return Ok(handle);
     }
     // SAFETY: `fd` is the caller's open descriptor; this makes a new one the shim owns.
     let fd = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
@@ -294,6 +420,7 @@ pub fn import(os_handle: usize, kind: i32) -> Result<u64, CUresult> {
         device: None,
         refs: 1,
         maps: 0,
+        exports: Vec::new(),
     };
     state.vmm.handles.insert(handle, physical);
     Ok(handle)

@@ -1,5 +1,12 @@
 //! Contexts as owners of charges: primary contexts, destroy, attach and detach, and the end of a
 //! context, when the driver frees everything the context held before cuquota hears of it.
+//!
+//! Pool allocations are owned by no context ([`crate::contexts::POOLED`]): cuda.h on
+//! `cuCtxDestroy`, they "are not associated with any CUDA context and need to be destroyed
+//! explicitly", so a destroy or the last detach credits none of them. A primary context's
+//! reset ("destroys and cleans up all resources associated with the current device in the
+//! current process") and its last release (which resets it) are device-wide: they credit
+//! every pool allocation charged to the device.
 
 use super::explain::Outcome;
 use super::state::Engine;
@@ -58,15 +65,14 @@ impl Engine {
     }
 
     /// `device`'s primary context was reset, or released for the last time: the driver
-    /// freed every allocation of it. The context handle stays (it is reinitialised on
-    /// its next use), so its slot stays too.
+    /// freed every allocation of it and every pool allocation on the device (known to
+    /// cuquota or not, the context may never have been current). The context handle stays
+    /// (it is reinitialised on its next use), so its slot stays too.
     pub fn primary_gone(&self, api: &'static str, device: u32) {
-        let Some(context) = self.contexts.primary(device) else {
-            return;
-        };
-        if let Some((slot, device)) = self.contexts.find(context) {
-            self.credit_context(api, device, slot);
-        }
+        let slot = (self.contexts.primary(device))
+            .and_then(|context| self.contexts.find(context))
+            .map_or(NO_CONTEXT, |(slot, _)| slot);
+        self.credit_context(api, device, slot, true);
         self.graph_context_gone(api, device); // graph memory
     }
 
@@ -74,7 +80,7 @@ impl Engine {
     /// forget it.
     pub fn context_destroyed(&self, api: &'static str, context: usize) {
         if let Some((slot, device)) = self.contexts.find(context) {
-            self.credit_context(api, device, slot);
+            self.credit_context(api, device, slot, false);
             self.contexts.remove(slot);
             self.graph_context_gone(api, device); // graph memory
         }
@@ -118,11 +124,22 @@ impl Engine {
 
     fn take_context_charges(&self, api: &'static str, context: usize) -> Option<Taken> {
         let (slot, device) = self.contexts.find(context)?;
-        let pooled = self.take_context_pool_pointers(slot);
+        // A primary context's reset is device-wide: the device's pool allocations go too.
+        let device_wide = self.contexts.primary(device) == Some(context);
+        let pooled = if device_wide {
+            self.take_device_pool_pointers(device)
+        } else {
+            Vec::new()
+        };
         let mut plain = Vec::new();
         for kind in Kind::ALL {
             for (key, charge) in self.ledger(kind).remove_context(slot) {
                 plain.push((kind, key, charge));
+            }
+        }
+        if device_wide {
+            for (key, charge) in self.ledger(Kind::Pointer).remove_pooled_on(device) {
+                plain.push((Kind::Pointer, key, charge));
             }
         }
         let keys: Vec<u64> = (pooled.iter().map(|(k, _, _)| *k))
@@ -222,21 +239,38 @@ impl Engine {
         }
     }
 
-    /// Credits every charge, of every kind, that context `slot` (on `device`) owns, and
-    /// records one event for it.
-    pub(super) fn credit_context(&self, api: &'static str, device: u32, slot: ContextSlot) {
-        // What the context itself took (context memory).
-        self.context_memory.gone(slot, &self.context_part(api));
-        // Its pool allocations first: what their pools keep stays charged (`pool_cache`).
-        let (mut keys, mut bytes) = self.context_pool_allocations(api, slot);
-        for ledger in self.allocations.ledgers() {
-            for (key, charge) in ledger.remove_context(slot) {
-                if let Some(q) = self.quota(charge.device) {
-                    q.release(charge.bytes);
-                }
-                keys.push(key);
-                bytes = bytes.saturating_add(charge.bytes);
+    /// Credits every charge, of every kind, that context `slot` (on `device`; `NO_CONTEXT`:
+    /// none known) owns, and with `device_wide` (a primary context's end) every pool
+    /// allocation charged to `device`, and records one event for it.
+    pub(super) fn credit_context(
+        &self,
+        api: &'static str,
+        device: u32,
+        slot: ContextSlot,
+        device_wide: bool,
+    ) {
+        if slot != NO_CONTEXT {
+            // What the context itself took (context memory).
+            self.context_memory.gone(slot, &self.context_part(api));
+        }
+        // The device's pool allocations first: what their pools keep stays charged
+        // (`pool_cache`), as the driver's reset leaves it; then the plain ledgers'.
+        let (mut keys, mut bytes) = match device_wide {
+            true => self.device_pool_allocations(api, device),
+            false => (Vec::new(), 0),
+        };
+        let pooled = match device_wide {
+            true => self.ledger(Kind::Pointer).remove_pooled_on(device),
+            false => Vec::new(),
+        };
+        let owned = self.allocations.ledgers().iter();
+        let owned = owned.flat_map(|ledger| ledger.remove_context(slot));
+        for (key, charge) in owned.chain(pooled) {
+            if let Some(q) = self.quota(charge.device) {
+                q.release(charge.bytes);
             }
+            keys.push(key);
+            bytes = bytes.saturating_add(charge.bytes);
         }
         // Those whose address the driver gave out again before this were credited, and
         // traced as frees, then (see `released_stale`); the context still ends with its line.

@@ -100,6 +100,12 @@ pub(super) enum Outcome {
     DeviceQuotas(Vec<(u32, Option<u64>)>),
     /// NVML cannot be used, so contexts are not measured: why.
     NvmlAbsent(String),
+    /// A memory location cuquota cannot place (`kind`, `id`): `api` refused, fail closed.
+    UnknownLocation {
+        api: &'static str,
+        kind: i32,
+        id: i32,
+    },
     /// This member's own limit of `device` differs from its group's, which applies.
     GroupLimitDiffers {
         device: u32,
@@ -251,6 +257,9 @@ impl Engine {
                 crate::log::line(&messages::group_limit_moved(device, &group, before, limit));
                 let in_use = self.held(device);
                 self.emit(|| Event::limit(device, limit, before, in_use));
+            }
+            Outcome::UnknownLocation { api, kind, id } => {
+                crate::log::line(&messages::unknown_location(api, kind, id))
             }
             Outcome::NvmlAbsent(why) => {
                 if self.config.as_ref().is_ok_and(|c| c.verbose()) {

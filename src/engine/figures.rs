@@ -81,8 +81,10 @@ impl Engine {
         // In a group, what dead members held goes back before the figure is told.
         quota.reap_dead_members();
         self.books.describe_total(device, real_total);
-        // What the pools keep may have gone back since (a synchronisation): read it again.
+        // What the pools keep may have gone back since (a synchronisation): read it again;
+        // so may an exported allocation (its descriptor closed).
         self.refresh_pools(api, device);
+        self.reap_exports(api);
         // NVML's figure for this process corrects the context part (after the other parts
         // are settled, rate-limited).
         self.correct_context_memory(api, device);

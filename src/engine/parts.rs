@@ -125,17 +125,20 @@ impl Engine {
         }
     }
 
-    /// A request of `wanted` bytes did not fit: trim this process's unused pool and graph
-    /// memory on `device` once. True if that gave anything back.
+    /// A request of `wanted` bytes did not fit: end the allocations whose exports were
+    /// closed since, and trim this process's unused pool and graph memory on `device` once.
+    /// True if that gave anything back.
     #[cold]
     #[inline(never)]
     pub(super) fn made_room(&self, api: &'static str, device: u32, wanted: u64) -> bool {
+        // An export closed since may have ended an allocation (whatever is counted).
+        let reaped = self.reap_exports(api);
         if !self.counts_footprint() {
-            return false;
+            return reaped;
         }
         let released =
             self.trim_pools(api, device, wanted) + self.trim_graph_memory(api, device, wanted);
-        released > 0
+        released > 0 || reaped
     }
 
     /// cuquota's own trim of `part` on `device` gave `released` bytes back (already

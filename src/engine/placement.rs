@@ -1,9 +1,10 @@
 //! Where a charge lands and who owns it: the current context, a stream's context, a pool's
-//! device.
+//! device. A pool allocation is owned by no context ([`POOLED`]).
 
+use super::explain::Outcome;
 use super::state::Engine;
-use crate::contexts::{ContextSlot, NO_CONTEXT};
-use crate::cuda_abi::CuResult;
+use crate::contexts::{ContextSlot, NO_CONTEXT, POOLED};
+use crate::cuda_abi::{CuMemLocation, CuResult};
 use crate::pool_cache::PoolPlace;
 
 /// Where an allocation lands, and which context owns it.
@@ -11,13 +12,15 @@ use crate::pool_cache::PoolPlace;
 pub enum Place {
     /// The current context's device, owned by that context.
     Current,
-    /// The device of a stream's context, owned by it (the legacy and per-thread default
-    /// streams mean the current context).
+    /// A stream-ordered allocation from a pool whose device is not known (the current pool
+    /// of the stream's device, a managed pool, one never seen located): the device of the
+    /// stream's context (the legacy and per-thread default streams mean the current
+    /// context), owned by no context ([`POOLED`]).
     Stream(usize),
     /// A known device (`cuMemCreate` properties), owned by no context.
     Device(u32),
-    /// A pool's device, owned by the context of the stream it was allocated on.
-    Pool { device: u32, stream: usize },
+    /// A pool's device, owned by no context ([`POOLED`]).
+    Pool(u32),
     /// Not device memory (`cuMemCreate` on the host, a host pool): not charged.
     Uncharged,
 }
@@ -36,12 +39,9 @@ impl Engine {
     ) -> Result<Option<(u32, ContextSlot)>, CuResult> {
         match place {
             Place::Current => self.current().map(Some),
-            Place::Stream(stream) => self.of_stream(stream).map(Some),
+            Place::Stream(stream) => self.of_stream(stream).map(|(d, _)| Some((d, POOLED))),
             Place::Device(d) => Ok(Some((d, NO_CONTEXT))),
-            Place::Pool { device, stream } => {
-                let (_, owner) = self.of_stream(stream)?;
-                Ok(Some((device, owner)))
-            }
+            Place::Pool(device) => Ok(Some((device, POOLED))),
             Place::Uncharged => Ok(None),
         }
     }
@@ -85,6 +85,18 @@ impl Engine {
         self.pool_cache.set_place(pool, place);
     }
 
+    /// `api` names a memory location cuquota cannot place (an unknown type, or a negative
+    /// device): refused with one line, never passed as host memory (fail closed).
+    #[cold]
+    pub fn unknown_location(&self, api: &'static str, location: CuMemLocation) -> CuResult {
+        self.explain(Outcome::UnknownLocation {
+            api,
+            kind: location.kind,
+            id: location.id,
+        });
+        CuResult::NOT_SUPPORTED
+    }
+
     /// `cuMemPoolDestroy` succeeded: the handle may come back for another pool.
     pub fn pool_destroyed(&self, pool: usize) {
         self.pool_cache.forget_place(pool);
@@ -96,7 +108,7 @@ impl Engine {
 /// [`Engine::pool_place`]).
 pub(super) fn place_in_pool(known: Option<PoolPlace>, stream: usize) -> Place {
     match known {
-        Some(PoolPlace::Device(device)) => Place::Pool { device, stream },
+        Some(PoolPlace::Device(device)) => Place::Pool(device),
         Some(PoolPlace::Host) => Place::Uncharged,
         Some(PoolPlace::Managed) | None => Place::Stream(stream),
     }

@@ -13,7 +13,7 @@
 //! - a free of pool memory moves its charge into the pool cache (the pool keeps it). What
 //!   a pool gave back since (at a synchronisation) is read lazily, when a decision needs
 //!   it: a request that does not fit ([`Engine::trim_pools`], which trims only if reading
-//!   again is not enough), `cuMemGetInfo`, a context gone. Never on the plain
+//!   again is not enough), `cuMemGetInfo`, a primary reset. Never on the plain
 //!   `cuMemAlloc`/`cuMemFree` path, and never from the exit handler (the driver may be gone
 //!   by then): the summary gives the last figure.
 //! - only this process's pools are read or trimmed: those it allocated from (an imported
@@ -25,7 +25,7 @@
 //! Every reading of the driver and the change it makes to the part happen under one lock,
 //! in order, so an older figure never overwrites a newer one. A pool's figure is raised only
 //! by a settlement, checked against the quota (a figure forced up could be another thread's
-//! growth, in flight, which would then pass unchecked), or after a context went, when the
+//! growth, in flight, which would then pass unchecked), or after a primary reset, when the
 //! driver holds what its pools keep whatever cuquota says.
 
 use super::admission::Granted;
@@ -358,32 +358,28 @@ impl Engine {
         }
     }
 
-    /// Context `slot` was destroyed or reset: the driver freed its allocations, synchronised
-    /// its work, and its pools kept what they keep up to their thresholds. Its pool
-    /// allocations leave the ledger here, their charges moved into the pool cache as for a
-    /// free (in one step: nobody can take the room in between), and the pools they came
-    /// from are read again, so that what went back is given back (a pool the driver no longer
-    /// knows is forgotten). Returns their pointers and bytes, for the context's event.
-    pub(super) fn context_pool_allocations(
+    /// `device`'s primary context was reset or released for the last time: device-wide, the
+    /// driver freed every pool allocation there and its pools gave back what they kept (a
+    /// created context's end frees none: they belong to no context). They leave the books
+    /// here, their charges moved into the pool cache as for a free (in one step: nobody can
+    /// take the room in between), and the device's pools are read again, so that what went
+    /// back is given back (a pool the driver no longer knows is forgotten). Returns their
+    /// pointers and bytes, for the context's event.
+    pub(super) fn device_pool_allocations(
         &self,
         api: &'static str,
-        slot: crate::contexts::ContextSlot,
+        device: u32,
     ) -> (Vec<u64>, u64) {
-        let taken = self.take_context_pool_pointers(slot);
+        let taken = self.take_device_pool_pointers(device);
         self.settle_context_pool_pointers(api, taken)
     }
 
-    /// Context `slot`'s pool allocations out of the ledger and the books (together, under
-    /// the books' lock), each with its pool: before the driver ends the context, when the
-    /// end is certain (see `Engine::context_end`).
-    pub(super) fn take_context_pool_pointers(
-        &self,
-        slot: crate::contexts::ContextSlot,
-    ) -> TakenPooled {
-        if slot == crate::contexts::NO_CONTEXT {
-            return Vec::new();
-        }
-        self.pool_cache.books().take_context(slot)
+    /// `device`'s pool allocations out of the books (under their lock): before the driver
+    /// resets the device's primary context, when the reset is certain (see
+    /// `Engine::context_end`), or after it. (Counted as plain allocations, they are in the
+    /// ledger instead: `Ledger::remove_pooled_on`.)
+    pub(super) fn take_device_pool_pointers(&self, device: u32) -> TakenPooled {
+        self.pool_cache.books().take_device(device)
     }
 
     /// The end did not happen: the pool allocations taken are live again.
@@ -394,7 +390,7 @@ impl Engine {
         }
     }
 
-    /// The driver ended the context: what its pool allocations charged moves into the pool
+    /// The driver reset the device: what its pool allocations charged moves into the pool
     /// cache, and their pools are read again. Returns their pointers and bytes.
     pub(super) fn settle_context_pool_pointers(
         &self,

@@ -5,7 +5,7 @@
 use super::{hook, hooked, out, per_thread, table};
 use crate::cuda_abi::{
     CuDevicePtr, CuDevicePtrV1, CuMemAllocationProp, CuMemHandle, CuMemoryPool, CuResult, CuStream,
-    CU_MEM_LOCATION_TYPE_DEVICE,
+    Located,
 };
 use crate::engine::{Engine, Kind, Place, PoolOf};
 use crate::ffi::{self, written, Out};
@@ -251,17 +251,22 @@ hooked!(cuMemCreate, |handle: *mut CuMemHandle,
                       flags: u64| {
     // SAFETY: the caller's arguments, passed on; `handle` is its out-pointer.
     let call = |real: real::cuMemCreate| unsafe { out(real(handle, size, prop, flags), handle) };
-    // The properties name the device: no current context is needed.
+    // The properties name the device (no current context is needed): `DEVICE` or a
+    // `DEVICE_LOCALITY_DOMAIN` of it; the three host types are not charged; any other
+    // location is refused (see `CuMemLocation::located`). No properties: the driver's answer.
     // SAFETY: `prop` is null or the caller's valid CUmemAllocationProp.
-    let place = match unsafe { ffi::input(prop) } {
-        Some(p) if p.location.kind == CU_MEM_LOCATION_TYPE_DEVICE && p.location.id >= 0 => {
-            Place::Device(p.location.id as u32)
-        }
-        _ => Place::Uncharged,
+    let place = match unsafe { ffi::input(prop) }.map(|p| (p.location, p.location.located())) {
+        Some((_, Located::Device(device))) => Ok(Place::Device(device)),
+        Some((_, Located::Host)) | None => Ok(Place::Uncharged),
+        Some((location, Located::Unknown)) => Err(location),
     };
     hook(
         &real::cuMemCreate,
         |real, e| {
+            let place = match place {
+                Ok(place) => place,
+                Err(location) => return e.unknown_location(real::cuMemCreate.name(), location),
+            };
             let made = Cell::new(0);
             let rc = e.alloc(
                 real::cuMemCreate.name(),

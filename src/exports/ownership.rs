@@ -4,8 +4,7 @@
 
 use super::{hook, hooked, measured, out_handle, table, watched, watched_ending, Ends};
 use crate::cuda_abi::{
-    CuContext, CuDevice, CuMemLocation, CuMemPoolPropsHead, CuMemoryPool, CuResult,
-    CU_MEM_LOCATION_TYPE_DEVICE,
+    CuContext, CuDevice, CuMemLocation, CuMemPoolPropsHead, CuMemoryPool, CuResult, Located,
 };
 use crate::engine::PoolPlace;
 use crate::ffi::{self, Out};
@@ -17,19 +16,18 @@ use std::ffi::{c_int, c_uint};
 /// `CU_MEM_ALLOCATION_TYPE_MANAGED` (CUDA 13).
 const ALLOCATION_MANAGED: i32 = 2;
 
-/// Where a pool of `alloc_type` at `location` keeps its memory; `None` for a location type
-/// cuquota does not know (such a pool's allocations land on the stream's device).
-fn pool_place(alloc_type: i32, location: CuMemLocation) -> Option<PoolPlace> {
+/// Where a pool of `alloc_type` at `location` keeps its memory: a device (`DEVICE`, or a
+/// `DEVICE_LOCALITY_DOMAIN` of it), the host (the three host types), or, for a location
+/// cuquota cannot place, `Err` (a pool made there is refused; one returned by a query is not
+/// located, so its allocations land on the stream's device: charged, never free).
+fn pool_place(alloc_type: i32, location: CuMemLocation) -> Result<PoolPlace, CuMemLocation> {
     if alloc_type == ALLOCATION_MANAGED {
-        return Some(PoolPlace::Managed);
+        return Ok(PoolPlace::Managed);
     }
-    match location.kind {
-        CU_MEM_LOCATION_TYPE_DEVICE if location.id >= 0 => {
-            Some(PoolPlace::Device(location.id as u32))
-        }
-        // HOST, HOST_NUMA, HOST_NUMA_CURRENT: host memory.
-        2..=4 => Some(PoolPlace::Host),
-        _ => None,
+    match location.located() {
+        Located::Device(device) => Ok(PoolPlace::Device(device)),
+        Located::Host => Ok(PoolPlace::Host),
+        Located::Unknown => Err(location),
     }
 }
 
@@ -37,10 +35,18 @@ hooked!(
     cuMemPoolCreate,
     |pool: *mut CuMemoryPool, props: *const CuMemPoolPropsHead| {
         // SAFETY: `props` is null or the caller's valid CUmemPoolProps.
-        let place = unsafe { ffi::input(props) }.and_then(|p| pool_place(p.alloc_type, p.location));
+        let place = unsafe { ffi::input(props) }.map(|p| pool_place(p.alloc_type, p.location));
         hook(
             &real::cuMemPoolCreate,
             |real, e| {
+                let place = match place {
+                    Some(Err(location)) => {
+                        return e.unknown_location(real::cuMemPoolCreate.name(), location)
+                    }
+                    Some(Ok(place)) => Some(place),
+                    // No properties: the driver's answer.
+                    None => None,
+                };
                 // SAFETY: the caller's arguments, passed on.
                 let rc = in_hook::driver(|| unsafe { real(pool, props) });
                 // SAFETY: `pool` is the caller's out-pointer, null or valid.
@@ -243,7 +249,8 @@ fn pool_by_location(
         |e| {
             // SAFETY: `pool` and `location` are the caller's, null or valid.
             let (out, at) = unsafe { (Out::new(pool), ffi::input(location)) };
-            if let (Some(p), Some(place)) = (out, at.and_then(|l| pool_place(alloc_type, *l))) {
+            let place = at.and_then(|l| pool_place(alloc_type, *l).ok());
+            if let (Some(p), Some(place)) = (out, place) {
                 e.pool_located(p.get() as usize, place);
             }
         },
@@ -269,7 +276,7 @@ hooked!(
     |location: *mut CuMemLocation, alloc_type: c_int, pool: CuMemoryPool| {
         // SAFETY: `location` is null or the caller's valid CUmemLocation (the call only reads
         // it).
-        let place = unsafe { ffi::input(location) }.and_then(|l| pool_place(alloc_type, *l));
+        let place = unsafe { ffi::input(location) }.and_then(|l| pool_place(alloc_type, *l).ok());
         watched(
             &real::cuMemSetMemPool,
             // SAFETY: the caller's arguments, passed on.

@@ -1,9 +1,12 @@
-//! VMM lifetimes and imports. A `cuMemCreate` allocation is charged until it is both
-//! released and unmapped (the engine's `vmm_*` entry points keep the books); imports are
-//! never charged.
+//! VMM lifetimes and imports. A `cuMemCreate` allocation is charged until it is released,
+//! unmapped and every export of it closed (the engine's `vmm_*` entry points keep the
+//! books); imports are never charged (an import of our own export is a reference of ours).
 
 use super::{hook, hooked, out, table};
-use crate::cuda_abi::{CuDevicePtr, CuIpcMemHandle, CuMemHandle, CuMemoryPool, CuResult};
+use crate::cuda_abi::{
+    CuArrayMapInfo, CuDevicePtr, CuIpcMemHandle, CuMemHandle, CuMemoryPool, CuResult, CuStream,
+};
+use crate::ffi;
 use crate::in_hook;
 use crate::lookup::{CFunction, Real};
 use crate::real_driver as real;
@@ -80,6 +83,10 @@ hooked!(
     }
 );
 
+/// `CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`: the shareable handle is an `int` descriptor
+/// (passed to an import as the pointer's value).
+const HANDLE_TYPE_POSIX_FD: c_int = 1;
+
 hooked!(
     cuMemImportFromShareableHandle,
     |handle: *mut CuMemHandle, os_handle: *mut c_void, kind: c_int| {
@@ -87,16 +94,44 @@ hooked!(
         let call = |real: real::cuMemImportFromShareableHandle| unsafe {
             out(real(handle, os_handle, kind), handle)
         };
+        let fd = (kind == HANDLE_TYPE_POSIX_FD).then_some(os_handle as usize as c_int);
         hook(
             &real::cuMemImportFromShareableHandle,
             |real, e| {
                 let (rc, imported) = in_hook::driver(|| call(real));
                 if rc.is_ok() {
-                    e.imported_handle(real::cuMemImportFromShareableHandle.name(), imported);
+                    e.imported_handle(imported, fd);
                 }
                 rc
             },
             |real| call(real).0,
+        )
+    }
+);
+
+// An exported descriptor is a reference of the allocation ("including it's shareable
+// counterparts"): it keeps the memory until it is closed.
+hooked!(
+    cuMemExportToShareableHandle,
+    |shareable: *mut c_void, handle: CuMemHandle, kind: c_int, flags: u64| {
+        // SAFETY: the caller's arguments, passed on.
+        let call = |real: real::cuMemExportToShareableHandle| unsafe {
+            real(shareable, handle, kind, flags)
+        };
+        hook(
+            &real::cuMemExportToShareableHandle,
+            |real, e| {
+                let rc = in_hook::driver(|| call(real));
+                if rc.is_ok() && kind == HANDLE_TYPE_POSIX_FD {
+                    // SAFETY: for a POSIX descriptor `shareable` is the caller's `int *`,
+                    // which the driver just wrote.
+                    if let Some(fd) = unsafe { ffi::input(shareable as *const c_int) } {
+                        e.vmm_exported(handle, *fd);
+                    }
+                }
+                rc
+            },
+            call,
         )
     }
 );
@@ -160,7 +195,44 @@ hooked!(
     }
 );
 
+/// A map or unmap into a sparse or deferred-mapping array: a mapping of the allocation.
+fn map_array(
+    real: &'static Real<real::cuMemMapArrayAsync>,
+    infos: *mut CuArrayMapInfo,
+    count: c_uint,
+    stream: CuStream,
+) -> CuResult {
+    // SAFETY: the caller's arguments, passed on.
+    let call = |f: real::cuMemMapArrayAsync| unsafe { f(infos, count, stream) };
+    hook(
+        real,
+        |f, e| {
+            // SAFETY: `infos` is null or the caller's `count` valid CUarrayMapInfo.
+            let list = unsafe { ffi::inputs(infos, count as usize) };
+            e.vmm_map_array(real.name(), &list, || call(f))
+        },
+        call,
+    )
+}
+
+hooked!(
+    cuMemMapArrayAsync,
+    |infos: *mut CuArrayMapInfo, count: c_uint, stream: CuStream| {
+        map_array(&real::cuMemMapArrayAsync, infos, count, stream)
+    }
+);
+
+hooked!(
+    cuMemMapArrayAsync_ptsz,
+    |infos: *mut CuArrayMapInfo, count: c_uint, stream: CuStream| {
+        map_array(&real::cuMemMapArrayAsync_ptsz, infos, count, stream)
+    }
+);
+
 table!(
+    cuMemMapArrayAsync,
+    cuMemMapArrayAsync_ptsz,
+    cuMemExportToShareableHandle,
     cuMemRelease,
     cuMemMap,
     cuMemUnmap,

@@ -30,6 +30,7 @@ enum {
 
 /* CUmemLocationType */
 enum { CU_MEM_LOCATION_TYPE_DEVICE = 1, CU_MEM_LOCATION_TYPE_HOST = 2 };
+enum { CU_MEM_LOCATION_TYPE_DEVICE_LOCALITY_DOMAIN = 6 };
 /* CUmemAllocationType */
 enum { CU_MEM_ALLOCATION_TYPE_PINNED = 1 };
 /* CUmemAttach_flags */
@@ -38,9 +39,17 @@ enum { CU_MEM_ATTACH_GLOBAL = 1 };
 enum { CU_GET_PROC_ADDRESS_DEFAULT = 0, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM = 2 };
 enum { CU_GET_PROC_ADDRESS_SUCCESS = 0 };
 
+/* CUmemLocation: the id is a union with CUDA 13.4's `localized` device and locality domain
+ * (for CU_MEM_LOCATION_TYPE_DEVICE_LOCALITY_DOMAIN). */
 typedef struct {
     int type;
-    int id;
+    union {
+        int id;
+        struct {
+            unsigned char deviceId;
+            unsigned char localityDomainId;
+        } localized;
+    };
 } CUmemLocation;
 
 /* CUmemAllocationProp (v1): 32 bytes on LP64. */
@@ -174,6 +183,19 @@ typedef int (*fn_nvmlDeviceGetComputeRunningProcesses_v3)(nvmlDevice_t device,
                                                           nvmlProcessInfo_t *infos);
 typedef int (*fn_nvmlDeviceGetUUID)(nvmlDevice_t device, char *uuid, unsigned int length);
 typedef int (*fn_nvmlDeviceGetPciInfo_v3)(nvmlDevice_t device, nvmlPciInfo_t *pci);
+
+/* CUarrayMapInfo (v1): 96 bytes on LP64; the subresource union as its 32 bytes. */
+typedef struct {
+    int resourceType; /* CU_RESOURCE_TYPE_ARRAY = 0, _MIPMAPPED_ARRAY = 1 */
+    void *resource;   /* the CUarray or CUmipmappedArray */
+    int subresourceType;
+    unsigned long long subresource[4];
+    int memOperationType; /* CU_MEM_OPERATION_TYPE_MAP = 1, _UNMAP = 2 */
+    int memHandleType;    /* CU_MEM_HANDLE_TYPE_GENERIC = 0 */
+    CUmemGenericAllocationHandle memHandle;
+    unsigned long long offset;
+    unsigned int deviceBitMask, flags, reserved[2];
+} CUarrayMapInfo;
 
 /* ---- Pools that keep memory, graph memory ---- */
 typedef struct cuquota_graph_opaque *CUgraph;

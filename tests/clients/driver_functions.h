@@ -74,6 +74,8 @@
       (void *shareable, CUmemGenericAllocationHandle handle, int type, unsigned long long flags)) \
   DRV(cuMemImportFromShareableHandle, cuMemImportFromShareableHandle, 10020, \
       (CUmemGenericAllocationHandle *handle, void *os_handle, int type)) \
+  DRV(cuMemMapArrayAsync, cuMemMapArrayAsync, 11010, \
+      (CUarrayMapInfo *infos, unsigned int count, CUstream stream)) \
   DRV(cuIpcOpenMemHandle_v2, cuIpcOpenMemHandle, 11000, \
       (CUdeviceptr *dptr, CUipcMemHandle handle, unsigned int flags)) \
   DRV(cuMemPoolImportPointer, cuMemPoolImportPointer, 11020, \

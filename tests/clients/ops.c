@@ -179,6 +179,17 @@ int stream_arg(const char *word, CUstream *st) {
     return 0;
 }
 
+/* A location of TYPE for device or node ID: for DEVICE_LOCALITY_DOMAIN, the `localized`
+ * member (deviceId ID, locality domain 0) over a union whose other bytes are not zero. */
+void set_location(CUmemLocation *loc, int type, int id) {
+    loc->type = type;
+    loc->id = type == CU_MEM_LOCATION_TYPE_DEVICE_LOCALITY_DOMAIN ? (int)0xabab0000 : id;
+    if (type == CU_MEM_LOCATION_TYPE_DEVICE_LOCALITY_DOMAIN) {
+        loc->localized.deviceId = (unsigned char)id;
+        loc->localized.localityDomainId = 0;
+    }
+}
+
 /* The current device's pool of the pool op (created on first use). */
 CUresult own_pool(const struct drv *d, CUmemoryPool *pool) {
     if (!dev_pool[cur_dev]) {

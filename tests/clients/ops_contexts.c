@@ -5,7 +5,9 @@
  *                              (or "n": the NULL stream)
  *   hostpool:SIZE              from a pool on host NUMA node 0, on the NULL stream
  *   locpool:TYPE:ID:SIZE       from CUDA 13's cuMemGetDefaultMemPool of location TYPE
- *                              (CUmemLocationType) ID, pinned, on the NULL stream
+ *                              (CUmemLocationType) ID, pinned, on the NULL stream (for
+ *                              DEVICE_LOCALITY_DOMAIN, 6: device ID's locality domain 0)
+ *   poolat:TYPE:ID:SIZE        the same from a pool cuMemPoolCreate makes there
  *   ctxcreate                  cuCtxCreate_v2 on the current device (made current)
  *   ctxdestroy:SLOT            cuCtxDestroy_v2 of a created context
  *   ctxreset:DEV / ctxrelease:DEV  cuDevicePrimaryCtxReset_v2 / _Release_v2
@@ -111,9 +113,16 @@ int op_locpool(const struct drv *d, char **f, int nf) {
     NARGS(3);
     if (parse_num(f[1], &a) || parse_num(f[2], &b) || parse_size(f[3], &c))
         return -1;
-    loc.type = (int)a;
-    loc.id = (int)b;
-    rc = CALL(d, cuMemGetDefaultMemPool, &pool, &loc, CU_MEM_ALLOCATION_TYPE_PINNED);
+    set_location(&loc, (int)a, (int)b);
+    if (!strcmp(op, "poolat")) {
+        CUmemPoolProps props;
+        memset(&props, 0, sizeof props);
+        props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+        props.location = loc;
+        rc = CALL(d, cuMemPoolCreate, &pool, &props);
+    } else {
+        rc = CALL(d, cuMemGetDefaultMemPool, &pool, &loc, CU_MEM_ALLOCATION_TYPE_PINNED);
+    }
     if (!rc)
         rc = CALL(d, cuMemAllocFromPoolAsync, &dp, c, pool, NULL);
     if (rc)

@@ -63,6 +63,7 @@ void print_alloc(const char *name, unsigned long long size, CUresult rc, size_t 
 void *raw_sym(const struct drv *d, const char *name);
 int stream_arg(const char *word, CUstream *st);
 CUresult own_pool(const struct drv *d, CUmemoryPool *pool);
+void set_location(CUmemLocation *loc, int type, int id);
 
 /* One op: f[0] is its name, f[1..nf) its arguments (the op word split on ':'). Returns 0,
  * or -1 when the op is malformed. */

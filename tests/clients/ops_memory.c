@@ -13,6 +13,12 @@
  *   export:H                cuMemExportToShareableHandle (POSIX fd); the fd goes in $OPS_FD
  *                           (inherited by a forkexec child)
  *   import:SIZE             cuMemImportFromShareableHandle of $OPS_FD: a handle slot of SIZE
+ *   closefd                 close($OPS_FD): the exported descriptor is released
+ *   createtile:SIZE         cuMemCreate of a tile pool (for sparse / deferred-mapping arrays)
+ *   arrmap:A:H / arrunmap:A cuMemMapArrayAsync of handle slot H into array slot A, whole /
+ *                           out of it
+ *   createat:SIZE:TYPE:ID   cuMemCreate at location TYPE (CUmemLocationType) ID; for
+ *                           DEVICE_LOCALITY_DOMAIN (6), device ID's locality domain 0
  *   ipcopen / poolimport / extbuf   cuIpcOpenMemHandle(_v2) of a zero handle,
  *                           cuMemPoolImportPointer and cuExternalMemoryGetMappedBuffer with
  *                           null objects: a pointer slot if one comes back */
@@ -25,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define FILL_LIMIT 1000000UL
 
@@ -308,6 +315,26 @@ int op_create(const struct drv *d, char **f, int nf) {
     return 0;
 }
 
+int op_createat(const struct drv *d, char **f, int nf) {
+    unsigned long long a = 0, t = 0, id = 0;
+    CUresult rc;
+    CUmemAllocationProp prop;
+    CUmemGenericAllocationHandle h = 0;
+    size_t slot;
+    NARGS(3);
+    if (parse_size(f[1], &a) || parse_num(f[2], &t) || parse_num(f[3], &id))
+        return -1;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    set_location(&prop.location, (int)t, (int)id);
+    rc = CALL(d, cuMemCreate, &h, a, &prop, 0);
+    if (rc)
+        h = 0;
+    slot = push(&handles, h, a, rc == 0);
+    out("createat %llu rc=%d slot=%zu handle=0x%llx", a, rc, slot, h);
+    return 0;
+}
+
 int op_release(const struct drv *d, char **f, int nf) {
     CUresult rc;
     struct slot *s;
@@ -476,6 +503,67 @@ int op_export(const struct drv *d, char **f, int nf) {
         setenv("OPS_FD", num, 1);
     }
     out("export %s rc=%d fd=%d", f[1], rc, rc ? -1 : fd);
+    return 0;
+}
+
+/* A tile pool for sparse and deferred-mapping arrays: cuMemCreate on the current device with
+ * CU_MEM_CREATE_USAGE_TILE_POOL (allocFlags.usage, an unsigned short at byte 2). */
+int op_createtile(const struct drv *d, char **f, int nf) {
+    unsigned long long a = 0;
+    CUresult rc;
+    CUmemAllocationProp prop;
+    CUmemGenericAllocationHandle h = 0;
+    size_t slot;
+    NARGS(1);
+    if (parse_size(f[1], &a))
+        return -1;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = cur_dev;
+    prop.allocFlags[2] = 1;
+    rc = CALL(d, cuMemCreate, &h, a, &prop, 0);
+    if (rc)
+        h = 0;
+    slot = push(&handles, h, a, rc == 0);
+    out("createtile %llu rc=%d slot=%zu handle=0x%llx", a, rc, slot, h);
+    return 0;
+}
+
+/* cuMemMapArrayAsync of handle slot H into (arrmap:A:H) or out of (arrunmap:A) array slot A,
+ * whole (a deferred-mapping array's subresource is ignored), on the NULL stream. */
+int op_arrmap(const struct drv *d, char **f, int nf) {
+    const char *op = f[0];
+    int map = !strcmp(op, "arrmap");
+    struct slot *a, *h = NULL;
+    CUarrayMapInfo info;
+    CUresult rc;
+    NARGS(map ? 2 : 1);
+    a = get_slot(&arrays, f[1]);
+    if (map)
+        h = get_slot(&handles, f[2]);
+    if (!a || (map && !h))
+        return -1;
+    memset(&info, 0, sizeof info);
+    info.resource = (void *)(size_t)a->value;
+    info.memOperationType = map ? 1 : 2;
+    info.memHandle = map ? h->value : 0;
+    info.deviceBitMask = 1u << cur_dev;
+    rc = CALL(d, cuMemMapArrayAsync, &info, 1, NULL);
+    out("%s %s rc=%d", op, f[1], rc);
+    return 0;
+}
+
+int op_closefd(const struct drv *d, char **f, int nf) {
+    const char *fd = getenv("OPS_FD");
+    int rc;
+    (void)d;
+    (void)f;
+    if (nf != 1 || !fd)
+        return -1;
+    rc = close(atoi(fd));
+    unsetenv("OPS_FD");
+    out("closefd %s rc=%d", fd, rc);
     return 0;
 }
 

@@ -38,6 +38,7 @@
   OP("shimstats", op_shimstats) \
   OP("create", op_create) \
   OP("createhost", op_create) \
+  OP("createat", op_createat) \
   OP("release", op_release) \
   OP("reserve", op_reserve) \
   OP("map", op_map) \
@@ -50,6 +51,10 @@
   OP("retain", op_retain) \
   OP("export", op_export) \
   OP("import", op_import) \
+  OP("closefd", op_closefd) \
+  OP("createtile", op_createtile) \
+  OP("arrmap", op_arrmap) \
+  OP("arrunmap", op_arrmap) \
   OP("ipcopen", op_ipcopen) \
   OP("poolimport", op_ipcopen) \
   OP("extbuf", op_ipcopen) \
@@ -87,6 +92,7 @@
   OP("defpoolon", op_asyncon) \
   OP("hostpool", op_asyncon) \
   OP("locpool", op_locpool) \
+  OP("poolat", op_locpool) \
   OP("ctxretain", op_ctxretain) \
   OP("ctxattach", op_ctxattach) \
   OP("ctxdetach", op_ctxattach) \

@@ -44,6 +44,7 @@ pub const DEVICE_BYTES: u64 = 8 * GIB;
 pub const SUCCESS: u64 = 0;
 pub const INVALID_VALUE: u64 = 1;
 pub const OUT_OF_MEMORY: u64 = 2;
+pub const NOT_SUPPORTED: u64 = 801;
 
 /// How long one client may run before it is killed and the test fails.
 pub const TIMEOUT: Duration = Duration::from_secs(60);

@@ -49,19 +49,42 @@ fn an_imported_allocation_is_charged_to_the_exporter_only() {
 }
 
 #[test]
-fn shareable_handles_the_shim_cannot_simulate_are_refused_honestly() {
+fn a_handle_not_created_exportable_is_refused() {
     for client in Client::ALL {
-        // a handle not created exportable; importing one's own export
+        let out = run(client, "init create:2M export:0 info", &[LIMIT]);
+        out.check_exit(0);
+        out.check(2, "export", &[("rc", INVALID_VALUE)]);
+        out.check(3, "info", &[("free", GIB - 2 * MIB)]);
+    }
+}
+
+/// cuda.h on `cuMemRelease`: the memory is freed once every reference "(including it's
+/// shareable counterparts)" is released, and each import "needs to pair it with
+/// ::cuMemRelease"; on `cuMemExportToShareableHandle`: released "Once all shareable handles
+/// are closed and the allocation is released". 512 MiB exported and imported by this
+/// process, both handles released: the open descriptor keeps it, in the shim and under the
+/// 1 GiB quota (a second 512 MiB fits, 2 MiB more does not); closing the descriptor frees
+/// it, and the refusal's second look finds the room.
+#[test]
+fn an_export_and_an_import_of_it_keep_the_allocation_until_closed() {
+    for client in Client::ALL {
         let out = run(
             client,
-            "init create:2M export:0 createfd:2M export:1 import:2M info",
+            "init createfd:512M export:0 import:512M release:0 release:1 info shimstats:0 \
+             create:512M create:2M closefd create:2M info shimstats:0",
             &[LIMIT],
         );
         out.check_exit(0);
-        out.check(2, "export", &[("rc", INVALID_VALUE)]);
-        out.check(4, "export", &[("rc", 0)]);
-        out.check(5, "import", &[("rc", 801)]);
-        out.check(6, "info", &[("free", GIB - 4 * MIB)]);
+        let mut rcs = [0; 14];
+        rcs[9] = OUT_OF_MEMORY;
+        out.check_rcs(&rcs);
+        // the shim gives the creating handle back for its own export
+        let created = out.op(1, "createfd").num("handle");
+        assert_eq!(out.op(3, "import").num("handle"), created, "{out}");
+        out.check(6, "info", &[("free", 512 * MIB)]);
+        out.check(7, "shimstats", &[("in_use", 512 * MIB), ("live", 1)]);
+        out.check(12, "info", &[("free", 510 * MIB)]);
+        out.check(13, "shimstats", &[("in_use", 514 * MIB), ("live", 2)]);
     }
 }
 

@@ -1,6 +1,6 @@
 //! Placement and ownership: where a charge lands (the stream's device, the pool's
 //! location), the context that owns it (destroyed or reset, it takes its allocations with
-//! it), and capture (a capturing stream's allocations and frees allocate and free nothing).
+//! it; pool allocations belong to none, a primary reset takes its device's), and capture (a capturing stream's allocations and frees allocate and free nothing).
 //! Each test runs over every lookup path and checks against the shim's own accounting.
 
 use crate::common::*;
@@ -82,6 +82,52 @@ fn cuda13_default_pools_by_location() {
     }
 }
 
+/// CUDA 13.4's `DEVICE_LOCALITY_DOMAIN` (cuda.h: "a portion of device memory, specified by
+/// the locality domain ID"), its device in the location's `localized.deviceId` (the client
+/// leaves the rest of the union non-zero): `cuMemCreate`, a pool `cuMemPoolCreate` makes
+/// there and the default pool `cuMemGetDefaultMemPool` names are charged to that GPU.
+#[test]
+fn locality_domain_memory_is_charged_to_its_device() {
+    for client in Client::ALL {
+        let out = run(
+            client,
+            "init createat:768M:6:1 poolat:6:1:256M locpool:6:1:2M createat:2M:6:1 \
+             createat:768M:6:0 dev:1 info shimstats:1 shimstats:0",
+            &TWO_GPUS,
+        );
+        out.check_exit(0);
+        out.check_rcs(&[0, 0, 0, OUT_OF_MEMORY, OUT_OF_MEMORY, 0, 0, 0, 0, 0]);
+        out.check(7, "info", &[("free", 0)]);
+        out.check(8, "shimstats", &[("in_use", GIB), ("live", 2)]);
+        out.check(9, "shimstats", &[("in_use", 768 * MIB), ("live", 1)]);
+    }
+}
+
+/// A location type cuquota does not know is refused with one line naming it (fail closed),
+/// never passed as host memory; the host types still pass uncharged.
+#[test]
+fn an_unknown_location_type_is_refused_not_taken_for_the_host() {
+    for client in Client::ALL {
+        let out = run(
+            client,
+            "init createat:2M:7:0 poolat:9:0:2M createat:768M:2:0 poolat:3:0:768M \
+             alloc:1G shimstats:0",
+            &TWO_GPUS,
+        );
+        out.check_exit(0);
+        out.check_rcs(&[0, NOT_SUPPORTED, NOT_SUPPORTED, 0, 0, 0, 0]);
+        out.check(6, "shimstats", &[("in_use", GIB), ("live", 1)]);
+        for (api, kind) in [("cuMemCreate", 7), ("cuMemPoolCreate", 9)] {
+            out.check_log(&format!(
+                "refused {api}: memory location type {kind} (id 0) is not one cuquota knows \
+                 (DEVICE, DEVICE_LOCALITY_DOMAIN, HOST, HOST_NUMA, HOST_NUMA_CURRENT), so its \
+                 memory cannot be charged; the call fails with CUDA_ERROR_NOT_SUPPORTED"
+            ));
+        }
+        assert_eq!(out.logs_starting("refused ").len(), 2, "{out}");
+    }
+}
+
 #[test]
 fn host_pools_are_not_charged() {
     for client in Client::ALL {
@@ -98,21 +144,58 @@ fn host_pools_are_not_charged() {
 }
 
 #[test]
-fn destroying_a_context_credits_its_pointers_and_pool_allocations() {
+fn destroying_a_context_credits_its_pointers_not_its_streams_pool_allocations() {
     for client in Client::ALL {
         let out = run(
             client,
             "init ctxcreate alloc:256M async:256M defpoolon:0:256M:n ctxdestroy:0 \
-             shimstats:0 alloc:1G shimstats:0",
+             shimstats:0 alloc:1G alloc:512M shimstats:0",
             &TWO_GPUS,
         );
         out.check_exit(0);
-        out.check_rcs(&[0, 0, 0, 0, 0, 0, 0, 0, 0]);
-        out.check(6, "shimstats", &[("in_use", 0), ("live", 0)]);
-        out.check(8, "shimstats", &[("in_use", GIB), ("live", 1)]);
+        out.check_rcs(&[0, 0, 0, 0, 0, 0, 0, OUT_OF_MEMORY, 0, 0]);
+        // the pointer went with the context; the two pool allocations stay, in the shim too
+        out.check(6, "shimstats", &[("in_use", 512 * MIB), ("live", 2)]);
+        out.check(9, "shimstats", &[("in_use", GIB), ("live", 3)]);
     }
 }
 
+/// cuda.h on `cuCtxDestroy`: it "will not destroy memory allocations by cuMemCreate(),
+/// cuMemAllocAsync() and cuMemAllocFromPoolAsync(). These memory allocations are not
+/// associated with any CUDA context". A context takes 768 MiB from a pool and is destroyed
+/// (or detached for the last time), twice, under a 1 GiB quota: the second round is refused
+/// (the shim still holds the first), and a free from another context gives the room back.
+/// Both ways of counting (the footprint, allocations only).
+#[test]
+fn a_context_gone_leaves_its_pool_allocation_held_to_the_quota() {
+    for client in Client::ALL {
+        for end in ["ctxdestroy", "ctxdetach"] {
+            for count in ["footprint", "allocations"] {
+                let out = run(
+                    client,
+                    &format!(
+                        "init ctxcreate async:768M {end}:0 ctxcreate async:768M shimstats:0 \
+                         {end}:1 shimstats:0 dev:0 free:0 ctxcreate async:768M shimstats:0 info"
+                    ),
+                    &[TWO_GPUS[0], TWO_GPUS[1], ("CUQUOTA_COUNT", count)],
+                );
+                out.check_exit(0);
+                let mut rcs = [0; 15];
+                rcs[5] = OUT_OF_MEMORY;
+                out.check_rcs(&rcs);
+                out.check(6, "shimstats", &[("in_use", 768 * MIB), ("live", 1)]);
+                out.check(8, "shimstats", &[("in_use", 768 * MIB), ("live", 1)]);
+                out.check(13, "shimstats", &[("in_use", 768 * MIB), ("live", 1)]);
+                out.check(14, "info", &[("free", 256 * MIB)]);
+            }
+        }
+    }
+}
+
+/// A primary context's reset (or last release, which resets it) is device-wide: cuda.h, it
+/// "destroys and cleans up all resources associated with the current device in the current
+/// process". GPU 0's allocations go, its pool allocation too; the one from GPU 1's pool,
+/// made on GPU 0's stream, is GPU 1's and stays until freed.
 #[test]
 fn resetting_or_releasing_the_primary_context_credits_what_it_held() {
     for client in Client::ALL {
@@ -121,15 +204,17 @@ fn resetting_or_releasing_the_primary_context_credits_what_it_held() {
                 client,
                 &format!(
                     "init alloc:512M async:256M defpoolon:1:256M:n {op}:0 shimstats:0 \
-                     shimstats:1 dev:0 alloc:1G dev:1 alloc:1G"
+                     shimstats:1 dev:0 alloc:1G dev:1 alloc:1G free:2 alloc:1G shimstats:1"
                 ),
                 &TWO_GPUS,
             );
             out.check_exit(0);
-            out.check_rcs(&[0; 11]);
-            // the pool allocation on GPU 1 belonged to GPU 0's context: freed with it
+            let mut rcs = [0; 14];
+            rcs[10] = OUT_OF_MEMORY;
+            out.check_rcs(&rcs);
             out.check(5, "shimstats", &[("in_use", 0), ("live", 0)]);
-            out.check(6, "shimstats", &[("in_use", 0), ("live", 0)]);
+            out.check(6, "shimstats", &[("in_use", 256 * MIB), ("live", 1)]);
+            out.check(13, "shimstats", &[("in_use", GIB), ("live", 1)]);
         }
     }
 }
@@ -200,11 +285,12 @@ fn the_trace_records_one_context_event() {
     assert_eq!(events.len(), 1, "{text}");
     let e = &events[0];
     assert_eq!(e["api"], "cuCtxDestroy_v2");
+    // the pool allocation belongs to no context: it stays
     assert_eq!(
         (e["count"].as_u64(), e["bytes"].as_u64()),
-        (Some(3), Some(7 * MIB))
+        (Some(2), Some(3 * MIB))
     );
-    assert_eq!(e["in_use"], 0);
+    assert_eq!(e["in_use"], 4 * MIB);
     let mut ptrs: Vec<u64> = e["ptrs"]
         .as_array()
         .unwrap()
@@ -212,9 +298,7 @@ fn the_trace_records_one_context_event() {
         .map(|p| u64::from_str_radix(p.as_str().unwrap().trim_start_matches("0x"), 16).unwrap())
         .collect();
     ptrs.sort();
-    let mut want: Vec<u64> = (2..5)
-        .map(|i| out.value(i, if i == 4 { "async" } else { "alloc" }, "ptr"))
-        .collect();
+    let mut want: Vec<u64> = (2..4).map(|i| out.value(i, "alloc", "ptr")).collect();
     want.sort();
     assert_eq!(ptrs, want);
 }

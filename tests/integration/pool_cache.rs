@@ -254,10 +254,10 @@ fn threads_mixing_pool_and_plain_allocations_keep_the_footprint_under_the_quota(
     }
 }
 
-/// A reset primary context frees its allocations, and the reset cleans up the device's
-/// pools too, whatever their thresholds (the shim follows `cuDevicePrimaryCtxReset`'s "destroys
-/// and cleans up all resources associated with the current device"): cuquota gives the
-/// allocations back and reads the pools again, so nothing stays charged.
+/// A primary context's reset frees the device's pool allocations, and cleans up its pools,
+/// whatever their thresholds (the shim follows `cuDevicePrimaryCtxReset`'s "destroys and
+/// cleans up all resources associated with the current device in the current process"):
+/// cuquota gives the allocations back and reads the pools again, so nothing stays charged.
 #[test]
 fn a_context_reset_gives_back_what_the_pools_kept() {
     for client in Client::ALL {

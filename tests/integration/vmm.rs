@@ -1,6 +1,6 @@
 //! VMM lifetimes: a `cuMemCreate` allocation stays charged until its last handle reference is
-//! released *and* its last mapping unmapped, on every path to the driver; the shim's own
-//! accounting (`shimstats`) is the oracle.
+//! released *and* its last mapping (into a reserved range, or into an array) unmapped, on
+//! every path to the driver; the shim's own accounting (`shimstats`) is the oracle.
 
 use crate::common::*;
 
@@ -192,5 +192,30 @@ fn freeing_the_reservation_ends_its_mappings() {
                 ("shimstats:0", shim_in_use(0)),
             ],
         );
+    }
+}
+
+/// cuda.h on `cuMemRelease`: freed only "when all outstanding mappings to the memory are
+/// unmapped", and `cuMemMapArrayAsync` maps a tile pool's memory into a sparse or
+/// deferred-mapping array. A 512 MiB tile pool mapped into a deferred-mapping array and
+/// released stays held, in the shim and under the 1 GiB quota (a second 512 MiB fits, 2 MiB
+/// more does not), until the array mapping is unmapped.
+#[test]
+fn an_array_mapping_keeps_released_memory_charged() {
+    for client in Client::ALL {
+        let out = run(
+            client,
+            "init array3d:4096:4096:0:1:4:128 createtile:512M arrmap:0:0 release:0 info \
+             shimstats:0 create:512M create:2M arrunmap:0 create:2M info shimstats:0",
+            &[LIMIT],
+        );
+        out.check_exit(0);
+        let mut rcs = [0; 13];
+        rcs[8] = OUT_OF_MEMORY;
+        out.check_rcs(&rcs);
+        out.check(5, "info", &[("free", 512 * MIB)]);
+        out.check(6, "shimstats", &[("in_use", 512 * MIB), ("live", 1)]);
+        out.check(11, "info", &[("free", 510 * MIB)]);
+        out.check(12, "shimstats", &[("in_use", 514 * MIB), ("live", 2)]);
     }
 }

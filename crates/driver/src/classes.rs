@@ -61,7 +61,9 @@ pub const FREE: Class = hooked(
 pub const VMM_REFERENCE: Class = hooked(
     Role::Allocations,
     Kind::Charged,
-    "references and mappings of VMM memory: it is freed when the last goes (cuMemRelease)",
+    "references and mappings of VMM memory, an exported handle and a sparse-array mapping \
+     among them: it is freed when the last goes (cuMemRelease: \"including its shareable \
+     counterparts\")",
 );
 pub const IMPORT: Class = hooked(
     Role::Allocations,
@@ -144,12 +146,6 @@ pub const GREEN_CONTEXT_NOT_YET: Class = not_yet(
     Kind::Measured,
     "green contexts are contexts: what they take is context memory, and their contexts \
      (cuCtxFromGreenCtx) belong to their device's books",
-);
-pub const VMM_REFERENCE_NOT_YET: Class = not_yet(
-    Role::Allocations,
-    Kind::Charged,
-    "a reference that keeps VMM memory alive: an exported handle is one (cuMemRelease: \
-     \"including its shareable counterparts\"), a sparse-array mapping another",
 );
 
 // ---- passes through -------------------------------------------------------------------------

@@ -312,7 +312,9 @@ fn physical(device: Handle) -> Result<usize, NvmlReturn> {
 }
 
 fn memory_of(device: Handle) -> Result<(u64, u64, u64), NvmlReturn> {
-    let state = state::lock();
+    let mut state = state::lock();
+    // An exported allocation whose descriptors were all closed is gone by now.
+    crate::vmm::reap_closed_exports(&mut state);
     let physical = nvml::physical_of(&state, super::h(device))?;
     Ok(nvml::memory(&state, physical))
 }
@@ -401,7 +403,8 @@ unsafe fn running_processes<T: Copy>(
     // SAFETY: passed on from this function's contract.
     let room = unsafe { ffi::read(count) }.map_err(|_| NVML_ERROR_INVALID_ARGUMENT)?;
     let list = {
-        let state = state::lock();
+        let mut state = state::lock();
+        crate::vmm::reap_closed_exports(&mut state);
         let physical = nvml::physical_of(&state, super::h(device))?;
         nvml::processes(&state, physical)
     };

@@ -80,6 +80,10 @@ exports! {
         let location = ffi::read(location)?;
         match (location.kind, kind) {
             (LOCATION_DEVICE, ALLOCATION_PINNED) => pools::set_current_pool(location.id, h(pool)),
+            (LOCATION_DEVICE_LOCALITY_DOMAIN, ALLOCATION_PINNED) => {
+                let device = localized_device(location)?;
+                pools::set_current_pool(device, h(pool))
+            }
             (_, ALLOCATION_PINNED | ALLOCATION_MANAGED) => Err(CUDA_ERROR_NOT_SUPPORTED),
             _ => Err(CUDA_ERROR_INVALID_VALUE),
         }
@@ -151,8 +155,19 @@ exports! {
     }
 }
 
-/// The pool CUDA 13 names by location: `of_device` for a device, the host's default pool
-/// for a host location (the simulated host's current pool is its default one).
+/// The device of a `DEVICE_LOCALITY_DOMAIN` location: its one locality domain (0) is the
+/// whole device (see `MemLocation::device`).
+fn localized_device(location: MemLocation) -> Result<CUdevice, CUresult> {
+    let devices = crate::state::lock().devices.len();
+    match location.device(devices)? {
+        Some(device) => Ok(device as CUdevice),
+        None => Err(CUDA_ERROR_INVALID_VALUE),
+    }
+}
+
+/// The pool CUDA 13 names by location: `of_device` for a device (a locality domain's is the
+/// device's: a simulated device has one), the host's default pool for a host location (the
+/// simulated host's current pool is its default one).
 fn pool_at(
     location: MemLocation,
     kind: c_int,
@@ -160,6 +175,9 @@ fn pool_at(
 ) -> Result<usize, CUresult> {
     match (location.kind, kind) {
         (LOCATION_DEVICE, ALLOCATION_PINNED) => of_device(location.id),
+        (LOCATION_DEVICE_LOCALITY_DOMAIN, ALLOCATION_PINNED) => {
+            of_device(localized_device(location)?)
+        }
         (LOCATION_HOST..=LOCATION_HOST_NUMA_CURRENT, ALLOCATION_PINNED) => {
             Ok(pools::host_default_pool())
         }

@@ -1,12 +1,28 @@
 //! Virtual memory management: physical allocations, address reservations, mappings.
 
-use std::ffi::{c_int, c_void};
+use std::ffi::{c_int, c_uint, c_void};
 
 use crate::abi::*;
 use crate::ffi::{self, Out};
 use crate::vmm;
 
 exports! {
+    fn cuMemMapArrayAsync(
+        infos: *mut ArrayMapInfo,
+        count: c_uint,
+        stream: Handle,
+    ) as cuMemMapArrayAsync since 11010 {
+        vmm::map_array(ffi::slice(infos, count as usize)?, stream as usize)
+    }
+
+    fn cuMemMapArrayAsync_ptsz(
+        infos: *mut ArrayMapInfo,
+        count: c_uint,
+        stream: Handle,
+    ) as cuMemMapArrayAsync since 11010 Ptsz {
+        vmm::map_array(ffi::slice(infos, count as usize)?, stream as usize)
+    }
+
     fn cuMemGetAllocationGranularity(
         granularity: *mut usize,
         prop: *const MemAllocationProp,

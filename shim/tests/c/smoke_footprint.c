@@ -29,7 +29,7 @@ static unsigned long long pool_attr(CUmemoryPool pool, int attr) {
 
 /* CUDA_SHIM_MEMORY=64MiB */
 void scenario_pool_cache(void) {
-    CUdeviceptr a = 0, b = 0, big = 0;
+    CUdeviceptr a = 0, b = 0, c = 0, big = 0;
     CUmemoryPool def = NULL, pool = NULL, host = NULL;
     CUevent ev = NULL;
     unsigned long long v;
@@ -114,14 +114,34 @@ void scenario_pool_cache(void) {
     FOOTPRINT(3 * MiB, 1 * MiB, 0);
     OK(cuMemFreeAsync(a, NULL));
     FOOTPRINT(0, 0, 0);
-    /* a reset frees the context's allocations; its pools release what they keep */
+    /* cuda.h: cuCtxDestroy "will not destroy memory allocations by ... cuMemAllocAsync()":
+     * a created context's pool allocation stays, and any context frees it */
+    {
+        CUcontext own = NULL;
+        OK(cuCtxCreate_v2(&own, 0, 0));
+        OK(cuMemAllocAsync(&a, 3 * MiB, NULL));
+        OK(cuCtxDestroy_v2(own)); /* popped: the primary context is current again */
+        FOOTPRINT(3 * MiB, 1 * MiB, 0);
+        CHECK(in_use(0) == 3 * MiB && live(0) == 1);
+        OK(cuMemFree_v2(a));
+        CHECK(in_use(0) == 0 && live(0) == 0);
+    }
+    /* a reset (device-wide) frees the device's pool allocations, whichever context's
+     * stream made them; its pools release what they keep */
+    {
+        CUcontext own = NULL;
+        OK(cuCtxCreate_v2(&own, 0, 0));
+        OK(cuMemAllocAsync(&c, 2 * MiB, NULL));
+        OK(cuCtxDestroy_v2(own));
+    }
     OK(cuMemAllocAsync(&a, 3 * MiB, NULL));
     OK(cuMemAllocAsync(&b, 1 * MiB, NULL));
     OK(cuMemFreeAsync(b, NULL));
-    FOOTPRINT(3 * MiB, 1 * MiB, 0);
+    FOOTPRINT(5 * MiB, 1 * MiB, 0);
     OK(cuDevicePrimaryCtxReset_v2(0));
     FOOTPRINT(0, 0, 0);
     CHECK(in_use(0) == 0 && live(0) == 0);
+    CHECK(cuMemFree_v2(c) == 1);
 }
 
 /* CUDA_SHIM_POOL_CHUNK=32MiB */

@@ -182,23 +182,54 @@ fn a_destroyed_pool_keeps_its_memory_until_its_last_allocation_goes() {
     assert_eq!(usage(&e).in_use, 0);
 }
 
+/// cuda.h: pool allocations "are not associated with any CUDA context": a destroyed context
+/// takes none of them, a free from anywhere gives the room back.
 #[test]
-fn a_context_gone_takes_its_pointers_and_the_pools_are_read_again() {
+fn a_destroyed_context_leaves_its_streams_pool_allocations_charged() {
     let (e, d) = with_limit("1GiB");
-    d.set_threshold(DEFAULT_POOL, u64::MAX);
     let (_, p) = alloc_async(&e, &d, 3 * MIB);
-    // the driver frees the context's allocations; the pool keeps the memory
-    d.pool_free(p);
     e.context_destroyed("cuCtxDestroy_v2", CONTEXT);
-    assert_eq!(e.pool_cache.books().live_on(0), (0, 0));
-    assert_eq!((usage(&e).in_use, pool_cache(&e)), (4 * MIB, 4 * MIB));
-    assert!(e.pool_cache.books().no_pointers());
-    // threshold 0: the teardown gave it back, and so does the quota
+    assert_eq!(e.pool_cache.books().live_on(0), (1, 3 * MIB));
+    assert_eq!((usage(&e).in_use, pool_cache(&e)), (4 * MIB, MIB));
+    assert_eq!(free_async(&e, &d, p), CuResult::SUCCESS);
+    d.sync();
+    e.memory_info("m", 8 << 30, 8 << 30);
+    assert_eq!((usage(&e).in_use, pool_cache(&e)), (0, 0));
+    // counted as plain allocations: the same
+    let (e, d) = fake::engine(&[("CUQUOTA_LIMIT", "1GiB"), ("CUQUOTA_COUNT", "allocations")]);
+    let (_, p) = alloc_async(&e, &d, 3 * MIB);
+    e.context_destroyed("cuCtxDestroy_v2", CONTEXT);
+    assert_eq!(usage(&e).in_use, 3 * MIB);
+    assert_eq!(free_async(&e, &d, p), CuResult::SUCCESS);
+    assert_eq!(usage(&e).in_use, 0);
+}
+
+/// A primary reset is device-wide: the device's pool allocations go, whichever context's
+/// stream made them, and the pools are read again.
+#[test]
+fn a_primary_reset_takes_the_devices_pool_allocations_and_the_pools_are_read_again() {
+    for surely in [false, true] {
+        let (e, d) = with_limit("1GiB");
+        d.set_threshold(DEFAULT_POOL, u64::MAX);
+        e.primary_retained(0, CONTEXT);
+        let (_, p) = alloc_async(&e, &d, 3 * MIB);
+        // the driver frees the device's pool allocations; the pool keeps the memory
+        let mut end = e.context_end("cuDevicePrimaryCtxReset_v2", CONTEXT, surely);
+        d.pool_free(p);
+        end.settle(true);
+        drop(end);
+        e.primary_gone("cuDevicePrimaryCtxReset_v2", 0);
+        assert_eq!(e.pool_cache.books().live_on(0), (0, 0));
+        assert_eq!((usage(&e).in_use, pool_cache(&e)), (4 * MIB, 4 * MIB));
+        assert!(e.pool_cache.books().no_pointers());
+    }
+    // threshold 0: the reset gave it back, and so does the quota
     let (e, d) = with_limit("1GiB");
+    e.primary_retained(0, CONTEXT);
     let (_, p) = alloc_async(&e, &d, 3 * MIB);
     d.pool_free(p);
     d.sync();
-    e.context_destroyed("cuCtxDestroy_v2", CONTEXT);
+    e.primary_gone("cuDevicePrimaryCtxReset_v2", 0);
     assert_eq!((usage(&e).in_use, pool_cache(&e)), (0, 0));
 }
 

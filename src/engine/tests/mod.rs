@@ -259,13 +259,7 @@ fn devices_places_and_percentages() {
     // pools remember their location; an unknown pool lands on the stream's device
     e.pool_located(0xabc, PoolPlace::Device(0));
     e.pool_located(0xdef, PoolPlace::Host);
-    assert_eq!(
-        e.pool_place(0xabc, 7),
-        Place::Pool {
-            device: 0,
-            stream: 7
-        }
-    );
+    assert_eq!(e.pool_place(0xabc, 7), Place::Pool(0));
     assert_eq!(e.pool_place(0xdef, 7), Place::Uncharged);
     assert_eq!(e.pool_place(0x123, 7), Place::Stream(7));
     e.pool_destroyed(0xabc);
@@ -343,7 +337,9 @@ fn an_address_given_out_again_while_its_context_ends_stays_the_contexts() {
     assert_eq!(e.quota(1).unwrap().held(), 2 * MIB);
 }
 
-/// Destroying or resetting a context credits every kind it owns, nothing else.
+/// Destroying a context credits every kind it owns, nothing else: not a pool allocation
+/// made on its stream (no context owns those). A primary reset also credits the device's
+/// pool allocations.
 #[test]
 fn a_context_takes_its_charges_with_it() {
     let (e, fake) = with_limit("0:1GiB,1:1GiB");
@@ -351,33 +347,38 @@ fn a_context_takes_its_charges_with_it() {
     e.alloc("a", Kind::Pointer, Place::Current, MIB, ok(0x100));
     e.alloc("c", Kind::Handle, Place::Device(0), MIB, ok(0x200));
     e.pool_located(0x9001, PoolPlace::Device(1));
-    // GPU 0's context allocates from GPU 1's pool: GPU 1 pays, GPU 0's context owns it
+    // GPU 0's context allocates from GPU 1's pool: GPU 1 pays, no context owns it
     let place = e.pool_place(0x9001, 0);
     e.alloc("p", Kind::Pointer, place, MIB, ok(0x300));
+    e.alloc("p", Kind::Pointer, Place::Stream(0), MIB, ok(0x500));
     fake.set_current(Some(1));
     e.alloc("a", Kind::Pointer, Place::Current, MIB, ok(0x400));
     assert_eq!(e.quota(1).unwrap().held(), 2 * MIB);
     e.context_destroyed("d", 0x1000);
     assert_eq!(
         e.quota(0).unwrap().held(),
-        MIB,
-        "the handle belongs to the process"
+        2 * MIB,
+        "the handle belongs to the process, the pool allocation to none"
     );
     assert_eq!(
         e.quota(1).unwrap().held(),
-        MIB,
-        "GPU 1's own context keeps its own"
+        2 * MIB,
+        "GPU 1's own context keeps its own, and the pool allocation stays"
     );
     assert_eq!(
         e.free("f", Kind::Pointer, 0x100, || CuResult(1)),
         CuResult(1)
     );
-    // primary contexts: a reset credits the retained one's charges
+    // primary contexts: a reset credits the retained one's charges and the device's pool
+    // allocations, not another device's
     e.primary_retained(1, 0x1001);
     e.primary_gone("r", 1);
     assert_eq!(e.quota(1).unwrap().held(), 0);
     e.primary_gone("r", 5); // never retained: nothing
-    assert_eq!(e.quota(0).unwrap().held(), MIB);
+    assert_eq!(e.quota(0).unwrap().held(), 2 * MIB);
+    // a primary context never current: its reset still takes the device's pool allocations
+    e.primary_gone("r", 0);
+    assert_eq!(e.quota(0).unwrap().held(), MIB, "the handle stays");
 }
 
 #[test]
@@ -536,7 +537,7 @@ fn imports_are_not_charged_and_drop_stale_entries() {
     let ok = || CuResult::SUCCESS;
     // an imported handle: mapping, retaining, unmapping and releasing it credit nothing
     assert_eq!(create(&e, 1, 256 * MIB), CuResult::SUCCESS);
-    e.imported_handle("i", 0x77);
+    e.imported_handle(0x77, None);
     assert_eq!(
         e.vmm_map("m", 0x1000_0000, 64 * MIB, 0x77, ok),
         CuResult::SUCCESS
@@ -566,6 +567,32 @@ fn imports_are_not_charged_and_drop_stale_entries() {
         768 * MIB,
         "the import's free credits nothing"
     );
+}
+
+/// cuda.h: freed once every reference "(including it's shareable counterparts)" is
+/// released; each import "needs to pair it with ::cuMemRelease". An export is a reference
+/// until its descriptor is closed, an import of it one more (whatever value the driver
+/// gives it), and a handle value of ours given back by an import is never credited.
+#[test]
+fn an_exported_allocation_stays_charged_until_its_descriptor_closes() {
+    use std::os::fd::AsRawFd;
+    let (e, _) = with_limit("1GiB");
+    let ok = || CuResult::SUCCESS;
+    let path = std::env::temp_dir().join(format!("cuquota-export-{}", std::process::id()));
+    let file = std::fs::File::create(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let fd = file.as_raw_fd();
+    assert_eq!(create(&e, 1, 256 * MIB), CuResult::SUCCESS);
+    e.vmm_exported(1, fd);
+    e.imported_handle(0x55, Some(fd)); // another value for our allocation
+    e.imported_handle(1, None); // our own value given back: one more reference
+    for handle in [1, 0x55, 1] {
+        assert_eq!(e.vmm_release("r", handle, ok), CuResult::SUCCESS);
+    }
+    assert_eq!(free_bytes(&e), 768 * MIB, "the export is still open");
+    drop(file);
+    assert_eq!(free_bytes(&e), GIB, "closed: the allocation is gone");
+    assert_eq!(e.ledger(Kind::Handle).live_on(0), (0, 0));
 }
 
 /// Threads create, map, release and unmap (in both orders, with retains) under a
