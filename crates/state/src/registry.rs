@@ -9,6 +9,7 @@
 
 use crate::identity::Identity;
 use crate::shared::{self, SharedFile};
+use crate::trusted::{self, Refusal, TrustedDir};
 use cuquota_format::part::{Part, PerPart};
 use cuquota_format::settings::MAX_DEVICES;
 use std::path::{Path, PathBuf};
@@ -218,16 +219,24 @@ pub struct ProcessFile {
 
 impl ProcessFile {
     /// Registers this process under `state_dir`: removes files of dead processes it can,
-    /// creates its own, takes its life lock and publishes it.
-    pub fn register(state_dir: &Path, who: &Registration) -> Result<ProcessFile, String> {
-        let dir = state_dir.join("processes");
-        shared::make_dir(state_dir)?;
-        shared::make_dir(&dir)?;
+    /// creates its own, takes its life lock and publishes it. A directory that breaks the
+    /// trust rule ([`crate::trusted`]) is [`Refusal::Untrusted`]: nothing in it is touched,
+    /// and the process runs on unregistered.
+    pub fn register(state_dir: &Path, who: &Registration) -> Result<ProcessFile, Refusal> {
+        let dir = TrustedDir::open(state_dir, true)?.sub("processes", true)?;
         remove_dead(&dir);
-        let path = dir.join(format!("{}-{}", who.pid, who.started_unix_ns));
-        let _ = std::fs::remove_file(&path); // a leftover of this pid and start: ours now
-        let mut file = SharedFile::open(&path, true)?;
-        let fail = |e: String| format!("{}: {e}", path.display());
+        let name = format!("{}-{}", who.pid, who.started_unix_ns);
+        // A leftover of this pid and start is ours (a pid and a start in ns are never
+        // another's): removed as a dead entry is, then made afresh, only made.
+        if let Ok(f) = SharedFile::open_read_in(&dir, &name) {
+            if let Ok(st) = f.status() {
+                if st.st_uid == trusted::euid() {
+                    let _ = dir.unlink(&name, st.st_ino);
+                }
+            }
+        }
+        let mut file = SharedFile::open_in(&dir, &name, true, true)?;
+        let fail = |e: String| Refusal::Failed(format!("{}: {e}", file_path(&dir, &name)));
         file.lock_wait(0).map_err(fail)?;
         file.set_size(FILE_SIZE).map_err(fail)?;
         file.map(FILE_SIZE).map_err(fail)?;
@@ -308,17 +317,35 @@ impl ProcessFile {
     }
 }
 
-/// Removes the files of processes that died (their life lock free), as far as permissions
-/// allow. Bounded: one pass over the directory.
-fn remove_dead(dir: &Path) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in entries.flatten() {
-        if let Ok(f) = SharedFile::open(&e.path(), false) {
-            if !f.held_elsewhere(0) {
-                let _ = std::fs::remove_file(e.path());
-            }
+fn file_path(dir: &TrustedDir, name: &str) -> String {
+    dir.path().join(name).display().to_string()
+}
+
+/// Whether `name` is a registry file's: `PID-START`, both decimal.
+pub fn is_entry_name(name: &str) -> bool {
+    let digits = |s: &str| !s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit());
+    name.split_once('-')
+        .is_some_and(|(pid, start)| digits(pid) && digits(start))
+}
+
+/// Removes the files of processes that died (their life lock free): only regular files this
+/// process's user owns, through the directory's descriptor (`unlinkat`), never a path, so
+/// nothing outside the trusted directory and nothing of another user's is ever removed
+/// (their owner, or root, removes theirs). Bounded: one pass over the directory.
+fn remove_dead(dir: &TrustedDir) {
+    let me = trusted::euid();
+    for name in dir.names().unwrap_or_default() {
+        let Some(name) = name.to_str().filter(|n| is_entry_name(n)) else {
+            continue;
+        };
+        let Ok(f) = SharedFile::open_read_in(dir, name) else {
+            continue;
+        };
+        let Ok(st) = f.status() else {
+            continue;
+        };
+        if st.st_uid == me && !f.held_elsewhere(0) {
+            let _ = dir.unlink(name, st.st_ino);
         }
     }
 }
@@ -327,6 +354,8 @@ fn remove_dead(dir: &Path) {
 #[derive(Clone, Debug, PartialEq)]
 pub struct ProcessSnapshot {
     pub file: PathBuf,
+    /// The file's owner (`st_uid`, which only the kernel sets): who may say what it says.
+    pub owner: u32,
     pub pid: u32,
     pub started_unix_ns: u64,
     pub host: String,
@@ -364,22 +393,40 @@ pub struct Scan {
 }
 
 /// Reads every living governed process under `state_dir`, never writing. A file being
-/// created, of another layout, or of a dead process is skipped (the first two with a note).
+/// created, of another layout, or of a dead process is skipped (the first two with a note);
+/// a directory that breaks the trust rule is not read (a note says why).
 pub fn scan(state_dir: &Path) -> Scan {
     let mut scan = Scan::default();
-    let dir = state_dir.join("processes");
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        return scan;
+    let dir = match TrustedDir::open(state_dir, false).and_then(|d| d.sub("processes", false)) {
+        Ok(dir) => dir,
+        Err(Refusal::Missing(_)) => return scan,
+        Err(why) => {
+            scan.notes.push(format!("registry not read: {why}"));
+            return scan;
+        }
     };
-    let mut paths: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
-    paths.sort();
-    for path in paths {
-        match read_one(&path) {
+    let names = match dir.names() {
+        Ok(names) => names,
+        Err(why) => {
+            scan.notes.push(format!("registry not read: {why}"));
+            return scan;
+        }
+    };
+    for name in names {
+        let shown = dir.path().join(&name);
+        let Some(name) = name.to_str().filter(|n| is_entry_name(n)) else {
+            scan.notes.push(format!(
+                "{}: skipped (not a registry file's name)",
+                shown.display()
+            ));
+            continue;
+        };
+        match read_one(&dir, name) {
             Ok(Some(p)) => scan.processes.push(p),
             Ok(None) => {}
             Err(why) => scan
                 .notes
-                .push(format!("{}: skipped ({why})", path.display())),
+                .push(format!("{}: skipped ({why})", shown.display())),
         }
     }
     scan.processes.sort_by_key(|p| (p.group.clone(), p.pid));
@@ -387,8 +434,14 @@ pub fn scan(state_dir: &Path) -> Scan {
 }
 
 /// Ok(None): a dead process's file, or one still being created by a living process.
-fn read_one(path: &Path) -> Result<Option<ProcessSnapshot>, String> {
-    let mut f = SharedFile::open_read(path)?;
+fn read_one(dir: &TrustedDir, name: &str) -> Result<Option<ProcessSnapshot>, String> {
+    let path = dir.path().join(name);
+    let mut f = SharedFile::open_read_in(dir, name).map_err(|r| match r {
+        // The line names the path already; the note adds it again.
+        Refusal::Untrusted(why) | Refusal::Failed(why) | Refusal::Missing(why) => why
+            .strip_prefix(&format!("{} ", path.display()))
+            .map_or(why.clone(), str::to_string),
+    })?;
     if !f.held_elsewhere(0) {
         return Ok(None); // dead (or its creator died before locking it)
     }
@@ -399,8 +452,11 @@ fn read_one(path: &Path) -> Result<Option<ProcessSnapshot>, String> {
     if size as usize != FILE_SIZE {
         return Err(format!("{size} bytes: another cuquota's layout"));
     }
+    let owner = f.owner()?.0;
+    // Another user's file is copied, not mapped (see `SharedFile::map`).
     f.map(FILE_SIZE)?;
-    // SAFETY: as in `ProcessFile::layout`, mapped read-only; only loads follow.
+    // SAFETY: as in `ProcessFile::layout`, mapped read-only or a private copy of FILE_SIZE
+    // bytes aligned for the layout; only loads follow.
     let l = unsafe { &*f.ptr().cast::<ProcessLayout>() };
     let h = &l.header;
     match (h.magic.load(Acquire), h.version.load(Relaxed)) {
@@ -433,7 +489,8 @@ fn read_one(path: &Path) -> Result<Option<ProcessSnapshot>, String> {
         cgroup: shared::load_text(&h.cgroup),
     };
     Ok(Some(ProcessSnapshot {
-        file: path.to_path_buf(),
+        file: path,
+        owner,
         pid,
         started_unix_ns: h.started_unix_ns.load(Relaxed),
         host: shared::load_text(&h.host),

@@ -109,8 +109,23 @@ fn refused(out: &Output, group: &str, why: &str) {
 fn only_group_files_the_process_may_trust_decide_its_limit() {
     crate::policy::needs_root();
     let kit = Kit::new("trust");
-    // daemon takes the name first with a wide limit and lets everyone write the file.
+    // daemon comes first and makes the groups' directory: daemon could rename or delete
+    // anything in it, so nobody trusts none of it.
     kit.set(DAEMON, "svc", "100GiB").check_exit(0);
+    let groups = kit.state().join("groups");
+    let out = kit.member(NOBODY, &[NOBODY.1], "svc", "init alloc:2G");
+    refused(
+        &out,
+        "svc",
+        &format!(
+            "{} (owner uid 1, mode 1777) belongs to another user (neither root nor uid 65534), \
+             who could change what is in it",
+            groups.display()
+        ),
+    );
+    // The safe deployment: root's directories. daemon takes the name first with a wide
+    // limit and lets everyone write the file.
+    chown(&groups, Some(0), Some(0)).unwrap();
     kit.chmod("svc", 0o666);
     let before = fs::read(kit.file("svc")).unwrap();
     let out = kit.member(NOBODY, &[NOBODY.1], "svc", "init alloc:2G");

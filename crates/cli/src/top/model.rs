@@ -324,6 +324,7 @@ pub(crate) mod tests {
     ) -> ProcessSnapshot {
         ProcessSnapshot {
             file: format!("/x/{pid}").into(),
+            owner: 0,
             pid,
             started_unix_ns: 1,
             host: "h".into(),
