@@ -55,7 +55,10 @@ pub fn nspids(status: &str) -> Vec<u32> {
 /// system); None when the line is missing or malformed.
 pub fn uids(status: &str) -> Option<[u32; 4]> {
     let rest = status.lines().find_map(|l| l.strip_prefix("Uid:"))?;
-    let ids: Vec<u32> = rest.split_whitespace().filter_map(|p| p.parse().ok()).collect();
+    let ids: Vec<u32> = rest
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect();
     ids.try_into().ok()
 }
 
@@ -225,7 +228,10 @@ mod tests {
         assert!(view.may_speak_for(1022, 1000));
         assert!(!view.may_speak_for(1022, 1001), "another user's file");
         assert!(view.may_speak_for(1022, 0), "root's");
-        assert!(view.may_speak_for(1023, 1001), "a process the viewer cannot see");
+        assert!(
+            view.may_speak_for(1023, 1001),
+            "a process the viewer cannot see"
+        );
         let _ = std::fs::remove_dir_all(&proc);
     }
 

@@ -424,7 +424,8 @@ pub fn scan(state_dir: &Path) -> Scan {
         match read_one(&dir, name) {
             Ok(Some(p)) => scan.processes.push(p),
             Ok(None) => {}
-            Err(why) => scan
+            Err(Unread::Refused(line)) => scan.notes.push(format!("skipped {line}")),
+            Err(Unread::Bad(why)) => scan
                 .notes
                 .push(format!("{}: skipped ({why})", shown.display())),
         }
@@ -433,15 +434,28 @@ pub fn scan(state_dir: &Path) -> Scan {
     scan
 }
 
-/// Ok(None): a dead process's file, or one still being created by a living process.
-fn read_one(dir: &TrustedDir, name: &str) -> Result<Option<ProcessSnapshot>, String> {
+/// Why a registry file was not read: the trust rule's line (which names the file), or what
+/// is wrong with what it holds.
+enum Unread {
+    Refused(String),
+    Bad(String),
+}
+
+impl From<String> for Unread {
+    fn from(why: String) -> Unread {
+        Unread::Bad(why)
+    }
+}
+
+/// Ok(None): a dead process's file, one still being created by a living process, or one
+/// gone meanwhile.
+fn read_one(dir: &TrustedDir, name: &str) -> Result<Option<ProcessSnapshot>, Unread> {
     let path = dir.path().join(name);
-    let mut f = SharedFile::open_read_in(dir, name).map_err(|r| match r {
-        // The line names the path already; the note adds it again.
-        Refusal::Untrusted(why) | Refusal::Failed(why) | Refusal::Missing(why) => why
-            .strip_prefix(&format!("{} ", path.display()))
-            .map_or(why.clone(), str::to_string),
-    })?;
+    let mut f = match SharedFile::open_read_in(dir, name) {
+        Ok(f) => f,
+        Err(Refusal::Missing(_)) => return Ok(None),
+        Err(r) => return Err(Unread::Refused(r.into_line())),
+    };
     if !f.held_elsewhere(0) {
         return Ok(None); // dead (or its creator died before locking it)
     }
@@ -450,7 +464,9 @@ fn read_one(dir: &TrustedDir, name: &str) -> Result<Option<ProcessSnapshot>, Str
         return Ok(None); // being created
     }
     if size as usize != FILE_SIZE {
-        return Err(format!("{size} bytes: another cuquota's layout"));
+        return Err(Unread::Bad(format!(
+            "{size} bytes: another cuquota's layout"
+        )));
     }
     let owner = f.owner()?.0;
     // Another user's file is copied, not mapped (see `SharedFile::map`).
@@ -462,8 +478,12 @@ fn read_one(dir: &TrustedDir, name: &str) -> Result<Option<ProcessSnapshot>, Str
     match (h.magic.load(Acquire), h.version.load(Relaxed)) {
         (0, _) => return Ok(None), // being created
         (MAGIC, LAYOUT_VERSION) => {}
-        (MAGIC, v) => return Err(format!("layout {v}, this cuquota reads {LAYOUT_VERSION}")),
-        _ => return Err("not a cuquota process file".into()),
+        (MAGIC, v) => {
+            return Err(Unread::Bad(format!(
+                "layout {v}, this cuquota reads {LAYOUT_VERSION}"
+            )))
+        }
+        _ => return Err(Unread::Bad("not a cuquota process file".into())),
     }
     let devices = (0..MAX_DEVICES)
         .filter(|&d| l.info[d].state.load(Acquire) == 1)

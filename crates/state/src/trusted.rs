@@ -282,11 +282,16 @@ impl TrustedDir {
                         dir.check()?;
                         return Ok(dir);
                     }
-                    let why = if is_link {
-                        "is a symbolic link, and none is followed on the way to or under a \
-                         state directory unless root made it"
-                    } else {
-                        "is not a directory"
+                    let why = match (is_link, follow_root_links) {
+                        (true, true) => {
+                            "is a symbolic link root did not make, and only root's are \
+                             followed on the way to a state directory"
+                        }
+                        (true, false) => {
+                            "is a symbolic link, and none is followed from a state directory \
+                             down"
+                        }
+                        (false, _) => "is not a directory",
                     };
                     return Err(Refusal::Untrusted(format!(
                         "{} {} {why}",

@@ -140,7 +140,9 @@ fn read_with(state_dir: &Path, proc: &Path) -> Snapshot {
     let mut forged = 0;
     scan.processes.retain_mut(|p| {
         p.host_pid = view.host_pid(p.pid, &p.identity);
-        let believed = p.host_pid.is_none_or(|pid| view.may_speak_for(pid, p.owner));
+        let believed = p
+            .host_pid
+            .is_none_or(|pid| view.may_speak_for(pid, p.owner));
         forged += usize::from(!believed);
         believed
     });
