@@ -295,9 +295,7 @@ impl GroupFile {
         let me = Credentials::this_process();
         for _ in 0..REOPENS {
             let file = GroupFile::open_as(state_dir, name, |uid, gid, mode| {
-                check_trust(uid, gid, mode, &me)
-                    .map(|()| ())
-                    .map_err(|why| member_refuses(&why))
+                check_trust(uid, gid, mode, &me).map_err(|why| member_refuses(&why))
             })?;
             let locked = file.lock()?;
             if file.removed() {

@@ -551,6 +551,7 @@ fn last_refusal(h: &ProcessHeader) -> Option<(u64, u32, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::ffi::OsStringExt;
 
     #[test]
     fn a_registered_process_is_listed_while_it_lives() {
@@ -588,6 +589,111 @@ mod tests {
         std::fs::write(d.join("processes/junk"), b"x").unwrap();
         let scan = super::scan(&d);
         assert!(scan.processes.is_empty());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    fn scratch(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("cuquota-registry-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn who<'a>(pid: u32, argv: &'a [String], identity: &'a Identity) -> Registration<'a> {
+        Registration {
+            pid,
+            started_unix_ns: 1,
+            host: "h",
+            argv,
+            group: None,
+            observe: false,
+            allocations_only: false,
+            identity,
+        }
+    }
+
+    /// `processes` a link to another directory: registration is refused as untrusted, and
+    /// nothing there (dead-looking entries included) is removed.
+    #[test]
+    fn a_linked_registry_directory_is_refused_and_left_alone() {
+        let d = scratch("linked");
+        let victim = d.join("victim");
+        std::fs::create_dir(&victim).unwrap();
+        for name in ["1-1", "notes"] {
+            std::fs::write(victim.join(name), name).unwrap();
+        }
+        let state = d.join("state");
+        std::fs::create_dir(&state).unwrap();
+        std::os::unix::fs::symlink(&victim, state.join("processes")).unwrap();
+        let (argv, id) = (vec!["x".to_string()], Identity::default());
+        match ProcessFile::register(&state, &who(5, &argv, &id)) {
+            Err(Refusal::Untrusted(line)) => assert!(
+                line.starts_with(&format!("{}/processes (owner uid ", state.display()))
+                    && line.ends_with(
+                        "is a symbolic link, and none is followed from a state \
+                                       directory down"
+                    ),
+                "{line}"
+            ),
+            other => panic!("registered through a link: {:?}", other.err()),
+        }
+        let mut left: Vec<_> = std::fs::read_dir(&victim)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["1-1", "notes"]);
+        let scan = scan(&state);
+        assert!(scan.processes.is_empty());
+        assert_eq!(scan.notes.len(), 1, "{:?}", scan.notes);
+        assert!(
+            scan.notes[0].starts_with("registry not read: "),
+            "{:?}",
+            scan.notes
+        );
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// A dead entry goes only when it is a regular file of this user's; a FIFO, a directory
+    /// and a link in its place stay (and the views skip them at once, each with a note).
+    #[test]
+    fn only_our_own_dead_regular_entries_are_removed() {
+        let d = scratch("dead");
+        let (argv, id) = (vec!["x".to_string()], Identity::default());
+        let alive = ProcessFile::register(&d, &who(1, &argv, &id)).unwrap();
+        let processes = d.join("processes");
+        let outside = d.join("outside");
+        std::fs::write(&outside, b"keep").unwrap();
+        std::fs::write(processes.join("5-5"), b"").unwrap();
+        std::fs::create_dir(processes.join("7-7")).unwrap();
+        std::os::unix::fs::symlink(&outside, processes.join("8-8")).unwrap();
+        let fifo =
+            std::ffi::CString::new(processes.join("6-6").into_os_string().into_vec()).unwrap();
+        // SAFETY: a valid C string.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o666) }, 0);
+        let next = ProcessFile::register(&d, &who(2, &argv, &id)).unwrap();
+        let mut left: Vec<_> = std::fs::read_dir(&processes)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["1-1", "2-1", "6-6", "7-7", "8-8"]);
+        assert_eq!(std::fs::read(&outside).unwrap(), b"keep");
+        let scan = scan(&d);
+        let pids: Vec<u32> = scan.processes.iter().map(|p| p.pid).collect();
+        assert_eq!(pids, [1, 2]);
+        let whats: Vec<&str> = (scan.notes.iter())
+            .map(|n| n.rsplit_once(") ").map_or(n.as_str(), |(_, w)| w))
+            .collect();
+        assert_eq!(
+            whats,
+            [
+                "is a FIFO, not a regular file",
+                "is a directory, not a regular file",
+                "is a symbolic link, which is never followed under a state directory",
+            ]
+        );
+        drop((alive, next));
         let _ = std::fs::remove_dir_all(&d);
     }
 }

@@ -73,7 +73,7 @@ fn fifos_in_the_state_directory_block_nothing() {
     assert!(
         metrics
             .stdout
-            .contains(&format!("cuquota_group_members{{group=\"svc\"")),
+            .contains("cuquota_group_members{group=\"svc\""),
         "{metrics}"
     );
 

@@ -125,8 +125,11 @@ fn proc_self_is_never_a_state_directory() {
             to_proc.display()
         ),
     );
-    let in_proc = "/proc (owner uid 0, mode 555) is in a file system of the kernel's (/proc, \
-                   /sys), never a state directory";
+    let mode = fs::metadata("/proc").unwrap().permissions().mode() & 0o7777;
+    let in_proc = &format!(
+        "/proc (owner uid 0, mode {mode:o}) is in a file system of the kernel's (/proc, /sys), \
+         never a state directory"
+    );
     let proc_self = Path::new("/proc/self");
     let out = (kit.client_in(NOBODY, &[NOBODY.1], proc_self))
         .ops(JOB)
