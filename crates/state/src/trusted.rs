@@ -179,7 +179,7 @@ impl TrustedDir {
                 Component::RootDir | Component::CurDir => {}
                 Component::ParentDir | Component::Prefix(_) => {
                     return Err(Refusal::Untrusted(format!(
-                        "{}: a state directory is named without \"..\"",
+                        "{}: \"..\" may not appear in a state directory's path",
                         state_dir.display()
                     )))
                 }
