@@ -27,6 +27,7 @@ use crate::group::Group;
 use crate::quota::Books;
 use crate::real_driver;
 use cuquota_state::registry;
+use cuquota_state::trusted::Refusal;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, Ordering};
 
 /// The engine, once made (leaked: it lives as long as the process, exit handler included).
@@ -216,9 +217,15 @@ fn books(config: &Result<Config, ConfigError>, group: Group) -> Books {
     };
     match registry::ProcessFile::register(&c.state_dir, &who) {
         Ok(file) => Books::registered(group, file),
+        // A state directory another user could have set up: said always, nothing in it
+        // touched.
+        Err(Refusal::Untrusted(why)) => {
+            crate::log::line(&crate::messages::not_registered(&why));
+            Books::new(group)
+        }
         Err(why) => {
             if c.verbose() {
-                crate::log::line(&crate::messages::not_registered(&why));
+                crate::log::line(&crate::messages::not_registered(why.line()));
             }
             Books::new(group)
         }

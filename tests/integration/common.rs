@@ -34,6 +34,9 @@ use std::time::{Duration, Instant};
 
 mod clients;
 use clients::build_clients;
+// Two real users sharing one state directory.
+mod users;
+pub use users::*;
 
 pub const KIB: u64 = 1 << 10;
 pub const MIB: u64 = 1 << 20;

@@ -28,6 +28,8 @@ mod golden;
 mod graph_memory;
 // process groups: one quota shared by processes (CUQUOTA_GROUP)
 mod groups;
+// another user plants links, FIFOs, forged and truncated files in the state directory
+mod hostile_state;
 mod imports;
 mod interposition;
 // the CDI spec and the Pod example, validated offline

@@ -25,6 +25,7 @@
 
 pub mod node;
 
+use cuquota_state::trusted::TrustedDir;
 use std::ffi::c_uint;
 use std::path::{Path, PathBuf};
 
@@ -189,10 +190,14 @@ pub fn write_job_policy(jobs: &Path, job: u32, limit: &str) -> Result<PathBuf, S
     Ok(path)
 }
 
-/// At the job's end: its policy and its group's state go.
+/// At the job's end: its policy and its group's state go. The group's file is removed
+/// through the trusted groups directory's descriptor, and only when it is a regular file
+/// (the state directory's trust rule: no link followed, nothing outside it removed).
 pub fn remove_job(jobs: &Path, state_dir: &Path, job: u32) {
     let _ = std::fs::remove_file(jobs.join(job.to_string()));
-    let _ = std::fs::remove_file(state_dir.join("groups").join(group_name(job)));
+    if let Ok(dir) = TrustedDir::open(state_dir, false).and_then(|d| d.sub("groups", false)) {
+        let _ = dir.remove_file(&group_name(job));
+    }
 }
 
 // ---- the SPANK side (not in unit tests: its symbols come from the Slurm process) ----------

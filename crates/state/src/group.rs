@@ -17,6 +17,7 @@
 //! quota counts it); what each process holds in detail stays in its own books.
 
 use crate::shared::{self, SharedFile};
+use crate::trusted::{Refusal, TrustedDir};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
 
@@ -41,7 +42,7 @@ const REMOVED: u64 = u64::from_le_bytes(*b"CUQGONE!");
 /// How often an open retries a group that was removed under it.
 const REOPENS: usize = 3;
 /// The layout's version: a file of another version is refused, never mixed.
-pub const LAYOUT_VERSION: u64 = 2;
+pub const LAYOUT_VERSION: u64 = 3;
 const NAME_BYTES: usize = 64;
 
 /// The file's first bytes.
@@ -96,6 +97,9 @@ pub struct MemberSlot {
     pub outer_pid: AtomicU64,
     /// Its PID namespace (the inode; 0: unknown): PIDs repeat across containers.
     pub pid_ns: AtomicU64,
+    /// Its effective user: its registry file must be that user's to name it
+    /// ([`crate::holders`]).
+    pub uid: AtomicU64,
 }
 
 impl MemberSlot {
@@ -209,14 +213,18 @@ pub fn check_trust(uid: u32, gid: u32, mode: u32, me: &Credentials) -> Result<()
     ))
 }
 
-/// Whether a directory of permission bits `mode` may hold group files: one that others may
-/// write must have the sticky bit (as /dev/shm and a state directory cuquota makes do), or
-/// anyone could replace a group's file with their own.
-pub fn check_dir_trust(mode: u32) -> Result<(), String> {
-    if mode & 0o022 != 0 && mode & 0o1000 == 0 {
-        return Err("may be written by others and has no sticky bit".into());
+/// Whether `cuquota set`, run by `me`, may write a group file of owner `uid`, group `gid`
+/// and mode `mode`: only one its members may trust ([`check_trust`]), so that it never
+/// reports a limit set that no member will obey. Root may write any such file, whoever
+/// owns it.
+pub fn check_write_trust(uid: u32, gid: u32, mode: u32, me: &Credentials) -> Result<(), String> {
+    if mode & 0o002 != 0 {
+        return Err("is writable by every user, so no member may trust it".into());
     }
-    Ok(())
+    if me.uid == 0 {
+        return Ok(());
+    }
+    check_trust(uid, gid, mode, me)
 }
 
 /// Where group NAME's state lives under `state_dir`.
@@ -240,18 +248,39 @@ impl Drop for Locked<'_> {
 }
 
 impl GroupFile {
-    /// Opens group `name` under `state_dir`, creating the directories (mode 1777, like
-    /// /dev/shm, so that each user's groups can live there) and the file (mode 0600:
-    /// members and `cuquota set` need write access, so whoever may join may also resize).
-    /// A file that is not a group of this layout is refused, never repaired.
+    /// Opens group `name` under `state_dir` to write it (`cuquota set`), creating the
+    /// directories (mode 1777, like /dev/shm, so that each user's groups can live there)
+    /// and the file (mode 0600: members and `cuquota set` need write access, so whoever may
+    /// join may also resize). Every path passes the trust rule ([`crate::trusted`]); the file
+    /// must be one its members may trust ([`check_write_trust`]), checked before anything is
+    /// written; a file that is not group `name` of this layout is refused, never repaired.
     pub fn open(state_dir: &Path, name: &str) -> Result<GroupFile, GroupError> {
+        GroupFile::open_as(state_dir, name, |uid, gid, mode| {
+            check_write_trust(uid, gid, mode, &Credentials::this_process())
+                .map_err(|why| format!("{why}: `cuquota set` writes only a file its members trust"))
+        })
+    }
+
+    /// As [`Self::open`], the file judged by `rule(owner, group, mode)` before anything is
+    /// read or written (Err: the line's tail).
+    fn open_as(
+        state_dir: &Path,
+        name: &str,
+        rule: impl Fn(u32, u32, u32) -> Result<(), String>,
+    ) -> Result<GroupFile, GroupError> {
         check_name(name).map_err(GroupError)?;
-        shared::make_dir(state_dir).map_err(GroupError)?;
-        shared::make_dir(&state_dir.join("groups")).map_err(GroupError)?;
-        let path = group_path(state_dir, name);
+        let dir = groups_dir(state_dir, true).map_err(refused)?;
+        let path = dir.path().join(name);
         let fail = |what: String| GroupError(format!("{}: {what}", path.display()));
         for _ in 0..REOPENS {
-            let file = SharedFile::open(&path, true).map_err(GroupError)?;
+            let file = SharedFile::open_in(&dir, name, true, false).map_err(refused)?;
+            let (uid, gid, mode) = file.owner().map_err(fail)?;
+            rule(uid, gid, mode).map_err(|why| {
+                GroupError(format!(
+                    "{} (owner uid {uid}, group gid {gid}, mode {mode:o}) {why}",
+                    path.display()
+                ))
+            })?;
             let mut g = GroupFile {
                 file,
                 path: path.clone(),
@@ -275,12 +304,15 @@ impl GroupFile {
     }
 
     /// Opens group `name` under `state_dir` as a member: the file must be one this process
-    /// may let decide its limit ([`check_trust`]); a slot is claimed under the header lock.
-    /// Returns the file and the slot's index.
+    /// may let decide its limit ([`check_trust`], judged before anything in it is read or
+    /// written); a slot is claimed under the header lock. Returns the file and the slot's
+    /// index.
     pub fn join(state_dir: &Path, name: &str) -> Result<(GroupFile, usize), GroupError> {
+        let me = Credentials::this_process();
         for _ in 0..REOPENS {
-            let file = GroupFile::open(state_dir, name)?;
-            file.trusted()?;
+            let file = GroupFile::open_as(state_dir, name, |uid, gid, mode| {
+                check_trust(uid, gid, mode, &me).map_err(|why| member_refuses(&why))
+            })?;
             let locked = file.lock()?;
             if file.removed() {
                 continue;
@@ -294,33 +326,18 @@ impl GroupFile {
         )))
     }
 
-    /// Whether this process may let the file decide its limit, by its owner and mode, and
-    /// those of the directories it lies in.
+    /// Whether this process may let the file decide its limit, by its owner and mode (its
+    /// directories passed the trust rule when it was opened).
     pub fn trusted(&self) -> Result<(), GroupError> {
-        for dir in self.path.ancestors().skip(1).take(2) {
-            let meta = std::fs::metadata(dir)
-                .map_err(|e| GroupError(format!("{}: {e}", dir.display())))?;
-            use std::os::unix::fs::MetadataExt;
-            check_dir_trust(meta.mode() & 0o7777).map_err(|why| {
-                GroupError(format!(
-                    "{} (owner uid {}, mode {:o}) {why}, so no group file in it can decide \
-                     this process's limit",
-                    dir.display(),
-                    meta.uid(),
-                    meta.mode() & 0o7777
-                ))
-            })?;
-        }
         let (uid, gid, mode) = self
             .file
             .owner()
             .map_err(|e| GroupError(format!("{}: {e}", self.path.display())))?;
         check_trust(uid, gid, mode, &Credentials::this_process()).map_err(|why| {
             GroupError(format!(
-                "{} (owner uid {uid}, group gid {gid}, mode {mode:o}) {why}, so it cannot \
-                 decide this process's limit: remove it (`cuquota set NAME --remove`) or use \
-                 another group name",
-                self.path.display()
+                "{} (owner uid {uid}, group gid {gid}, mode {mode:o}) {}",
+                self.path.display(),
+                member_refuses(&why)
             ))
         })
     }
@@ -330,14 +347,22 @@ impl GroupFile {
     /// opening the group meanwhile opens a fresh one.
     pub fn remove(state_dir: &Path, name: &str) -> Result<(), GroupError> {
         check_name(name).map_err(GroupError)?;
-        let path = group_path(state_dir, name);
-        if !path.exists() {
-            return Err(GroupError(format!(
-                "no group {name} under {}",
-                state_dir.display()
-            )));
+        let missing = || GroupError(format!("no group {name} under {}", state_dir.display()));
+        let dir = match groups_dir(state_dir, false) {
+            Err(Refusal::Missing(_)) => return Err(missing()),
+            other => other.map_err(refused)?,
+        };
+        match dir.open_file(name, libc::O_RDONLY) {
+            Err(Refusal::Missing(_)) => return Err(missing()),
+            Err(r) => return Err(refused(r)),
+            // SAFETY: the descriptor open_file gave us, closed once (opened again below).
+            Ok((fd, _)) => unsafe {
+                libc::close(fd);
+            },
         }
-        let file = GroupFile::open(state_dir, name)?;
+        // Whoever may remove the name may remove the file: only the directory's trust and
+        // the kernel's permissions decide (a file no member trusts may go too).
+        let file = GroupFile::open_as(state_dir, name, |_, _, _| Ok(()))?;
         let locked = file.lock()?;
         file.reap(&locked, None);
         let living = file.snapshot().members;
@@ -352,8 +377,8 @@ impl GroupFile {
             )));
         }
         file.layout().header.magic.store(REMOVED, Release);
-        std::fs::remove_file(&path)
-            .map_err(|e| GroupError(format!("cannot remove {}: {e}", path.display())))?;
+        let ino = file.file.status().map_err(GroupError)?.st_ino;
+        dir.unlink(name, ino).map_err(GroupError)?;
         drop(locked);
         Ok(())
     }
@@ -381,7 +406,7 @@ impl GroupFile {
                 h.magic.store(MAGIC, Release);
                 Ok(())
             }
-            (MAGIC, LAYOUT_VERSION) if h.size.load(Relaxed) == FILE_SIZE as u64 => Ok(()),
+            (MAGIC, LAYOUT_VERSION) if h.size.load(Relaxed) == FILE_SIZE as u64 => self.named(name),
             // Being removed: the caller opens the path again.
             (REMOVED, _) => Ok(()),
             (MAGIC, v) => Err(format!(
@@ -391,32 +416,47 @@ impl GroupFile {
         }
     }
 
-    /// Opens an existing group's file for reading only (the views): checked as `open`
-    /// checks, never created, locked or written.
-    pub fn open_read(path: &Path) -> Result<GroupFile, GroupError> {
-        let shown = path.display().to_string();
-        GroupFile::read_existing(path)?.ok_or_else(|| GroupError(format!("{shown}: being created")))
+    /// A group is named by its file's name: the name its header holds must agree (else the
+    /// file was renamed, or forged, to pass for another group).
+    fn named(&self, name: &str) -> Result<(), String> {
+        let inside = self.name();
+        if inside != name {
+            return Err(format!(
+                "its header names group {inside:?}: a group file renamed or written to pass for \
+                 another is never used"
+            ));
+        }
+        Ok(())
     }
 
-    /// Maps an existing group's file read-only and checks it; `None` while its creator has
-    /// not published it yet.
-    fn read_existing(path: &Path) -> Result<Option<GroupFile>, GroupError> {
+    /// Opens existing group `name`'s file in `dir` for reading only (the views, the NVML
+    /// hooks): checked as `open` checks, never created, locked or written; `None` while its
+    /// creator has not published it yet.
+    fn read_existing(dir: &TrustedDir, name: &str) -> Result<Option<GroupFile>, GroupError> {
+        let path = dir.path().join(name);
         let fail = |what: String| GroupError(format!("{}: {what}", path.display()));
-        let mut file = SharedFile::open_read(path).map_err(GroupError)?;
+        let mut file = match SharedFile::open_read_in(dir, name) {
+            Err(Refusal::Missing(_)) => return Ok(None),
+            other => other.map_err(refused)?,
+        };
         let size = file.size().map_err(fail)?;
         if size as usize != FILE_SIZE {
             return Err(fail(format!(
                 "{size} bytes, not a group of layout {LAYOUT_VERSION}"
             )));
         }
+        // Another user's file is copied, not mapped (see `SharedFile::map`).
         file.map(FILE_SIZE).map_err(fail)?;
         let g = GroupFile {
             file,
-            path: path.to_path_buf(),
+            path: path.clone(),
         };
         let h = &g.layout().header;
         match (h.magic.load(Acquire), h.version.load(Relaxed)) {
-            (MAGIC, LAYOUT_VERSION) => Ok(Some(g)),
+            (MAGIC, LAYOUT_VERSION) => {
+                g.named(name).map_err(fail)?;
+                Ok(Some(g))
+            }
             (0, _) | (REMOVED, _) => Ok(None),
             (MAGIC, v) => Err(fail(format!(
                 "layout {v}, this cuquota reads {LAYOUT_VERSION}"
@@ -425,17 +465,36 @@ impl GroupFile {
         }
     }
 
-    /// Every group under `state_dir` that can be read, and a note for each that cannot.
+    /// Every group under `state_dir` that can be read, one per file and named by it, and a
+    /// note for each that cannot (a file whose header names another group among them).
     pub fn read_all(state_dir: &Path) -> (Vec<GroupSnapshot>, Vec<String>) {
         let (mut groups, mut notes) = (Vec::new(), Vec::new());
-        let Ok(entries) = std::fs::read_dir(state_dir.join("groups")) else {
-            return (groups, notes);
+        let dir = match groups_dir(state_dir, false) {
+            Ok(dir) => dir,
+            Err(Refusal::Missing(_)) => return (groups, notes),
+            Err(e) => {
+                notes.push(format!("groups not read: {e}"));
+                return (groups, notes);
+            }
         };
-        let mut paths: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
-        paths.sort();
-        for path in paths {
-            match GroupFile::open_read(&path) {
-                Ok(g) => groups.push(g.snapshot()),
+        let names = match dir.names() {
+            Ok(names) => names,
+            Err(why) => {
+                notes.push(format!("groups not read: {why}"));
+                return (groups, notes);
+            }
+        };
+        for name in names {
+            let Some(name) = name.to_str().filter(|n| check_name(n).is_ok()) else {
+                notes.push(format!(
+                    "skipped {}: not a group's name",
+                    dir.path().join(&name).display()
+                ));
+                continue;
+            };
+            match GroupFile::read_existing(&dir, name) {
+                Ok(Some(g)) => groups.push(g.snapshot()),
+                Ok(None) => {} // being created, or gone
                 Err(e) => notes.push(format!("skipped {}", e.0)),
             }
         }
@@ -522,6 +581,7 @@ impl GroupFile {
             slot.pid.store(unsafe { libc::getpid() } as u64, Relaxed);
             slot.outer_pid.store(u64::from(outer_pid), Relaxed);
             slot.pid_ns.store(pid_ns, Relaxed);
+            slot.uid.store(u64::from(crate::trusted::euid()), Relaxed);
             slot.started_unix_ns.store(shared::unix_ns(), Relaxed);
             slot.state.store(1, Release);
             return Ok(i);
@@ -626,6 +686,7 @@ impl GroupFile {
                 pid: s.pid.load(Relaxed) as u32,
                 outer_pid: s.outer_pid.load(Relaxed) as u32,
                 pid_ns: s.pid_ns.load(Relaxed),
+                uid: s.uid.load(Relaxed) as u32,
                 charged: s.charged[g].load(Relaxed),
             })
             .collect();
@@ -672,6 +733,8 @@ pub struct MemberShare {
     pub outer_pid: u32,
     /// Its PID namespace (0: unknown).
     pub pid_ns: u64,
+    /// Its effective user, as its slot says ([`MemberSlot::uid`]).
+    pub uid: u32,
     /// What it reserved or holds there.
     pub charged: u64,
 }
@@ -704,11 +767,11 @@ impl GroupFile {
     /// that is not a group of this layout is an error, as in [`GroupFile::open`].
     pub fn open_read_only(state_dir: &Path, name: &str) -> Result<Option<GroupFile>, GroupError> {
         check_name(name).map_err(GroupError)?;
-        let path = group_path(state_dir, name);
-        if !path.exists() {
-            return Ok(None);
+        match groups_dir(state_dir, false) {
+            Ok(dir) => GroupFile::read_existing(&dir, name),
+            Err(Refusal::Missing(_)) => Ok(None),
+            Err(r) => Err(refused(r)),
         }
-        GroupFile::read_existing(&path)
     }
 
     /// The index of GPU `uuid`'s entry, if a member made one.
@@ -778,6 +841,23 @@ fn words_uuid(words: [u64; 2]) -> [u8; 16] {
     uuid[..8].copy_from_slice(&words[0].to_le_bytes());
     uuid[8..].copy_from_slice(&words[1].to_le_bytes());
     uuid
+}
+
+/// The groups' directory under `state_dir`, under the trust rule (made when `create`).
+fn groups_dir(state_dir: &Path, create: bool) -> Result<TrustedDir, Refusal> {
+    TrustedDir::open(state_dir, create).and_then(|d| d.sub("groups", create))
+}
+
+fn refused(r: Refusal) -> GroupError {
+    GroupError(r.into_line())
+}
+
+/// A member's refusal of a file it may not trust, after the file's path, owner and mode.
+fn member_refuses(why: &str) -> String {
+    format!(
+        "{why}, so it cannot decide this process's limit: remove it (`cuquota set NAME \
+         --remove`) or use another group name"
+    )
 }
 
 #[cfg(test)]

@@ -11,8 +11,9 @@ pub use cuquota_format::holder::{short_command, Holder};
 /// The holders among `members` (a group's living members on a GPU other than the refused
 /// process), each with what its registry file among `processes` says of it on GPU `uuid`.
 /// A member is matched by its PID, its outermost PID, its PID namespace (PIDs repeat across
-/// containers) and its group; one whose file cannot be found is named by its PIDs and share
-/// alone. In the order given (most first).
+/// containers), its group and its user: the file must be owned by the user its slot records,
+/// so that a file another user wrote to name it is never believed. One whose file cannot be
+/// found is named by its PIDs and share alone. In the order given (most first).
 pub fn holders(
     members: &[MemberShare],
     processes: &[ProcessSnapshot],
@@ -27,6 +28,7 @@ pub fn holders(
                     && p.identity.outer_pid == m.outer_pid
                     && p.identity.pid_ns == m.pid_ns
                     && p.group.as_deref() == Some(group)
+                    && p.owner == m.uid
             });
             let parts = (process.and_then(|p| p.devices.iter().find(|d| d.uuid == uuid)))
                 .map(|d| {
@@ -60,6 +62,7 @@ mod tests {
         parts[Part::PoolCache] = pool_cache;
         ProcessSnapshot {
             file: "/x".into(),
+            owner: 1000,
             pid,
             started_unix_ns: 1,
             host: "h".into(),
@@ -98,12 +101,14 @@ mod tests {
                 pid: 1,
                 outer_pid: 1,
                 pid_ns: 11,
+                uid: 1000,
                 charged: 700,
             },
             MemberShare {
                 pid: 1,
                 outer_pid: 1,
                 pid_ns: 12,
+                uid: 1000,
                 charged: 100,
             },
         ];
@@ -116,6 +121,23 @@ mod tests {
         assert_eq!(h[0].container.as_deref(), Some("abababababab"));
         assert_eq!((h[0].part(Part::PoolCache), h[0].allocations()), (500, 200));
         assert_eq!((h[1].command.as_str(), h[1].in_use), ("", 100));
+        // A file another user wrote to pass for the first member (its PIDs, namespace and
+        // group) is not believed: the member is named by its slot alone.
+        let mut forged = process(1, 11, "svc", 0);
+        forged.owner = 1001;
+        forged.argv = "cryptominer --wallet eve".into();
+        let h = holders(&members[..1], &[forged.clone()], "svc", [7; 16]);
+        assert_eq!(
+            (h[0].command.as_str(), h[0].container.as_deref()),
+            ("", None)
+        );
+        assert_eq!((h[0].pid, h[0].in_use), (1, 700));
+        // Beside the real one, listed first or last, the real one is named.
+        let real = process(1, 11, "svc", 500);
+        for list in [[forged.clone(), real.clone()], [real, forged]] {
+            let h = holders(&members[..1], &list, "svc", [7; 16]);
+            assert_eq!(h[0].command, "python3 serve.py --port 8080");
+        }
         let text = serde_json::to_string(&h[0]).unwrap();
         assert_eq!(serde_json::from_str::<Holder>(&text).unwrap(), h[0]);
     }

@@ -51,6 +51,17 @@ pub fn nspids(status: &str) -> Vec<u32> {
         .unwrap_or_default()
 }
 
+/// The four users of `Uid:` in a `/proc/<pid>/status` text (real, effective, saved, file
+/// system); None when the line is missing or malformed.
+pub fn uids(status: &str) -> Option<[u32; 4]> {
+    let rest = status.lines().find_map(|l| l.strip_prefix("Uid:"))?;
+    let ids: Vec<u32> = rest
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect();
+    ids.try_into().ok()
+}
+
 /// The cgroup path of a `/proc/<pid>/cgroup` text: the unified hierarchy's (`0::PATH`),
 /// else the `pids`, `memory` or `name=systemd` controller's, else the first line's.
 pub fn cgroup_path(text: &str) -> String {
@@ -144,6 +155,18 @@ impl ProcView {
         found.next().is_none().then_some(first)
     }
 
+    /// Whether a registry file of owner `owner` may speak for the viewer's process `pid`:
+    /// the file's owner must be one of the process's users (`Uid:` in its `status`: real,
+    /// effective, saved, file system) — or root. True when the viewer cannot see the process
+    /// (it cannot tell).
+    pub fn may_speak_for(&self, pid: u32, owner: u32) -> bool {
+        let status = self.proc.join(pid.to_string()).join("status");
+        let Ok(status) = std::fs::read_to_string(status) else {
+            return true;
+        };
+        owner == 0 || uids(&status).is_none_or(|ids| ids.contains(&owner))
+    }
+
     /// Whether the viewer's process `n` is the one that recorded `pid` and `who`.
     fn is(&self, n: u32, pid: u32, who: &Identity) -> bool {
         let dir = self.proc.join(n.to_string());
@@ -190,6 +213,26 @@ mod tests {
         let status = "Name:\tdlsym\nPid:\t4242\nNSpid:\t4242\t7\t1\nNSpgid:\t4242\n";
         assert_eq!(nspids(status), [4242, 7, 1]);
         assert_eq!(nspids("Name:\tx\n"), Vec::<u32>::new());
+    }
+
+    #[test]
+    fn a_registry_file_speaks_only_for_its_owners_processes() {
+        let status = "Name:\tdlsym\nUid:\t1000\t1000\t1000\t1000\nGid:\t1000\n";
+        assert_eq!(uids(status), Some([1000; 4]));
+        assert_eq!(uids("Uid:\t1\t2\n"), None);
+        let proc = std::env::temp_dir().join(format!("cuquota-proc-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&proc);
+        std::fs::create_dir_all(proc.join("1022")).unwrap();
+        std::fs::write(proc.join("1022/status"), status).unwrap();
+        let view = ProcView::new(&proc);
+        assert!(view.may_speak_for(1022, 1000));
+        assert!(!view.may_speak_for(1022, 1001), "another user's file");
+        assert!(view.may_speak_for(1022, 0), "root's");
+        assert!(
+            view.may_speak_for(1023, 1001),
+            "a process the viewer cannot see"
+        );
+        let _ = std::fs::remove_dir_all(&proc);
     }
 
     #[test]

@@ -10,7 +10,8 @@
 //! - [`registry`]: one file per governed process, its live counters, for the views;
 //! - [`holders`]: who holds a group's quota on a GPU, named from both;
 //! - [`identity`]: who a process is as the host sees it (PID namespaces, cgroups);
-//! - [`policy`]: the root-owned site and job policy and the trust it needs.
+//! - [`policy`]: the root-owned site and job policy and the trust it needs;
+//! - [`trusted`]: the one trust rule for every path under the state directory.
 
 pub mod group;
 pub mod holders;
@@ -18,3 +19,4 @@ pub mod identity;
 pub mod policy;
 pub mod registry;
 pub mod shared;
+pub mod trusted;

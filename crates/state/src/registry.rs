@@ -9,6 +9,7 @@
 
 use crate::identity::Identity;
 use crate::shared::{self, SharedFile};
+use crate::trusted::{self, Refusal, TrustedDir};
 use cuquota_format::part::{Part, PerPart};
 use cuquota_format::settings::MAX_DEVICES;
 use std::path::{Path, PathBuf};
@@ -218,16 +219,24 @@ pub struct ProcessFile {
 
 impl ProcessFile {
     /// Registers this process under `state_dir`: removes files of dead processes it can,
-    /// creates its own, takes its life lock and publishes it.
-    pub fn register(state_dir: &Path, who: &Registration) -> Result<ProcessFile, String> {
-        let dir = state_dir.join("processes");
-        shared::make_dir(state_dir)?;
-        shared::make_dir(&dir)?;
+    /// creates its own, takes its life lock and publishes it. A directory that breaks the
+    /// trust rule ([`crate::trusted`]) is [`Refusal::Untrusted`]: nothing in it is touched,
+    /// and the process runs on unregistered.
+    pub fn register(state_dir: &Path, who: &Registration) -> Result<ProcessFile, Refusal> {
+        let dir = TrustedDir::open(state_dir, true)?.sub("processes", true)?;
         remove_dead(&dir);
-        let path = dir.join(format!("{}-{}", who.pid, who.started_unix_ns));
-        let _ = std::fs::remove_file(&path); // a leftover of this pid and start: ours now
-        let mut file = SharedFile::open(&path, true)?;
-        let fail = |e: String| format!("{}: {e}", path.display());
+        let name = format!("{}-{}", who.pid, who.started_unix_ns);
+        // A leftover of this pid and start is ours (a pid and a start in ns are never
+        // another's): removed as a dead entry is, then made afresh, only made.
+        if let Ok(f) = SharedFile::open_read_in(&dir, &name) {
+            if let Ok(st) = f.status() {
+                if st.st_uid == trusted::euid() {
+                    let _ = dir.unlink(&name, st.st_ino);
+                }
+            }
+        }
+        let mut file = SharedFile::open_in(&dir, &name, true, true)?;
+        let fail = |e: String| Refusal::Failed(format!("{}: {e}", file_path(&dir, &name)));
         file.lock_wait(0).map_err(fail)?;
         file.set_size(FILE_SIZE).map_err(fail)?;
         file.map(FILE_SIZE).map_err(fail)?;
@@ -308,17 +317,35 @@ impl ProcessFile {
     }
 }
 
-/// Removes the files of processes that died (their life lock free), as far as permissions
-/// allow. Bounded: one pass over the directory.
-fn remove_dead(dir: &Path) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in entries.flatten() {
-        if let Ok(f) = SharedFile::open(&e.path(), false) {
-            if !f.held_elsewhere(0) {
-                let _ = std::fs::remove_file(e.path());
-            }
+fn file_path(dir: &TrustedDir, name: &str) -> String {
+    dir.path().join(name).display().to_string()
+}
+
+/// Whether `name` is a registry file's: `PID-START`, both decimal.
+pub fn is_entry_name(name: &str) -> bool {
+    let digits = |s: &str| !s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit());
+    name.split_once('-')
+        .is_some_and(|(pid, start)| digits(pid) && digits(start))
+}
+
+/// Removes the files of processes that died (their life lock free): only regular files this
+/// process's user owns, through the directory's descriptor (`unlinkat`), never a path, so
+/// nothing outside the trusted directory and nothing of another user's is ever removed
+/// (their owner, or root, removes theirs). Bounded: one pass over the directory.
+fn remove_dead(dir: &TrustedDir) {
+    let me = trusted::euid();
+    for name in dir.names().unwrap_or_default() {
+        let Some(name) = name.to_str().filter(|n| is_entry_name(n)) else {
+            continue;
+        };
+        let Ok(f) = SharedFile::open_read_in(dir, name) else {
+            continue;
+        };
+        let Ok(st) = f.status() else {
+            continue;
+        };
+        if st.st_uid == me && !f.held_elsewhere(0) {
+            let _ = dir.unlink(name, st.st_ino);
         }
     }
 }
@@ -327,6 +354,8 @@ fn remove_dead(dir: &Path) {
 #[derive(Clone, Debug, PartialEq)]
 pub struct ProcessSnapshot {
     pub file: PathBuf,
+    /// The file's owner (`st_uid`, which only the kernel sets): who may say what it says.
+    pub owner: u32,
     pub pid: u32,
     pub started_unix_ns: u64,
     pub host: String,
@@ -364,31 +393,69 @@ pub struct Scan {
 }
 
 /// Reads every living governed process under `state_dir`, never writing. A file being
-/// created, of another layout, or of a dead process is skipped (the first two with a note).
+/// created, of another layout, or of a dead process is skipped (the first two with a note);
+/// a directory that breaks the trust rule is not read (a note says why).
 pub fn scan(state_dir: &Path) -> Scan {
     let mut scan = Scan::default();
-    let dir = state_dir.join("processes");
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        return scan;
+    let dir = match TrustedDir::open(state_dir, false).and_then(|d| d.sub("processes", false)) {
+        Ok(dir) => dir,
+        Err(Refusal::Missing(_)) => return scan,
+        Err(why) => {
+            scan.notes.push(format!("registry not read: {why}"));
+            return scan;
+        }
     };
-    let mut paths: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
-    paths.sort();
-    for path in paths {
-        match read_one(&path) {
+    let names = match dir.names() {
+        Ok(names) => names,
+        Err(why) => {
+            scan.notes.push(format!("registry not read: {why}"));
+            return scan;
+        }
+    };
+    for name in names {
+        let shown = dir.path().join(&name);
+        let Some(name) = name.to_str().filter(|n| is_entry_name(n)) else {
+            scan.notes.push(format!(
+                "{}: skipped (not a registry file's name)",
+                shown.display()
+            ));
+            continue;
+        };
+        match read_one(&dir, name) {
             Ok(Some(p)) => scan.processes.push(p),
             Ok(None) => {}
-            Err(why) => scan
+            Err(Unread::Refused(line)) => scan.notes.push(format!("skipped {line}")),
+            Err(Unread::Bad(why)) => scan
                 .notes
-                .push(format!("{}: skipped ({why})", path.display())),
+                .push(format!("{}: skipped ({why})", shown.display())),
         }
     }
     scan.processes.sort_by_key(|p| (p.group.clone(), p.pid));
     scan
 }
 
-/// Ok(None): a dead process's file, or one still being created by a living process.
-fn read_one(path: &Path) -> Result<Option<ProcessSnapshot>, String> {
-    let mut f = SharedFile::open_read(path)?;
+/// Why a registry file was not read: the trust rule's line (which names the file), or what
+/// is wrong with what it holds.
+enum Unread {
+    Refused(String),
+    Bad(String),
+}
+
+impl From<String> for Unread {
+    fn from(why: String) -> Unread {
+        Unread::Bad(why)
+    }
+}
+
+/// Ok(None): a dead process's file, one still being created by a living process, or one
+/// gone meanwhile.
+fn read_one(dir: &TrustedDir, name: &str) -> Result<Option<ProcessSnapshot>, Unread> {
+    let path = dir.path().join(name);
+    let mut f = match SharedFile::open_read_in(dir, name) {
+        Ok(f) => f,
+        Err(Refusal::Missing(_)) => return Ok(None),
+        Err(r) => return Err(Unread::Refused(r.into_line())),
+    };
     if !f.held_elsewhere(0) {
         return Ok(None); // dead (or its creator died before locking it)
     }
@@ -397,17 +464,26 @@ fn read_one(path: &Path) -> Result<Option<ProcessSnapshot>, String> {
         return Ok(None); // being created
     }
     if size as usize != FILE_SIZE {
-        return Err(format!("{size} bytes: another cuquota's layout"));
+        return Err(Unread::Bad(format!(
+            "{size} bytes: another cuquota's layout"
+        )));
     }
+    let owner = f.owner()?.0;
+    // Another user's file is copied, not mapped (see `SharedFile::map`).
     f.map(FILE_SIZE)?;
-    // SAFETY: as in `ProcessFile::layout`, mapped read-only; only loads follow.
+    // SAFETY: as in `ProcessFile::layout`, mapped read-only or a private copy of FILE_SIZE
+    // bytes aligned for the layout; only loads follow.
     let l = unsafe { &*f.ptr().cast::<ProcessLayout>() };
     let h = &l.header;
     match (h.magic.load(Acquire), h.version.load(Relaxed)) {
         (0, _) => return Ok(None), // being created
         (MAGIC, LAYOUT_VERSION) => {}
-        (MAGIC, v) => return Err(format!("layout {v}, this cuquota reads {LAYOUT_VERSION}")),
-        _ => return Err("not a cuquota process file".into()),
+        (MAGIC, v) => {
+            return Err(Unread::Bad(format!(
+                "layout {v}, this cuquota reads {LAYOUT_VERSION}"
+            )))
+        }
+        _ => return Err(Unread::Bad("not a cuquota process file".into())),
     }
     let devices = (0..MAX_DEVICES)
         .filter(|&d| l.info[d].state.load(Acquire) == 1)
@@ -433,7 +509,8 @@ fn read_one(path: &Path) -> Result<Option<ProcessSnapshot>, String> {
         cgroup: shared::load_text(&h.cgroup),
     };
     Ok(Some(ProcessSnapshot {
-        file: path.to_path_buf(),
+        file: path,
+        owner,
         pid,
         started_unix_ns: h.started_unix_ns.load(Relaxed),
         host: shared::load_text(&h.host),
@@ -474,6 +551,7 @@ fn last_refusal(h: &ProcessHeader) -> Option<(u64, u32, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::ffi::OsStringExt;
 
     #[test]
     fn a_registered_process_is_listed_while_it_lives() {
@@ -511,6 +589,111 @@ mod tests {
         std::fs::write(d.join("processes/junk"), b"x").unwrap();
         let scan = super::scan(&d);
         assert!(scan.processes.is_empty());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    fn scratch(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("cuquota-registry-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn who<'a>(pid: u32, argv: &'a [String], identity: &'a Identity) -> Registration<'a> {
+        Registration {
+            pid,
+            started_unix_ns: 1,
+            host: "h",
+            argv,
+            group: None,
+            observe: false,
+            allocations_only: false,
+            identity,
+        }
+    }
+
+    /// `processes` a link to another directory: registration is refused as untrusted, and
+    /// nothing there (dead-looking entries included) is removed.
+    #[test]
+    fn a_linked_registry_directory_is_refused_and_left_alone() {
+        let d = scratch("linked");
+        let victim = d.join("victim");
+        std::fs::create_dir(&victim).unwrap();
+        for name in ["1-1", "notes"] {
+            std::fs::write(victim.join(name), name).unwrap();
+        }
+        let state = d.join("state");
+        std::fs::create_dir(&state).unwrap();
+        std::os::unix::fs::symlink(&victim, state.join("processes")).unwrap();
+        let (argv, id) = (vec!["x".to_string()], Identity::default());
+        match ProcessFile::register(&state, &who(5, &argv, &id)) {
+            Err(Refusal::Untrusted(line)) => assert!(
+                line.starts_with(&format!("{}/processes (owner uid ", state.display()))
+                    && line.ends_with(
+                        "is a symbolic link, and none is followed from a state \
+                                       directory down"
+                    ),
+                "{line}"
+            ),
+            other => panic!("registered through a link: {:?}", other.err()),
+        }
+        let mut left: Vec<_> = std::fs::read_dir(&victim)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["1-1", "notes"]);
+        let scan = scan(&state);
+        assert!(scan.processes.is_empty());
+        assert_eq!(scan.notes.len(), 1, "{:?}", scan.notes);
+        assert!(
+            scan.notes[0].starts_with("registry not read: "),
+            "{:?}",
+            scan.notes
+        );
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// A dead entry goes only when it is a regular file of this user's; a FIFO, a directory
+    /// and a link in its place stay (and the views skip them at once, each with a note).
+    #[test]
+    fn only_our_own_dead_regular_entries_are_removed() {
+        let d = scratch("dead");
+        let (argv, id) = (vec!["x".to_string()], Identity::default());
+        let alive = ProcessFile::register(&d, &who(1, &argv, &id)).unwrap();
+        let processes = d.join("processes");
+        let outside = d.join("outside");
+        std::fs::write(&outside, b"keep").unwrap();
+        std::fs::write(processes.join("5-5"), b"").unwrap();
+        std::fs::create_dir(processes.join("7-7")).unwrap();
+        std::os::unix::fs::symlink(&outside, processes.join("8-8")).unwrap();
+        let fifo =
+            std::ffi::CString::new(processes.join("6-6").into_os_string().into_vec()).unwrap();
+        // SAFETY: a valid C string.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o666) }, 0);
+        let next = ProcessFile::register(&d, &who(2, &argv, &id)).unwrap();
+        let mut left: Vec<_> = std::fs::read_dir(&processes)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["1-1", "2-1", "6-6", "7-7", "8-8"]);
+        assert_eq!(std::fs::read(&outside).unwrap(), b"keep");
+        let scan = scan(&d);
+        let pids: Vec<u32> = scan.processes.iter().map(|p| p.pid).collect();
+        assert_eq!(pids, [1, 2]);
+        let whats: Vec<&str> = (scan.notes.iter())
+            .map(|n| n.rsplit_once(") ").map_or(n.as_str(), |(_, w)| w))
+            .collect();
+        assert_eq!(
+            whats,
+            [
+                "is a FIFO, not a regular file",
+                "is a directory, not a regular file",
+                "is a symbolic link, which is never followed under a state directory",
+            ]
+        );
+        drop((alive, next));
         let _ = std::fs::remove_dir_all(&d);
     }
 }

@@ -6,11 +6,8 @@
 //! them when the last descriptor of their open description closes — at death, whatever the
 //! signal — and PIDs play no part, so a reused PID cannot pass for a dead holder.
 
-use std::ffi::CString;
-use std::fs;
+use crate::trusted::{Refusal, TrustedDir};
 use std::io;
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -24,6 +21,9 @@ pub struct SharedFile {
     len: usize,
     pub path: PathBuf,
     read_only: bool,
+    /// Where [`Self::map`] copied the file instead of mapping it (another user's, read-only,
+    /// read with `pread` so that its owner truncating it cannot raise SIGBUS here).
+    copy: Option<Vec<Line>>,
 }
 
 // SAFETY: the mapping holds only atomics (the layouts on top say so), shared with other
@@ -36,7 +36,7 @@ impl Drop for SharedFile {
     fn drop(&mut self) {
         // SAFETY: `map` is null or our mapping of `len` bytes, unmapped once here; `fd` ours.
         unsafe {
-            if !self.map.is_null() {
+            if !self.map.is_null() && self.copy.is_none() {
                 libc::munmap(self.map.cast(), self.len);
             }
             libc::close(self.fd);
@@ -44,62 +44,83 @@ impl Drop for SharedFile {
     }
 }
 
-/// Makes `dir` (and its parents) if missing, mode 1777 like /dev/shm, so that every user's
-/// processes can keep their files there.
+/// Makes the state directory `dir` (and the directories above it) if missing, mode 1777 like
+/// /dev/shm, so that every user's processes can keep their files there; an existing one must
+/// pass the trust rule ([`crate::trusted`]). Bounded: one step per component of the path.
 pub fn make_dir(dir: &Path) -> Result<(), String> {
-    match fs::DirBuilder::new().mode(0o1777).create(dir) {
-        // The umask narrowed the mode given above.
-        Ok(()) => fs::set_permissions(dir, fs::Permissions::from_mode(0o1777))
-            .map_err(|e| format!("cannot set the mode of {}: {e}", dir.display())),
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => match dir.parent() {
-            Some(parent) if !parent.as_os_str().is_empty() && parent != dir => {
-                make_dir(parent)?;
-                make_dir(dir)
-            }
-            _ => Err(format!("cannot create {}: {e}", dir.display())),
-        },
-        Err(e) => Err(format!("cannot create {}: {e}", dir.display())),
+    TrustedDir::open(dir, true)
+        .map(drop)
+        .map_err(Refusal::into_line)
+}
+
+/// 128 bytes, aligned as the layouts' most aligned type: the unit of a private copy.
+#[derive(Clone, Copy)]
+#[repr(C, align(128))]
+struct Line([u8; 128]);
+
+/// A file's directory and its name (one component).
+fn split(path: &Path) -> Result<(&Path, &str), String> {
+    match (path.parent(), path.file_name().and_then(|n| n.to_str())) {
+        (Some(dir), Some(name)) => Ok((
+            if dir.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                dir
+            },
+            name,
+        )),
+        _ => Err(format!("{}: no file name", path.display())),
     }
 }
 
 impl SharedFile {
-    /// Opens `path` read-write (created mode 0600 when `create`), close-on-exec, never
-    /// following a symbolic link. Not mapped yet: see [`Self::map`].
-    pub fn open(path: &Path, create: bool) -> Result<SharedFile, String> {
-        let create = if create { libc::O_CREAT } else { 0 };
-        SharedFile::open_with(path, libc::O_RDWR | create)
-    }
-
-    /// Opens `path` read-only, for a viewer that only reads: no lock of its own can be
-    /// taken but read locks, which is all it needs to see whether a writer lives.
-    pub fn open_read(path: &Path) -> Result<SharedFile, String> {
-        SharedFile::open_with(path, libc::O_RDONLY)
-    }
-
-    /// `open(2)` with `access` (and `O_CREAT`, mode 0600), close-on-exec, no link followed.
-    fn open_with(path: &Path, access: libc::c_int) -> Result<SharedFile, String> {
-        let c = CString::new(path.as_os_str().as_bytes())
-            .map_err(|_| format!("{} has a NUL byte", path.display()))?;
-        let flags = access | libc::O_CLOEXEC | libc::O_NOFOLLOW;
-        // SAFETY: a valid C string; the mode is passed as the variadic argument open wants
-        // (read only when O_CREAT is in the flags).
-        let fd = unsafe { libc::open(c.as_ptr(), flags, 0o600 as libc::c_uint) };
-        if fd < 0 {
-            let e = io::Error::last_os_error();
-            return Err(format!("cannot open {}: {e}", path.display()));
+    /// Opens `name` in the trusted directory `dir` read-write (made, mode 0600, when
+    /// `create`; with `exclusive`, only made), under the trust rule: no link followed, no
+    /// wait, a regular file. Not mapped yet: see [`Self::map`].
+    pub fn open_in(
+        dir: &TrustedDir,
+        name: &str,
+        create: bool,
+        exclusive: bool,
+    ) -> Result<SharedFile, Refusal> {
+        let mut access = libc::O_RDWR;
+        if create {
+            access |= libc::O_CREAT;
         }
+        if exclusive {
+            access |= libc::O_EXCL;
+        }
+        SharedFile::open_with(dir, name, access)
+    }
+
+    /// Opens `name` in `dir` read-only, for a viewer that only reads: no lock of its own
+    /// can be taken but read locks, which is all it needs to see whether a writer lives.
+    pub fn open_read_in(dir: &TrustedDir, name: &str) -> Result<SharedFile, Refusal> {
+        SharedFile::open_with(dir, name, libc::O_RDONLY)
+    }
+
+    fn open_with(dir: &TrustedDir, name: &str, access: libc::c_int) -> Result<SharedFile, Refusal> {
+        let (fd, _) = dir.open_file(name, access)?;
         Ok(SharedFile {
             fd,
             map: std::ptr::null_mut(),
             len: 0,
-            path: path.to_path_buf(),
+            path: dir.path().join(name),
             read_only: access & libc::O_ACCMODE == libc::O_RDONLY,
+            copy: None,
         })
     }
 
+    /// Opens the file at `path` (its directory walked as [`TrustedDir::open`] walks a state
+    /// directory, made when `create`): for tests and tools that name one file.
+    pub fn open(path: &Path, create: bool) -> Result<SharedFile, String> {
+        let (dir, name) = split(path)?;
+        let dir = TrustedDir::open(dir, create).map_err(Refusal::into_line)?;
+        SharedFile::open_in(&dir, name, create, false).map_err(Refusal::into_line)
+    }
+
     /// The file's status (`fstat`).
-    fn stat(&self) -> Result<libc::stat, String> {
+    pub fn status(&self) -> Result<libc::stat, String> {
         // SAFETY: fstat into a zeroed struct of the right type.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         // SAFETY: our fd, a valid out-pointer.
@@ -111,7 +132,7 @@ impl SharedFile {
 
     /// The file's size; an error if it is not a regular file.
     pub fn size(&self) -> Result<u64, String> {
-        let st = self.stat()?;
+        let st = self.status()?;
         if st.st_mode & libc::S_IFMT != libc::S_IFREG {
             return Err("not a regular file".into());
         }
@@ -120,7 +141,7 @@ impl SharedFile {
 
     /// The file's owner, group and permission bits (`st_uid`, `st_gid`, `st_mode & 0o7777`).
     pub fn owner(&self) -> Result<(u32, u32, u32), String> {
-        let st = self.stat()?;
+        let st = self.status()?;
         Ok((st.st_uid, st.st_gid, st.st_mode & 0o7777))
     }
 
@@ -133,8 +154,13 @@ impl SharedFile {
         Ok(())
     }
 
-    /// Maps the first `len` bytes shared (the caller checked the file is that large).
+    /// Maps the first `len` bytes shared (the caller checked the file is that large). A
+    /// read-only file another user owns is copied instead ([`Self::copy`]): its owner could
+    /// truncate a mapping under this process (SIGBUS); our own files stay mapped.
     pub fn map(&mut self, len: usize) -> Result<(), String> {
+        if self.read_only && self.owner()?.0 != crate::trusted::euid() {
+            return self.copy(len);
+        }
         // SAFETY: mapping `len` bytes of our file, shared; the result is checked.
         let map = unsafe {
             libc::mmap(
@@ -155,6 +181,36 @@ impl SharedFile {
         }
         self.map = map.cast();
         self.len = len;
+        Ok(())
+    }
+
+    /// Reads the first `len` bytes into a private copy with `pread` (bounded: `len` is the
+    /// layout's size, checked by the caller): a file cut short meanwhile is an error, never
+    /// a signal.
+    pub fn copy(&mut self, len: usize) -> Result<(), String> {
+        let mut words = vec![Line([0; 128]); len.div_ceil(128)];
+        let buf = words.as_mut_ptr().cast::<u8>();
+        let mut done = 0usize;
+        while done < len {
+            // SAFETY: `buf` has room for `len` bytes (whole lines); our descriptor.
+            let n = unsafe {
+                libc::pread(
+                    self.fd,
+                    buf.add(done).cast(),
+                    len - done,
+                    done as libc::off_t,
+                )
+            };
+            match n {
+                n if n > 0 => done += n as usize,
+                0 => return Err(format!("cut to {done} bytes while being read")),
+                _ if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => {}
+                _ => return Err(io::Error::last_os_error().to_string()),
+            }
+        }
+        self.map = buf;
+        self.len = len;
+        self.copy = Some(words);
         Ok(())
     }
 
@@ -236,7 +292,7 @@ impl SharedFile {
     pub fn close_in_child(&self) {
         // SAFETY: our fd; closing a copy inherited by fork touches nothing of the parent's.
         unsafe { libc::close(self.fd) };
-        if !self.map.is_null() {
+        if !self.map.is_null() && self.copy.is_none() {
             // SAFETY: replaces exactly our own mapping (its address and length) with anonymous
             // memory; nothing else lives in that range. Both calls are async-signal-safe.
             unsafe {

@@ -158,10 +158,14 @@ fn a_state_dir_that_cannot_be_made_fails_every_call() {
         .run();
     out.check_exit(0);
     out.check_rcs(&[INVALID_VALUE, INVALID_VALUE, INVALID_VALUE]);
+    use std::os::unix::fs::PermissionsExt;
+    let mode = fs::metadata(&plain).unwrap().permissions().mode() & 0o7777;
     out.check_log(&format!(
-        "CUQUOTA_GROUP=svc: its quota cannot be used (cannot create {}: Not a directory (os \
-         error 20)). CUDA calls fail with CUDA_ERROR_INVALID_VALUE until it is fixed",
-        under.display()
+        "CUQUOTA_GROUP=svc: its quota cannot be used ({} (owner uid {}, mode {mode:o}) is not a \
+         directory). CUDA calls fail with CUDA_ERROR_INVALID_VALUE until it is fixed",
+        plain.display(),
+        // SAFETY: geteuid has no preconditions.
+        unsafe { libc::geteuid() },
     ));
 }
 

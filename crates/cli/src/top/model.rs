@@ -128,13 +128,32 @@ pub struct LastRefusal {
 
 /// Reads the state directory: every living process and every group. Read-only.
 pub fn read(state_dir: &Path) -> Snapshot {
+    read_with(state_dir, Path::new("/proc"))
+}
+
+/// As [`read`], with the processes seen through `proc`. A registry file that names a
+/// process the viewer sees, whose users do not include the file's owner, was written by
+/// someone else to pass for it: left out, and counted in a note.
+fn read_with(state_dir: &Path, proc: &Path) -> Snapshot {
     let mut scan = registry::scan(state_dir);
-    let mut view = cuquota_state::identity::ProcView::new(Path::new("/proc"));
-    for p in &mut scan.processes {
+    let mut view = cuquota_state::identity::ProcView::new(proc);
+    let mut forged = 0;
+    scan.processes.retain_mut(|p| {
         p.host_pid = view.host_pid(p.pid, &p.identity);
-    }
+        let believed = p
+            .host_pid
+            .is_none_or(|pid| view.may_speak_for(pid, p.owner));
+        forged += usize::from(!believed);
+        believed
+    });
     let (groups, group_notes) = group::GroupFile::read_all(state_dir);
     let mut notes = scan.notes;
+    if forged > 0 {
+        notes.push(format!(
+            "{forged} registry file{} left out: each names a process of another user",
+            if forged == 1 { "" } else { "s" }
+        ));
+    }
     notes.extend(group_notes);
     build(
         state_dir,
@@ -324,6 +343,7 @@ pub(crate) mod tests {
     ) -> ProcessSnapshot {
         ProcessSnapshot {
             file: format!("/x/{pid}").into(),
+            owner: 0,
             pid,
             started_unix_ns: 1,
             host: "h".into(),
@@ -468,7 +488,10 @@ pub(crate) mod tests {
         // A group file cut short.
         std::fs::write(group::group_path(&d, "cut"), b"short").unwrap();
 
-        let s = read(&d);
+        // A /proc that shows none of them (their pids are made up).
+        let proc = d.join("no-proc");
+        std::fs::create_dir(&proc).unwrap();
+        let s = read_with(&d, &proc);
         assert_eq!(s.process_count, 300, "{:?}", s.notes);
         assert_eq!(s.gpus.len(), 1);
         assert_eq!(s.gpus[0].processes.len(), 300);

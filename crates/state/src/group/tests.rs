@@ -116,11 +116,102 @@ fn trust_by_owner_group_and_mode() {
 }
 
 #[test]
-fn directories_others_may_write_need_the_sticky_bit() {
-    assert!(check_dir_trust(0o1777).is_ok());
-    assert!(check_dir_trust(0o755).is_ok());
-    assert!(check_dir_trust(0o777).is_err());
-    assert!(check_dir_trust(0o775).is_err());
+fn cuquota_set_writes_only_what_members_trust() {
+    let me = Credentials {
+        uid: 1000,
+        groups: vec![1000, 50],
+    };
+    let root = Credentials {
+        uid: 0,
+        groups: vec![0],
+    };
+    assert!(check_write_trust(1000, 1000, 0o600, &me).is_ok());
+    assert!(check_write_trust(1001, 50, 0o660, &me).is_ok());
+    assert!(check_write_trust(1001, 1001, 0o600, &root).is_ok(), "root");
+    for who in [&me, &root] {
+        let e = check_write_trust(1001, 1001, 0o666, who).unwrap_err();
+        assert_eq!(e, "is writable by every user, so no member may trust it");
+    }
+    assert!(check_write_trust(1001, 1001, 0o600, &me).is_err());
+}
+
+/// A group is named by its file: a file renamed over another group's, or whose header
+/// names another group, is refused to members, `cuquota set` and readers, and the views
+/// list it under no name.
+#[test]
+fn a_renamed_or_forged_group_file_is_refused() {
+    let d = dir("renamed");
+    GroupFile::open(&d, "big")
+        .unwrap()
+        .set_limit(None, 6 << 30)
+        .unwrap();
+    GroupFile::open(&d, "small")
+        .unwrap()
+        .set_limit(None, 512 << 20)
+        .unwrap();
+    fs::rename(group_path(&d, "big"), group_path(&d, "small")).unwrap();
+    let want = format!(
+        "{}: its header names group \"big\": a group file renamed or written to pass for \
+         another is never used",
+        group_path(&d, "small").display()
+    );
+    assert_eq!(GroupFile::join(&d, "small").err().unwrap().0, want);
+    assert_eq!(GroupFile::open(&d, "small").err().unwrap().0, want);
+    assert_eq!(
+        GroupFile::open_read_only(&d, "small").err().unwrap().0,
+        want
+    );
+    let (groups, notes) = GroupFile::read_all(&d);
+    assert!(groups.is_empty());
+    assert_eq!(notes, [format!("skipped {want}")]);
+    // A copy under another name (two files, one header): one row, the true one.
+    GroupFile::open(&d, "svc")
+        .unwrap()
+        .set_limit(None, 1 << 30)
+        .unwrap();
+    fs::remove_file(group_path(&d, "small")).unwrap();
+    fs::copy(group_path(&d, "svc"), group_path(&d, "a")).unwrap();
+    let (groups, notes) = GroupFile::read_all(&d);
+    let names: Vec<&str> = groups.iter().map(|g| g.name.as_str()).collect();
+    assert_eq!(names, ["svc"]);
+    assert_eq!(notes.len(), 1);
+    assert!(
+        notes[0].contains("a: its header names group \"svc\""),
+        "{notes:?}"
+    );
+    let _ = fs::remove_dir_all(&d);
+}
+
+/// A FIFO or a link where a group's file should be: refused at once by members, `cuquota
+/// set`, readers and the views (a FIFO's open never waits for a writer).
+#[test]
+fn a_fifo_or_link_in_place_of_a_group_file_is_refused_at_once() {
+    use std::os::unix::ffi::OsStrExt;
+    let d = dir("fifo");
+    GroupFile::open(&d, "svc").unwrap();
+    let fifo = group_path(&d, "pipe");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a valid C string.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o666) }, 0);
+    std::os::unix::fs::symlink(group_path(&d, "svc"), group_path(&d, "link")).unwrap();
+    for (name, what) in [
+        ("pipe", "is a FIFO, not a regular file"),
+        ("link", "is a symbolic link"),
+    ] {
+        let join = GroupFile::join(&d, name).err().unwrap().0;
+        let read = GroupFile::open_read_only(&d, name).err().unwrap().0;
+        for e in [&join, &read] {
+            assert!(
+                e.starts_with(&format!("{} (owner uid ", group_path(&d, name).display()))
+                    && e.contains(what),
+                "{e}"
+            );
+        }
+    }
+    let (groups, notes) = GroupFile::read_all(&d);
+    assert_eq!(groups.len(), 1);
+    assert_eq!(notes.len(), 2, "{notes:?}");
+    let _ = fs::remove_dir_all(&d);
 }
 
 #[test]
