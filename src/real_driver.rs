@@ -122,6 +122,17 @@ library! {
         fn(CuStream, *mut CuGraph) -> CuResult;
     cuStreamEndCapture_ptsz: "cuStreamEndCapture" @ 10000, PerThread:
         fn(CuStream, *mut CuGraph) -> CuResult;
+    cuStreamBeginRecaptureToGraph: "cuStreamBeginRecaptureToGraph" @ 13030, Plain:
+        fn(CuStream, c_int, CuGraph, *mut c_void, *mut c_void) -> CuResult;
+    cuStreamBeginRecaptureToGraph_ptsz: "cuStreamBeginRecaptureToGraph" @ 13030, PerThread:
+        fn(CuStream, c_int, CuGraph, *mut c_void, *mut c_void) -> CuResult;
+    cuStreamBeginCaptureToCig: "cuStreamBeginCaptureToCig" @ 13010, Plain:
+        fn(CuStream, *mut c_void) -> CuResult;
+    cuStreamBeginCaptureToCig_ptsz: "cuStreamBeginCaptureToCig" @ 13010, PerThread:
+        fn(CuStream, *mut c_void) -> CuResult;
+    cuStreamEndCaptureToCig: "cuStreamEndCaptureToCig" @ 13010, Plain: fn(CuStream) -> CuResult;
+    cuStreamEndCaptureToCig_ptsz: "cuStreamEndCaptureToCig" @ 13010, PerThread:
+        fn(CuStream) -> CuResult;
     cuCtxDestroy_v2: "cuCtxDestroy" @ 4000, Plain: fn(CuContext) -> CuResult;
     cuCtxDestroy: "cuCtxDestroy" @ 2000, Plain: fn(CuContext) -> CuResult;
     cuCtxDetach: "cuCtxDetach" @ 2000, Plain: fn(CuContext) -> CuResult;

@@ -52,6 +52,22 @@ pub const ALLOCATION_PINNED: i32 = 1;
 /// `CU_MEM_ALLOCATION_TYPE_MANAGED` (CUDA 13).
 pub const ALLOCATION_MANAGED: i32 = 2;
 
+/// `CUctxCreateParams`: execution affinity, or CIG (never both).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CtxCreateParams {
+    pub exec_affinity_params: *mut c_void,
+    pub num_exec_affinity_params: c_int,
+    pub cig_params: *mut c_void,
+}
+
+/// `CUstreamCigCaptureParams`: one pointer, to a `CUstreamCigParam` (never read here).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CigCaptureParams {
+    pub stream_cig_params: *mut c_void,
+}
+
 /// `CUipcMemHandle`: 64 opaque bytes, passed by value.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]

@@ -44,7 +44,7 @@
 //!    helpers through which caller pointers are read and written).
 //! 4. The simulated devices: `state` (the one lock around everything, handles, `cuInit`)
 //!    and the modules whose records it holds, in order of use: `devices`, `context`,
-//!    `streams`, `vmm`, `arrays`, `memory` and `pools` (a stream-ordered allocation is a
+//!    `streams` (and `captures`, their capture sequences), `vmm`, `arrays`, `memory` and `pools` (a stream-ordered allocation is a
 //!    memory allocation charged to its pool, so these two call each other), `graphs`
 //!    (memory nodes, executable graphs and the graph memory pool), `copy`; `nvml` (NVML's
 //!    view of the same devices, and the simulated other processes).
@@ -57,6 +57,7 @@
 
 mod abi;
 mod arrays;
+mod captures;
 mod config;
 mod context;
 mod copy;

@@ -2,6 +2,7 @@
 //! remember which device their work would go to.
 
 use crate::abi::*;
+use crate::captures::Capture;
 use crate::context;
 use crate::state::{self, State};
 
@@ -10,8 +11,9 @@ pub struct Stream {
     pub context: usize,
     pub flags: u32,
     pub priority: i32,
-    /// The graph being captured into (`cuStreamBeginCapture` .. `cuStreamEndCapture`).
-    capture: Option<usize>,
+    /// Its capture sequence (`cuStreamBeginCapture*` .. `cuStreamEndCapture`; see
+    /// `captures`).
+    pub capture: Option<Capture>,
 }
 
 /// `cuStreamCreate*`: a stream on the current context.
@@ -75,75 +77,12 @@ pub fn destroy_of_context(state: &mut State, context: usize) {
     state.streams.retain(|_, s| s.context != context);
 }
 
-/// `cuStreamBeginCapture`: the default streams cannot capture. The capture builds a graph.
-pub fn begin_capture(handle: usize) -> Result<(), CUresult> {
-    let mut state = state::lock();
-    if is_default(handle) {
-        context::current(&state)?;
-        return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
-    }
-    match state.streams.get(&handle) {
-        None => return Err(CUDA_ERROR_INVALID_HANDLE),
-        Some(s) if s.capture.is_some() => return Err(CUDA_ERROR_ILLEGAL_STATE),
-        Some(_) => {}
-    }
-    let graph = crate::graphs::create(&mut state, 0)?;
-    if let Some(stream) = state.streams.get_mut(&handle) {
-        stream.capture = Some(graph);
-    }
-    Ok(())
-}
-
-/// `cuStreamEndCapture`: the captured graph.
-pub fn end_capture(handle: usize) -> Result<usize, CUresult> {
-    let mut state = state::lock();
-    let stream = state
-        .streams
-        .get_mut(&handle)
-        .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
-    stream.capture.take().ok_or(CUDA_ERROR_ILLEGAL_STATE)
-}
-
-/// `cuStreamIsCapturing`: whether the stream is capturing.
-pub fn is_capturing(handle: usize) -> Result<bool, CUresult> {
+/// `cuStreamIsCapturing`: the stream's `CUstreamCaptureStatus` (0: not capturing).
+pub fn capture_status(handle: usize) -> Result<i32, CUresult> {
     let state = state::lock();
     device(&state, handle)?;
-    Ok(state
-        .streams
-        .get(&handle)
-        .is_some_and(|s| s.capture.is_some()))
-}
-
-/// The graph a stream is capturing into, if it is (checking the handle).
-fn capture_graph(state: &State, handle: usize) -> Result<Option<usize>, CUresult> {
-    device(state, handle)?;
-    Ok(state.streams.get(&handle).and_then(|s| s.capture))
-}
-
-/// An allocation on a capturing stream: an allocation node on `device` (`None`: a host
-/// pool's) and the address the graph's memory will have; nothing is allocated. `None`
-/// when the stream is not capturing.
-pub fn capture_allocation(
-    handle: usize,
-    size: usize,
-    device: impl FnOnce(&State) -> Result<Option<usize>, CUresult>,
-) -> Result<Option<u64>, CUresult> {
-    let mut state = state::lock();
-    let Some(graph) = capture_graph(&state, handle)? else {
-        return Ok(None);
-    };
-    let device = device(&state)?;
-    crate::graphs::capture_alloc(&mut state, graph, size, device).map(Some)
-}
-
-/// A free on a capturing stream: a free node (true), if the pointer is a graph allocation
-/// or a device allocation; `Ok(false)` when the stream is not capturing.
-pub fn capture_free(handle: usize, dptr: u64) -> Result<bool, CUresult> {
-    let mut state = state::lock();
-    let Some(graph) = state.streams.get(&handle).and_then(|s| s.capture) else {
-        return Ok(false);
-    };
-    crate::graphs::capture_free(&mut state, graph, dptr).map(|()| true)
+    let capture = state.streams.get(&handle).and_then(|s| s.capture.as_ref());
+    Ok(capture.map_or(0, Capture::status))
 }
 
 /// Checks that a stream handle is usable (a default stream needs a current context).

@@ -129,9 +129,7 @@ typedef CUresult (*fn_cuMipmappedArrayGetMemoryRequirements)(CUDA_ARRAY_MEMORY_R
                                                              CUmipmappedArray array,
                                                              CUdevice dev);
 
-/* Placement, contexts, capture. */
-typedef CUresult (*fn_cuStreamBeginCapture_v2)(CUstream stream, int mode);
-typedef CUresult (*fn_cuStreamEndCapture)(CUstream stream, void **graph);
+/* Placement, contexts (capture's functions are in driver_functions.h). */
 /* The shim's test helper (not part of CUDA). */
 typedef int (*fn_cuShimStats)(int dev, size_t *in_use, size_t *peak, unsigned long long *live);
 
@@ -194,6 +192,14 @@ typedef struct {
     CUgraphNode hErrNode_out;
     int result_out;
 } CUDA_GRAPH_INSTANTIATE_PARAMS;
+/* Stream capture: CUstreamCigParam and CUstreamCigCaptureParams (CIG, CUDA 13.1). */
+typedef struct {
+    int streamSharedDataType;
+    void *streamSharedData;
+} CUstreamCigParam;
+typedef struct {
+    CUstreamCigParam *streamCigParams;
+} CUstreamCigCaptureParams;
 typedef CUresult (*fn_cuGraphGetNodes)(CUgraph graph, CUgraphNode *nodes, size_t *count);
 typedef CUresult (*fn_cuGraphNodeGetType)(CUgraphNode node, int *type);
 typedef CUresult (*fn_cuCtxSynchronize)(void);

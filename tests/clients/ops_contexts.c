@@ -10,6 +10,12 @@
  *   ctxdestroy:SLOT            cuCtxDestroy_v2 of a created context
  *   ctxreset:DEV / ctxrelease:DEV  cuDevicePrimaryCtxReset_v2 / _Release_v2
  *   capture:STREAM / endcapture:STREAM  cuStreamBeginCapture_v2 / cuStreamEndCapture
+ *   pcapture:STREAM / pendcapture:STREAM  the same on the client's own lookup path
+ *                              (pendcapture: a graph slot, "slot=S", and "same=1" when it
+ *                              is graph slot GRAPH of a recapture's)
+ *   recapture:STREAM:GRAPH     cuStreamBeginRecaptureToGraph of graph slot GRAPH (own path)
+ *   cigcapture:STREAM / cigend:STREAM  cuStreamBeginCaptureToCig (a D3D12 command list
+ *                              parameter) / cuStreamEndCaptureToCig (own path)
  *   ctxretain:DEV              cuDevicePrimaryCtxRetain (one more reference)
  *   ctxattach / ctxdetach:SLOT cuCtxAttach of the current context / cuCtxDetach of a
  *                              created one (deprecated; dlsym on the driver's handle)
@@ -223,7 +229,7 @@ int op_capture(const struct drv *d, char **f, int nf) {
         rc = begin ? begin((CUstream)(size_t)s->value, 0) : CUDA_ERROR_NOT_FOUND;
     } else {
         fn_cuStreamEndCapture end;
-        void *graph = NULL;
+        CUgraph graph = NULL;
         *(void **)&end = raw_sym(d, "cuStreamEndCapture");
         rc = end ? end((CUstream)(size_t)s->value, &graph) : CUDA_ERROR_NOT_FOUND;
         /* the captured graph is a graph slot */
@@ -335,5 +341,43 @@ int op_pctxthreads(const struct drv *d, char **f, int nf) {
     }
     pthread_barrier_destroy(&start);
     out("pctxthreads %llu ok=%llu", a, ok);
+    return 0;
+}
+
+static CUgraph recaptured; /* the graph of the last recapture: pendcapture says "same=1" */
+
+int op_pcapture(const struct drv *d, char **f, int nf) {
+    const char *op = f[0];
+    CUresult rc;
+    struct slot *s, *g = NULL;
+    CUstream st;
+    if (!strcmp(op, "recapture") ? nf != 3 : nf != 2)
+        return -1;
+    s = get_slot(&streams, f[1]);
+    if (nf == 3)
+        g = get_slot(&graphs, f[2]);
+    if (!s || (nf == 3 && !g))
+        return -1;
+    st = (CUstream)(size_t)s->value;
+    if (!strcmp(op, "pcapture")) {
+        rc = CALL(d, cuStreamBeginCapture_v2, st, 0);
+    } else if (!strcmp(op, "recapture")) {
+        recaptured = (CUgraph)(size_t)g->value;
+        rc = CALL(d, cuStreamBeginRecaptureToGraph, st, 0, recaptured, NULL, NULL);
+    } else if (!strcmp(op, "cigcapture")) {
+        CUstreamCigParam cig = {1 /* STREAM_CIG_DATA_TYPE_D3D12_COMMAND_LIST */, NULL};
+        CUstreamCigCaptureParams params = {&cig};
+        rc = CALL(d, cuStreamBeginCaptureToCig, st, &params);
+    } else if (!strcmp(op, "cigend")) {
+        rc = CALL(d, cuStreamEndCaptureToCig, st);
+    } else {
+        CUgraph graph = NULL;
+        rc = CALL(d, cuStreamEndCapture, st, &graph);
+        out("%s %s rc=%d slot=%zu same=%d", op, f[1], rc,
+            push(&graphs, (unsigned long long)(size_t)graph, 0, rc == 0 && graph),
+            rc == 0 && graph && graph == recaptured);
+        return 0;
+    }
+    out("%s %s rc=%d", op, f[1], rc);
     return 0;
 }

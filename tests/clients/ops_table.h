@@ -93,6 +93,11 @@
   OP("ctxrelease", op_ctxreset) \
   OP("capture", op_capture) \
   OP("endcapture", op_capture) \
+  OP("pcapture", op_pcapture) \
+  OP("pendcapture", op_pcapture) \
+  OP("recapture", op_pcapture) \
+  OP("cigcapture", op_pcapture) \
+  OP("cigend", op_pcapture) \
   OP("ctxcreate3", op_ctxcreate3) \
   OP("ctxcreate4", op_ctxcreate3) \
   OP("setlimit", op_setlimit) \

@@ -11,6 +11,8 @@ mod common;
 mod reliability_util;
 
 mod arrays;
+// every form of stream capture records allocations as graph nodes
+mod captures;
 mod cli;
 // slips caught by `cuquota run` and `set` before the command starts; `run --group`
 mod cli_slips;

@@ -209,7 +209,10 @@ pub(super) static ALIASES: &[Row] = &[Row::alias(
 ///
 /// # Safety
 /// `deps` must be valid for `count` handles when `count` is not 0.
-unsafe fn dependencies_of(deps: *const Handle, count: usize) -> Result<Vec<usize>, CUresult> {
+pub(super) unsafe fn dependencies_of(
+    deps: *const Handle,
+    count: usize,
+) -> Result<Vec<usize>, CUresult> {
     if count == 0 {
         return Ok(Vec::new());
     }
