@@ -236,6 +236,17 @@ impl PoolBooks {
         self.pointers.insert(ptr, pooled);
     }
 
+    /// Gives every live allocation `from` owns to `to` (see `Ledger::reown_context`).
+    pub fn reown_context(&mut self, from: ContextSlot, to: ContextSlot) {
+        let owned: Vec<(u64, Pooled)> = (self.pointers.iter())
+            .filter(|(_, p)| p.charge.context == from)
+            .collect();
+        for (ptr, mut p) in owned {
+            p.charge.context = to;
+            self.pointers.insert(ptr, p);
+        }
+    }
+
     /// Every live allocation context `slot` owns, out of the books: pointer, charge, pool.
     pub fn take_context(&mut self, slot: ContextSlot) -> TakenPooled {
         let mut taken = Vec::new();

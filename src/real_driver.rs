@@ -18,6 +18,8 @@ use crate::cuda_abi::{
 use crate::lookup::library;
 /// A `CUmodule` or `CUlibrary` handle (opaque to cuquota; context memory).
 pub type CuModule = *mut c_void;
+/// A `CUgreenCtx` handle (opaque to cuquota; context memory).
+pub type CuGreenCtx = *mut c_void;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 
 library! {
@@ -133,6 +135,14 @@ library! {
     cuStreamEndCaptureToCig: "cuStreamEndCaptureToCig" @ 13010, Plain: fn(CuStream) -> CuResult;
     cuStreamEndCaptureToCig_ptsz: "cuStreamEndCaptureToCig" @ 13010, PerThread:
         fn(CuStream) -> CuResult;
+    // green contexts (hooked: context memory; their CUcontexts, their streams' context)
+    cuGreenCtxCreate: "cuGreenCtxCreate" @ 12040, Plain:
+        fn(*mut CuGreenCtx, *mut c_void, CuDevice, c_uint) -> CuResult;
+    cuGreenCtxDestroy: "cuGreenCtxDestroy" @ 12040, Plain: fn(CuGreenCtx) -> CuResult;
+    cuCtxFromGreenCtx: "cuCtxFromGreenCtx" @ 12040, Plain:
+        fn(*mut CuContext, CuGreenCtx) -> CuResult;
+    cuGreenCtxStreamCreate: "cuGreenCtxStreamCreate" @ 12050, Plain:
+        fn(*mut CuStream, CuGreenCtx, c_uint, c_int) -> CuResult;
     cuCtxDestroy_v2: "cuCtxDestroy" @ 4000, Plain: fn(CuContext) -> CuResult;
     cuCtxDestroy: "cuCtxDestroy" @ 2000, Plain: fn(CuContext) -> CuResult;
     cuCtxDetach: "cuCtxDetach" @ 2000, Plain: fn(CuContext) -> CuResult;

@@ -50,6 +50,11 @@ pub struct Capture {
 
 impl Capture {
     /// `CUstreamCaptureStatus`: `ACTIVE` (1) or `INVALIDATED` (2).
+    /// An error (its green context destroyed) invalidated it.
+    pub fn invalidate(&mut self) {
+        self.invalidated = true;
+    }
+
     pub fn status(&self) -> i32 {
         if self.invalidated {
             2
@@ -79,10 +84,13 @@ pub fn begin(handle: usize, how: Begin<'_>) -> Result<(), CUresult> {
         crate::context::current(&state)?;
         return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
     }
-    match state.streams.get(&handle) {
-        None => return Err(CUDA_ERROR_INVALID_HANDLE),
-        Some(s) if s.capture.is_some() => return Err(CUDA_ERROR_ILLEGAL_STATE),
-        Some(_) => {}
+    streams::device(&state, handle)?;
+    if state
+        .streams
+        .get(&handle)
+        .is_some_and(|s| s.capture.is_some())
+    {
+        return Err(CUDA_ERROR_ILLEGAL_STATE);
     }
     let capture = match how {
         Begin::New => Capture {
@@ -126,6 +134,9 @@ pub fn end(handle: usize) -> Result<usize, CUresult> {
         .streams
         .get_mut(&handle)
         .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+    if stream.detached {
+        return Err(streams::STREAM_DETACHED);
+    }
     let capture = stream.capture.take().ok_or(CUDA_ERROR_ILLEGAL_STATE)?;
     if capture.invalidated {
         return Err(CAPTURE_INVALIDATED);

@@ -16,6 +16,8 @@ pub struct Machine {
     pub other_processes: Vec<(usize, u32, u64)>,
     /// What each context takes from its creation (`CUDA_SHIM_CONTEXT_MEMORY`).
     pub context_cost: u64,
+    /// What each green context takes itself (`CUDA_SHIM_GREEN_CONTEXT_MEMORY`).
+    pub green_context_cost: u64,
 }
 
 impl Machine {
@@ -25,6 +27,7 @@ impl Machine {
             totals: Vec::new(),
             other_processes: Vec::new(),
             context_cost: 0,
+            green_context_cost: 0,
         }
     }
 }

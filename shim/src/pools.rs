@@ -29,6 +29,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::abi::*;
 use crate::captures;
 use crate::config::MAX_DEVICES;
+use crate::context;
 use crate::memory::{self, Payer, Placement};
 use crate::state::{self, State};
 use crate::streams;
@@ -461,7 +462,7 @@ pub fn allocate_async(size: usize, stream: usize) -> Result<u64, CUresult> {
         Ok(Payer {
             device: Some(device),
             pool: Some(state.devices[device].current_pool),
-            context: streams::context(state, stream)?,
+            context: context::owner(state, streams::context(state, stream)?),
         })
     })
 }
@@ -475,7 +476,7 @@ pub fn allocate_from_pool(size: usize, pool: usize, stream: usize) -> Result<u64
         return Ok(address);
     }
     memory::allocate(size, Placement::Anywhere, |state| {
-        let context = streams::context(state, stream)?;
+        let context = context::owner(state, streams::context(state, stream)?);
         let p = live_pool(state, pool)?;
         Ok(Payer {
             device: (!p.host).then_some(p.device),

@@ -14,7 +14,13 @@ pub struct Stream {
     /// Its capture sequence (`cuStreamBeginCapture*` .. `cuStreamEndCapture`; see
     /// `captures`).
     pub capture: Option<Capture>,
+    /// Its green context was destroyed: "any subsequent API calls involving these streams
+    /// will return CUDA_ERROR_STREAM_DETACHED with the exception of [...] cuStreamDestroy".
+    pub detached: bool,
 }
+
+/// `CUDA_ERROR_STREAM_DETACHED`.
+pub const STREAM_DETACHED: CUresult = 917;
 
 /// `cuStreamCreate*`: a stream on the current context.
 pub fn create(flags: u32, priority: i32) -> Result<usize, CUresult> {
@@ -23,17 +29,43 @@ pub fn create(flags: u32, priority: i32) -> Result<usize, CUresult> {
     }
     let mut state = state::lock();
     let (context, ctx) = context::current(&state)?;
+    let device = ctx.device;
+    Ok(add(&mut state, context, device, flags, priority))
+}
+
+/// A new stream of `context` (on `device`).
+pub fn add(state: &mut State, context: usize, device: usize, flags: u32, priority: i32) -> usize {
     let stream = Stream {
-        device: ctx.device,
+        device,
         context,
         flags,
         // Like the real driver, clamp to the range cuCtxGetStreamPriorityRange reports.
         priority: priority.clamp(-5, 0),
         capture: None,
+        detached: false,
     };
     let handle = state::new_handle();
     state.streams.insert(handle, stream);
-    Ok(handle)
+    handle
+}
+
+/// A green context was destroyed: its streams are detached, and their captures invalidated.
+pub fn detach_of_context(state: &mut State, context: usize) {
+    for s in state.streams.values_mut().filter(|s| s.context == context) {
+        s.detached = true;
+        if let Some(c) = s.capture.as_mut() {
+            c.invalidate();
+        }
+    }
+}
+
+/// A stream that is known and not detached.
+fn live(state: &State, handle: usize) -> Result<&Stream, CUresult> {
+    match state.streams.get(&handle) {
+        None => Err(CUDA_ERROR_INVALID_HANDLE),
+        Some(s) if s.detached => Err(STREAM_DETACHED),
+        Some(s) => Ok(s),
+    }
 }
 
 pub fn destroy(handle: usize) -> Result<(), CUresult> {
@@ -53,11 +85,7 @@ pub fn device(state: &State, handle: usize) -> Result<usize, CUresult> {
     if is_default(handle) {
         return context::current_device(state);
     }
-    state
-        .streams
-        .get(&handle)
-        .map(|s| s.device)
-        .ok_or(CUDA_ERROR_INVALID_HANDLE)
+    live(state, handle).map(|s| s.device)
 }
 
 /// The context a stream's work belongs to: the current one for the default streams.
@@ -65,11 +93,7 @@ pub fn context(state: &State, handle: usize) -> Result<usize, CUresult> {
     if is_default(handle) {
         return context::current(state).map(|(c, _)| c);
     }
-    state
-        .streams
-        .get(&handle)
-        .map(|s| s.context)
-        .ok_or(CUDA_ERROR_INVALID_HANDLE)
+    live(state, handle).map(|s| s.context)
 }
 
 /// A context is destroyed: so are its streams.
@@ -97,11 +121,7 @@ pub fn properties(handle: usize) -> Result<(u32, i32, usize), CUresult> {
         let (context, _) = context::current(&state)?;
         return Ok((0, 0, context));
     }
-    state
-        .streams
-        .get(&handle)
-        .map(|s| (s.flags, s.priority, s.context))
-        .ok_or(CUDA_ERROR_INVALID_HANDLE)
+    live(&state, handle).map(|s| (s.flags, s.priority, s.context))
 }
 
 /// `cuEventCreate`: an event on the current context.

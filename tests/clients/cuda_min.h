@@ -200,6 +200,21 @@ typedef struct {
 typedef struct {
     CUstreamCigParam *streamCigParams;
 } CUstreamCigCaptureParams;
+/* Green contexts: CUdevResource as RESOURCE_ABI_VERSION 1 lays it out (144 bytes). */
+typedef struct cuquota_green_opaque *CUgreenCtx;
+typedef struct cuquota_resource_desc_opaque *CUdevResourceDesc;
+typedef struct CUdevResource_st {
+    int type;
+    unsigned char internal_padding[92];
+    union {
+        struct {
+            unsigned int smCount, minSmPartitionSize, smCoscheduledAlignment, flags,
+                localityDomainId;
+        } sm;
+        unsigned char oversize[40];
+    };
+    struct CUdevResource_st *nextResource;
+} CUdevResource;
 typedef CUresult (*fn_cuGraphGetNodes)(CUgraph graph, CUgraphNode *nodes, size_t *count);
 typedef CUresult (*fn_cuGraphNodeGetType)(CUgraphNode node, int *type);
 typedef CUresult (*fn_cuCtxSynchronize)(void);

@@ -119,6 +119,17 @@
   DRV(cuStreamBeginCaptureToCig, cuStreamBeginCaptureToCig, 13010, \
       (CUstream stream, CUstreamCigCaptureParams *params)) \
   DRV(cuStreamEndCaptureToCig, cuStreamEndCaptureToCig, 13010, (CUstream stream)) \
+  /* Green contexts, and the device resources they are made of */ \
+  DRV(cuDeviceGetDevResource, cuDeviceGetDevResource, 12040, \
+      (CUdevice dev, CUdevResource *resource, int type)) \
+  DRV(cuDevResourceGenerateDesc, cuDevResourceGenerateDesc, 12040, \
+      (CUdevResourceDesc *desc, CUdevResource *resources, unsigned int count)) \
+  DRV(cuGreenCtxCreate, cuGreenCtxCreate, 12040, \
+      (CUgreenCtx *green, CUdevResourceDesc desc, CUdevice dev, unsigned int flags)) \
+  DRV(cuGreenCtxDestroy, cuGreenCtxDestroy, 12040, (CUgreenCtx green)) \
+  DRV(cuCtxFromGreenCtx, cuCtxFromGreenCtx, 12040, (CUcontext *ctx, CUgreenCtx green)) \
+  DRV(cuGreenCtxStreamCreate, cuGreenCtxStreamCreate, 12050, \
+      (CUstream *stream, CUgreenCtx green, unsigned int flags, int priority)) \
   /* Context memory on the client's own path */ \
   DRV(cuCtxCreate_v2, cuCtxCreate, 3020, (CUcontext *ctx, unsigned int flags, CUdevice dev)) \
   DRV(cuCtxSetLimit, cuCtxSetLimit, 3010, (int limit, size_t value)) \

@@ -16,6 +16,13 @@
  *   recapture:STREAM:GRAPH     cuStreamBeginRecaptureToGraph of graph slot GRAPH (own path)
  *   cigcapture:STREAM / cigend:STREAM  cuStreamBeginCaptureToCig (a D3D12 command list
  *                              parameter) / cuStreamEndCaptureToCig (own path)
+ *   green:DEV                  a green context of all of device DEV's SMs
+ *                              (cuDeviceGetDevResource, cuDevResourceGenerateDesc,
+ *                              cuGreenCtxCreate): a green slot, "green DEV rc=R slot=S"
+ *   greendestroy:SLOT          cuGreenCtxDestroy
+ *   greenctx:SLOT              cuCtxFromGreenCtx, made current (cuCtxSetCurrent)
+ *   greenstream:SLOT           cuGreenCtxStreamCreate (non-blocking): a stream slot
+ *                              (all on the client's own lookup path)
  *   ctxretain:DEV              cuDevicePrimaryCtxRetain (one more reference)
  *   ctxattach / ctxdetach:SLOT cuCtxAttach of the current context / cuCtxDetach of a
  *                              created one (deprecated; dlsym on the driver's handle)
@@ -376,6 +383,57 @@ int op_pcapture(const struct drv *d, char **f, int nf) {
         out("%s %s rc=%d slot=%zu same=%d", op, f[1], rc,
             push(&graphs, (unsigned long long)(size_t)graph, 0, rc == 0 && graph),
             rc == 0 && graph && graph == recaptured);
+        return 0;
+    }
+    out("%s %s rc=%d", op, f[1], rc);
+    return 0;
+}
+
+static struct slots greens; /* CUgreenCtx, made by green */
+
+int op_green(const struct drv *d, char **f, int nf) {
+    const char *op = f[0];
+    unsigned long long a = 0;
+    CUresult rc;
+    struct slot *s;
+    NARGS(1);
+    if (!strcmp(op, "green")) {
+        CUdevice dev = 0;
+        CUdevResource sms;
+        CUdevResourceDesc desc = NULL;
+        CUgreenCtx g = NULL;
+        if (parse_num(f[1], &a) || a >= MAX_DEVICES)
+            return -1;
+        memset(&sms, 0, sizeof sms);
+        rc = CALL(d, cuDeviceGet, &dev, (int)a);
+        if (!rc)
+            rc = CALL(d, cuDeviceGetDevResource, dev, &sms, 1 /* CU_DEV_RESOURCE_TYPE_SM */);
+        if (!rc)
+            rc = CALL(d, cuDevResourceGenerateDesc, &desc, &sms, 1);
+        if (!rc)
+            rc = CALL(d, cuGreenCtxCreate, &g, desc, dev, 0);
+        out("green %llu rc=%d slot=%zu", a, rc,
+            push(&greens, (unsigned long long)(size_t)g, 0, rc == 0));
+        return 0;
+    }
+    s = get_slot(&greens, f[1]);
+    if (!s)
+        return -1;
+    if (!strcmp(op, "greendestroy")) {
+        rc = CALL(d, cuGreenCtxDestroy, (CUgreenCtx)(size_t)s->value);
+        if (!rc)
+            s->live = 0;
+    } else if (!strcmp(op, "greenctx")) {
+        CUcontext ctx = NULL;
+        rc = CALL(d, cuCtxFromGreenCtx, &ctx, (CUgreenCtx)(size_t)s->value);
+        if (!rc)
+            rc = CALL(d, cuCtxSetCurrent, ctx);
+    } else {
+        CUstream st = NULL;
+        rc = CALL(d, cuGreenCtxStreamCreate, &st, (CUgreenCtx)(size_t)s->value,
+                  1 /* CU_STREAM_NON_BLOCKING */, 0);
+        out("%s %s rc=%d slot=%zu", op, f[1], rc,
+            push(&streams, (unsigned long long)(size_t)st, 0, rc == 0));
         return 0;
     }
     out("%s %s rc=%d", op, f[1], rc);

@@ -98,6 +98,10 @@
   OP("recapture", op_pcapture) \
   OP("cigcapture", op_pcapture) \
   OP("cigend", op_pcapture) \
+  OP("green", op_green) \
+  OP("greendestroy", op_green) \
+  OP("greenctx", op_green) \
+  OP("greenstream", op_green) \
   OP("ctxcreate3", op_ctxcreate3) \
   OP("ctxcreate4", op_ctxcreate3) \
   OP("setlimit", op_setlimit) \

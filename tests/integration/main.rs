@@ -28,6 +28,8 @@ mod faults;
 mod first_runs;
 mod golden;
 mod graph_memory;
+// green contexts are context memory
+mod green_contexts;
 // process groups: one quota shared by processes (CUQUOTA_GROUP)
 mod groups;
 mod imports;

@@ -101,6 +101,7 @@ mod context;
 mod copy;
 mod devices;
 mod graphs;
+mod green;
 mod imports;
 mod init;
 mod memory;
@@ -131,6 +132,7 @@ pub static TABLE: Table = Table::new(&[
     host_access::ROWS,
     unsupported::ROWS,
     graphs::ROWS,
+    green::ROWS,
     graphs::ALIASES,
     nvml::ROWS,
 ]);
