@@ -182,6 +182,21 @@ pub fn end_green(state: &mut State, handle: usize) {
     ANY_DESTROYED.store(true, Ordering::Release);
 }
 
+/// The driver took `bytes` more device memory for the current context without a call that
+/// says so: the shim's stand-in for lazy module loading, `__device__` globals and local
+/// memory at a launch (cuda.h's modules and launches are not simulated here). Charged to
+/// the context until its end; out of memory (nothing taken) if it does not fit.
+pub fn grow_current(bytes: u64) -> Result<(), CUresult> {
+    let mut state = state::lock();
+    let (handle, c) = current(&state)?;
+    let device = c.device;
+    state.devices[device].charge_context(bytes)?;
+    if let Some(c) = state.contexts.get_mut(&handle) {
+        c.memory += bytes;
+    }
+    Ok(())
+}
+
 /// `cuCtxCreate`: a new context on `device`, made current (pushed) on this thread.
 pub fn create(device: CUdevice, flags: u32) -> Result<usize, CUresult> {
     let handle = {

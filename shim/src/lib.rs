@@ -28,8 +28,9 @@
 //! (the shim's own per-device accounting of live allocations, to cross-check an interposer
 //! against), `cuShimFootprint` (a device's whole footprint by part: live allocations, pool
 //! reservations beyond them, graph memory, context memory; what its capacity and
-//! `cuMemGetInfo` go by) and `cuShimOtherProcess` (another process's memory on a device, in
-//! both APIs' figures).
+//! `cuMemGetInfo` go by), `cuShimOtherProcess` (another process's memory on a device, in
+//! both APIs' figures) and `cuShimContextGrowth` (the driver takes more context memory
+//! without a call that says so, as lazy module loading would).
 //!
 //! # Reading order
 //!

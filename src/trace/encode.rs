@@ -86,9 +86,10 @@ impl Encoder {
         let (kind, sizes): (usize, &[u64]) = match &ev.kind {
             EventKind::Alloc { .. } => (0, &[]),
             EventKind::Free => (1, &[]),
-            EventKind::Refused { .. } | EventKind::Observed | EventKind::GroupRefused { .. } => {
-                (2, &[])
-            }
+            EventKind::Refused { .. }
+            | EventKind::Observed
+            | EventKind::Unreconciled { .. }
+            | EventKind::GroupRefused { .. } => (2, &[]),
             EventKind::MemInfo { .. } => (3, &[]),
             EventKind::Backoff { sizes } => (4, sizes),
             EventKind::Context { ptrs } => (5, ptrs),
@@ -105,10 +106,15 @@ impl Encoder {
             EventKind::GroupRefused { detail, .. } => detail.json_fields(),
             _ => String::new(),
         };
+        let unreconciled = match &ev.kind {
+            EventKind::Unreconciled { why } => why.len(),
+            _ => 0,
+        };
         let max = LINE_FIXED_MAX
             + ESCAPE_MAX * (ev.api.len() + result.map_or(0, str::len))
             + SIZE_MAX * sizes.len()
-            + group.len();
+            + group.len()
+            + unreconciled;
         // `max` bounds how far the writes below advance: the fixed part and every number at
         // its widest (LINE_FIXED_MAX), the two names even if escaped, the sizes.
         let mut w = Cursor::new(out, max);
@@ -179,6 +185,11 @@ impl Encoder {
             EventKind::Refused { by_driver: true } => w.put(b",\"reason\":\"driver\"}\n"),
             EventKind::Refused { by_driver: false } => w.put(b",\"reason\":\"quota\"}\n"),
             EventKind::Observed => w.put(b",\"reason\":\"quota\",\"observed\":true}\n"),
+            EventKind::Unreconciled { why } => {
+                w.put(b",\"reason\":\"quota\",\"unreconciled\":\"");
+                w.put(why.as_bytes());
+                w.put(b"\"}\n");
+            }
             EventKind::GroupRefused { observed, .. } => {
                 w.put(b",\"reason\":\"quota\"");
                 if *observed {
@@ -621,6 +632,8 @@ mod tests {
         #[serde(skip_serializing_if = "Option::is_none")]
         observed: Option<bool>,
         #[serde(skip_serializing_if = "Option::is_none")]
+        unreconciled: Option<&'static str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
         part: Option<&'static str>,
         #[serde(skip_serializing_if = "Option::is_none")]
         group: Option<&'a str>,
@@ -659,6 +672,7 @@ mod tests {
             count: None,
             ptrs: None,
             observed: None,
+            unreconciled: None,
             part: None,
             group: None,
             group_in_use: None,
@@ -678,6 +692,11 @@ mod tests {
                 r.kind = kind::REFUSED;
                 r.reason = Some("quota");
                 r.observed = Some(true);
+            }
+            EventKind::Unreconciled { why } => {
+                r.kind = kind::REFUSED;
+                r.reason = Some("quota");
+                r.unreconciled = Some(why);
             }
             EventKind::GroupRefused { observed, detail } => {
                 r.kind = kind::REFUSED;
@@ -746,6 +765,9 @@ mod tests {
                 EventKind::Refused { by_driver: true },
                 EventKind::Refused { by_driver: false },
                 EventKind::Observed,
+                EventKind::Unreconciled {
+                    why: "NVML does not list this process, as from another PID namespace",
+                },
                 EventKind::Limit {
                     limit: n,
                     before: m,

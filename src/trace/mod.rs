@@ -78,6 +78,22 @@ impl Event {
         }
     }
 
+    /// A request the quota refused where NVML's figure for this process could not be read
+    /// (`why`: plain words, no character JSON escapes).
+    pub fn unreconciled_refusal(
+        device: u32,
+        api: &'static str,
+        bytes: u64,
+        in_use: u64,
+        why: &'static str,
+    ) -> Event {
+        let kind = EventKind::Unreconciled { why };
+        Event {
+            result: crate::cuda_abi::CuResult::OUT_OF_MEMORY.0,
+            ..Event::ok(kind, device, api, 0, bytes, in_use)
+        }
+    }
+
     /// A request the driver failed with `result` (passed on to the caller).
     pub fn refused_by_driver(
         device: u32,
@@ -251,6 +267,11 @@ pub enum EventKind {
     /// Observe mode's would-be refusal: a `refused` line with reason `"quota"` and
     /// `"observed":true`.
     Observed,
+    /// A refusal by the quota where NVML's figure for this process could not be read
+    /// (`why`): a `refused` line with reason `"quota"` and `"unreconciled":why`.
+    Unreconciled {
+        why: &'static str,
+    },
     /// A refusal by a group's quota (observed or not): a `refused` line with reason
     /// `"quota"` whose `in_use` is this process's, and the group's figure and holders.
     GroupRefused {

@@ -16,6 +16,8 @@
  *   recapture:STREAM:GRAPH     cuStreamBeginRecaptureToGraph of graph slot GRAPH (own path)
  *   cigcapture:STREAM / cigend:STREAM  cuStreamBeginCaptureToCig (a D3D12 command list
  *                              parameter) / cuStreamEndCaptureToCig (own path)
+ *   ctxgrow:SIZE               cuShimContextGrowth (the shim's: the driver takes SIZE more
+ *                              for the current context, announced by no call)
  *   green:DEV                  a green context of all of device DEV's SMs
  *                              (cuDeviceGetDevResource, cuDevResourceGenerateDesc,
  *                              cuGreenCtxCreate): a green slot, "green DEV rc=R slot=S"
@@ -437,5 +439,18 @@ int op_green(const struct drv *d, char **f, int nf) {
         return 0;
     }
     out("%s %s rc=%d", op, f[1], rc);
+    return 0;
+}
+
+int op_ctxgrow(const struct drv *d, char **f, int nf) {
+    unsigned long long a = 0;
+    int rc;
+    int (*grow)(size_t);
+    NARGS(1);
+    if (parse_size(f[1], &a))
+        return -1;
+    *(void **)&grow = raw_sym(d, "cuShimContextGrowth");
+    rc = grow ? grow((size_t)a) : CUDA_ERROR_NOT_FOUND;
+    out("ctxgrow rc=%d", rc);
     return 0;
 }

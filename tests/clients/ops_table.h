@@ -98,6 +98,7 @@
   OP("recapture", op_pcapture) \
   OP("cigcapture", op_pcapture) \
   OP("cigend", op_pcapture) \
+  OP("ctxgrow", op_ctxgrow) \
   OP("green", op_green) \
   OP("greendestroy", op_green) \
   OP("greenctx", op_green) \
@@ -119,6 +120,7 @@
   OP("nvmlinfo", op_nvmlinfo) \
   OP("nvmlinfo2", op_nvmlinfo2) \
   OP("nvmlprocs", op_nvmlprocs) \
+  OP("nvmlwait", op_nvmlwait) \
   OP("nvmluuid", op_nvmluuid) \
   OP("nvmlbus", op_nvmlbus) \
   /* Pools that keep memory, graph memory (ops_pools_graphs.c) */ \

@@ -60,6 +60,8 @@ mod top;
 mod slurm;
 mod stacks;
 mod trace;
+// context memory no call announces, reconciled with NVML's figure
+mod unannounced_growth;
 mod vmm;
 // The shim's context memory, NVML and other processes, as clients see them.
 mod shim_nvml;
