@@ -45,8 +45,9 @@
 //!    helpers through which caller pointers are read and written).
 //! 4. The simulated devices: `state` (the one lock around everything, handles, `cuInit`)
 //!    and the modules whose records it holds, in order of use: `devices`, `context`,
-//!    `streams` (and `captures`, their capture sequences), `green` (green contexts), `vmm`, `arrays`, `memory` and `pools` (a stream-ordered allocation is a
-//!    memory allocation charged to its pool, so these two call each other), `graphs`
+//!    `streams` (and `captures`, their capture sequences), `green` (green contexts), `vmm`,
+//!    `arrays`, `memory` and `pools` (a stream-ordered allocation is a memory allocation
+//!    charged to its pool, so these two call each other), `graphs`
 //!    (memory nodes, executable graphs and the graph memory pool), `copy`; `nvml` (NVML's
 //!    view of the same devices, and the simulated other processes).
 //!    `state` names their record types and they take its lock, so this layer is one unit.
