@@ -147,6 +147,10 @@ fn in_another_pid_namespace_a_refusal_says_context_memory_was_not_checked() {
         .ops("init alloc:400M ctxgrow:200M alloc:400M")
         .envs(&with(&[("CUQUOTA_TRACE", path.to_str().unwrap())]))
         .run();
+    assert!(
+        !out.stderr.iter().any(|l| l.starts_with("unshare:")),
+        "unshare --pid needs CAP_SYS_ADMIN (the tests run as root): {out}"
+    );
     out.check_exit(0);
     out.check_rcs(&[0, 0, 0, OUT_OF_MEMORY]);
     // The client is PID 1 in its namespace.
