@@ -490,6 +490,7 @@ impl ContextMemory {
     /// and this process's own charges stood still meanwhile, makes the context part
     /// `max(0, used - others)`.
     fn reconcile(&self, device: u32, meter: &dyn Meter, books: &dyn ContextCharges) -> Reconciled {
+        let measured = self.book.lock().measured_on(device);
         let own = Own::of(device, books);
         let used = meter.used_by_process(device);
         let still = Own::still(own, Own::of(device, books));
@@ -499,9 +500,15 @@ impl ContextMemory {
                 flag.store(0, Relaxed);
                 used
             }
-            Err(why) => {
+            // Without NVML no context is measured; where NVML is there but no context on
+            // the GPU was measured to take memory, there is nothing to reconcile.
+            Err(why) if measured || why == Unread::NoNvml => {
                 flag.store(why.code(), Relaxed);
                 return Reconciled::Unread(why);
+            }
+            Err(_) => {
+                flag.store(0, Relaxed);
+                return Reconciled::NotNow;
             }
         };
         let mut book = self.book.lock();

@@ -47,6 +47,9 @@ impl Meter for Fake {
     }
     fn used_by_process(&self, _: u32) -> Result<u64, Unread> {
         self.calls.fetch_add(1, Relaxed);
+        if !self.nvml {
+            return Err(Unread::NoNvml);
+        }
         Some(self.used.load(Relaxed))
             .filter(|u| *u != NONE)
             .ok_or(Unread::NotListed)
@@ -489,4 +492,14 @@ fn before_a_refusal_the_figure_is_read_or_why_not_is_kept() {
     // a fixed context size is never reconciled
     let fixed = ContextMemory::new(Setting::Fixed(MIB));
     assert_eq!(fixed.correct_before_refusal(0, &f, &f), Reconciled::NotNow);
+    // a GPU with no context measured to take memory: nothing to reconcile, unless there is
+    // no NVML at all
+    let bare = ContextMemory::new(Setting::Measure);
+    f.uses(NONE);
+    assert_eq!(bare.correct_before_refusal(0, &f, &f), Reconciled::NotNow);
+    assert_eq!(bare.unread(0), None);
+    let mut no_nvml = fake(4096 * MIB);
+    no_nvml.nvml = false;
+    let unread = Reconciled::Unread(Unread::NoNvml);
+    assert_eq!(bare.correct_before_refusal(0, &no_nvml, &no_nvml), unread);
 }
