@@ -329,6 +329,7 @@ impl Engine {
                     in_use: r.in_use,
                     limit: r.limit,
                     holders: held.holders,
+                    unreconciled: held.unreconciled,
                 };
                 Event::group_refusal(device, api, bytes, own, observed, detail)
             }

@@ -643,6 +643,9 @@ mod tests {
         group_limit: Option<u64>,
         #[serde(skip_serializing_if = "Option::is_none")]
         holders: Option<&'a [cuquota_format::holder::Holder]>,
+        /// A group refusal's `unreconciled`, after its group fields.
+        #[serde(rename = "unreconciled", skip_serializing_if = "Option::is_none")]
+        group_unreconciled: Option<&'static str>,
         #[serde(skip_serializing_if = "Option::is_none")]
         limit: Option<Option<u64>>,
         #[serde(skip_serializing_if = "Option::is_none")]
@@ -678,6 +681,7 @@ mod tests {
             group_in_use: None,
             group_limit: None,
             holders: None,
+            group_unreconciled: None,
             limit: None,
             before: None,
         };
@@ -703,6 +707,7 @@ mod tests {
                 r.reason = Some("quota");
                 r.observed = observed.then_some(true);
                 r.group = Some(&detail.name);
+                r.group_unreconciled = detail.unreconciled;
                 r.group_in_use = Some(detail.in_use);
                 r.group_limit = Some(detail.limit);
                 r.holders = Some(&detail.holders);
@@ -786,6 +791,7 @@ mod tests {
                             in_use: m,
                             parts: [("pool_cache".to_string(), n / 2)].into(),
                         }],
+                        unreconciled: (i % 3 == 0).then_some("NVML cannot be used"),
                     }),
                 },
                 EventKind::MemInfo {

@@ -313,16 +313,25 @@ pub struct GroupDetail {
     /// Who held it besides this process, most first (empty unless the refusal's line was
     /// printed: the first of a back-off episode, a context or a graph).
     pub holders: Vec<cuquota_format::holder::Holder>,
+    /// Why NVML's figure for this process could not be read (see
+    /// [`Event::unreconciled_refusal`]), if it could not.
+    pub unreconciled: Option<&'static str>,
 }
 
 impl GroupDetail {
-    /// `,"group":"…","group_in_use":…,"group_limit":…,"holders":[…]`, the tail of its
+    /// `,"group":"…","group_in_use":…,"group_limit":…,"holders":[…]` (and `"unreconciled"`
+    /// where NVML's figure could not be read), the tail of its
     /// `refused` line.
     pub fn json_fields(&self) -> String {
         let name = serde_json::to_string(&self.name).unwrap_or_else(|_| "\"\"".into());
         let holders = serde_json::to_string(&self.holders).unwrap_or_else(|_| "[]".into());
+        let unreconciled = match self.unreconciled {
+            Some(why) => format!(",\"unreconciled\":\"{why}\""),
+            None => String::new(),
+        };
         format!(
-            ",\"group\":{name},\"group_in_use\":{},\"group_limit\":{},\"holders\":{holders}",
+            ",\"group\":{name},\"group_in_use\":{},\"group_limit\":{},\"holders\":{holders}\
+             {unreconciled}",
             self.in_use, self.limit
         )
     }
