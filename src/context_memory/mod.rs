@@ -176,6 +176,8 @@ pub struct Measured<R> {
     pub rc: CuResult,
     pub value: R,
     pub growth: Option<i64>,
+    /// A free figure could not be read (without NVML, a creation's never can).
+    pub unread: bool,
 }
 
 /// What a context was refused with: the context's bytes (the caller undoes the creation).
@@ -322,6 +324,11 @@ impl ContextMemory {
         }
         let free = || meter.nvml_free(device);
         let m = measure_locked(device, free, books, create);
+        if m.unread {
+            // No NVML figure for the GPU: none for this process either, which a refusal
+            // says without asking again.
+            self.unread[device as usize].store(Unread::NoNvml.code(), Relaxed);
+        }
         if !m.rc.is_ok() || m.value == NO_CONTEXT {
             return (m.rc, m.value, Ok(()));
         }
@@ -483,14 +490,22 @@ impl ContextMemory {
         if self.setting != Setting::Measure || !Self::valid(device) {
             return Reconciled::NotNow;
         }
+        // Nothing measured on the GPU (none of its contexts takes memory, or NVML could
+        // not measure them): nothing to reconcile, and NVML is not asked — a forked child,
+        // whose books start empty, must not call into NVML, whose locks a parent's thread
+        // may have held at the fork.
+        if !self.book.lock().measured_on(device) {
+            return self
+                .unread(device)
+                .map_or(Reconciled::NotNow, Reconciled::Unread);
+        }
         self.reconcile(device, meter, books)
     }
 
-    /// Reads NVML's figure and, where a context measured to take memory lives on `device`
-    /// and this process's own charges stood still meanwhile, makes the context part
-    /// `max(0, used - others)`.
+    /// Reads NVML's figure (the caller saw a context measured to take memory on `device`)
+    /// and, where one still lives there and this process's own charges stood still
+    /// meanwhile, makes the context part `max(0, used - others)`.
     fn reconcile(&self, device: u32, meter: &dyn Meter, books: &dyn ContextCharges) -> Reconciled {
-        let measured = self.book.lock().measured_on(device);
         let own = Own::of(device, books);
         let used = meter.used_by_process(device);
         let still = Own::still(own, Own::of(device, books));
@@ -500,15 +515,9 @@ impl ContextMemory {
                 flag.store(0, Relaxed);
                 used
             }
-            // Without NVML no context is measured; where NVML is there but no context on
-            // the GPU was measured to take memory, there is nothing to reconcile.
-            Err(why) if measured || why == Unread::NoNvml => {
+            Err(why) => {
                 flag.store(why.code(), Relaxed);
                 return Reconciled::Unread(why);
-            }
-            Err(_) => {
-                flag.store(0, Relaxed);
-                return Reconciled::NotNow;
             }
         };
         let mut book = self.book.lock();
@@ -584,7 +593,13 @@ fn measure_locked<R>(
         }
         _ => None,
     };
-    Measured { rc, value, growth }
+    let unread = before.is_none() || after.is_none();
+    Measured {
+        rc,
+        value,
+        growth,
+        unread,
+    }
 }
 
 #[cfg(test)]

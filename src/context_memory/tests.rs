@@ -492,14 +492,16 @@ fn before_a_refusal_the_figure_is_read_or_why_not_is_kept() {
     // a fixed context size is never reconciled
     let fixed = ContextMemory::new(Setting::Fixed(MIB));
     assert_eq!(fixed.correct_before_refusal(0, &f, &f), Reconciled::NotNow);
-    // a GPU with no context measured to take memory: nothing to reconcile, unless there is
-    // no NVML at all
+    // a GPU with no context measured to take memory: nothing to reconcile, NVML not asked
     let bare = ContextMemory::new(Setting::Measure);
-    f.uses(NONE);
+    let calls = f.calls();
     assert_eq!(bare.correct_before_refusal(0, &f, &f), Reconciled::NotNow);
-    assert_eq!(bare.unread(0), None);
+    assert_eq!((bare.unread(0), f.calls()), (None, calls));
+    // without NVML the context was not measured, and a refusal says why
     let mut no_nvml = fake(4096 * MIB);
     no_nvml.nvml = false;
+    made(&bare, &no_nvml, 1, 300 * MIB);
     let unread = Reconciled::Unread(Unread::NoNvml);
     assert_eq!(bare.correct_before_refusal(0, &no_nvml, &no_nvml), unread);
+    assert_eq!(no_nvml.calls(), 0, "NVML's process list not asked");
 }

@@ -224,7 +224,9 @@ impl Engine {
         let meters = Meters(&*self.queries);
         let part = self.context_part(api);
         let free = || books::Meter::driver_free(&meters);
-        let Measured { rc, value, growth } = self.context_memory.measure(device, free, &part, call);
+        let Measured {
+            rc, value, growth, ..
+        } = self.context_memory.measure(device, free, &part, call);
         if !rc.is_ok() {
             return rc;
         }
