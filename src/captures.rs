@@ -2,14 +2,16 @@
 //! the driver whether its stream captures (`cuStreamIsCapturing`) only while one may be.
 //!
 //! Why a count is enough: a stream captures only inside a capture sequence, and every
-//! sequence starts with a `cuStreamBeginCapture*` on its origin stream (other streams join
-//! it through events recorded in a capturing stream, and leave when it ends), and ends
-//! with a `cuStreamEndCapture*`. Every form of both is hooked (`exports/captures.rs`),
-//! through exported symbols, `dlsym` and `cuGetProcAddress` alike. The count errs high,
-//! never low: it rises before the driver begins, falls back only if the driver refused,
-//! and falls at an end only when the stream captured before the call and no longer does
-//! after it (a capture ended some other way — a destroyed stream — keeps it up, and then
-//! every call asks, as without the count). No FFI here.
+//! sequence starts with a `cuStreamBeginCapture*`, `cuStreamBeginRecaptureToGraph*` or
+//! `cuStreamBeginCaptureToCig*` on its origin stream (other streams join it through events
+//! recorded in a capturing stream, and leave when it ends), and ends with a
+//! `cuStreamEndCapture*` (`cuStreamEndCaptureToCig*` for CIG). Every form of both is hooked
+//! (`exports/captures.rs`), through exported symbols, `dlsym` and `cuGetProcAddress` alike.
+//! The count errs high, never low: it rises before the driver begins, falls back only if
+//! the driver refused, and falls at an end only when the stream captured before the call
+//! and no longer does after it (a CIG end: when the driver ended it; a capture ended some
+//! other way — a destroyed stream, a terminated recapture never ended — keeps it up, and
+//! then every call asks, as without the count). No FFI here.
 
 use std::sync::atomic::{AtomicUsize, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
 

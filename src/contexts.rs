@@ -44,6 +44,9 @@ pub struct Contexts {
     primary: [AtomicUsize; MAX_DEVICES],
     /// `cuCtxAttach`'s extra references per context (deprecated API, rarely used).
     attached: SpinLock<HashMap<usize, u32>>,
+    /// Each green context's `CUcontext` (`cuCtxFromGreenCtx`, or its streams' context), by
+    /// the green context's handle.
+    greens: SpinLock<HashMap<usize, usize>>,
     /// Contexts whose end is in the driver now, and the charges of theirs found stale
     /// meanwhile (see [`Ending`]).
     ending: SpinLock<Ending>,
@@ -64,6 +67,7 @@ impl Contexts {
             writers: SpinLock::new(()),
             primary: [const { AtomicUsize::new(0) }; MAX_DEVICES],
             attached: SpinLock::new(HashMap::new()),
+            greens: SpinLock::new(HashMap::new()),
             ending: SpinLock::new(Ending::default()),
         }
     }
@@ -78,6 +82,16 @@ impl Contexts {
     /// `device`'s primary context (0: none seen; `None`: beyond the devices kept).
     pub fn primary(&self, device: u32) -> Option<usize> {
         self.primary.get(device as usize).map(|p| p.load(Relaxed))
+    }
+
+    /// Green context `green`'s `CUcontext` is `context`.
+    pub fn set_green_context(&self, green: usize, context: usize) {
+        self.greens.lock().insert(green, context);
+    }
+
+    /// Green context `green` is gone: its `CUcontext`, if one was seen.
+    pub fn take_green_context(&self, green: usize) -> Option<usize> {
+        self.greens.lock().remove(&green)
     }
 
     /// `cuCtxAttach` added a reference to `context`.
@@ -170,6 +184,7 @@ impl Contexts {
         // SAFETY (both): as above.
         unsafe {
             self.attached.reset_in_child(HashMap::new());
+            self.greens.reset_in_child(HashMap::new());
             self.ending.reset_in_child(Ending::default());
         }
     }

@@ -268,6 +268,24 @@ impl Ledger {
         removed
     }
 
+    /// Gives every allocation `from` owns to `to` (`from` ended, and its memory did not go
+    /// with it: a green context's, which is its primary context's).
+    pub fn reown_context(&self, from: ContextSlot, to: ContextSlot) {
+        if from == NO_CONTEXT {
+            return;
+        }
+        for shard in &self.shards {
+            let mut s = shard.lock();
+            let owned: Vec<(u64, Charge)> = (s.map.iter())
+                .map(|(key, p)| (key, Charge::from(p)))
+                .filter(|(_, c)| c.context == from)
+                .collect();
+            for (key, c) in owned {
+                s.map.insert(key, Charge { context: to, ..c }.into());
+            }
+        }
+    }
+
     /// Live allocations per device: (count, bytes), for the exit summary.
     /// [`Self::live_on`] for the exit handler: None if a shard stays locked for `attempts`
     /// tries (its holder may be the thread running the exit handler).

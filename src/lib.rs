@@ -17,7 +17,8 @@
 //!   the footprint and kind of lifetime: reserve, call, commit or roll back; the virtualised
 //!   figures; `engine/explain.rs`, the one room that speaks), `episodes` (each thread's run
 //!   of refusals), `watcher` (the thread of a governed process that says the summary on
-//!   SIGTERM/SIGINT and ends back-off episodes when their gap passes), `trace` (the trace
+//!   SIGTERM/SIGINT, ends back-off episodes when their gap passes, and reconciles context
+//!   memory with NVML's figure once a second while a context takes memory), `trace` (the trace
 //!   file, started at its first event), `stacks` (an allocation's call stack, interned,
 //!   and the loaded modules, for the trace), `messages` (the
 //!   words of the log lines), `log` (where they go), `config` (the environment variables);

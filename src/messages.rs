@@ -90,6 +90,9 @@ pub struct Held {
     pub group: Option<GroupShare>,
     /// In a group, for a refusal that is said: the other members holding it, most first.
     pub holders: Vec<Holder>,
+    /// Why NVML's figure for this process could not be read, so that context memory no
+    /// call announced may be missing from `in_use` (None: it was read, or is not used).
+    pub unreconciled: Option<&'static str>,
 }
 
 /// How many holders a line names; the rest are counted.
@@ -156,6 +159,16 @@ fn holder_words(h: &Holder) -> String {
 /// a group: `group svc: quota 12.00 GiB, this process 4.10 GiB, 3 other members 7.85 GiB,
 /// 50.00 MiB left`, and a limit lowered below what the members hold says so.
 fn quota_state(held: &Held) -> String {
+    match held.unreconciled {
+        None => quota_figures(held),
+        Some(why) => format!(
+            "{}; context memory not checked against NVML: {why}",
+            quota_figures(held)
+        ),
+    }
+}
+
+fn quota_figures(held: &Held) -> String {
     let (limit, parts) = (held.limit, &held.parts);
     let own = held.group.as_ref().map_or(held.in_use, |g| g.this_process);
     let others = parts.total();
@@ -576,6 +589,7 @@ mod tests {
             parts: PerPart(parts),
             group: None,
             holders: Vec::new(),
+            unreconciled: None,
         }
     }
 

@@ -11,6 +11,7 @@
 //! `info`. A CUDA ordinal is matched to an NVML device by PCI bus id, else by UUID. The
 //! layouts below are from NVIDIA's `nvml.h` (checked by the unit tests).
 
+use crate::context_memory::Unread;
 use crate::cuda_abi::CuDevice;
 use crate::lookup::library;
 use crate::real_driver;
@@ -260,10 +261,11 @@ const LIST_TRIES: usize = 3;
 /// More processes on one GPU than this is not a figure to allocate for.
 const MOST_PROCESSES: c_uint = 4096;
 
-/// This process's used memory on CUDA's `device` from NVML's compute process list (`None`:
-/// no NVML, the pid is not listed — e.g. another pid namespace — or NVML cannot say).
-pub fn used_by_this_process(device: u32) -> Option<u64> {
-    let handle = device_handle(device)?;
+/// This process's used memory on CUDA's `device` from NVML's compute process list, or why
+/// it cannot be read: no NVML, the pid is not listed (e.g. another pid namespace), or NVML
+/// has no figure for it.
+pub fn used_by_this_process(device: u32) -> Result<u64, Unread> {
+    let handle = device_handle(device).ok_or(Unread::NoNvml)?;
     let pid = std::process::id();
     // SAFETY (of each call below): a handle NVML gave; `process_list` passes a count and
     // a buffer with room for that many entries of the version's struct.
@@ -272,25 +274,29 @@ pub fn used_by_this_process(device: u32) -> Option<u64> {
     } else if let Some(f) = nvmlDeviceGetComputeRunningProcesses_v2.get() {
         process_list(|n, p| unsafe { f(handle, n, p) })
     } else {
-        let f = nvmlDeviceGetComputeRunningProcesses.get()?;
-        let v1: Vec<NvmlProcessInfoV1> = process_list(|n, p| unsafe { f(handle, n, p) })?;
+        let f = nvmlDeviceGetComputeRunningProcesses
+            .get()
+            .ok_or(Unread::NoNvml)?;
+        let v1: Vec<NvmlProcessInfoV1> =
+            process_list(|n, p| unsafe { f(handle, n, p) }).ok_or(Unread::NoFigure)?;
         return own_usage(v1.iter().map(|p| (p.pid, p.used_gpu_memory)), pid);
-    }?;
+    }
+    .ok_or(Unread::NoFigure)?;
     own_usage(found.iter().map(|p| (p.pid, p.used_gpu_memory)), pid)
 }
 
 /// This pid's figure, summed over its entries (NVML lists one per context on a device).
-fn own_usage(entries: impl Iterator<Item = (c_uint, u64)>, pid: u32) -> Option<u64> {
+fn own_usage(entries: impl Iterator<Item = (c_uint, u64)>, pid: u32) -> Result<u64, Unread> {
     let mut total = None;
     for (p, used) in entries {
         if p == pid {
             if used == VALUE_NOT_AVAILABLE {
-                return None;
+                return Err(Unread::NoFigure);
             }
             total = Some(total.unwrap_or(0u64).saturating_add(used));
         }
     }
-    total
+    total.ok_or(Unread::NotListed)
 }
 
 /// The size-query protocol of the running-process lists: ask with 0 entries for the count,
@@ -379,10 +385,10 @@ mod tests {
     #[test]
     fn own_usage_sums_this_pid_only() {
         let entries = [(7, 100), (9, 5), (7, 20)];
-        assert_eq!(own_usage(entries.into_iter(), 7), Some(120));
-        assert_eq!(own_usage(entries.into_iter(), 8), None);
+        assert_eq!(own_usage(entries.into_iter(), 7), Ok(120));
+        assert_eq!(own_usage(entries.into_iter(), 8), Err(Unread::NotListed));
         let hidden = [(7, 100), (7, VALUE_NOT_AVAILABLE)];
-        assert_eq!(own_usage(hidden.into_iter(), 7), None);
+        assert_eq!(own_usage(hidden.into_iter(), 7), Err(Unread::NoFigure));
     }
 
     /// The size protocol: a count first, then the list; a list that grows is asked again;

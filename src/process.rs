@@ -73,7 +73,7 @@ impl Queries for RealDriver {
     fn nvml_free(&self, device: u32) -> Option<u64> {
         crate::nvml::free_memory(device)
     }
-    fn used_by_process(&self, device: u32) -> Option<u64> {
+    fn used_by_process(&self, device: u32) -> Result<u64, crate::context_memory::Unread> {
         crate::nvml::used_by_this_process(device)
     }
     fn nvml_absence(&self) -> Option<String> {
@@ -313,6 +313,7 @@ extern "C" fn at_exit() {
 static WATCHER_TASKS: crate::watcher::Tasks = crate::watcher::Tasks {
     on_signal: summary_on_signal,
     expire: expire_episodes,
+    reconcile: reconcile_context_memory,
 };
 
 /// How long the watcher waits for the trace's writer on SIGTERM/SIGINT (the signal handler
@@ -342,6 +343,16 @@ fn expire_episodes() -> Option<u64> {
         engine.end_expired_episodes();
     }
     crate::episodes::next_expiry()
+}
+
+/// On the watcher thread: context memory reconciled with NVML's figure (at most once a
+/// second per GPU); true while a context measured to take memory lives.
+fn reconcile_context_memory() -> bool {
+    // SAFETY: as in `engine`.
+    match unsafe { ENGINE.load(Ordering::Acquire).as_ref() } {
+        Some(engine) if engine.check_config().is_ok() => engine.reconcile_context_memory(),
+        _ => false,
+    }
 }
 
 /// The child has its own quota, summary and trace; the order is the module's.

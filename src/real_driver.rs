@@ -20,6 +20,8 @@ use crate::cuda_abi::{
 use crate::lookup::library;
 /// A `CUmodule` or `CUlibrary` handle (opaque to cuquota; context memory).
 pub type CuModule = *mut c_void;
+/// A `CUgreenCtx` handle (opaque to cuquota; context memory).
+pub type CuGreenCtx = *mut c_void;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 
 library! {
@@ -98,6 +100,18 @@ library! {
         fn(CuStream, CuGraph, *const CuGraphNode, *const c_void, usize, c_int) -> CuResult;
     cuStreamEndCapture: fn(CuStream, *mut CuGraph) -> CuResult;
     cuStreamEndCapture_ptsz: fn(CuStream, *mut CuGraph) -> CuResult;
+    cuStreamBeginRecaptureToGraph: fn(CuStream, c_int, CuGraph, *mut c_void, *mut c_void) -> CuResult;
+    cuStreamBeginRecaptureToGraph_ptsz:
+        fn(CuStream, c_int, CuGraph, *mut c_void, *mut c_void) -> CuResult;
+    cuStreamBeginCaptureToCig: fn(CuStream, *mut c_void) -> CuResult;
+    cuStreamBeginCaptureToCig_ptsz: fn(CuStream, *mut c_void) -> CuResult;
+    cuStreamEndCaptureToCig: fn(CuStream) -> CuResult;
+    cuStreamEndCaptureToCig_ptsz: fn(CuStream) -> CuResult;
+    // green contexts (hooked: context memory; their CUcontexts, their streams' context)
+    cuGreenCtxCreate: fn(*mut CuGreenCtx, *mut c_void, CuDevice, c_uint) -> CuResult;
+    cuGreenCtxDestroy: fn(CuGreenCtx) -> CuResult;
+    cuCtxFromGreenCtx: fn(*mut CuContext, CuGreenCtx) -> CuResult;
+    cuGreenCtxStreamCreate: fn(*mut CuStream, CuGreenCtx, c_uint, c_int) -> CuResult;
     cuCtxDestroy_v2: fn(CuContext) -> CuResult;
     cuCtxDestroy: fn(CuContext) -> CuResult;
     cuCtxDetach: fn(CuContext) -> CuResult;

@@ -13,8 +13,12 @@
 //! - Back-off episodes whose gap has passed. [`wake`] is called when a refusal opens an
 //!   episode; the watcher then sleeps until the earliest open episode's gap has passed and
 //!   ends it (its `expire` task), so the outcome line is said when the episode ends, not at
-//!   the program's next CUDA call or at exit. With no episode open it waits in poll(2) with
-//!   no timeout: a program that is never refused never wakes it.
+//!   the program's next CUDA call or at exit.
+//! - Context memory no call announces (lazy module loading, local memory at a launch): while
+//!   a context measured to take memory lives, once a second the footprint is reconciled
+//!   with NVML's figure for this process (its `reconcile` task; [`wake`] when a context is
+//!   measured starts it). With no episode open and no such context it waits in poll(2)
+//!   with no timeout: a program that is never refused and has none never wakes it.
 
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
@@ -30,7 +34,13 @@ pub struct Tasks {
     /// Ends the episodes whose gap has passed; returns when the next open one's gap ends
     /// (CLOCK_MONOTONIC ns), or None when none is open.
     pub expire: fn() -> Option<u64>,
+    /// Reconciles context memory with NVML's figure; true while there is context memory to
+    /// reconcile (then it runs again in [`RECONCILE_EVERY_NS`]).
+    pub reconcile: fn() -> bool,
 }
+
+/// How often the watcher reconciles context memory with NVML's figure.
+const RECONCILE_EVERY_NS: u64 = 1_000_000_000;
 
 /// The eventfd that wakes the watcher; -1 while there is none (no engine, or the thread
 /// could not be made).
@@ -144,8 +154,14 @@ extern "C" fn run(start: *mut libc::c_void) -> *mut libc::c_void {
 }
 
 fn watch(fd: i32, tasks: &'static Tasks) {
+    // When context memory is next reconciled (None: when woken).
+    let mut reconcile_at: Option<u64> = None;
     loop {
-        let next = (tasks.expire)();
+        let now = crate::sys::monotonic_ns();
+        if reconcile_at.is_none_or(|at| now >= at) {
+            reconcile_at = (tasks.reconcile)().then_some(now + RECONCILE_EVERY_NS);
+        }
+        let next = earliest((tasks.expire)(), reconcile_at);
         let mut pfd = libc::pollfd {
             fd,
             events: libc::POLLIN,
@@ -162,6 +178,14 @@ fn watch(fd: i32, tasks: &'static Tasks) {
             (tasks.on_signal)(sig);
             return;
         }
+    }
+}
+
+/// The earlier of two deadlines, either of which may be missing.
+fn earliest(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 
@@ -228,7 +252,15 @@ extern "C" fn on_signal(sig: libc::c_int) {
 
 #[cfg(test)]
 mod tests {
-    use super::timeout_ms;
+    use super::{earliest, timeout_ms};
+
+    #[test]
+    fn the_earliest_deadline_of_two() {
+        assert_eq!(earliest(None, None), None);
+        assert_eq!(earliest(Some(5), None), Some(5));
+        assert_eq!(earliest(None, Some(7)), Some(7));
+        assert_eq!(earliest(Some(9), Some(7)), Some(7));
+    }
 
     #[test]
     fn the_timeout_ends_just_past_the_deadline() {

@@ -47,12 +47,56 @@ pub const LOCATION_DEVICE_LOCALITY_DOMAIN: i32 = 6;
 /// Stream capture.
 pub const CUDA_ERROR_ILLEGAL_STATE: CUresult = 401;
 pub const CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: CUresult = 900;
+/// Green contexts' resources.
+pub const CUDA_ERROR_INVALID_RESOURCE_TYPE: CUresult = 914;
+pub const CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION: CUresult = 915;
 /// `CU_MEM_ACCESS_FLAGS_PROT_READWRITE`.
 pub const ACCESS_READ_WRITE: i32 = 3;
 /// `CU_MEM_ALLOCATION_TYPE_PINNED`.
 pub const ALLOCATION_PINNED: i32 = 1;
 /// `CU_MEM_ALLOCATION_TYPE_MANAGED` (CUDA 13).
 pub const ALLOCATION_MANAGED: i32 = 2;
+
+/// `CUdevResource` (`RESOURCE_ABI_VERSION` 1): its type, 92 internal bytes (the shim keeps
+/// the device there), a 40-byte union (`CUdevSmResource` in its first five words), and
+/// `nextResource`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct DevResource {
+    pub kind: u32,
+    pub internal: [u8; 92],
+    pub data: [u32; 10],
+    pub next: *mut DevResource,
+}
+
+impl DevResource {
+    pub fn zeroed() -> DevResource {
+        DevResource {
+            kind: 0,
+            internal: [0; 92],
+            data: [0; 10],
+            next: std::ptr::null_mut(),
+        }
+    }
+}
+
+const _: () = assert!(std::mem::size_of::<DevResource>() == 144);
+
+/// `CUctxCreateParams`: execution affinity, or CIG (never both).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CtxCreateParams {
+    pub exec_affinity_params: *mut c_void,
+    pub num_exec_affinity_params: c_int,
+    pub cig_params: *mut c_void,
+}
+
+/// `CUstreamCigCaptureParams`: one pointer, to a `CUstreamCigParam` (never read here).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CigCaptureParams {
+    pub stream_cig_params: *mut c_void,
+}
 
 /// `CUipcMemHandle`: 64 opaque bytes, passed by value.
 #[repr(C)]

@@ -477,6 +477,7 @@ mod tests {
             registered: Default::default(),
             limits: Default::default(),
             graphs: Default::default(),
+            greens: Default::default(),
             machine: crate::devices::Machine::new(),
         };
         let d = desc(1000, 1000, 0, 1, 0);

@@ -12,6 +12,8 @@
 //!   from `cuMemGetAllocationGranularity`; not 0).
 //! * `CUDA_SHIM_CONTEXT_MEMORY`: device memory each context takes from its creation to its
 //!   end (default 0), a size like the others.
+//! * `CUDA_SHIM_GREEN_CONTEXT_MEMORY`: device memory each green context takes itself, from
+//!   its creation to its destruction, beside its primary context (default 0).
 //! * `CUDA_SHIM_OTHER_PROCESS`: memory simulated other processes hold, `INDEX:PID:SIZE,...`
 //!   (INDEX: the device's physical index, as NVML numbers it), as if each had called
 //!   `cuShimOtherProcess`.
@@ -65,6 +67,8 @@ pub struct Config {
     pub pool_chunk: u64,
     /// Bytes each context takes (`CUDA_SHIM_CONTEXT_MEMORY`).
     pub context_memory: u64,
+    /// Bytes each green context takes (`CUDA_SHIM_GREEN_CONTEXT_MEMORY`).
+    pub green_context_memory: u64,
     /// `CUDA_SHIM_OTHER_PROCESS`: (physical index, pid, bytes).
     pub other_processes: Vec<(usize, u32, u64)>,
     /// `CUDA_VISIBLE_DEVICES` as set (`None`: unset).
@@ -136,6 +140,11 @@ pub fn parse(
         Some(v) => parse_size(&v).ok_or_else(|| bad("CUDA_SHIM_CONTEXT_MEMORY", &v))?,
     };
 
+    let green_context_memory = match var("CUDA_SHIM_GREEN_CONTEXT_MEMORY")? {
+        None => 0,
+        Some(v) => parse_size(&v).ok_or_else(|| bad("CUDA_SHIM_GREEN_CONTEXT_MEMORY", &v))?,
+    };
+
     let other_processes = match var("CUDA_SHIM_OTHER_PROCESS")? {
         None => Vec::new(),
         Some(v) => parse_other_processes(&v, memory.len())
@@ -151,6 +160,7 @@ pub fn parse(
         faults,
         pool_chunk,
         context_memory,
+        green_context_memory,
         other_processes,
         visible_devices,
     })
@@ -291,11 +301,13 @@ mod tests {
         let c = parse_with(&[
             ("CUDA_SHIM_DEVICES", "2"),
             ("CUDA_SHIM_CONTEXT_MEMORY", "512MiB"),
+            ("CUDA_SHIM_GREEN_CONTEXT_MEMORY", "64MiB"),
             ("CUDA_SHIM_OTHER_PROCESS", "1:4242:1GiB, 0:7:100"),
             ("CUDA_VISIBLE_DEVICES", "1,nonsense"),
         ])
         .unwrap();
         assert_eq!(c.context_memory, 512 << 20);
+        assert_eq!(c.green_context_memory, 64 << 20);
         assert_eq!(c.other_processes, vec![(1, 4242, 1 << 30), (0, 7, 100)]);
         assert_eq!(c.visible_devices.as_deref(), Some("1,nonsense"));
         for bad in ["2:1:1G", "0:1", "0:x:1G", "0:1:lots", "0:1:1G:2"] {

@@ -38,6 +38,9 @@ pub struct Context {
     /// Device memory the context takes (charged to its device's `context_memory`); 0 for a
     /// primary context that is not active.
     pub memory: u64,
+    /// The `CUcontext` of a green context (`cuCtxFromGreenCtx`): "treated as if it were a
+    /// primary context", so what is allocated in it is its device's primary context's.
+    pub green: bool,
 }
 
 /// A thread's current-context stack: handles (and their devices), the top is the current
@@ -131,7 +134,13 @@ pub fn get(state: &State, handle: usize) -> Result<&Context, CUresult> {
         .ok_or(CUDA_ERROR_INVALID_CONTEXT)
 }
 
-fn add_context(state: &mut State, device: usize, flags: u32, primary: bool, memory: u64) -> usize {
+pub fn add_context(
+    state: &mut State,
+    device: usize,
+    flags: u32,
+    primary: bool,
+    memory: u64,
+) -> usize {
     static NEXT_ID: AtomicU64 = AtomicU64::new(1);
     let handle = state::new_handle();
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
@@ -144,6 +153,7 @@ fn add_context(state: &mut State, device: usize, flags: u32, primary: bool, memo
             primary,
             attached: 0,
             memory,
+            green: false,
         },
     );
     handle
@@ -157,6 +167,38 @@ fn give_back_memory(state: &mut State, handle: usize) {
         state.devices[device].uncharge_context(memory);
     }
     state.limits.retain(|&(ctx, _), _| ctx != handle);
+}
+
+/// The context that owns what is allocated in context `handle`: itself, or for a green
+/// context's, its device's primary context.
+pub fn owner(state: &State, handle: usize) -> usize {
+    match state.contexts.get(&handle) {
+        Some(c) if c.green => state.devices[c.device].primary_context.unwrap_or(handle),
+        _ => handle,
+    }
+}
+
+/// A green context's `CUcontext` ends with it: its own memory goes, and the handle is
+/// stale from now on.
+pub fn end_green(state: &mut State, handle: usize) {
+    give_back_memory(state, handle);
+    state.contexts.remove(&handle);
+    ANY_DESTROYED.store(true, Ordering::Release);
+}
+
+/// The driver took `bytes` more device memory for the current context without a call that
+/// says so: the shim's stand-in for lazy module loading, `__device__` globals and local
+/// memory at a launch (cuda.h's modules and launches are not simulated here). Charged to
+/// the context until its end; out of memory (nothing taken) if it does not fit.
+pub fn grow_current(bytes: u64) -> Result<(), CUresult> {
+    let mut state = state::lock();
+    let (handle, c) = current(&state)?;
+    let device = c.device;
+    state.devices[device].charge_context(bytes)?;
+    if let Some(c) = state.contexts.get_mut(&handle) {
+        c.memory += bytes;
+    }
+    Ok(())
 }
 
 /// `cuCtxCreate`: a new context on `device`, made current (pushed) on this thread.
@@ -183,7 +225,8 @@ pub fn destroy(handle: usize) -> Result<(), CUresult> {
     {
         let mut state = state::lock();
         match state.contexts.get(&handle) {
-            Some(c) if !c.primary => {}
+            // "Destroying pContext via cuCtxDestroy is undefined behavior": refused here.
+            Some(c) if !c.primary && !c.green => {}
             _ => return Err(CUDA_ERROR_INVALID_CONTEXT),
         }
         give_back_memory(&mut state, handle);
@@ -207,7 +250,7 @@ pub fn attach(flags: u32) -> Result<usize, CUresult> {
     let mut state = state::lock();
     let handle = current(&state)?.0;
     match state.contexts.get_mut(&handle) {
-        Some(c) if !c.primary => c.attached += 1,
+        Some(c) if !c.primary && !c.green => c.attached += 1,
         _ => return Err(CUDA_ERROR_INVALID_CONTEXT),
     }
     Ok(handle)
@@ -222,11 +265,11 @@ pub fn detach(handle: usize) -> Result<(), CUresult> {
             return Err(CUDA_ERROR_INVALID_CONTEXT);
         }
         match state.contexts.get_mut(&handle) {
-            Some(c) if !c.primary && c.attached > 0 => {
+            Some(c) if !c.primary && !c.green && c.attached > 0 => {
                 c.attached -= 1;
                 return Ok(());
             }
-            Some(c) if !c.primary => {}
+            Some(c) if !c.primary && !c.green => {}
             _ => return Err(CUDA_ERROR_INVALID_CONTEXT),
         }
     }

@@ -16,6 +16,8 @@ pub struct Machine {
     pub other_processes: Vec<(usize, u32, u64)>,
     /// What each context takes from its creation (`CUDA_SHIM_CONTEXT_MEMORY`).
     pub context_cost: u64,
+    /// What each green context takes itself (`CUDA_SHIM_GREEN_CONTEXT_MEMORY`).
+    pub green_context_cost: u64,
 }
 
 impl Machine {
@@ -25,6 +27,7 @@ impl Machine {
             totals: Vec::new(),
             other_processes: Vec::new(),
             context_cost: 0,
+            green_context_cost: 0,
         }
     }
 }
@@ -230,8 +233,11 @@ pub fn parse_pci_bus_id(text: &str) -> Option<usize> {
     usize::try_from(hex(bus)?).ok()
 }
 
-/// One past the highest `CUdevice_attribute` value in the headers we follow.
-const ATTRIBUTE_END: i32 = 144;
+/// One past the highest `CUdevice_attribute` value in the headers we follow
+/// (`CU_DEVICE_ATTRIBUTE_MAX` of CUDA 13.5). CIG is not supported: its attributes
+/// (`D3D12_CIG_SUPPORTED` 135, `VULKAN_CIG_SUPPORTED` 138, `D3D12_CIG_STREAMS_SUPPORTED` 151,
+/// `VULKAN_CIG_STREAMS_SUPPORTED` 159) are 0.
+const ATTRIBUTE_END: i32 = 162;
 
 /// `cuDeviceGetAttribute` of the device with this physical index (its PCI bus number):
 /// plausible values of a Hopper-class device. Attributes without an
@@ -311,6 +317,9 @@ mod tests {
         assert_eq!(attribute(16, 0), Ok(132));
         assert_eq!(attribute(33, 3), Ok(3));
         assert_eq!(attribute(120, 0), Ok(0));
+        for cig in [135, 138, 151, 159] {
+            assert_eq!(attribute(cig, 0), Ok(0), "no CIG");
+        }
         assert_eq!(attribute(0, 0), Err(CUDA_ERROR_INVALID_VALUE));
         assert_eq!(attribute(ATTRIBUTE_END, 0), Err(CUDA_ERROR_INVALID_VALUE));
     }

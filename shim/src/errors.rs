@@ -338,6 +338,12 @@ const ERRORS: &[(CUresult, &CStr, &CStr)] = &[
         c"invalid resource configuration",
     ),
     (916, c"CUDA_ERROR_KEY_ROTATION", c"key rotation error"),
+    (917, c"CUDA_ERROR_STREAM_DETACHED", c"stream is detached"),
+    (
+        918,
+        c"CUDA_ERROR_GRAPH_RECAPTURE_FAILURE",
+        c"graph recapture failed",
+    ),
     (999, c"CUDA_ERROR_UNKNOWN", c"unknown error"),
 ];
 

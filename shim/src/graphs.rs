@@ -189,8 +189,49 @@ pub fn create_graph(flags: u32) -> Result<usize, CUresult> {
     create(&mut state::lock(), flags)
 }
 
+/// Checks a graph handle.
+pub fn check_graph(state: &State, graph: usize) -> Result<(), CUresult> {
+    match state.graphs.graphs.contains_key(&graph) {
+        true => Ok(()),
+        false => Err(CUDA_ERROR_INVALID_VALUE),
+    }
+}
+
+/// How many nodes `graph` has (0 for none).
+pub fn node_count(state: &State, graph: usize) -> usize {
+    state.graphs.graphs.get(&graph).map_or(0, |g| g.nodes.len())
+}
+
+/// A node as a recapture compares it.
+pub enum Recorded {
+    /// An allocation node: its fixed address, size and device (`None`: the host).
+    Alloc {
+        address: u64,
+        size: u64,
+        device: Option<usize>,
+    },
+    /// A free node of `address`.
+    Free { address: u64 },
+}
+
+/// The node at `position` of `graph`'s nodes in creation order, if there is one.
+pub fn recorded(state: &State, graph: usize, position: usize) -> Option<Recorded> {
+    let node = state.graphs.graphs.get(&graph)?.nodes.get(position)?;
+    Some(match state.graphs.nodes.get(node)? {
+        Node::Alloc { address, .. } => {
+            let a = state.graphs.allocations.get(address)?;
+            Recorded::Alloc {
+                address: *address,
+                size: a.size,
+                device: a.device,
+            }
+        }
+        Node::Free { address, .. } => Recorded::Free { address: *address },
+    })
+}
+
 /// Checks a node list: nodes of `graph`, no duplicates.
-fn check_dependencies(state: &State, graph: usize, deps: &[usize]) -> Result<(), CUresult> {
+pub fn check_dependencies(state: &State, graph: usize, deps: &[usize]) -> Result<(), CUresult> {
     for (i, dep) in deps.iter().enumerate() {
         let in_graph = state
             .graphs
@@ -366,15 +407,6 @@ pub fn capture_free(state: &mut State, graph: usize, address: u64) -> Result<(),
     }
     add_node(state, graph, Node::Free { graph, address });
     Ok(())
-}
-
-/// The graph a capture to an existing graph places its nodes in: it must exist, and the
-/// dependencies must be its nodes.
-pub fn check_capture_target(state: &State, graph: usize, deps: &[usize]) -> Result<(), CUresult> {
-    if !state.graphs.graphs.contains_key(&graph) {
-        return Err(CUDA_ERROR_INVALID_VALUE);
-    }
-    check_dependencies(state, graph, deps)
 }
 
 /// `cuGraphChildGraphNodeGetGraph`: "Gets a handle to the embedded graph in a child graph

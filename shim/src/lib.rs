@@ -28,8 +28,9 @@
 //! (the shim's own per-device accounting of live allocations, to cross-check an interposer
 //! against), `cuShimFootprint` (a device's whole footprint by part: live allocations, pool
 //! reservations beyond them, graph memory, context memory; what its capacity and
-//! `cuMemGetInfo` go by) and `cuShimOtherProcess` (another process's memory on a device, in
-//! both APIs' figures).
+//! `cuMemGetInfo` go by), `cuShimOtherProcess` (another process's memory on a device, in
+//! both APIs' figures) and `cuShimContextGrowth` (the driver takes more context memory
+//! without a call that says so, as lazy module loading would).
 //!
 //! # Reading order
 //!
@@ -44,8 +45,9 @@
 //!    helpers through which caller pointers are read and written).
 //! 4. The simulated devices: `state` (the one lock around everything, handles, `cuInit`)
 //!    and the modules whose records it holds, in order of use: `devices`, `context`,
-//!    `streams`, `vmm`, `arrays`, `memory` and `pools` (a stream-ordered allocation is a
-//!    memory allocation charged to its pool, so these two call each other), `graphs`
+//!    `streams` (and `captures`, their capture sequences), `green` (green contexts), `vmm`,
+//!    `arrays`, `memory` and `pools` (a stream-ordered allocation is a memory allocation
+//!    charged to its pool, so these two call each other), `graphs`
 //!    (memory nodes, executable graphs and the graph memory pool), `copy`; `nvml` (NVML's
 //!    view of the same devices, and the simulated other processes).
 //!    `state` names their record types and they take its lock, so this layer is one unit.
@@ -57,6 +59,7 @@
 
 mod abi;
 mod arrays;
+mod captures;
 mod config;
 mod context;
 mod copy;
@@ -67,6 +70,7 @@ mod exports;
 mod faults;
 mod ffi;
 mod graphs;
+mod green;
 mod host_register;
 mod limits;
 mod memory;

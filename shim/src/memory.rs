@@ -96,7 +96,7 @@ impl Payer {
         Ok(Payer {
             device: Some(c.device),
             pool: None,
-            context,
+            context: context::owner(state, context),
         })
     }
 }

@@ -287,11 +287,13 @@ mod tests {
             registered: Default::default(),
             limits: Default::default(),
             graphs: Default::default(),
+            greens: Default::default(),
             machine: crate::devices::Machine {
                 created: true,
                 totals: totals.to_vec(),
                 other_processes: Vec::new(),
                 context_cost: 0,
+                green_context_cost: 0,
             },
         }
     }

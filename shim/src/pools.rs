@@ -36,6 +36,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::abi::*;
+use crate::captures;
 use crate::config::MAX_DEVICES;
 use crate::memory::{self, Payer, Placement};
 use crate::state::{self, State};
@@ -452,7 +453,7 @@ pub fn trim_to(handle: usize, keep: u64) -> Result<(), CUresult> {
 
 /// `cuMemAllocAsync`: from the current pool of the stream's device, owned by no context.
 pub fn allocate_async(size: usize, stream: usize) -> Result<u64, CUresult> {
-    let captured = streams::capture_allocation(stream, size, |state| {
+    let captured = captures::allocation(stream, size, |state| {
         let device = streams::device(state, stream)?;
         Ok(location(state, state.devices[device].current_pool))
     })?;
@@ -473,7 +474,7 @@ pub fn allocate_async(size: usize, stream: usize) -> Result<u64, CUresult> {
 /// by no context.
 pub fn allocate_from_pool(size: usize, pool: usize, stream: usize) -> Result<u64, CUresult> {
     live_pool(&state::lock(), pool)?;
-    let captured = streams::capture_allocation(stream, size, |state| Ok(location(state, pool)))?;
+    let captured = captures::allocation(stream, size, |state| Ok(location(state, pool)))?;
     if let Some(address) = captured {
         return Ok(address);
     }
@@ -493,7 +494,7 @@ pub fn allocate_from_pool(size: usize, pool: usize, stream: usize) -> Result<u64
 /// capturing stream it only records a node.
 pub fn free_async(dptr: u64, stream: usize) -> Result<(), CUresult> {
     streams::check(stream)?;
-    if streams::capture_free(stream, dptr)? {
+    if captures::free(stream, dptr)? {
         return Ok(());
     }
     memory::free(dptr, false)

@@ -14,6 +14,7 @@ use crate::config::Config;
 use crate::context::Context;
 use crate::devices::{Device, Machine};
 use crate::graphs::Graphs;
+use crate::green::Greens;
 use crate::host_register::Registration;
 use crate::memory::{Allocation, HostAllocation};
 use crate::pools::Pool;
@@ -41,6 +42,8 @@ pub struct State {
     pub limits: BTreeMap<(usize, u32), usize>,
     /// Graphs with memory nodes, executable graphs, graph memory pools (see `graphs`).
     pub graphs: Graphs,
+    /// Green contexts and resource descriptors (see `green`).
+    pub greens: Greens,
     /// Every simulated device, visible to the driver or not, and what is on them besides
     /// this process's allocations (NVML's view, context memory).
     pub machine: Machine,
@@ -59,6 +62,7 @@ static STATE: Mutex<State> = Mutex::new(State {
     registered: BTreeMap::new(),
     limits: BTreeMap::new(),
     graphs: Graphs::new(),
+    greens: Greens::new(),
     machine: Machine::new(),
 });
 
@@ -108,6 +112,7 @@ pub fn create_devices(state: &mut State, cfg: &Config) {
     state.machine.created = true;
     state.machine.totals = cfg.memory.clone();
     state.machine.context_cost = cfg.context_memory;
+    state.machine.green_context_cost = cfg.green_context_memory;
     for physical in crate::devices::visible(cfg.visible_devices.as_deref(), cfg.memory.len()) {
         let ordinal = state.devices.len();
         let default_pool = crate::pools::create_default(state, ordinal);

@@ -172,8 +172,9 @@ impl Engine {
     }
 
     /// A refused reservation, tried once more if trimming this process's unused pool and
-    /// graph memory made room. Out of line: the retry must not grow `reserve`, which is
-    /// inlined on the alloc path.
+    /// graph memory made room, and once more after NVML's figure reconciled the context
+    /// part. Out of line: the retry must not grow `reserve`, which is inlined on the alloc
+    /// path.
     #[cold]
     #[inline(never)]
     fn reserve_after_room(
@@ -185,12 +186,23 @@ impl Engine {
         limit: u64,
         refused: Reservation,
     ) -> Reservation {
-        if !self.made_room(api, device, bytes) {
-            return refused;
+        let enforce = self.mode() == Mode::Enforce;
+        let mut reservation = refused;
+        if self.made_room(api, device, bytes) {
+            // Not a refusal after all, if it fits now.
+            quota.forgive_refusal();
+            reservation = quota.reserve(bytes, limit, enforce);
+            if !matches!(reservation, Reservation::Refused { .. }) {
+                return reservation;
+            }
         }
-        // Not a refusal after all, if it fits now.
-        quota.forgive_refusal();
-        quota.reserve(bytes, limit, self.mode() == Mode::Enforce)
+        // Before the refusal is final: what the driver took that no call announced (lazy
+        // module loading, local memory at a launch), from NVML's figure for this process.
+        if self.reconcile_before_refusal(api, device) {
+            quota.forgive_refusal();
+            reservation = quota.reserve(bytes, limit, enforce);
+        }
+        reservation
     }
 
     /// Observe mode charged what the quota would have refused: said.

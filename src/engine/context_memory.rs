@@ -2,11 +2,12 @@ use super::explain::{Outcome, Refusal, Request};
 use super::parts::PartRefusal;
 use super::queries::Queries;
 use super::state::Engine;
-use crate::context_memory::{self as books, Measured};
+use crate::context_memory::{self as books, Measured, Reconciled, Unread};
 use crate::contexts::NO_CONTEXT;
 use crate::cuda_abi::CuResult;
 use crate::in_hook::driver;
 use crate::quota::Part;
+use cuquota_format::settings::MAX_DEVICES;
 
 // ---- context memory ----------------------------------------------------------------------
 //
@@ -24,7 +25,7 @@ impl books::Meter for Meters<'_> {
     fn driver_free(&self) -> Option<u64> {
         self.0.memory_info().ok().map(|(free, _)| free)
     }
-    fn used_by_process(&self, device: u32) -> Option<u64> {
+    fn used_by_process(&self, device: u32) -> Result<u64, books::Unread> {
         self.0.used_by_process(device)
     }
 }
@@ -169,6 +170,8 @@ impl Engine {
             Ok(()) => {
                 if rc.is_ok() {
                     self.correct_context_memory(api, device);
+                    // The watcher reconciles it with NVML's figure from now on.
+                    crate::watcher::wake();
                 }
                 rc
             }
@@ -224,7 +227,9 @@ impl Engine {
         let meters = Meters(&*self.queries);
         let part = self.context_part(api);
         let free = || books::Meter::driver_free(&meters);
-        let Measured { rc, value, growth } = self.context_memory.measure(device, free, &part, call);
+        let Measured {
+            rc, value, growth, ..
+        } = self.context_memory.measure(device, free, &part, call);
         if !rc.is_ok() {
             return rc;
         }
@@ -256,6 +261,48 @@ impl Engine {
         }
     }
 
+    /// Before a refusal on `device` is final: NVML's figure for this process once (growth
+    /// no call announced is charged to the context part, at `api`). True when it was read:
+    /// the request is then tried again against the reconciled figure.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn reconcile_before_refusal(&self, api: &'static str, device: u32) -> bool {
+        if !self.counts_context() {
+            return false;
+        }
+        let part = self.context_part(api);
+        let meters = Meters(&*self.queries);
+        let done = self
+            .context_memory
+            .correct_before_refusal(device, &meters, &part);
+        done == Reconciled::Read
+    }
+
+    /// Why NVML's figure for this process could not be read on `device` when last asked
+    /// (None: it was, or context memory is not counted), for a refusal's line and event.
+    pub(super) fn context_unreconciled(&self, device: u32) -> Option<Unread> {
+        self.counts_context()
+            .then(|| self.context_memory.unread(device))
+            .flatten()
+    }
+
+    /// The watcher's reconciliation (at most once a second per GPU): every GPU where a
+    /// context measured to take memory lives is corrected from NVML's figure. True while
+    /// there is one (the watcher comes back in a second).
+    pub fn reconcile_context_memory(&self) -> bool {
+        if !self.counts_context() {
+            return false;
+        }
+        let mut any = false;
+        for device in 0..MAX_DEVICES as u32 {
+            if self.context_memory.measured_on(device) {
+                any = true;
+                self.correct_context_memory(WATCHER_API, device);
+            }
+        }
+        any
+    }
+
     /// NVML's figure for this process corrects `device`'s context part (rate-limited:
     /// `context_memory`), at `api` (traced as its footprint event). Never on the
     /// allocation path.
@@ -269,3 +316,8 @@ impl Engine {
             .correct(device, now, &Meters(&*self.queries), &part);
     }
 }
+
+/// The api a correction on the watcher is traced under: where its figure comes from.
+const WATCHER_API: &str = "nvmlDeviceGetComputeRunningProcesses";
+
+impl Engine {}

@@ -328,7 +328,10 @@ impl Engine {
         let (api, bytes) = (r.api, r.bytes);
         match held.group {
             None if observed => Event::observed_refusal(device, api, bytes, r.in_use),
-            None => Event::refused_by_quota(device, api, bytes, r.in_use),
+            None => match held.unreconciled {
+                Some(why) => Event::unreconciled_refusal(device, api, bytes, r.in_use, why),
+                None => Event::refused_by_quota(device, api, bytes, r.in_use),
+            },
             Some(group) => {
                 let own = self.quota(device).map_or(0, |q| q.in_use());
                 let detail = crate::trace::GroupDetail {
@@ -336,6 +339,7 @@ impl Engine {
                     in_use: r.in_use,
                     limit: r.limit,
                     holders: held.holders,
+                    unreconciled: held.unreconciled,
                 };
                 Event::group_refusal(device, api, bytes, own, observed, detail)
             }
@@ -396,6 +400,7 @@ impl Engine {
             parts: self.parts_of(device),
             group: quota.and_then(|q| q.group_share()),
             holders,
+            unreconciled: self.context_unreconciled(device).map(|u| u.words()),
         }
     }
 

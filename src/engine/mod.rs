@@ -17,7 +17,8 @@
 //! - `contexts`: contexts as owners, and the end of a context as one guard value;
 //! - `vmm`: `cuMemCreate` references and mappings, imports;
 //! - the other parts' glue: `pool_cache` (what pools keep), `graph_memory`,
-//!   `context_memory` (what contexts take);
+//!   `context_memory` (what contexts take), `green_contexts` (green contexts, their
+//!   `CUcontext`s and their end);
 //! - `figures`: what the caller is told (memory info, total, summary figures);
 //!   `nvml_figures`: what NVML shows under a quota.
 
@@ -28,6 +29,7 @@ mod contexts;
 mod explain;
 mod figures;
 mod graph_memory;
+mod green_contexts;
 mod limits;
 mod nvml_figures;
 mod parts;

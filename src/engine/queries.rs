@@ -48,9 +48,9 @@ pub trait Queries: Sync + Send {
     fn nvml_free(&self, _device: u32) -> Option<u64> {
         None
     }
-    /// This process's used memory on a device, from NVML's process list.
-    fn used_by_process(&self, _device: u32) -> Option<u64> {
-        None
+    /// This process's used memory on a device, from NVML's process list, or why not.
+    fn used_by_process(&self, _device: u32) -> Result<u64, crate::context_memory::Unread> {
+        Err(crate::context_memory::Unread::NoNvml)
     }
     /// Why NVML cannot be used, once (said at `info`).
     fn nvml_absence(&self) -> Option<String> {

@@ -2,9 +2,9 @@
 //! them that the routing (`lookup`) hands out for `dlsym` and `cuGetProcAddress`. One file
 //! per area: `allocations`, `frees`, `vmm` (lifetimes and imports), `ownership` (contexts,
 //! primary contexts, pools' placement), `figures` (the memory figures), `lookups`
-//! (`cuGetProcAddress`), `arrays`, `context_memory`, `graphs`; here, the frames they share
-//! and `cuInit`. NVML's memory figures are hooked in `nvml`, with a table of their own
-//! ([`NVML_HOOKS`]).
+//! (`cuGetProcAddress`), `arrays`, `context_memory`, `green_contexts`, `graphs`; here, the
+//! frames they share and `cuInit`. NVML's memory figures are hooked in `nvml`, with a table
+//! of their own ([`NVML_HOOKS`]).
 //!
 //! A hook is named as the driver symbol it stands in for; its real function is the slot of
 //! that name in `real_driver`. The kinds of hook, by their frame:
@@ -54,6 +54,7 @@ mod context_memory;
 mod figures;
 mod frees;
 mod graphs;
+mod green_contexts;
 mod lookups;
 mod nvml;
 mod ownership;
@@ -148,6 +149,7 @@ every_area!(
     context_memory,
     graphs,
     captures,
+    green_contexts,
 );
 
 // ---- the frames ------------------------------------------------------------------------

@@ -87,9 +87,10 @@ impl Encoder {
         let (kind, sizes): (usize, &[u64]) = match &ev.kind {
             EventKind::Alloc { .. } => (0, &[]),
             EventKind::Free => (1, &[]),
-            EventKind::Refused { .. } | EventKind::Observed | EventKind::GroupRefused { .. } => {
-                (2, &[])
-            }
+            EventKind::Refused { .. }
+            | EventKind::Observed
+            | EventKind::Unreconciled { .. }
+            | EventKind::GroupRefused { .. } => (2, &[]),
             EventKind::MemInfo { .. } => (3, &[]),
             EventKind::Backoff { sizes } => (4, sizes),
             EventKind::Context { ptrs } => (5, ptrs),
@@ -107,10 +108,15 @@ impl Encoder {
             EventKind::GroupRefused { detail, .. } => detail.json_fields(),
             _ => String::new(),
         };
+        let unreconciled = match &ev.kind {
+            EventKind::Unreconciled { why } => why.len(),
+            _ => 0,
+        };
         let max = LINE_FIXED_MAX
             + ESCAPE_MAX * (ev.api.len() + result.map_or(0, str::len))
             + SIZE_MAX * sizes.len()
-            + group.len();
+            + group.len()
+            + unreconciled;
         // `max` bounds how far the writes below advance: the fixed part and every number at
         // its widest (LINE_FIXED_MAX), the two names even if escaped, the sizes.
         let mut w = Cursor::new(out, max);
@@ -181,6 +187,11 @@ impl Encoder {
             EventKind::Refused { by_driver: true } => w.put(b",\"reason\":\"driver\"}\n"),
             EventKind::Refused { by_driver: false } => w.put(b",\"reason\":\"quota\"}\n"),
             EventKind::Observed => w.put(b",\"reason\":\"quota\",\"observed\":true}\n"),
+            EventKind::Unreconciled { why } => {
+                w.put(b",\"reason\":\"quota\",\"unreconciled\":\"");
+                w.put(why.as_bytes());
+                w.put(b"\"}\n");
+            }
             EventKind::GroupRefused { observed, .. } => {
                 w.put(b",\"reason\":\"quota\"");
                 if *observed {
@@ -628,6 +639,8 @@ mod tests {
         #[serde(skip_serializing_if = "Option::is_none")]
         observed: Option<bool>,
         #[serde(skip_serializing_if = "Option::is_none")]
+        unreconciled: Option<&'static str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
         part: Option<&'static str>,
         #[serde(skip_serializing_if = "Option::is_none")]
         group: Option<&'a str>,
@@ -637,6 +650,9 @@ mod tests {
         group_limit: Option<u64>,
         #[serde(skip_serializing_if = "Option::is_none")]
         holders: Option<&'a [cuquota_format::holder::Holder]>,
+        /// A group refusal's `unreconciled`, after its group fields.
+        #[serde(rename = "unreconciled", skip_serializing_if = "Option::is_none")]
+        group_unreconciled: Option<&'static str>,
         #[serde(skip_serializing_if = "Option::is_none")]
         limit: Option<Option<u64>>,
         #[serde(skip_serializing_if = "Option::is_none")]
@@ -668,11 +684,13 @@ mod tests {
             count: None,
             ptrs: None,
             observed: None,
+            unreconciled: None,
             part: None,
             group: None,
             group_in_use: None,
             group_limit: None,
             holders: None,
+            group_unreconciled: None,
             limit: None,
             before: None,
             driver: None,
@@ -689,11 +707,17 @@ mod tests {
                 r.reason = Some("quota");
                 r.observed = Some(true);
             }
+            EventKind::Unreconciled { why } => {
+                r.kind = kind::REFUSED;
+                r.reason = Some("quota");
+                r.unreconciled = Some(why);
+            }
             EventKind::GroupRefused { observed, detail } => {
                 r.kind = kind::REFUSED;
                 r.reason = Some("quota");
                 r.observed = observed.then_some(true);
                 r.group = Some(&detail.name);
+                r.group_unreconciled = detail.unreconciled;
                 r.group_in_use = Some(detail.in_use);
                 r.group_limit = Some(detail.limit);
                 r.holders = Some(&detail.holders);
@@ -760,6 +784,9 @@ mod tests {
                 EventKind::Refused { by_driver: true },
                 EventKind::Refused { by_driver: false },
                 EventKind::Observed,
+                EventKind::Unreconciled {
+                    why: "NVML does not list this process, as from another PID namespace",
+                },
                 EventKind::Limit {
                     limit: n,
                     before: m,
@@ -778,6 +805,7 @@ mod tests {
                             in_use: m,
                             parts: [("pool_cache".to_string(), n / 2)].into(),
                         }],
+                        unreconciled: (i % 3 == 0).then_some("NVML cannot be used"),
                     }),
                 },
                 EventKind::MemInfo {

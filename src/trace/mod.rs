@@ -78,6 +78,22 @@ impl Event {
         }
     }
 
+    /// A request the quota refused where NVML's figure for this process could not be read
+    /// (`why`: plain words, no character JSON escapes).
+    pub fn unreconciled_refusal(
+        device: u32,
+        api: &'static str,
+        bytes: u64,
+        in_use: u64,
+        why: &'static str,
+    ) -> Event {
+        let kind = EventKind::Unreconciled { why };
+        Event {
+            result: crate::cuda_abi::CuResult::OUT_OF_MEMORY.0,
+            ..Event::ok(kind, device, api, 0, bytes, in_use)
+        }
+    }
+
     /// A request the driver failed with `result` (passed on to the caller).
     pub fn refused_by_driver(
         device: u32,
@@ -264,6 +280,11 @@ pub enum EventKind {
     /// Observe mode's would-be refusal: a `refused` line with reason `"quota"` and
     /// `"observed":true`.
     Observed,
+    /// A refusal by the quota where NVML's figure for this process could not be read
+    /// (`why`): a `refused` line with reason `"quota"` and `"unreconciled":why`.
+    Unreconciled {
+        why: &'static str,
+    },
     /// A refusal by a group's quota (observed or not): a `refused` line with reason
     /// `"quota"` whose `in_use` is this process's, and the group's figure and holders.
     GroupRefused {
@@ -311,16 +332,25 @@ pub struct GroupDetail {
     /// Who held it besides this process, most first (empty unless the refusal's line was
     /// printed: the first of a back-off episode, a context or a graph).
     pub holders: Vec<cuquota_format::holder::Holder>,
+    /// Why NVML's figure for this process could not be read (see
+    /// [`Event::unreconciled_refusal`]), if it could not.
+    pub unreconciled: Option<&'static str>,
 }
 
 impl GroupDetail {
-    /// `,"group":"…","group_in_use":…,"group_limit":…,"holders":[…]`, the tail of its
+    /// `,"group":"…","group_in_use":…,"group_limit":…,"holders":[…]` (and `"unreconciled"`
+    /// where NVML's figure could not be read), the tail of its
     /// `refused` line.
     pub fn json_fields(&self) -> String {
         let name = serde_json::to_string(&self.name).unwrap_or_else(|_| "\"\"".into());
         let holders = serde_json::to_string(&self.holders).unwrap_or_else(|_| "[]".into());
+        let unreconciled = match self.unreconciled {
+            Some(why) => format!(",\"unreconciled\":\"{why}\""),
+            None => String::new(),
+        };
         format!(
-            ",\"group\":{name},\"group_in_use\":{},\"group_limit\":{},\"holders\":{holders}",
+            ",\"group\":{name},\"group_in_use\":{},\"group_limit\":{},\"holders\":{holders}\
+             {unreconciled}",
             self.in_use, self.limit
         )
     }

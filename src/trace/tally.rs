@@ -142,9 +142,10 @@ impl Tally {
                     d.live_bytes = d.live_bytes.wrapping_sub(old);
                 }
             }
-            EventKind::Refused { .. } | EventKind::Observed | EventKind::GroupRefused { .. } => {
-                d.refusals += 1
-            }
+            EventKind::Refused { .. }
+            | EventKind::Observed
+            | EventKind::Unreconciled { .. }
+            | EventKind::GroupRefused { .. } => d.refusals += 1,
             EventKind::Footprint { part } => {
                 let i = part as usize;
                 parts[i] = ev.bytes;
@@ -164,7 +165,9 @@ impl Tally {
         // A refusal's figure includes requests in flight: the peak is of what was held.
         let refused = matches!(
             ev.kind,
-            EventKind::Refused { .. } | EventKind::GroupRefused { .. }
+            EventKind::Refused { .. }
+                | EventKind::Unreconciled { .. }
+                | EventKind::GroupRefused { .. }
         );
         if ev.in_use > d.peak && !refused {
             d.peak = ev.in_use;

@@ -138,9 +138,7 @@ typedef CUresult (*fn_cuMipmappedArrayGetMemoryRequirements)(CUDA_ARRAY_MEMORY_R
                                                              CUmipmappedArray array,
                                                              CUdevice dev);
 
-/* Placement, contexts, capture. */
-typedef CUresult (*fn_cuStreamBeginCapture_v2)(CUstream stream, int mode);
-typedef CUresult (*fn_cuStreamEndCapture)(CUstream stream, void **graph);
+/* Placement, contexts (capture's functions are in driver_functions.h). */
 /* The shim's test helper (not part of CUDA). */
 typedef int (*fn_cuShimStats)(int dev, size_t *in_use, size_t *peak, unsigned long long *live);
 
@@ -216,6 +214,29 @@ typedef struct {
     CUgraphNode hErrNode_out;
     int result_out;
 } CUDA_GRAPH_INSTANTIATE_PARAMS;
+/* Stream capture: CUstreamCigParam and CUstreamCigCaptureParams (CIG, CUDA 13.1). */
+typedef struct {
+    int streamSharedDataType;
+    void *streamSharedData;
+} CUstreamCigParam;
+typedef struct {
+    CUstreamCigParam *streamCigParams;
+} CUstreamCigCaptureParams;
+/* Green contexts: CUdevResource as RESOURCE_ABI_VERSION 1 lays it out (144 bytes). */
+typedef struct cuquota_green_opaque *CUgreenCtx;
+typedef struct cuquota_resource_desc_opaque *CUdevResourceDesc;
+typedef struct CUdevResource_st {
+    int type;
+    unsigned char internal_padding[92];
+    union {
+        struct {
+            unsigned int smCount, minSmPartitionSize, smCoscheduledAlignment, flags,
+                localityDomainId;
+        } sm;
+        unsigned char oversize[40];
+    };
+    struct CUdevResource_st *nextResource;
+} CUdevResource;
 typedef CUresult (*fn_cuGraphGetNodes)(CUgraph graph, CUgraphNode *nodes, size_t *count);
 typedef CUresult (*fn_cuGraphNodeGetType)(CUgraphNode node, int *type);
 typedef CUresult (*fn_cuCtxSynchronize)(void);

@@ -113,6 +113,25 @@
   DRV(cuDeviceGraphMemTrim, cuDeviceGraphMemTrim, 11040, (CUdevice dev)) \
   DRV(cuDeviceGetGraphMemAttribute, cuDeviceGetGraphMemAttribute, 11040, \
       (CUdevice dev, int attr, void *value)) \
+  /* Stream capture, the forms cuquota counts (the per-thread client gets each _ptsz) */ \
+  DRV(cuStreamBeginCapture_v2, cuStreamBeginCapture, 10010, (CUstream stream, int mode)) \
+  DRV(cuStreamEndCapture, cuStreamEndCapture, 10000, (CUstream stream, CUgraph *graph)) \
+  DRV(cuStreamBeginRecaptureToGraph, cuStreamBeginRecaptureToGraph, 13030, \
+      (CUstream stream, int mode, CUgraph graph, void *callback, void *user_data)) \
+  DRV(cuStreamBeginCaptureToCig, cuStreamBeginCaptureToCig, 13010, \
+      (CUstream stream, CUstreamCigCaptureParams *params)) \
+  DRV(cuStreamEndCaptureToCig, cuStreamEndCaptureToCig, 13010, (CUstream stream)) \
+  /* Green contexts, and the device resources they are made of */ \
+  DRV(cuDeviceGetDevResource, cuDeviceGetDevResource, 12040, \
+      (CUdevice dev, CUdevResource *resource, int type)) \
+  DRV(cuDevResourceGenerateDesc, cuDevResourceGenerateDesc, 12040, \
+      (CUdevResourceDesc *desc, CUdevResource *resources, unsigned int count)) \
+  DRV(cuGreenCtxCreate, cuGreenCtxCreate, 12040, \
+      (CUgreenCtx *green, CUdevResourceDesc desc, CUdevice dev, unsigned int flags)) \
+  DRV(cuGreenCtxDestroy, cuGreenCtxDestroy, 12040, (CUgreenCtx green)) \
+  DRV(cuCtxFromGreenCtx, cuCtxFromGreenCtx, 12040, (CUcontext *ctx, CUgreenCtx green)) \
+  DRV(cuGreenCtxStreamCreate, cuGreenCtxStreamCreate, 12050, \
+      (CUstream *stream, CUgreenCtx green, unsigned int flags, int priority)) \
   /* Context memory on the client's own path */ \
   DRV(cuCtxCreate_v2, cuCtxCreate, 3020, (CUcontext *ctx, unsigned int flags, CUdevice dev)) \
   DRV(cuCtxSetLimit, cuCtxSetLimit, 3010, (int limit, size_t value)) \

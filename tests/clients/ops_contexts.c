@@ -12,6 +12,21 @@
  *   ctxdestroy:SLOT            cuCtxDestroy_v2 of a created context
  *   ctxreset:DEV / ctxrelease:DEV  cuDevicePrimaryCtxReset_v2 / _Release_v2
  *   capture:STREAM / endcapture:STREAM  cuStreamBeginCapture_v2 / cuStreamEndCapture
+ *   pcapture:STREAM / pendcapture:STREAM  the same on the client's own lookup path
+ *                              (pendcapture: a graph slot, "slot=S", and "same=1" when it
+ *                              is graph slot GRAPH of a recapture's)
+ *   recapture:STREAM:GRAPH     cuStreamBeginRecaptureToGraph of graph slot GRAPH (own path)
+ *   cigcapture:STREAM / cigend:STREAM  cuStreamBeginCaptureToCig (a D3D12 command list
+ *                              parameter) / cuStreamEndCaptureToCig (own path)
+ *   ctxgrow:SIZE               cuShimContextGrowth (the shim's: the driver takes SIZE more
+ *                              for the current context, announced by no call)
+ *   green:DEV                  a green context of all of device DEV's SMs
+ *                              (cuDeviceGetDevResource, cuDevResourceGenerateDesc,
+ *                              cuGreenCtxCreate): a green slot, "green DEV rc=R slot=S"
+ *   greendestroy:SLOT          cuGreenCtxDestroy
+ *   greenctx:SLOT              cuCtxFromGreenCtx, made current (cuCtxSetCurrent)
+ *   greenstream:SLOT           cuGreenCtxStreamCreate (non-blocking): a stream slot
+ *                              (all on the client's own lookup path)
  *   ctxretain:DEV              cuDevicePrimaryCtxRetain (one more reference)
  *   ctxattach / ctxdetach:SLOT cuCtxAttach of the current context / cuCtxDetach of a
  *                              created one (deprecated; dlsym on the driver's handle)
@@ -232,7 +247,7 @@ int op_capture(const struct drv *d, char **f, int nf) {
         rc = begin ? begin((CUstream)(size_t)s->value, 0) : CUDA_ERROR_NOT_FOUND;
     } else {
         fn_cuStreamEndCapture end;
-        void *graph = NULL;
+        CUgraph graph = NULL;
         *(void **)&end = raw_sym(d, "cuStreamEndCapture");
         rc = end ? end((CUstream)(size_t)s->value, &graph) : CUDA_ERROR_NOT_FOUND;
         /* the captured graph is a graph slot */
@@ -344,5 +359,107 @@ int op_pctxthreads(const struct drv *d, char **f, int nf) {
     }
     pthread_barrier_destroy(&start);
     out("pctxthreads %llu ok=%llu", a, ok);
+    return 0;
+}
+
+static CUgraph recaptured; /* the graph of the last recapture: pendcapture says "same=1" */
+
+int op_pcapture(const struct drv *d, char **f, int nf) {
+    const char *op = f[0];
+    CUresult rc;
+    struct slot *s, *g = NULL;
+    CUstream st;
+    if (!strcmp(op, "recapture") ? nf != 3 : nf != 2)
+        return -1;
+    s = get_slot(&streams, f[1]);
+    if (nf == 3)
+        g = get_slot(&graphs, f[2]);
+    if (!s || (nf == 3 && !g))
+        return -1;
+    st = (CUstream)(size_t)s->value;
+    if (!strcmp(op, "pcapture")) {
+        rc = CALL(d, cuStreamBeginCapture_v2, st, 0);
+    } else if (!strcmp(op, "recapture")) {
+        recaptured = (CUgraph)(size_t)g->value;
+        rc = CALL(d, cuStreamBeginRecaptureToGraph, st, 0, recaptured, NULL, NULL);
+    } else if (!strcmp(op, "cigcapture")) {
+        CUstreamCigParam cig = {1 /* STREAM_CIG_DATA_TYPE_D3D12_COMMAND_LIST */, NULL};
+        CUstreamCigCaptureParams params = {&cig};
+        rc = CALL(d, cuStreamBeginCaptureToCig, st, &params);
+    } else if (!strcmp(op, "cigend")) {
+        rc = CALL(d, cuStreamEndCaptureToCig, st);
+    } else {
+        CUgraph graph = NULL;
+        rc = CALL(d, cuStreamEndCapture, st, &graph);
+        out("%s %s rc=%d slot=%zu same=%d", op, f[1], rc,
+            push(&graphs, (unsigned long long)(size_t)graph, 0, rc == 0 && graph),
+            rc == 0 && graph && graph == recaptured);
+        return 0;
+    }
+    out("%s %s rc=%d", op, f[1], rc);
+    return 0;
+}
+
+static struct slots greens; /* CUgreenCtx, made by green */
+
+int op_green(const struct drv *d, char **f, int nf) {
+    const char *op = f[0];
+    unsigned long long a = 0;
+    CUresult rc;
+    struct slot *s;
+    NARGS(1);
+    if (!strcmp(op, "green")) {
+        CUdevice dev = 0;
+        CUdevResource sms;
+        CUdevResourceDesc desc = NULL;
+        CUgreenCtx g = NULL;
+        if (parse_num(f[1], &a) || a >= MAX_DEVICES)
+            return -1;
+        memset(&sms, 0, sizeof sms);
+        rc = CALL(d, cuDeviceGet, &dev, (int)a);
+        if (!rc)
+            rc = CALL(d, cuDeviceGetDevResource, dev, &sms, 1 /* CU_DEV_RESOURCE_TYPE_SM */);
+        if (!rc)
+            rc = CALL(d, cuDevResourceGenerateDesc, &desc, &sms, 1);
+        if (!rc)
+            rc = CALL(d, cuGreenCtxCreate, &g, desc, dev, 0);
+        out("green %llu rc=%d slot=%zu", a, rc,
+            push(&greens, (unsigned long long)(size_t)g, 0, rc == 0));
+        return 0;
+    }
+    s = get_slot(&greens, f[1]);
+    if (!s)
+        return -1;
+    if (!strcmp(op, "greendestroy")) {
+        rc = CALL(d, cuGreenCtxDestroy, (CUgreenCtx)(size_t)s->value);
+        if (!rc)
+            s->live = 0;
+    } else if (!strcmp(op, "greenctx")) {
+        CUcontext ctx = NULL;
+        rc = CALL(d, cuCtxFromGreenCtx, &ctx, (CUgreenCtx)(size_t)s->value);
+        if (!rc)
+            rc = CALL(d, cuCtxSetCurrent, ctx);
+    } else {
+        CUstream st = NULL;
+        rc = CALL(d, cuGreenCtxStreamCreate, &st, (CUgreenCtx)(size_t)s->value,
+                  1 /* CU_STREAM_NON_BLOCKING */, 0);
+        out("%s %s rc=%d slot=%zu", op, f[1], rc,
+            push(&streams, (unsigned long long)(size_t)st, 0, rc == 0));
+        return 0;
+    }
+    out("%s %s rc=%d", op, f[1], rc);
+    return 0;
+}
+
+int op_ctxgrow(const struct drv *d, char **f, int nf) {
+    unsigned long long a = 0;
+    int rc;
+    int (*grow)(size_t);
+    NARGS(1);
+    if (parse_size(f[1], &a))
+        return -1;
+    *(void **)&grow = raw_sym(d, "cuShimContextGrowth");
+    rc = grow ? grow((size_t)a) : CUDA_ERROR_NOT_FOUND;
+    out("ctxgrow rc=%d", rc);
     return 0;
 }

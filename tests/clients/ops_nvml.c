@@ -11,6 +11,8 @@
  *   nvmlprocs:INDEX              nvmlDeviceGetComputeRunningProcesses_v3 (size query first):
  *                                "nvmlprocs INDEX rc=R n=N listed=0|1 mine=BYTES others=BYTES"
  *                                (mine: this pid's usedGpuMemory; others: the rest summed)
+ *   nvmlwait:INDEX:SIZE          nvmlDeviceGetMemoryInfo every 10 ms until used is SIZE, for
+ *                                30 s at most: "nvmlwait INDEX rc=R met=0|1 used=U"
  *   nvmluuid:INDEX / nvmlbus:INDEX  nvmlDeviceGetUUID "uuid=..." / nvmlDeviceGetPciInfo_v3
  *                                "id=BUSIDLEGACY long=BUSID" */
 #define _GNU_SOURCE
@@ -18,6 +20,7 @@
 
 #include <dlfcn.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static void *nvml_sym(const struct drv *d, const char *name) {
@@ -199,5 +202,29 @@ int op_nvmlbus(const struct drv *d, char **f, int nf) {
     if (!rc)
         rc = get ? get(nd, &pci) : CUDA_ERROR_NOT_FOUND;
     out("nvmlbus %s rc=%d id=%s long=%s", f[1], rc, pci.busIdLegacy, pci.busId);
+    return 0;
+}
+
+int op_nvmlwait(const struct drv *d, char **f, int nf) {
+    nvmlDevice_t nd = NULL;
+    unsigned long long want = 0;
+    int rc, i, met = 0;
+    fn_nvmlDeviceGetMemoryInfo get;
+    nvmlMemory_t m = {0, 0, 0};
+    struct timespec pause = {0, 10000000L};
+    NARGS(2);
+    if (parse_size(f[2], &want))
+        return -1;
+    rc = nvml_handle(d, f[1], &nd);
+    if (rc < 0)
+        return -1;
+    *(void **)&get = nvml_sym(d, "nvmlDeviceGetMemoryInfo");
+    for (i = 0; !rc && !met && i < 3000; i++) {
+        rc = get ? get(nd, &m) : CUDA_ERROR_NOT_FOUND;
+        met = !rc && m.used == want;
+        if (!rc && !met)
+            nanosleep(&pause, NULL);
+    }
+    out("nvmlwait %s rc=%d met=%d used=%llu", f[1], rc, met, m.used);
     return 0;
 }

@@ -102,6 +102,16 @@
   OP("ctxrelease", op_ctxreset) \
   OP("capture", op_capture) \
   OP("endcapture", op_capture) \
+  OP("pcapture", op_pcapture) \
+  OP("pendcapture", op_pcapture) \
+  OP("recapture", op_pcapture) \
+  OP("cigcapture", op_pcapture) \
+  OP("cigend", op_pcapture) \
+  OP("ctxgrow", op_ctxgrow) \
+  OP("green", op_green) \
+  OP("greendestroy", op_green) \
+  OP("greenctx", op_green) \
+  OP("greenstream", op_green) \
   OP("ctxcreate3", op_ctxcreate3) \
   OP("ctxcreate4", op_ctxcreate3) \
   OP("setlimit", op_setlimit) \
@@ -119,6 +129,7 @@
   OP("nvmlinfo", op_nvmlinfo) \
   OP("nvmlinfo2", op_nvmlinfo2) \
   OP("nvmlprocs", op_nvmlprocs) \
+  OP("nvmlwait", op_nvmlwait) \
   OP("nvmluuid", op_nvmluuid) \
   OP("nvmlbus", op_nvmlbus) \
   /* Pools that keep memory, graph memory (ops_pools_graphs.c) */ \

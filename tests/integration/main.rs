@@ -11,6 +11,8 @@ mod common;
 mod reliability_util;
 
 mod arrays;
+// every form of stream capture records allocations as graph nodes
+mod captures;
 mod cli;
 // slips caught by `cuquota run` and `set` before the command starts; `run --group`
 mod cli_slips;
@@ -26,6 +28,8 @@ mod faults;
 mod first_runs;
 mod golden;
 mod graph_memory;
+// green contexts are context memory
+mod green_contexts;
 // process groups: one quota shared by processes (CUQUOTA_GROUP)
 mod groups;
 // another user plants links, FIFOs, forged and truncated files in the state directory
@@ -62,6 +66,8 @@ mod top;
 mod slurm;
 mod stacks;
 mod trace;
+// context memory no call announces, reconciled with NVML's figure
+mod unannounced_growth;
 // a driver's variant of a hooked function that this build does not know
 mod unknown_variants;
 mod vmm;

@@ -96,6 +96,10 @@ pub fn parse(line: &[u8]) -> Option<EventLine<'_>> {
                 ev.stack = c.u64()?;
                 19
             }
+            b"unreconciled" => {
+                ev.unreconciled = Some(Cow::Borrowed(c.string()?));
+                20
+            }
             _ => return None,
         };
         if seen & (1 << bit) != 0 {
@@ -246,6 +250,7 @@ mod tests {
             r#"{"type":"alloc","t_ns":123,"tid":9,"dev":1,"api":"cuMemAlloc_v2","ptr":"0x7f12","bytes":4096,"result":"CUDA_SUCCESS","in_use":8192}"#,
             r#"{"type":"refused","t_ns":0,"tid":9,"dev":0,"api":"a","ptr":"0x0","bytes":1,"result":"CUDA_ERROR_OUT_OF_MEMORY","in_use":0,"reason":"quota"}"#,
             r#"{"type":"refused","t_ns":0,"reason":"quota","observed":true}"#,
+            r#"{"type":"refused","t_ns":0,"reason":"quota","unreconciled":"NVML cannot be used"}"#,
             r#"{"type":"meminfo","t_ns":1,"told_free":1,"told_total":2,"real_free":3,"real_total":18446744073709551615}"#,
             r#"{"type":"backoff","dev":3,"sizes":[40,36,32]}"#,
             r#"{"type":"backoff","sizes":[]}"#,

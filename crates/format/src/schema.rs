@@ -167,6 +167,10 @@ pub struct EventLine<'a> {
     /// (`result` is what enforce mode would have returned).
     #[serde(default)]
     pub observed: bool,
+    /// refused by the quota where NVML's figure for this process could not be read, so that
+    /// context memory no call announced may be missing from `in_use`: why.
+    #[serde(default, borrow)]
+    pub unreconciled: Option<Cow<'a, str>>,
     #[serde(default)]
     pub told_free: u64,
     #[serde(default)]

@@ -5,7 +5,7 @@ use std::ffi::{c_int, c_uint, c_void};
 use super::{h, handle_ptr};
 use crate::abi::*;
 use crate::context;
-use crate::ffi::{write_optional, Out};
+use crate::ffi::{self, write_optional, Out};
 use crate::state;
 
 exports! {
@@ -82,14 +82,20 @@ exports! {
         create_context(Out::new(ctx)?, flags, dev)
     }
 
-    /// Creation parameters (affinity, CIG) are accepted and ignored.
+    /// Execution-affinity parameters are accepted and ignored. CIG is not supported here
+    /// (its device attributes are 0): "Context creation in CIG mode will fail with
+    /// CUDA_ERROR_NOT_SUPPORTED if CIG is not supported".
     fn cuCtxCreate_v4(
         ctx: *mut Handle,
-        _params: *mut c_void,
+        params: *mut CtxCreateParams,
         flags: c_uint,
         dev: CUdevice,
     ) as cuCtxCreate since 12050 {
-        create_context(Out::new(ctx)?, flags, dev)
+        let out = Out::new(ctx)?;
+        if !params.is_null() && !ffi::read(params)?.cig_params.is_null() {
+            return Err(CUDA_ERROR_NOT_SUPPORTED);
+        }
+        create_context(out, flags, dev)
     }
 
     fn cuCtxDestroy(ctx: Handle) as cuCtxDestroy since 2000 {

@@ -101,6 +101,7 @@ mod context;
 mod copy;
 mod devices;
 mod graphs;
+mod green;
 mod imports;
 mod init;
 mod memory;
@@ -133,6 +134,7 @@ pub static TABLE: Table = Table::new(&[
     host_access::ROWS,
     unsupported::ROWS,
     graphs::ROWS,
+    green::ROWS,
     graphs::ALIASES,
     nvml::ROWS,
 ]);

@@ -5,7 +5,8 @@ use std::ffi::{c_int, c_uint, c_void};
 use super::graphs::dependencies_of;
 use super::{h, handle_ptr};
 use crate::abi::*;
-use crate::ffi::Out;
+use crate::captures::{self, Begin};
+use crate::ffi::{self, Out};
 use crate::{pools, streams};
 
 exports! {
@@ -115,51 +116,73 @@ exports! {
         Ok(())
     }
 
-    // -- capture: a capturing stream's allocations allocate nothing
+    // -- capture: a capturing stream's allocations allocate nothing (see `captures`)
     fn cuStreamBeginCapture(stream: Handle) as cuStreamBeginCapture since 10000 {
-        streams::begin_capture(h(stream))
+        captures::begin(h(stream), Begin::New)
     }
 
     fn cuStreamBeginCapture_ptsz(stream: Handle) as cuStreamBeginCapture since 10000 Ptsz {
-        streams::begin_capture(h(stream))
-    }
-
-    fn cuStreamBeginCaptureToGraph(
-        stream: Handle,
-        graph: Handle,
-        deps: *const Handle,
-        _dependency_data: *const c_void,
-        count: usize,
-        _mode: c_int,
-    ) as cuStreamBeginCaptureToGraph since 12030 {
-        let deps = dependencies_of(deps, count)?;
-        streams::begin_capture_to_graph(h(stream), h(graph), &deps)
-    }
-
-    fn cuStreamBeginCaptureToGraph_ptsz(
-        stream: Handle,
-        graph: Handle,
-        deps: *const Handle,
-        _dependency_data: *const c_void,
-        count: usize,
-        _mode: c_int,
-    ) as cuStreamBeginCaptureToGraph since 12030 Ptsz {
-        let deps = dependencies_of(deps, count)?;
-        streams::begin_capture_to_graph(h(stream), h(graph), &deps)
+        captures::begin(h(stream), Begin::New)
     }
 
     fn cuStreamBeginCapture_v2(
         stream: Handle,
         _mode: c_int,
     ) as cuStreamBeginCapture since 10010 {
-        streams::begin_capture(h(stream))
+        captures::begin(h(stream), Begin::New)
     }
 
     fn cuStreamBeginCapture_v2_ptsz(
         stream: Handle,
         _mode: c_int,
     ) as cuStreamBeginCapture since 10010 Ptsz {
-        streams::begin_capture(h(stream))
+        captures::begin(h(stream), Begin::New)
+    }
+
+    /// Edge data is optional ("Can be NULL") and carries nothing a memory node uses.
+    fn cuStreamBeginCaptureToGraph(
+        stream: Handle,
+        graph: Handle,
+        dependencies: *const Handle,
+        _edge_data: *const c_void,
+        num_dependencies: usize,
+        _mode: c_int,
+    ) as cuStreamBeginCaptureToGraph since 12030 {
+        let deps = dependencies_of(dependencies, num_dependencies)?;
+        captures::begin(h(stream), Begin::Into { graph: h(graph), dependencies: &deps })
+    }
+
+    fn cuStreamBeginCaptureToGraph_ptsz(
+        stream: Handle,
+        graph: Handle,
+        dependencies: *const Handle,
+        _edge_data: *const c_void,
+        num_dependencies: usize,
+        _mode: c_int,
+    ) as cuStreamBeginCaptureToGraph since 12030 Ptsz {
+        let deps = dependencies_of(dependencies, num_dependencies)?;
+        captures::begin(h(stream), Begin::Into { graph: h(graph), dependencies: &deps })
+    }
+
+    /// The callback is for mismatches of other nodes than memory nodes: never called here.
+    fn cuStreamBeginRecaptureToGraph(
+        stream: Handle,
+        _mode: c_int,
+        graph: Handle,
+        _callback: *mut c_void,
+        _user_data: *mut c_void,
+    ) as cuStreamBeginRecaptureToGraph since 13030 {
+        captures::begin(h(stream), Begin::Recapture { graph: h(graph) })
+    }
+
+    fn cuStreamBeginRecaptureToGraph_ptsz(
+        stream: Handle,
+        _mode: c_int,
+        graph: Handle,
+        _callback: *mut c_void,
+        _user_data: *mut c_void,
+    ) as cuStreamBeginRecaptureToGraph since 13030 Ptsz {
+        captures::begin(h(stream), Begin::Recapture { graph: h(graph) })
     }
 
     fn cuStreamEndCapture(stream: Handle, graph: *mut Handle) as cuStreamEndCapture since 10000 {
@@ -171,6 +194,28 @@ exports! {
         graph: *mut Handle,
     ) as cuStreamEndCapture since 10000 Ptsz {
         end_capture(stream, Out::new(graph)?)
+    }
+
+    fn cuStreamBeginCaptureToCig(
+        stream: Handle,
+        params: *mut CigCaptureParams,
+    ) as cuStreamBeginCaptureToCig since 13010 {
+        captures::begin_cig(h(stream), cig_params_given(params)?)
+    }
+
+    fn cuStreamBeginCaptureToCig_ptsz(
+        stream: Handle,
+        params: *mut CigCaptureParams,
+    ) as cuStreamBeginCaptureToCig since 13010 Ptsz {
+        captures::begin_cig(h(stream), cig_params_given(params)?)
+    }
+
+    fn cuStreamEndCaptureToCig(stream: Handle) as cuStreamEndCaptureToCig since 13010 {
+        captures::end_cig(h(stream))
+    }
+
+    fn cuStreamEndCaptureToCig_ptsz(stream: Handle) as cuStreamEndCaptureToCig since 13010 Ptsz {
+        captures::end_cig(h(stream))
     }
 
     fn cuEventCreate(event: *mut Handle, flags: c_uint) as cuEventCreate since 2000 {
@@ -246,15 +291,30 @@ fn stream_priority(stream: Handle, out: Out<c_int>) -> Result<(), CUresult> {
     Ok(())
 }
 
-/// `CU_STREAM_CAPTURE_STATUS_ACTIVE` (1) between begin and end, else `_NONE` (0).
+/// `CU_STREAM_CAPTURE_STATUS_ACTIVE` (1) or `_INVALIDATED` (2) between begin and end, else
+/// `_NONE` (0).
 fn stream_is_capturing(stream: Handle, out: Out<c_int>) -> Result<(), CUresult> {
-    out.write(c_int::from(streams::is_capturing(h(stream))?));
+    out.write(streams::capture_status(h(stream))?);
     Ok(())
 }
 
 fn end_capture(stream: Handle, out: Out<Handle>) -> Result<(), CUresult> {
-    out.write(handle_ptr(streams::end_capture(h(stream))?));
+    out.write(handle_ptr(captures::end(h(stream))?));
     Ok(())
+}
+
+/// Whether `CUstreamCigCaptureParams` and its `streamCigParams` ("must be non-NULL") are
+/// given.
+///
+/// # Safety
+/// `params` is null or points at a `CUstreamCigCaptureParams`.
+unsafe fn cig_params_given(params: *mut CigCaptureParams) -> Result<bool, CUresult> {
+    if params.is_null() {
+        return Ok(false);
+    }
+    // SAFETY: by this function's contract.
+    let params = unsafe { ffi::read(params)? };
+    Ok(!params.stream_cig_params.is_null())
 }
 
 /// Work completes as it is issued, so no time ever passes between two events.

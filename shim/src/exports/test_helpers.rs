@@ -6,7 +6,7 @@ use std::ffi::{c_char, c_int, c_uint};
 use super::{settings, TABLE};
 use crate::abi::*;
 use crate::ffi::{self, write_optional, Out};
-use crate::{faults, memory, state};
+use crate::{context, faults, memory, state};
 
 exports! {
     /// Makes the `nth` call (0: every call) of the exported function `func` from now on return
@@ -29,6 +29,13 @@ exports! {
         let _ = settings();
         faults::inject(func, nth, code);
         Ok(())
+    }
+
+    /// The driver takes `bytes` more device memory for the current context on its own, as
+    /// lazy module loading or a launch's local memory would (see `context::grow_current`).
+    /// Returns 0, 2 if it does not fit, or 201 without a current context.
+    fn cuShimContextGrowth(bytes: usize) as cuShimContextGrowth since 0, helper {
+        context::grow_current(bytes as u64)
     }
 
     /// The shim's own accounting of a device: bytes in use, the peak of that, and the number

@@ -140,3 +140,40 @@ fn allocations_mode_and_zero_ask_nothing() {
         assert_eq!(e.contexts.find(0x1000).map(|(_, d)| d), Some(0));
     }
 }
+
+/// A green context: its creation is measured like a context's, its `CUcontext` charges its
+/// device, and at its destruction what that context owns goes to the primary context (still
+/// active) or is credited (the destruction was the primary context's last release).
+#[test]
+fn a_green_context_is_measured_and_its_context_handed_over() {
+    let (e, gpu) = engine(&[("CUQUOTA_LIMIT", "0:1GiB,1:1GiB")]);
+    let ok = |p: u64| move || (CuResult::SUCCESS, p);
+    let made = |green: usize| {
+        let create = || {
+            gpu.take(1, 100 * MIB);
+            (CuResult::SUCCESS, green)
+        };
+        e.green_context_create("cuGreenCtxCreate", 1, create, |_| {})
+    };
+    assert_eq!(made(0x7000), CuResult::SUCCESS);
+    assert_eq!(e.part_total(1, Part::Context), 100 * MIB);
+    e.primary_retained(1, 0x2001);
+    e.green_context_seen(0x7000, fake::context(1));
+    gpu.set_current(Some(1));
+    e.alloc("a", Kind::Pointer, Place::Current, MIB, ok(0x100));
+    e.green_context_destroyed("cuGreenCtxDestroy", 0x7000, |_| Ok(true));
+    gpu.give(1, 100 * MIB);
+    assert_eq!(e.part_total(1, Part::Context), 0);
+    assert_eq!(e.contexts.find(0x7000), None, "its slot is free");
+    assert_eq!(e.contexts.find(fake::context(1)), None, "its context's too");
+    assert_eq!(e.quota(1).unwrap().held(), MIB, "the primary context's now");
+    e.primary_gone("cuDevicePrimaryCtxReset_v2", 1);
+    assert_eq!(e.quota(1).unwrap().held(), 0);
+    // the destruction that was the primary context's last release credits its context's
+    assert_eq!(made(0x7001), CuResult::SUCCESS);
+    e.green_context_seen(0x7001, fake::context(1));
+    e.alloc("a", Kind::Pointer, Place::Current, MIB, ok(0x200));
+    assert_eq!(e.quota(1).unwrap().held(), 100 * MIB + MIB);
+    e.green_context_destroyed("cuGreenCtxDestroy", 0x7001, |_| Ok(false));
+    assert_eq!(e.quota(1).unwrap().held(), 0);
+}

@@ -301,13 +301,15 @@ impl Queries for Arc<FakeDriver> {
         let free = self.free.get(device as usize)?;
         self.nvml.load(Relaxed).then(|| free.load(Relaxed))
     }
-    fn used_by_process(&self, device: u32) -> Option<u64> {
+    fn used_by_process(&self, device: u32) -> Result<u64, crate::context_memory::Unread> {
+        use crate::context_memory::Unread;
         self.nvml_calls.fetch_add(1, Relaxed);
-        let used = self.used.get(device as usize)?.load(Relaxed);
-        self.nvml
-            .load(Relaxed)
-            .then_some(used)
-            .filter(|u| *u != NOT_LISTED)
+        let used = self.used.get(device as usize).ok_or(Unread::NoNvml)?;
+        match (self.nvml.load(Relaxed), used.load(Relaxed)) {
+            (false, _) => Err(Unread::NoNvml),
+            (true, NOT_LISTED) => Err(Unread::NotListed),
+            (true, used) => Ok(used),
+        }
     }
     fn nvml_absence(&self) -> Option<String> {
         (!self.nvml.load(Relaxed)).then(|| "the fake driver has no NVML".into())

@@ -36,7 +36,7 @@ use crate::cuda_abi::CuResult;
 use crate::spin::SpinLock;
 use cuquota_format::settings::MAX_DEVICES;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
 
 /// Where measurements come from.
 pub trait Meter {
@@ -44,8 +44,58 @@ pub trait Meter {
     fn nvml_free(&self, device: u32) -> Option<u64>;
     /// The free memory of the current context's device, from the driver.
     fn driver_free(&self) -> Option<u64>;
-    /// This process's used memory on a device, from NVML's process list.
-    fn used_by_process(&self, device: u32) -> Option<u64>;
+    /// This process's used memory on a device, from NVML's process list, or why it cannot
+    /// be read.
+    fn used_by_process(&self, device: u32) -> Result<u64, Unread>;
+}
+
+/// Why NVML's figure for this process cannot be read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unread {
+    /// No NVML (not loaded, not initialised, or no NVML device for the GPU).
+    NoNvml,
+    /// NVML does not list this pid on the GPU: it sees the process under another PID (a
+    /// PID namespace of its own, as in a container).
+    NotListed,
+    /// NVML lists it without a figure (`NVML_VALUE_NOT_AVAILABLE`).
+    NoFigure,
+}
+
+impl Unread {
+    /// Why, in the words of a log line and a trace field.
+    pub fn words(self) -> &'static str {
+        match self {
+            Unread::NoNvml => "NVML cannot be used",
+            Unread::NotListed => "NVML does not list this process, as from another PID namespace",
+            Unread::NoFigure => "NVML gives no figure for this process",
+        }
+    }
+
+    fn code(self) -> u8 {
+        match self {
+            Unread::NoNvml => 1,
+            Unread::NotListed => 2,
+            Unread::NoFigure => 3,
+        }
+    }
+
+    fn from_code(code: u8) -> Option<Unread> {
+        [Unread::NoNvml, Unread::NotListed, Unread::NoFigure]
+            .into_iter()
+            .find(|u| u.code() == code)
+    }
+}
+
+/// What a reconciliation with NVML's figure did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reconciled {
+    /// Not now: too soon after the last, no context measured to take memory on the GPU,
+    /// a request of this process in flight, or context memory not measured at all.
+    NotNow,
+    /// NVML's figure was read: the context part follows it.
+    Read,
+    /// NVML's figure could not be read.
+    Unread(Unread),
 }
 
 /// The engine's footprint books, as context memory uses them.
@@ -126,6 +176,8 @@ pub struct Measured<R> {
     pub rc: CuResult,
     pub value: R,
     pub growth: Option<i64>,
+    /// A free figure could not be read (without NVML, a creation's never can).
+    pub unread: bool,
 }
 
 /// What a context was refused with: the context's bytes (the caller undoes the creation).
@@ -210,6 +262,9 @@ pub struct ContextMemory {
     book: SpinLock<Book>,
     /// Per device: when it was last corrected (ns on the caller's clock; 0: never).
     corrected_at: [AtomicU64; MAX_DEVICES],
+    /// Per device: why NVML's figure could not be read the last time it was asked
+    /// ([`Unread`]'s code; 0: it was read, or never asked).
+    unread: [AtomicU8; MAX_DEVICES],
 }
 
 impl ContextMemory {
@@ -219,6 +274,7 @@ impl ContextMemory {
             measuring: SpinLock::new(()),
             book: SpinLock::new(Book::new()),
             corrected_at: [const { AtomicU64::new(0) }; MAX_DEVICES],
+            unread: [const { AtomicU8::new(0) }; MAX_DEVICES],
         }
     }
 
@@ -268,6 +324,11 @@ impl ContextMemory {
         }
         let free = || meter.nvml_free(device);
         let m = measure_locked(device, free, books, create);
+        if m.unread {
+            // No NVML figure for the GPU: none for this process either, which a refusal
+            // says without asking again.
+            self.unread[device as usize].store(Unread::NoNvml.code(), Relaxed);
+        }
         if !m.rc.is_ok() || m.value == NO_CONTEXT {
             return (m.rc, m.value, Ok(()));
         }
@@ -383,42 +444,106 @@ impl ContextMemory {
     /// such as `sys::monotonic_ns`). Only while a context measured to take memory lives
     /// there, and only if this process's own charges stood still while NVML was asked (else
     /// at the next chance).
-    pub fn correct(&self, device: u32, now_ns: u64, meter: &dyn Meter, books: &dyn ContextCharges) {
+    pub fn correct(
+        &self,
+        device: u32,
+        now_ns: u64,
+        meter: &dyn Meter,
+        books: &dyn ContextCharges,
+    ) -> Reconciled {
         if self.setting != Setting::Measure || !Self::valid(device) {
-            return;
+            return Reconciled::NotNow;
         }
         // 0 in `corrected_at` means never corrected: no correction is stamped 0.
         let now_ns = now_ns.max(1);
         let last = &self.corrected_at[device as usize];
         let then = last.load(Relaxed);
         if then != 0 && now_ns.saturating_sub(then) < CORRECTION_INTERVAL_NS {
-            return;
+            return Reconciled::NotNow;
         }
         if last
             .compare_exchange(then, now_ns, Relaxed, Relaxed)
             .is_err()
         {
-            return; // another thread is correcting it
+            return Reconciled::NotNow; // another thread is correcting it
         }
         if !self.book.lock().measured_on(device) {
-            return;
+            return Reconciled::NotNow;
         }
+        let done = self.reconcile(device, meter, books);
+        if done != Reconciled::Read {
+            // Not now (another thread's request in flight, no figure): at the next chance.
+            last.store(then, Relaxed);
+        }
+        done
+    }
+
+    /// Before a refusal is final: NVML's figure once, whenever the last correction was.
+    /// Where it cannot be read, says why (also when no context was measured: without NVML
+    /// none is).
+    pub fn correct_before_refusal(
+        &self,
+        device: u32,
+        meter: &dyn Meter,
+        books: &dyn ContextCharges,
+    ) -> Reconciled {
+        if self.setting != Setting::Measure || !Self::valid(device) {
+            return Reconciled::NotNow;
+        }
+        // Nothing measured on the GPU (none of its contexts takes memory, or NVML could
+        // not measure them): nothing to reconcile, and NVML is not asked — a forked child,
+        // whose books start empty, must not call into NVML, whose locks a parent's thread
+        // may have held at the fork.
+        if !self.book.lock().measured_on(device) {
+            return self
+                .unread(device)
+                .map_or(Reconciled::NotNow, Reconciled::Unread);
+        }
+        self.reconcile(device, meter, books)
+    }
+
+    /// Reads NVML's figure (the caller saw a context measured to take memory on `device`)
+    /// and, where one still lives there and this process's own charges stood still
+    /// meanwhile, makes the context part `max(0, used - others)`.
+    fn reconcile(&self, device: u32, meter: &dyn Meter, books: &dyn ContextCharges) -> Reconciled {
         let own = Own::of(device, books);
         let used = meter.used_by_process(device);
         let still = Own::still(own, Own::of(device, books));
-        let (Some(used), true) = (used, still) else {
-            // Not now (another thread's request in flight): at the next chance.
-            last.store(then, Relaxed);
-            return;
+        let flag = &self.unread[device as usize];
+        let used = match used {
+            Ok(used) => {
+                flag.store(0, Relaxed);
+                used
+            }
+            Err(why) => {
+                flag.store(why.code(), Relaxed);
+                return Reconciled::Unread(why);
+            }
         };
         let mut book = self.book.lock();
-        if !book.measured_on(device) {
-            return;
+        if !still || !book.measured_on(device) {
+            return Reconciled::NotNow;
         }
         let target = used.saturating_sub(own.held);
         let residual = target as i128 - book.sum_on(device) as i128;
         book.residual[device as usize] = residual.clamp(i64::MIN as i128, i64::MAX as i128) as i64;
         book.sync(device, books);
+        Reconciled::Read
+    }
+
+    /// Why NVML's figure could not be read the last time it was asked for `device` (None:
+    /// it was read, or never asked).
+    pub fn unread(&self, device: u32) -> Option<Unread> {
+        let code = self.unread.get(device as usize)?.load(Relaxed);
+        Unread::from_code(code)
+    }
+
+    /// Whether a context measured to take memory lives on `device` (what the watcher
+    /// reconciles).
+    pub fn measured_on(&self, device: u32) -> bool {
+        Self::valid(device)
+            && self.setting == Setting::Measure
+            && self.book.lock().measured_on(device)
     }
 
     /// The context part this module has charged on `device`.
@@ -441,6 +566,9 @@ impl ContextMemory {
         }
         for c in &self.corrected_at {
             c.store(0, Relaxed);
+        }
+        for u in &self.unread {
+            u.store(0, Relaxed);
         }
     }
 }
@@ -465,468 +593,14 @@ fn measure_locked<R>(
         }
         _ => None,
     };
-    Measured { rc, value, growth }
+    let unread = before.is_none() || after.is_none();
+    Measured {
+        rc,
+        value,
+        growth,
+        unread,
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::cell::Cell;
-    use std::sync::atomic::{AtomicU32, AtomicU64 as A};
-
-    const MIB: u64 = 1 << 20;
-
-    /// A device with a quota: NVML and the driver read the same free figure
-    /// (`driver_bias` apart), `used` is this process's NVML figure (`NONE`: not listed).
-    struct Fake {
-        free: A,
-        driver_bias: u64,
-        used: A,
-        nvml: bool,
-        quota: u64,
-        parts: A,
-        allocations: A,
-        flight: A,
-        commits: A,
-        calls: AtomicU32,
-    }
-
-    const NONE: u64 = u64::MAX;
-
-    fn fake(quota: u64) -> Fake {
-        Fake {
-            free: A::new(1024 * MIB),
-            driver_bias: 3 * MIB,
-            used: A::new(NONE),
-            nvml: true,
-            quota,
-            parts: A::new(0),
-            allocations: A::new(0),
-            flight: A::new(0),
-            commits: A::new(0),
-            calls: AtomicU32::new(0),
-        }
-    }
-
-    impl Meter for Fake {
-        fn nvml_free(&self, _: u32) -> Option<u64> {
-            self.nvml.then(|| self.free.load(Relaxed))
-        }
-        fn driver_free(&self) -> Option<u64> {
-            Some(self.free.load(Relaxed) - self.driver_bias)
-        }
-        fn used_by_process(&self, _: u32) -> Option<u64> {
-            self.calls.fetch_add(1, Relaxed);
-            Some(self.used.load(Relaxed)).filter(|u| *u != NONE)
-        }
-    }
-
-    impl ContextCharges for Fake {
-        fn grow(&self, _: u32, bytes: u64) -> Result<(), OverQuota> {
-            let held = self.parts.load(Relaxed) + self.allocations.load(Relaxed);
-            if held + bytes > self.quota {
-                return Err(OverQuota);
-            }
-            self.parts.fetch_add(bytes, Relaxed);
-            Ok(())
-        }
-        fn force(&self, _: u32, bytes: u64) {
-            self.parts.fetch_add(bytes, Relaxed);
-        }
-        fn shrink(&self, _: u32, bytes: u64) {
-            self.parts.fetch_sub(bytes, Relaxed);
-        }
-        fn others(&self, _: u32) -> u64 {
-            self.allocations.load(Relaxed)
-        }
-        fn in_flight(&self, _: u32) -> u64 {
-            self.flight.load(Relaxed)
-        }
-        fn commits(&self, _: u32) -> u64 {
-            self.commits.load(Relaxed)
-        }
-    }
-
-    impl Fake {
-        /// The driver takes `bytes` of the device.
-        fn take(&self, bytes: u64) {
-            self.free.fetch_sub(bytes, Relaxed);
-        }
-        fn give(&self, bytes: u64) {
-            self.free.fetch_add(bytes, Relaxed);
-        }
-        fn parts(&self) -> u64 {
-            self.parts.load(Relaxed)
-        }
-        fn uses(&self, bytes: u64) {
-            self.used.store(bytes, Relaxed);
-        }
-        fn calls(&self) -> u32 {
-            self.calls.load(Relaxed)
-        }
-    }
-
-    fn ok(slot: ContextSlot) -> (CuResult, ContextSlot) {
-        (CuResult::SUCCESS, slot)
-    }
-
-    /// A context `slot` whose creation takes `bytes` of the device, and fits.
-    fn made(c: &ContextMemory, f: &Fake, slot: ContextSlot, bytes: u64) {
-        let made = c.create(
-            0,
-            f,
-            f,
-            || true,
-            || {
-                f.take(bytes);
-                ok(slot)
-            },
-        );
-        assert_eq!(made, (CuResult::SUCCESS, slot, Ok(())));
-    }
-
-    #[test]
-    fn a_context_is_charged_what_it_took_and_given_back_when_it_goes() {
-        let (f, c) = (fake(1024 * MIB), ContextMemory::new(Setting::Measure));
-        let (rc, slot, fits) = c.create(
-            0,
-            &f,
-            &f,
-            || true,
-            || {
-                f.take(300 * MIB);
-                ok(1)
-            },
-        );
-        assert_eq!((rc, slot, fits), (CuResult::SUCCESS, 1, Ok(())));
-        assert_eq!((f.parts(), c.charged(0)), (300 * MIB, 300 * MIB));
-        // a second context on the device is measured on its own
-        made(&c, &f, 2, 200 * MIB);
-        assert_eq!(f.parts(), 500 * MIB);
-        c.gone(1, &f);
-        assert_eq!(f.parts(), 200 * MIB);
-        c.gone(1, &f);
-        assert_eq!(f.parts(), 200 * MIB, "given back once");
-        c.gone(2, &f);
-        assert_eq!((f.parts(), c.charged(0)), (0, 0));
-    }
-
-    /// A creation during which this process's own charges moved is charged the last
-    /// undisturbed measurement (0 before any); another process freeing memory meanwhile can
-    /// only make the figure smaller, never negative.
-    #[test]
-    fn a_disturbed_measurement_is_not_trusted_and_the_figure_is_clamped() {
-        let (f, c) = (fake(4096 * MIB), ContextMemory::new(Setting::Measure));
-        // another thread's allocation in flight: the 400 MiB are not all the context's
-        let disturbed = |slot| {
-            let _ = c.create(
-                0,
-                &f,
-                &f,
-                || true,
-                || {
-                    f.take(300 * MIB);
-                    f.flight.store(100 * MIB, Relaxed);
-                    f.take(100 * MIB);
-                    ok(slot)
-                },
-            );
-            f.flight.store(0, Relaxed);
-        };
-        disturbed(1);
-        assert_eq!(f.parts(), 0, "nothing measured undisturbed yet");
-        made(&c, &f, 2, 300 * MIB);
-        assert_eq!(f.parts(), 300 * MIB);
-        disturbed(3);
-        assert_eq!(f.parts(), 600 * MIB, "as the last undisturbed one");
-        // a free the driver had made before (its books not yet) and an allocation of the
-        // same size made meanwhile leave the held bytes as they were: the commit tells
-        let _ = c.create(
-            0,
-            &f,
-            &f,
-            || true,
-            || {
-                f.take(300 * MIB + 64 * MIB);
-                f.commits.fetch_add(1, Relaxed);
-                ok(6)
-            },
-        );
-        assert_eq!(f.parts(), 900 * MIB, "as the last undisturbed one again");
-        // an allocation settled meanwhile disturbs it too
-        let _ = c.create(
-            0,
-            &f,
-            &f,
-            || true,
-            || {
-                f.take(350 * MIB);
-                f.allocations.fetch_add(50 * MIB, Relaxed);
-                ok(4)
-            },
-        );
-        assert_eq!(f.parts(), 1200 * MIB);
-        let _ = c.create(
-            0,
-            &f,
-            &f,
-            || true,
-            || {
-                f.take(50 * MIB);
-                f.give(400 * MIB); // another process frees
-                ok(5)
-            },
-        );
-        assert_eq!(f.parts(), 1200 * MIB, "clamped at 0");
-    }
-
-    #[test]
-    fn a_context_that_does_not_fit_is_refused_and_nothing_is_charged() {
-        let (f, c) = (fake(256 * MIB), ContextMemory::new(Setting::Measure));
-        let (rc, slot, fits) = c.create(
-            0,
-            &f,
-            &f,
-            || true,
-            || {
-                f.take(300 * MIB);
-                ok(1)
-            },
-        );
-        assert_eq!(rc, CuResult::SUCCESS, "made: the caller destroys it");
-        assert_eq!((slot, fits), (1, Err(Refused { bytes: 300 * MIB })));
-        assert_eq!((f.parts(), c.charged(0)), (0, 0));
-        c.gone(1, &f); // its destruction gives back nothing
-        assert_eq!(f.parts(), 0);
-        // a failed creation charges nothing either
-        let (rc, _, fits) = c.create(0, &f, &f, || true, || (CuResult::OUT_OF_MEMORY, NO_CONTEXT));
-        assert_eq!((rc, fits), (CuResult::OUT_OF_MEMORY, Ok(())));
-        assert_eq!(f.parts(), 0);
-    }
-
-    #[test]
-    fn cuquota_context_overrides_and_zero_ignores() {
-        let f = fake(512 * MIB);
-        let c = ContextMemory::new(Setting::from_config(Some(128 * MIB)));
-        let (_, _, fits) = c.create(
-            0,
-            &f,
-            &f,
-            || true,
-            || {
-                f.take(300 * MIB);
-                ok(1)
-            },
-        );
-        assert_eq!((fits, f.parts()), (Ok(()), 128 * MIB), "not measured");
-        // reserved before the call: one that cannot fit is never made
-        f.allocations.store(400 * MIB, Relaxed);
-        let called = Cell::new(false);
-        let (rc, _, fits) = c.create(
-            0,
-            &f,
-            &f,
-            || true,
-            || {
-                called.set(true);
-                ok(2)
-            },
-        );
-        assert_eq!(rc, CuResult::OUT_OF_MEMORY);
-        assert_eq!(
-            (fits, called.get()),
-            (Err(Refused { bytes: 128 * MIB }), false)
-        );
-        // a failed creation rolls the reservation back
-        f.allocations.store(0, Relaxed);
-        let _ = c.create(0, &f, &f, || true, || (CuResult::INVALID_VALUE, NO_CONTEXT));
-        assert_eq!(f.parts(), 128 * MIB);
-        // no correction with a fixed size
-        f.uses(900 * MIB);
-        c.correct(0, 5, &f, &f);
-        assert_eq!((f.parts(), f.calls()), (128 * MIB, 0));
-
-        let zero = ContextMemory::new(Setting::from_config(Some(0)));
-        assert!(!zero.setting.counts());
-        made(&zero, &f, 1, 300 * MIB);
-        assert_eq!(zero.grew(0, 1, 50 * MIB as i64, None, false, &f), Ok(()));
-        zero.correct(0, 5, &f, &f);
-        assert_eq!((zero.charged(0), f.calls()), (0, 0));
-    }
-
-    #[test]
-    fn without_nvml_a_context_is_not_measured() {
-        let mut f = fake(1024 * MIB);
-        f.nvml = false;
-        let c = ContextMemory::new(Setting::Measure);
-        let (rc, _, fits) = c.create(
-            0,
-            &f,
-            &f,
-            || true,
-            || {
-                f.take(300 * MIB);
-                ok(1)
-            },
-        );
-        assert_eq!((rc, fits, f.parts()), (CuResult::SUCCESS, Ok(()), 0));
-    }
-
-    /// `cuCtxSetLimit` and module loads: measured with the driver's figure (its bias
-    /// cancels), charged to the context, given back by a shrink or an unload.
-    #[test]
-    fn limits_and_modules_grow_the_context() {
-        let (f, c) = (fake(1024 * MIB), ContextMemory::new(Setting::Measure));
-        made(&c, &f, 1, 100 * MIB);
-        let m = c.measure(
-            0,
-            || f.driver_free(),
-            &f,
-            || {
-                f.take(64 * MIB);
-                ok(0)
-            },
-        );
-        assert_eq!(m.growth, Some(64 * MIB as i64));
-        assert_eq!(c.grew(0, 1, m.growth.unwrap(), None, false, &f), Ok(()));
-        assert_eq!(f.parts(), 164 * MIB);
-        assert_eq!(
-            c.grew(0, 1, 10 * MIB as i64, Some(0xabc), false, &f),
-            Ok(())
-        );
-        assert_eq!(f.parts(), 174 * MIB);
-        c.unloaded(0xabc, &f);
-        c.unloaded(0xabc, &f);
-        assert_eq!(f.parts(), 164 * MIB, "credited once");
-        // a smaller limit gives back, never more than the context holds
-        assert_eq!(c.grew(0, 1, -(32 * MIB as i64), None, false, &f), Ok(()));
-        assert_eq!(f.parts(), 132 * MIB);
-        assert_eq!(c.grew(0, 1, -(4096 * MIB as i64), None, false, &f), Ok(()));
-        assert_eq!(f.parts(), 0);
-        // growth that does not fit is refused, nothing charged
-        assert_eq!(
-            c.grew(0, 1, 2048 * MIB as i64, None, false, &f),
-            Err(Refused { bytes: 2048 * MIB })
-        );
-        assert_eq!(f.parts(), 0);
-        // a context cuquota never saw made, or none: nothing
-        assert_eq!(c.grew(0, 9, 10 * MIB as i64, None, false, &f), Ok(()));
-        assert_eq!(
-            c.grew(0, NO_CONTEXT, 10 * MIB as i64, None, false, &f),
-            Ok(())
-        );
-        assert_eq!(f.parts(), 0);
-        // a module's charge goes with its context
-        c.grew(0, 1, 8 * MIB as i64, Some(0xdef), false, &f)
-            .unwrap();
-        c.gone(1, &f);
-        c.unloaded(0xdef, &f);
-        assert_eq!(f.parts(), 0);
-    }
-
-    /// NVML's per-process figure corrects the context part: up (lazy loading grew it) or
-    /// down (a distorted measurement), never below 0, at most once a second.
-    #[test]
-    fn the_correction_follows_nvml_rate_limited() {
-        let (f, c) = (fake(4096 * MIB), ContextMemory::new(Setting::Measure));
-        c.correct(0, 1, &f, &f);
-        assert_eq!(f.calls(), 0, "no context on the device: not asked");
-        made(&c, &f, 1, 300 * MIB);
-        f.allocations.store(1000 * MIB, Relaxed);
-        // the first kernel launch loaded modules: NVML says 1500 MiB in all
-        f.uses(1500 * MIB);
-        let t0 = 10 * CORRECTION_INTERVAL_NS;
-        c.correct(0, t0, &f, &f);
-        assert_eq!((f.parts(), c.charged(0)), (500 * MIB, 500 * MIB));
-        // within the second: not asked again
-        f.uses(1100 * MIB);
-        c.correct(0, t0 + CORRECTION_INTERVAL_NS / 2, &f, &f);
-        assert_eq!((f.calls(), f.parts()), (1, 500 * MIB));
-        // later: down to what NVML says beyond the allocations
-        c.correct(0, t0 + CORRECTION_INTERVAL_NS, &f, &f);
-        assert_eq!(f.parts(), 100 * MIB);
-        // NVML below the allocations (rounding, timing): 0, never negative
-        f.uses(800 * MIB);
-        c.correct(0, t0 + 3 * CORRECTION_INTERVAL_NS, &f, &f);
-        assert_eq!(f.parts(), 0);
-        // a request in flight: not corrected now, but at the next chance
-        f.uses(1500 * MIB);
-        f.flight.store(MIB, Relaxed);
-        c.correct(0, t0 + 4 * CORRECTION_INTERVAL_NS, &f, &f);
-        assert_eq!(f.parts(), 0);
-        f.flight.store(0, Relaxed);
-        c.correct(0, t0 + 4 * CORRECTION_INTERVAL_NS + 1, &f, &f);
-        assert_eq!(f.parts(), 500 * MIB);
-        f.uses(1000 * MIB);
-        c.correct(0, t0 + 5 * CORRECTION_INTERVAL_NS + 1, &f, &f);
-        assert_eq!(f.parts(), 0);
-        // no figure (pid not listed): left alone
-        f.uses(NONE);
-        c.correct(0, t0 + 5 * CORRECTION_INTERVAL_NS, &f, &f);
-        assert_eq!(f.parts(), 0);
-        // a new context adds its measurement to the corrected figure; the last one gone
-        // takes the correction with it
-        f.uses(1500 * MIB);
-        c.correct(0, t0 + 7 * CORRECTION_INTERVAL_NS, &f, &f);
-        assert_eq!(f.parts(), 500 * MIB);
-        made(&c, &f, 2, 200 * MIB);
-        assert_eq!(f.parts(), 700 * MIB);
-        c.gone(1, &f);
-        assert_eq!(
-            f.parts(),
-            400 * MIB,
-            "the correction stays with the live context"
-        );
-        c.gone(2, &f);
-        assert_eq!((f.parts(), c.charged(0)), (0, 0));
-    }
-
-    /// Every change of free memory happens inside a measured call: with the lock, each
-    /// context measures exactly its own 2 MiB however the threads interleave.
-    /// Contexts measured to take nothing (a simulated device) leave NVML's figure alone.
-    #[test]
-    fn no_correction_where_contexts_take_nothing() {
-        let (f, c) = (fake(4096 * MIB), ContextMemory::new(Setting::Measure));
-        made(&c, &f, 1, 0);
-        f.uses(500 * MIB);
-        c.correct(0, CORRECTION_INTERVAL_NS, &f, &f);
-        assert_eq!((f.parts(), f.calls()), (0, 0));
-    }
-
-    #[test]
-    fn threads_do_not_mix() {
-        use std::sync::Arc;
-        let f = Arc::new(fake(u64::MAX));
-        f.free.store(1 << 50, Relaxed);
-        let c = Arc::new(ContextMemory::new(Setting::Measure));
-        let threads: Vec<_> = (0..4u8)
-            .map(|t| {
-                let (f, c) = (f.clone(), c.clone());
-                std::thread::spawn(move || {
-                    for i in 0..50u8 {
-                        let _ = c.create(
-                            0,
-                            &*f,
-                            &*f,
-                            || true,
-                            || {
-                                f.take(MIB);
-                                std::thread::yield_now();
-                                f.take(MIB);
-                                ok(t * 50 + i + 1)
-                            },
-                        );
-                    }
-                })
-            })
-            .collect();
-        for t in threads {
-            t.join().unwrap();
-        }
-        assert_eq!(f.parts(), 200 * 2 * MIB);
-        for slot in 1..=200 {
-            c.gone(slot, &*f);
-        }
-        assert_eq!((f.parts(), c.charged(0)), (0, 0));
-    }
-}
+mod tests;
