@@ -223,13 +223,20 @@ fn a_jobs_policy_is_found_by_its_cgroup_and_a_job_writable_one_is_refused() {
 }
 
 /// Runs `command` (a shell command line) in a mount namespace of its own where
-/// /etc/ld.so.preload holds `preload`: an overlay on /etc, its upper layer in `over`, so the
-/// machine's /etc is never touched.
+/// /etc/ld.so.preload holds `preload`: see [`with_etc_overlay`].
 pub(crate) fn with_ld_so_preload(over: &Path, preload: &str, command: &str) -> Output {
+    fs::create_dir_all(over.join("upper")).unwrap();
+    fs::write(over.join("upper/ld.so.preload"), format!("{preload}\n")).unwrap();
+    with_etc_overlay(over, command)
+}
+
+/// Runs `command` (a shell command line) in a mount namespace of its own with an overlay on
+/// /etc whose upper layer is `over/upper` (what the caller put there is in /etc; what the
+/// command writes to /etc lands there), so the machine's /etc is never touched.
+pub(crate) fn with_etc_overlay(over: &Path, command: &str) -> Output {
     for d in ["upper", "work"] {
         fs::create_dir_all(over.join(d)).unwrap();
     }
-    fs::write(over.join("upper/ld.so.preload"), format!("{preload}\n")).unwrap();
     let script = format!(
         "mount -t overlay overlay -o lowerdir=/etc,upperdir={o}/upper,workdir={o}/work /etc \
          || exit 97; exec {command}",

@@ -5,6 +5,8 @@
 use super::{ok, s, stderr, stdout, xml};
 use crate::common::{artifacts, scratch_dir, Client, GIB, MIB};
 use serde_json::Value;
+use std::fs;
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::Command;
@@ -261,4 +263,70 @@ fn the_install_script_installs_a_cuquota_that_finds_its_library() {
         text.contains(&format!("info rc=0 free={GIB} total={GIB}")),
         "{text}"
     );
+}
+
+/// scripts/install.sh PREFIX --state-dir DIR, as root (in a mount namespace with an overlay on
+/// /etc holding a tmpfiles.d directory): DIR, DIR/groups and DIR/processes are root's, mode
+/// 1777, and /etc/tmpfiles.d/cuquota.conf makes them again at boot. A DIR another user made
+/// first is refused, not taken over; a relative one is a usage error.
+#[test]
+fn the_install_script_makes_a_root_state_directory_and_refuses_another_users() {
+    crate::policy::needs_root();
+    let art = artifacts();
+    let dir = scratch_dir("install-state");
+    let over = dir.join("etc");
+    fs::create_dir_all(over.join("upper/tmpfiles.d")).unwrap();
+    let state = dir.join("state");
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let install = |state: &Path| {
+        let command = format!(
+            "env CUQUOTA_INSTALL_FROM={built} {script} {prefix} --state-dir {state}",
+            built = art.cli.parent().unwrap().display(),
+            script = workspace.join("scripts/install.sh").display(),
+            prefix = dir.join("prefix").display(),
+            state = state.display(),
+        );
+        crate::policy::with_etc_overlay(&over, &command)
+    };
+    let out = install(&state);
+    assert_eq!(out.status.code(), Some(0), "{out}");
+    for d in [state.clone(), state.join("groups"), state.join("processes")] {
+        let meta = fs::symlink_metadata(&d).unwrap();
+        assert!(meta.is_dir(), "{}", d.display());
+        assert_eq!(
+            (meta.uid(), meta.mode() & 0o7777),
+            (0, 0o1777),
+            "{}",
+            d.display()
+        );
+    }
+    let s = state.display();
+    assert_eq!(
+        fs::read_to_string(over.join("upper/tmpfiles.d/cuquota.conf")).unwrap(),
+        format!(
+            "# cuquota's shared state directory, made by root at boot (scripts/install.sh \
+             --state-dir)\nd {s} 1777 root root -\nd {s}/groups 1777 root root -\n\
+             d {s}/processes 1777 root root -\n"
+        )
+    );
+
+    // One another user (daemon) made first is refused, named with its owner and mode.
+    let theirs = dir.join("theirs");
+    fs::create_dir(&theirs).unwrap();
+    std::os::unix::fs::chown(&theirs, Some(1), Some(1)).unwrap();
+    let out = install(&theirs);
+    assert_eq!(out.status.code(), Some(1), "{out}");
+    assert!(
+        out.stderr.iter().any(|l| l
+            == &format!(
+                "install.sh: {} exists and is not a directory of root's (owner uid 1, mode 755, \
+                 directory): remove it, then run this again",
+                theirs.display()
+            )),
+        "{out}"
+    );
+    assert!(!theirs.join("groups").exists());
+    let out = install(Path::new("relative/state"));
+    assert_eq!(out.status.code(), Some(2), "{out}");
+    let _ = fs::remove_dir_all(&dir);
 }
