@@ -7,6 +7,7 @@ mod cdi;
 mod export;
 mod metrics;
 mod plot;
+mod preflight;
 mod report;
 mod run;
 mod set;
@@ -70,10 +71,14 @@ this cuquota, in its parent directory, or in ../lib (the layout of scripts/insta
 PREFIX/bin/cuquota, PREFIX/lib/libcuquota.so).
 
 Finding the driver: COMMAND loads libcuda.so.1 as it would without cuquota (the system's \
-driver, or the first on LD_LIBRARY_PATH: for the stand-in, \
-LD_LIBRARY_PATH=$(scripts/shim.sh) with CUDA_SHIM_MEMORY=8GiB and CUDA_SHIM_DEVICES=1).
+driver, or the first on LD_LIBRARY_PATH), or from --driver DIR. --stand-in names the stand-in \
+driver that comes with cuquota (GPUs simulated in host memory, to try it without one: \
+CUDA_SHIM_MEMORY=8GiB and CUDA_SHIM_DEVICES=1 by default), for COMMAND alone: it also answers \
+as NVML, so nothing else should see it.
 
-Other settings (CUQUOTA_LOG_LEVEL, CUQUOTA_VIRTUALIZE) pass through the environment.")]
+Other settings (CUQUOTA_LOG_LEVEL, CUQUOTA_VIRTUALIZE, CUQUOTA_COUNT, CUQUOTA_CONTEXT, \
+CUQUOTA_STACKS) pass through the environment; cuquota checks every CUQUOTA_* variable there \
+before COMMAND starts.")]
     Run {
         /// Quota, e.g. 6GiB, 75%, or 0:6GiB,1:50%, or GPU-<uuid>:6GiB, or none (CUQUOTA_LIMIT).
         #[arg(long, value_name = "SPEC")]
@@ -95,6 +100,17 @@ Other settings (CUQUOTA_LOG_LEVEL, CUQUOTA_VIRTUALIZE) pass through the environm
         /// (CUQUOTA_STATE_DIR; default /dev/shm/cuquota).
         #[arg(long, value_name = "DIR")]
         state_dir: Option<PathBuf>,
+        /// Load the driver (libcuda.so.1) from DIR: put first on COMMAND's LD_LIBRARY_PATH.
+        #[arg(long, value_name = "DIR", conflicts_with = "stand_in")]
+        driver: Option<PathBuf>,
+        /// Use the stand-in driver that comes with cuquota, for COMMAND alone (the wheel's,
+        /// PREFIX/share/cuquota/shim of scripts/install.sh, or a clone's after scripts/shim.sh).
+        #[arg(long)]
+        stand_in: bool,
+        /// Record each allocation's call stack in the trace, at most N frames (CUQUOTA_STACKS;
+        /// `cuquota report` then lists the call sites).
+        #[arg(long, value_name = "N")]
+        stacks: Option<u32>,
         /// The command and its arguments (after an optional `--`; an option cuquota does not
         /// know, before COMMAND, is refused).
         #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
@@ -256,8 +272,21 @@ fn main() -> ExitCode {
             log,
             group,
             state_dir,
+            driver,
+            stand_in,
+            stacks,
             command,
         } => {
+            let driver = match (driver, stand_in) {
+                (_, true) => match run::stand_in_dir() {
+                    Ok(dir) => Some(dir),
+                    Err(e) => {
+                        eprintln!("cuquota: --stand-in: {e}");
+                        return ExitCode::from(2);
+                    }
+                },
+                (driver, false) => driver,
+            };
             let settings = run::Settings {
                 limit,
                 trace,
@@ -265,13 +294,29 @@ fn main() -> ExitCode {
                 log,
                 group,
                 state_dir,
+                driver,
+                stacks,
             };
-            if let Err(e) = settings
-                .check()
-                .and_then(|()| settings.check_intent(&command))
-            {
-                eprintln!("cuquota: {e}");
-                return ExitCode::from(2);
+            let inherited = preflight::inherited();
+            let env_limit = inherited
+                .iter()
+                .find(|(k, _)| k == "CUQUOTA_LIMIT")
+                .map(|(_, v)| v.as_str());
+            let checked = settings.check().and_then(|mut notes| {
+                notes.extend(preflight::variables(&settings, &inherited)?);
+                notes.extend(settings.check_intent(&command, env_limit)?);
+                Ok(notes)
+            });
+            match checked {
+                Ok(notes) => {
+                    for note in notes {
+                        eprintln!("cuquota: note: {note}");
+                    }
+                }
+                Err(e) => {
+                    eprintln!("cuquota: {e}");
+                    return ExitCode::from(2);
+                }
             }
             // Only returns if the command could not be started.
             return run::exec(&settings, &command);
