@@ -429,3 +429,45 @@ fn run_driver_names_the_driver_for_the_command_alone() {
          install)"
     );
 }
+
+/// `cuquota cdi` names only paths that exist on the host (a missing mount fails every
+/// container that asks for the device): the library defaults to the one `run` would preload.
+#[test]
+fn cdi_refuses_a_path_that_is_not_there() {
+    let dir = scratch_dir("cli-slips-cdi");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let policy = dir.join("cuquota.conf");
+    std::fs::write(&policy, "limit = 1GiB\n").unwrap();
+    let missing = dir.join("nowhere.conf");
+    let out = cuquota(&["cdi", "--policy", s(&missing)]).run();
+    out.check_exit(2);
+    assert_eq!(
+        out.stderr,
+        [format!(
+            "cuquota: --policy {}: there is no such file (write the policy first, e.g. the line \
+             limit = 6GiB; see the README's policy section)",
+            s(&missing)
+        )]
+    );
+    assert!(out.stdout.is_empty(), "no spec: {out}");
+    let out = cuquota(&[
+        "cdi",
+        "--policy",
+        s(&policy),
+        "--ld-so-preload",
+        s(&missing),
+    ])
+    .run();
+    out.check_exit(2);
+    // The defaults: the library beside cuquota (here CUQUOTA_LIB's), a state directory that
+    // is there.
+    let out = cuquota(&["cdi", "--policy", s(&policy), "--state-dir", s(&dir)]).run();
+    out.check_exit(0);
+    let spec: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let mounts = &spec["devices"][0]["containerEdits"]["mounts"];
+    let interposer = artifacts().interposer.canonicalize().unwrap();
+    assert_eq!(mounts[0]["hostPath"], s(&interposer));
+    assert_eq!(mounts[1]["hostPath"], s(&policy.canonicalize().unwrap()));
+    let _ = std::fs::remove_dir_all(&dir);
+}

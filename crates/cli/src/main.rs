@@ -36,30 +36,6 @@ struct Args {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Print a CDI specification (JSON) that puts a container under cuquota: the library
-    /// mounted read-only and preloaded, the policy read-only, the state directory shared.
-    ///
-    /// Save it as /etc/cdi/cuquota.json; a container asks for cuquota.io/quota=default.
-    Cdi {
-        /// The library on the host.
-        #[arg(
-            long,
-            value_name = "PATH",
-            default_value = "/usr/local/lib/libcuquota.so"
-        )]
-        library: PathBuf,
-        /// The policy on the host, mounted at /etc/cuquota.conf.
-        #[arg(long, value_name = "PATH", default_value = "/etc/cuquota.conf")]
-        policy: PathBuf,
-        /// The state directory on the host, mounted at /dev/shm/cuquota.
-        #[arg(long, value_name = "DIR", default_value = "/dev/shm/cuquota")]
-        state_dir: PathBuf,
-        /// A host file holding the line /usr/lib/cuquota/libcuquota.so, mounted over the
-        /// container's /etc/ld.so.preload (without it, LD_PRELOAD is set, which a process in
-        /// the container can unset).
-        #[arg(long, value_name = "PATH")]
-        ld_so_preload: Option<PathBuf>,
-    },
     /// Run COMMAND with libcuquota.so preloaded; its exit status is passed through.
     ///
     /// The values are checked before COMMAND starts (a bad one exits 2, naming it), and so is
@@ -228,6 +204,32 @@ before COMMAND starts.")]
         #[arg(long, value_name = "DIR")]
         state_dir: Option<PathBuf>,
     },
+    /// Print a CDI specification (JSON) that puts a container under cuquota: the library
+    /// mounted read-only and preloaded, the policy read-only, the state directory shared.
+    ///
+    /// Save it as /etc/cdi/cuquota.json; a container asks for cuquota.io/quota=default (or
+    /// the --name given). The paths must exist on the host: a missing one is refused.
+    Cdi {
+        /// The device's name, for a second spec with another policy (another limit):
+        /// cuquota.io/quota=NAME.
+        #[arg(long, value_name = "NAME", default_value = "default")]
+        name: String,
+        /// The library on the host (default: the one `cuquota run` would preload, beside
+        /// this cuquota: PREFIX/lib of scripts/install.sh, the wheel's lib/).
+        #[arg(long, value_name = "PATH")]
+        library: Option<PathBuf>,
+        /// The policy on the host, mounted at /etc/cuquota.conf.
+        #[arg(long, value_name = "PATH", default_value = "/etc/cuquota.conf")]
+        policy: PathBuf,
+        /// The state directory on the host, mounted at /dev/shm/cuquota.
+        #[arg(long, value_name = "DIR", default_value = "/dev/shm/cuquota")]
+        state_dir: PathBuf,
+        /// A host file holding the line /usr/lib/cuquota/libcuquota.so, mounted over the
+        /// container's /etc/ld.so.preload (without it, LD_PRELOAD is set, which a process in
+        /// the container can unset).
+        #[arg(long, value_name = "PATH")]
+        ld_so_preload: Option<PathBuf>,
+    },
 }
 
 /// `--state-dir`, else `CUQUOTA_STATE_DIR`, else the default.
@@ -322,16 +324,42 @@ fn main() -> ExitCode {
             return run::exec(&settings, &command);
         }
         Command::Cdi {
+            name,
             library,
             policy,
             state_dir,
             ld_so_preload,
         } => {
+            let library = match library.map_or_else(run::find_library, Ok) {
+                Ok(library) => library,
+                Err(e) => {
+                    eprintln!("cuquota: --library: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let mut paths = cdi::Paths {
+                library,
+                policy,
+                state_dir,
+                ld_so_preload,
+            };
+            match paths.check(&name) {
+                Ok(notes) => {
+                    for note in notes {
+                        eprintln!("cuquota: note: {note}");
+                    }
+                }
+                Err(e) => {
+                    eprintln!("cuquota: {e}");
+                    return ExitCode::from(2);
+                }
+            }
             let spec = cdi::spec(&cdi::Options {
-                library: &library,
-                policy: &policy,
-                state_dir: &state_dir,
-                ld_so_preload: ld_so_preload.as_deref(),
+                name: &name,
+                library: &paths.library,
+                policy: &paths.policy,
+                state_dir: &paths.state_dir,
+                ld_so_preload: paths.ld_so_preload.as_deref(),
             });
             println!(
                 "{}",

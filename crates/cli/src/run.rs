@@ -290,7 +290,7 @@ pub fn stand_in_dir() -> Result<PathBuf, String> {
 
 /// `CUQUOTA_LIB` if set; else next to this executable (target/release), its parent
 /// (target/release/deps, or an install's bin/ beside lib/), or ../lib.
-fn find_library() -> Result<PathBuf, String> {
+pub fn find_library() -> Result<PathBuf, String> {
     if let Some(path) = std::env::var_os("CUQUOTA_LIB") {
         let path = PathBuf::from(path);
         return usable(&path).ok_or_else(|| {
