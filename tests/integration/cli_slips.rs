@@ -471,3 +471,33 @@ fn cdi_refuses_a_path_that_is_not_there() {
     assert_eq!(mounts[1]["hostPath"], s(&policy.canonicalize().unwrap()));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `run --stacks N` records call stacks (CUQUOTA_STACKS) in the trace, as the variable does;
+/// a depth beyond the most is refused before the command starts.
+#[test]
+fn run_stacks_records_call_stacks() {
+    let dir = scratch_dir("cli-slips-stacks");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("t.jsonl");
+    let client = Client::Linked.path();
+    let out = cuquota(&["run", "--stacks", "8", "--trace", s(&trace), s(&client)])
+        .args(&["init", "alloc:1M", "alloc:2M"])
+        .run();
+    out.check_exit(0);
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(lines.iter().any(|l| l["type"] == "stack"), "{text}");
+    let allocs: Vec<_> = lines.iter().filter(|l| l["type"] == "alloc").collect();
+    assert_eq!(allocs.len(), 2, "{text}");
+    assert!(allocs.iter().all(|a| a["stack"].is_u64()), "{text}");
+    let err = refused(&["--stacks", "129"], &[]);
+    assert_eq!(
+        err,
+        "cuquota: --stacks 129: give frames from 0 (off) to 128"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
