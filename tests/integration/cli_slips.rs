@@ -501,3 +501,69 @@ fn run_stacks_records_call_stacks() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Usage slips outside `run`: `set NAME` alone shows both forms of `set`; `metrics --listen`
+/// with no address is a usage error (2) while a port that cannot be bound is not (1); `plot
+/// -o -` writes the SVG to standard output, as its help says; `-h` lists `run` first and
+/// `cdi` last.
+#[test]
+fn usage_slips_outside_run() {
+    let out = cuquota(&["set", "g"]).run();
+    out.check_exit(2);
+    let err = out.stderr.join("\n");
+    assert!(
+        err.contains(
+            "Usage: cuquota set NAME --limit SPEC [--state-dir DIR]\n       cuquota set NAME \
+             --remove [--state-dir DIR]"
+        ),
+        "{err}"
+    );
+    let out = cuquota(&["metrics", "--listen", "bad"]).run();
+    out.check_exit(2);
+    assert_eq!(
+        out.stderr,
+        ["cuquota: --listen bad: invalid socket address (give HOST:PORT, e.g. 127.0.0.1:9400)"]
+    );
+    // A port already taken: an address, but not one to serve at.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = cuquota(&["metrics", "--listen", &addr]).run();
+    out.check_exit(1);
+    assert!(
+        out.stderr[0].starts_with(&format!("cuquota: --listen {addr}: ")),
+        "{out}"
+    );
+
+    let help = cuquota(&["-h"]).run();
+    help.check_exit(0);
+    let commands: Vec<&str> = help
+        .stdout
+        .lines()
+        .skip_while(|l| *l != "Commands:")
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(
+        commands,
+        ["run", "report", "export", "plot", "set", "top", "metrics", "cdi", "help"]
+    );
+    let plot_help = cuquota(&["plot", "--help"]).run();
+    assert!(
+        plot_help.stdout.contains("(`-`: standard output)"),
+        "{plot_help}"
+    );
+    let dir = scratch_dir("cli-slips-plot");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("t.jsonl");
+    let client = Client::Linked.path();
+    cuquota(&["run", "--trace", s(&trace), s(&client), "init", "alloc:1M"])
+        .run()
+        .check_exit(0);
+    let out = cuquota(&["plot", s(&trace), "-o", "-"]).run();
+    out.check_exit(0);
+    assert!(out.stdout.trim_end().ends_with("</svg>"), "{out}");
+    assert!(out.stdout.contains("<svg"), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -144,7 +144,7 @@ before COMMAND starts.")]
         /// Trace files written with CUQUOTA_TRACE (or `cuquota run --trace`).
         #[arg(required = true, value_name = "TRACE")]
         traces: Vec<PathBuf>,
-        /// The SVG file to write.
+        /// The SVG file to write (`-`: standard output).
         #[arg(short, long, value_name = "FILE")]
         output: PathBuf,
         /// Warn about malformed lines and go on, instead of stopping at the first.
@@ -152,6 +152,10 @@ before COMMAND starts.")]
         skip_bad: bool,
     },
     /// Set a group's limit while its members run (or prepare a group before they start).
+    #[command(
+        override_usage = "cuquota set NAME --limit SPEC [--state-dir DIR]\n       \
+                                cuquota set NAME --remove [--state-dir DIR]"
+    )]
     ///
     /// Members read the limit at every check: raised, requests fit again at once; lowered
     /// below what they hold, nothing is taken away and new requests are refused until enough
@@ -424,7 +428,18 @@ fn main() -> ExitCode {
         } => {
             let dir = state_dir(dir);
             match listen {
-                Some(addr) => metrics::serve(&addr, &dir),
+                Some(addr) => {
+                    // An address that is no address is a usage error (2), as clap's are; one
+                    // that cannot be bound (in use, not ours) is not (1).
+                    if let Err(e) = std::net::ToSocketAddrs::to_socket_addrs(addr.as_str()) {
+                        eprintln!(
+                            "cuquota: --listen {}: {e} (give HOST:PORT, e.g. 127.0.0.1:9400)",
+                            cuquota_format::settings::printable(&addr)
+                        );
+                        return ExitCode::from(2);
+                    }
+                    metrics::serve(&addr, &dir)
+                }
                 None => {
                     print!("{}", metrics::exposition(&top::model::read(&dir)));
                     Ok(())
