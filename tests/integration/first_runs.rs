@@ -377,3 +377,42 @@ fn the_readmes_group_try_it_shows_two_members_in_top() {
     ));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A GPU whose memory no governed process recorded (a byte limit, no memory query) has it in
+/// `cuquota top` from NVML on the viewer's machine (here the stand-in's, 8 GiB), by UUID;
+/// without NVML it stays unknown (0), never a guess.
+#[test]
+fn top_asks_nvml_for_a_gpus_memory_no_process_recorded() {
+    let art = artifacts();
+    let dir = scratch_dir("top-gpu-memory");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let state = dir.join("state");
+    let gate = dir.join("gate");
+    std::fs::write(&gate, "").unwrap();
+    let mut held = Run::client(Client::Linked)
+        .ops(&format!("init alloc:1M waitgone:{}", gate.display()))
+        .env("CUQUOTA_LIMIT", "1GiB")
+        .env_os("CUQUOTA_STATE_DIR", &state)
+        .start();
+    held.wait_for(|l| l.raw.starts_with("alloc "));
+    let total = |driver_dir: &Path| -> u64 {
+        let out = Command::new(&art.cli)
+            .args(["top", "--json", "--state-dir"])
+            .arg(&state)
+            .env("LD_LIBRARY_PATH", driver_dir)
+            .env_remove("LD_PRELOAD")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let snap: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(snap["gpus"].as_array().map(Vec::len), Some(1), "{snap}");
+        snap["gpus"][0]["total"].as_u64().unwrap()
+    };
+    let with_nvml = total(&art.shim_dir);
+    let without = total(Path::new("/nonexistent-cuquota-dir"));
+    std::fs::remove_file(&gate).unwrap();
+    held.wait().check_exit(0);
+    assert_eq!((with_nvml, without), (8 << 30, 0));
+    let _ = std::fs::remove_dir_all(&dir);
+}
