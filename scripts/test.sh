@@ -9,6 +9,7 @@
 # runs reuse it, and CUQUOTA_WHEELHOUSE=DIR installs from a copied wheelhouse without
 # network). The wheel test downloads ~44 MB of pinned wheels into target/wheel/ the first
 # time. The first build takes several minutes; the tests themselves a few minutes.
+# For a first check without root, packages or downloads: scripts/quick-test.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 step() { echo "== $(date +%H:%M:%S) $*"; }
