@@ -73,10 +73,8 @@ pub fn variables(settings: &Settings, vars: &[(String, String)]) -> Result<Vec<S
                     )
                 })?;
             }
-            "CUQUOTA_STATE_DIR" if !value.is_empty() && Path::new(value).exists() => {
-                if !Path::new(value).is_dir() {
-                    return Err(format!("CUQUOTA_STATE_DIR={shown}: not a directory"));
-                }
+            "CUQUOTA_STATE_DIR" if Path::new(value).exists() && !Path::new(value).is_dir() => {
+                return Err(format!("CUQUOTA_STATE_DIR={shown}: not a directory"));
             }
             _ => {}
         }
