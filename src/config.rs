@@ -17,6 +17,8 @@
 //! otherwise that user could make it write where only it may write, or judge a group file
 //! by the user's credentials. The others may still only narrow.
 
+use cuquota_format::lenient;
+pub use cuquota_format::lenient::{Count, LogLevel};
 use cuquota_format::settings::{self, printable};
 pub use cuquota_format::settings::{parse_limits, DeviceId, Limits, MAX_DEVICES};
 use cuquota_state::group;
@@ -84,37 +86,6 @@ impl Mode {
         match self {
             Mode::Enforce => "enforce",
             Mode::Observe => "observe",
-        }
-    }
-}
-
-/// `CUQUOTA_LOG_LEVEL`, in increasing detail.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum LogLevel {
-    /// Refusals, explanations, warnings and the exit summary (the default).
-    Warn,
-    /// Also the effective configuration, once.
-    Info,
-    /// Also every refusal of a back-off episode.
-    Debug,
-}
-
-/// `CUQUOTA_COUNT`: what the quota bounds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Count {
-    /// The process's whole footprint on the device: allocations, pool reservations beyond
-    /// them, graph memory, context memory (the default).
-    Footprint,
-    /// Live allocations only (cuquota before it counted the footprint).
-    Allocations,
-}
-
-impl Count {
-    /// The word for it in the configuration line and the trace header.
-    pub fn name(self) -> &'static str {
-        match self {
-            Count::Footprint => "footprint",
-            Count::Allocations => "allocations",
         }
     }
 }
@@ -340,16 +311,16 @@ impl Config {
                 None => return Err(bad("CUQUOTA_MODE", &v, "enforce or observe")),
             },
         };
-        let virtualize = match set("CUQUOTA_VIRTUALIZE").map(|v| v.trim().to_ascii_lowercase()) {
+        let virtualize = match set("CUQUOTA_VIRTUALIZE") {
             None => true,
-            Some(v) => match v.as_str() {
-                "1" | "on" | "true" | "yes" => true,
-                "0" | "off" | "false" | "no" => false,
-                _ => {
-                    warnings.push(warning("CUQUOTA_VIRTUALIZE", &v, "1 or 0", "1 (on)"));
-                    true
-                }
-            },
+            Some(v) => lenient::parse_virtualize(&v).unwrap_or_else(|| {
+                warnings.push(lenient_warning(
+                    "CUQUOTA_VIRTUALIZE",
+                    &v,
+                    &lenient::VIRTUALIZE,
+                ));
+                true
+            }),
         };
         let log = match raw("CUQUOTA_LOG") {
             None => LogTarget::Stderr,
@@ -359,22 +330,16 @@ impl Config {
                 settings::LogTarget::File(_) => LogTarget::File(v.into()),
             },
         };
-        let log_level = match set("CUQUOTA_LOG_LEVEL").map(|v| v.trim().to_ascii_lowercase()) {
+        let log_level = match set("CUQUOTA_LOG_LEVEL") {
             None => LogLevel::Warn,
-            Some(v) => match v.as_str() {
-                "warn" | "warning" => LogLevel::Warn,
-                "info" => LogLevel::Info,
-                "debug" => LogLevel::Debug,
-                _ => {
-                    warnings.push(warning(
-                        "CUQUOTA_LOG_LEVEL",
-                        &v,
-                        "warn, info or debug",
-                        "warn",
-                    ));
-                    LogLevel::Warn
-                }
-            },
+            Some(v) => lenient::parse_log_level(&v).unwrap_or_else(|| {
+                warnings.push(lenient_warning(
+                    "CUQUOTA_LOG_LEVEL",
+                    &v,
+                    &lenient::LOG_LEVEL,
+                ));
+                LogLevel::Warn
+            }),
         };
         let trace = match raw("CUQUOTA_TRACE") {
             Some(t) if t.is_empty() => None,
@@ -392,41 +357,28 @@ impl Config {
         };
         // Neither can lift enforcement: footprint is the stricter count, and a measured
         // context is what a bad size falls back to.
-        let count = match set("CUQUOTA_COUNT").map(|v| v.trim().to_ascii_lowercase()) {
+        let count = match set("CUQUOTA_COUNT") {
             None => Count::Footprint,
-            Some(v) => match v.as_str() {
-                "footprint" => Count::Footprint,
-                "allocations" => Count::Allocations,
-                _ => {
-                    warnings.push(warning(
-                        "CUQUOTA_COUNT",
-                        &v,
-                        "footprint or allocations",
-                        "footprint",
-                    ));
-                    Count::Footprint
-                }
-            },
+            Some(v) => lenient::parse_count(&v).unwrap_or_else(|| {
+                warnings.push(lenient_warning("CUQUOTA_COUNT", &v, &lenient::COUNT));
+                Count::Footprint
+            }),
         };
         let context = match set("CUQUOTA_CONTEXT") {
             None => None,
-            Some(v) => match settings::parse_limit_size(&v) {
-                Ok(cuquota_format::units::Size::Bytes(b)) => Some(b),
-                Ok(_) => {
-                    warnings.push(warning(
-                        "CUQUOTA_CONTEXT",
-                        &v,
-                        "a size such as 512MiB, or 0 to leave context memory out",
-                        "measured",
-                    ));
-                    None
-                }
+            Some(v) => match lenient::parse_context(&v) {
+                Ok(b) => Some(b),
                 Err(why) => {
-                    warnings.push(warning(
+                    let valid = if why.is_empty() {
+                        lenient::CONTEXT.valid.to_string()
+                    } else {
+                        format!("a size such as 512MiB ({why})")
+                    };
+                    warnings.push(lenient::warning(
                         "CUQUOTA_CONTEXT",
                         &v,
-                        &format!("a size such as 512MiB ({why})"),
-                        "measured",
+                        &valid,
+                        lenient::CONTEXT.default,
                     ));
                     None
                 }
@@ -455,21 +407,10 @@ impl Config {
         // Only what the trace records: a bad value is a warning, and no stacks.
         let stacks = match set("CUQUOTA_STACKS") {
             None => 0,
-            Some(v) => match v.trim().parse::<u32>() {
-                Ok(n) if n <= crate::stacks::MAX_DEPTH => n,
-                _ => {
-                    warnings.push(warning(
-                        "CUQUOTA_STACKS",
-                        &v,
-                        &format!(
-                            "a number of frames from 0 (off) to {}",
-                            crate::stacks::MAX_DEPTH
-                        ),
-                        "0 (off)",
-                    ));
-                    0
-                }
-            },
+            Some(v) => lenient::parse_stacks(&v).unwrap_or_else(|| {
+                warnings.push(lenient_warning("CUQUOTA_STACKS", &v, &lenient::STACKS));
+                0
+            }),
         };
         if stacks > 0 && trace.is_none() {
             warnings.push(
@@ -517,11 +458,8 @@ fn bad(var: &str, value: &str, valid: &str) -> ConfigError {
     }
 }
 
-fn warning(var: &str, value: &str, valid: &str, default: &str) -> String {
-    format!(
-        "{var}=\"{}\" is not valid (use {valid}); using the default, {default}",
-        printable(value)
-    )
+fn lenient_warning(var: &str, value: &str, words: &lenient::Words) -> String {
+    lenient::warning(var, value, words.valid, words.default)
 }
 
 #[cfg(test)]

@@ -180,6 +180,17 @@ fn new_engine() -> Engine {
         (config, _) => config,
     };
     crate::log::configure(config.as_ref().map_or(&LogTarget::Stderr, |c| &c.log));
+    // Here, at the first CUDA call, and never when only NVML asks: a misspelt name
+    // (CUQUOTA_LIMT) would otherwise leave the process unlimited without a word.
+    if !config.as_ref().is_ok_and(|c| c.untouched) {
+        let names: Vec<_> = std::env::vars_os().map(|(k, _)| k).collect();
+        let names = names.iter().map(|n| n.as_encoded_bytes());
+        for name in cuquota_format::variables::unknown_names(names) {
+            if let Some(line) = cuquota_format::variables::unknown(&name, "it is ignored") {
+                crate::log::line(&line);
+            }
+        }
+    }
     match &config {
         Err(e) => crate::log::line(&e.message),
         Ok(c) => {

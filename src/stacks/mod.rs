@@ -19,7 +19,7 @@ use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// The most frames a stack keeps (`CUQUOTA_STACKS` above it means this).
-pub const MAX_DEPTH: u32 = 128;
+pub const MAX_DEPTH: u32 = cuquota_format::lenient::MAX_STACK_DEPTH;
 /// Distinct stacks a process can intern; later new ones are recorded as none.
 const MAX_STACKS: usize = 1 << 16;
 /// Frames of all interned stacks together.

@@ -13,23 +13,7 @@ pub struct Vars {
     pub start_unix_secs: u64,
 }
 
-/// Rank variables of torchrun, MPI, Slurm and PMI, in the order they are consulted.
-const RANK_VARS: [&str; 5] = [
-    "RANK",
-    "LOCAL_RANK",
-    "OMPI_COMM_WORLD_RANK",
-    "SLURM_PROCID",
-    "PMI_RANK",
-];
-
-/// The first rank variable that is set (and a number), else 0.
-pub fn rank(lookup: impl Fn(&str) -> Option<String>) -> u32 {
-    RANK_VARS
-        .iter()
-        .find_map(|name| lookup(name))
-        .and_then(|value| value.trim().parse().ok())
-        .unwrap_or(0)
-}
+pub use cuquota_format::settings::rank;
 
 /// Expands `%p` (pid), `%h` (host), `%r` (rank), `%t` (start, unix seconds) and `%%`, by
 /// the rule `cuquota run` checks the template with (`cuquota_format::settings`).

@@ -9,8 +9,10 @@ tests/integration/containers.rs.
 Prints one line per check; exits 1 on any failure.
 Usage: validate.py CUQUOTA WORKSPACE KUBERNETES_VALIDATE"""
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import jsonschema
@@ -33,8 +35,16 @@ def check(name, ok, detail=""):
     failed |= not ok
 
 
-for args in ([], ["--ld-so-preload", "/etc/cuquota/ld.so.preload"]):
-    out = subprocess.run([cuquota, "cdi", *args], check=True, capture_output=True, text=True)
+# `cuquota cdi` refuses host paths that are not there: a policy, a preload file and a state
+# directory of the test's own.
+host = Path(tempfile.mkdtemp(prefix="cuquota-cdi-"))
+(host / "cuquota.conf").write_text("limit = 1GiB\n")
+(host / "ld.so.preload").write_text("/usr/lib/cuquota/libcuquota.so\n")
+(host / "state").mkdir()
+paths = ["--policy", str(host / "cuquota.conf"), "--state-dir", str(host / "state")]
+
+for args in ([], ["--ld-so-preload", str(host / "ld.so.preload")]):
+    out = subprocess.run([cuquota, "cdi", *paths, *args], check=True, capture_output=True, text=True)
     spec = json.loads(out.stdout)
     errors = [e.message for e in validator.iter_errors(spec)]
     check(f"cuquota cdi {' '.join(args)} is a valid CDI spec", not errors, "; ".join(errors))
@@ -51,7 +61,8 @@ pod = workspace / "deploy/kubernetes/pod.yaml"
 # The pod makes by hand what the spec's device makes: the same paths and LD_PRELOAD.
 import yaml
 
-spec = json.loads(subprocess.run([cuquota, "cdi"], check=True, capture_output=True, text=True).stdout)
+spec = json.loads(subprocess.run([cuquota, "cdi", *paths], check=True, capture_output=True, text=True).stdout)
+shutil.rmtree(host)
 edits = spec["devices"][0]["containerEdits"]
 for c in [d for d in yaml.safe_load_all(pod.read_text()) if d["kind"] == "Pod"][0]["spec"]["containers"]:
     got = (sorted(m["mountPath"] for m in c["volumeMounts"]),

@@ -302,11 +302,117 @@ fn a_closed_pipe_ends_the_output_quietly() {
             <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fds[1]),
         )
     };
+    // `cdi` prints a spec of host paths that are there.
+    let dir = scratch_dir("closed-pipe");
+    let policy = dir.join("cuquota.conf");
+    std::fs::write(&policy, "limit = 1GiB\n").unwrap();
     let out = Command::new(&artifacts().cli)
         .arg("cdi")
+        .arg("--policy")
+        .arg(&policy)
+        .arg("--state-dir")
+        .arg(&dir)
         .stdout(stdout)
         .output()
         .unwrap();
     assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{out:?}");
     assert_eq!(String::from_utf8_lossy(&out.stderr), "", "{out:?}");
+}
+
+/// The README's group try-it: two `bfc_growth` members of group `svc` sharing 4 GiB, kept
+/// alive by `BFC_HOLD_MS`, through `cuquota run --group --driver` (the stand-in for the
+/// command alone). The second member's refusal names the first as the holder, and
+/// `cuquota top --once` shows the group with both.
+#[test]
+fn the_readmes_group_try_it_shows_two_members_in_top() {
+    let art = artifacts();
+    let dir = scratch_dir("readme-group");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let state = dir.join("cq");
+    let state = state.to_str().unwrap();
+    cuquota_ok(
+        &["set", "svc", "--limit", "4GiB", "--state-dir", state],
+        None,
+    );
+    let bfc = Client::Bfc.path();
+    let member = |target: &str| {
+        Run::program(&art.cli)
+            .no_preload()
+            .env_os("CUQUOTA_LIB", &art.interposer)
+            .env("BFC_HOLD_MS", "30000")
+            .env("LD_LIBRARY_PATH", "/nonexistent-cuquota-dir")
+            .arg("run")
+            .args(&["--driver", art.shim_dir.to_str().unwrap()])
+            .args(&["--group", "svc", "--state-dir", state, "--"])
+            .args(&[bfc.to_str().unwrap(), target])
+            .start()
+    };
+    let holding = |l: &crate::common::Line| l.raw.starts_with("bfc: holding the pool");
+    let mut first = member("1G");
+    first.wait_for(holding);
+    let mut second = member("3G");
+    second.wait_for(holding);
+    let frame = cuquota_ok(&["top", "--once", "--state-dir", state], None);
+    let frame = String::from_utf8_lossy(&frame.stdout).into_owned();
+    first.kill();
+    second.kill();
+    let (first, second) = (first.wait(), second.wait());
+    assert!(frame.contains("group svc (2 members)"), "{frame}");
+    for pid in [first.pid, second.pid] {
+        assert!(
+            frame
+                .lines()
+                .any(|l| l.trim_start().starts_with(&format!("{pid} bfc"))),
+            "{pid} in\n{frame}"
+        );
+    }
+    // The first grew to 2 GiB (regions doubling from 2 MiB past 1 GiB); the second's
+    // 2 GiB region found 4 MiB left, held by the first.
+    second.check_log(&format!(
+        "GPU 0 refused 2.00 GiB (2147483648 bytes) via cuMemAlloc_v2: group svc: quota 4.00 \
+         GiB, this process 2.00 GiB, 1 other member 2.00 GiB, 4.00 MiB left; held by pid {} \
+         (bfc_growth 1G) 2.00 GiB",
+        first.pid
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A GPU whose memory no governed process recorded (a byte limit, no memory query) has it in
+/// `cuquota top` from NVML on the viewer's machine (here the stand-in's, 8 GiB), by UUID;
+/// without NVML it stays unknown (0), never a guess.
+#[test]
+fn top_asks_nvml_for_a_gpus_memory_no_process_recorded() {
+    let art = artifacts();
+    let dir = scratch_dir("top-gpu-memory");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let state = dir.join("state");
+    let gate = dir.join("gate");
+    std::fs::write(&gate, "").unwrap();
+    let mut held = Run::client(Client::Linked)
+        .ops(&format!("init alloc:1M waitgone:{}", gate.display()))
+        .env("CUQUOTA_LIMIT", "1GiB")
+        .env_os("CUQUOTA_STATE_DIR", &state)
+        .start();
+    held.wait_for(|l| l.raw.starts_with("alloc "));
+    let total = |driver_dir: &Path| -> u64 {
+        let out = Command::new(&art.cli)
+            .args(["top", "--json", "--state-dir"])
+            .arg(&state)
+            .env("LD_LIBRARY_PATH", driver_dir)
+            .env_remove("LD_PRELOAD")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let snap: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(snap["gpus"].as_array().map(Vec::len), Some(1), "{snap}");
+        snap["gpus"][0]["total"].as_u64().unwrap()
+    };
+    let with_nvml = total(&art.shim_dir);
+    let without = total(Path::new("/nonexistent-cuquota-dir"));
+    std::fs::remove_file(&gate).unwrap();
+    held.wait().check_exit(0);
+    assert_eq!((with_nvml, without), (8 << 30, 0));
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -187,7 +187,8 @@ fn names_every_site(binary: &str, with_lines: bool) {
             source_line("cuMemAlloc_v2(out")
         )
     } else {
-        format!("in load_weights ({binary})")
+        // No line: the offset in the module tells two calls in one function apart.
+        format!("in load_weights ({binary}+0x")
     };
     assert!(text.contains(&want), "{want}\n{text}");
     assert!(text.contains("Live at GPU 0's peak"), "{text}");

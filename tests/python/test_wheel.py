@@ -54,21 +54,24 @@ def test_everything_comes_from_the_installed_package():
                   "shim/libcuda.so.1", "shim/libcuda.so", "shim/libnvidia-ml.so.1"):
         assert os.path.isfile(os.path.join(os.path.dirname(cuquota.__file__), place)), place
     assert cuquota.LIBRARY == os.path.join(os.path.dirname(cuquota.__file__), "lib", "libcuquota.so")
+    # What `python3 -m cuquota.shim` prints is the directory `cuquota run --stand-in` uses.
+    assert os.path.isfile(os.path.join(cuquota.shim.DIR, "libcuda.so.1"))
     assert not any(name.startswith("CUQUOTA_") for name in os.environ)
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    """`cuquota run --limit 1GiB` of the client on a 4 GiB simulated GPU: 512 MiB and 256 MiB
-    fit, the next 512 MiB does not (768 MiB in use, 256 MiB left)."""
+    """`cuquota run --stand-in --limit 1GiB` of the client on a 4 GiB simulated GPU (the
+    package's shim, for the command alone): 512 MiB and 256 MiB fit, the next 512 MiB does
+    not (768 MiB in use, 256 MiB left)."""
     tmp = tmp_path_factory.mktemp("run")
     client = tmp / "client.py"
     client.write_text(CLIENT)
     trace = tmp / "t-%p.jsonl"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CUQUOTA_", "CUDA_", "LD_"))}
-    env.update(LD_LIBRARY_PATH=cuquota.shim.DIR, CUDA_SHIM_MEMORY="4GiB")
+    env.update(CUDA_SHIM_MEMORY="4GiB")
     done = subprocess.run(
-        [COMMAND, "run", "--limit", "1GiB", "--trace", str(trace), "--",
+        [COMMAND, "run", "--stand-in", "--limit", "1GiB", "--trace", str(trace), "--",
          sys.executable, str(client), str(512 * MiB), str(256 * MiB), str(512 * MiB)],
         env=env, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60,
     )

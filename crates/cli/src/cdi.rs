@@ -12,7 +12,7 @@
 //! version its fields need, computed from them.
 
 use serde_json::{json, Value};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The kind a container requests.
 pub const KIND: &str = "cuquota.io/quota";
@@ -20,6 +20,8 @@ pub const KIND: &str = "cuquota.io/quota";
 pub const CONTAINER_LIBRARY: &str = "/usr/lib/cuquota/libcuquota.so";
 
 pub struct Options<'a> {
+    /// The device's name: a container asks for `cuquota.io/quota=NAME`.
+    pub name: &'a str,
     /// The library on the host.
     pub library: &'a Path,
     /// The policy on the host (mounted at /etc/cuquota.conf).
@@ -65,10 +67,92 @@ pub fn spec(o: &Options) -> Value {
     let mut spec = json!({
         "cdiVersion": "",
         "kind": KIND,
-        "devices": [{ "name": "default", "containerEdits": Value::Object(edits) }],
+        "devices": [{ "name": o.name, "containerEdits": Value::Object(edits) }],
     });
     spec["cdiVersion"] = required_version(&spec).into();
     spec
+}
+
+/// The host paths a spec names, made absolute (CDI wants absolute host paths) and checked:
+/// a mount of a path that is not there fails every container that asks for the device, so
+/// the spec is refused now. The state directory alone may be missing (the first governed
+/// process makes it): a note says so.
+pub struct Paths {
+    pub library: PathBuf,
+    pub policy: PathBuf,
+    pub state_dir: PathBuf,
+    pub ld_so_preload: Option<PathBuf>,
+}
+
+impl Paths {
+    /// Returns the notes, or why the spec cannot be written.
+    pub fn check(&mut self, name: &str) -> Result<Vec<String>, String> {
+        if name.is_empty()
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+        {
+            return Err(format!(
+                "--name {name:?}: a device name is letters, digits, _ . and -"
+            ));
+        }
+        let absolute = |option: &str, path: &Path| {
+            std::path::absolute(path).map_err(|e| format!("{option} {}: {e}", path.display()))
+        };
+        let file = |option: &str, path: &Path, what: &str| -> Result<PathBuf, String> {
+            let shown = absolute(option, path)?;
+            match path.canonicalize() {
+                Ok(real) if real.is_file() => Ok(real),
+                _ => Err(format!(
+                    "{option} {}: there is no such file ({what})",
+                    shown.display()
+                )),
+            }
+        };
+        self.library = file(
+            "--library",
+            &self.library,
+            "scripts/install.sh PREFIX puts it in PREFIX/lib, pip in the package's lib/",
+        )?;
+        self.policy = file(
+            "--policy",
+            &self.policy,
+            "write the policy first, e.g. the line limit = 6GiB; see the README's policy section",
+        )?;
+        if let Some(preload) = &self.ld_so_preload {
+            let preload = file(
+                "--ld-so-preload",
+                preload,
+                &format!("write a file holding the line {CONTAINER_LIBRARY}"),
+            )?;
+            let text = std::fs::read_to_string(&preload)
+                .map_err(|e| format!("--ld-so-preload {}: {e}", preload.display()))?;
+            if !text.split_whitespace().any(|w| w == CONTAINER_LIBRARY) {
+                return Err(format!(
+                    "--ld-so-preload {}: it does not name {CONTAINER_LIBRARY}, where the \
+                     library is inside the container",
+                    preload.display()
+                ));
+            }
+            self.ld_so_preload = Some(preload);
+        }
+        self.state_dir = absolute("--state-dir", &self.state_dir)?;
+        let mut notes = Vec::new();
+        if self.state_dir.exists() && !self.state_dir.is_dir() {
+            return Err(format!(
+                "--state-dir {}: not a directory",
+                self.state_dir.display()
+            ));
+        }
+        if !self.state_dir.exists() {
+            notes.push(format!(
+                "--state-dir {0}: not there yet; it must be when a container starts (mkdir -m \
+                 1777 {0}, again after each boot for one under /dev/shm)",
+                self.state_dir.display()
+            ));
+        }
+        Ok(notes)
+    }
 }
 
 /// Whether a spec uses a field that needs a given version.

@@ -7,6 +7,7 @@ mod cdi;
 mod export;
 mod metrics;
 mod plot;
+mod preflight;
 mod report;
 mod run;
 mod set;
@@ -35,30 +36,6 @@ struct Args {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Print a CDI specification (JSON) that puts a container under cuquota: the library
-    /// mounted read-only and preloaded, the policy read-only, the state directory shared.
-    ///
-    /// Save it as /etc/cdi/cuquota.json; a container asks for cuquota.io/quota=default.
-    Cdi {
-        /// The library on the host.
-        #[arg(
-            long,
-            value_name = "PATH",
-            default_value = "/usr/local/lib/libcuquota.so"
-        )]
-        library: PathBuf,
-        /// The policy on the host, mounted at /etc/cuquota.conf.
-        #[arg(long, value_name = "PATH", default_value = "/etc/cuquota.conf")]
-        policy: PathBuf,
-        /// The state directory on the host, mounted at /dev/shm/cuquota.
-        #[arg(long, value_name = "DIR", default_value = "/dev/shm/cuquota")]
-        state_dir: PathBuf,
-        /// A host file holding the line /usr/lib/cuquota/libcuquota.so, mounted over the
-        /// container's /etc/ld.so.preload (without it, LD_PRELOAD is set, which a process in
-        /// the container can unset).
-        #[arg(long, value_name = "PATH")]
-        ld_so_preload: Option<PathBuf>,
-    },
     /// Run COMMAND with libcuquota.so preloaded; its exit status is passed through.
     ///
     /// The values are checked before COMMAND starts (a bad one exits 2, naming it), and so is
@@ -70,10 +47,14 @@ this cuquota, in its parent directory, or in ../lib (the layout of scripts/insta
 PREFIX/bin/cuquota, PREFIX/lib/libcuquota.so).
 
 Finding the driver: COMMAND loads libcuda.so.1 as it would without cuquota (the system's \
-driver, or the first on LD_LIBRARY_PATH: for the stand-in, \
-LD_LIBRARY_PATH=$(scripts/shim.sh) with CUDA_SHIM_MEMORY=8GiB and CUDA_SHIM_DEVICES=1).
+driver, or the first on LD_LIBRARY_PATH), or from --driver DIR. --stand-in names the stand-in \
+driver that comes with cuquota (GPUs simulated in host memory, to try it without one: \
+CUDA_SHIM_MEMORY=8GiB and CUDA_SHIM_DEVICES=1 by default), for COMMAND alone: it also answers \
+as NVML, so nothing else should see it.
 
-Other settings (CUQUOTA_LOG_LEVEL, CUQUOTA_VIRTUALIZE) pass through the environment.")]
+Other settings (CUQUOTA_LOG_LEVEL, CUQUOTA_VIRTUALIZE, CUQUOTA_COUNT, CUQUOTA_CONTEXT, \
+CUQUOTA_STACKS) pass through the environment; cuquota checks every CUQUOTA_* variable there \
+before COMMAND starts.")]
     Run {
         /// Quota, e.g. 6GiB, 75%, or 0:6GiB,1:50%, or GPU-<uuid>:6GiB, or none (CUQUOTA_LIMIT).
         #[arg(long, value_name = "SPEC")]
@@ -95,6 +76,17 @@ Other settings (CUQUOTA_LOG_LEVEL, CUQUOTA_VIRTUALIZE) pass through the environm
         /// (CUQUOTA_STATE_DIR; default /dev/shm/cuquota).
         #[arg(long, value_name = "DIR")]
         state_dir: Option<PathBuf>,
+        /// Load the driver (libcuda.so.1) from DIR: put first on COMMAND's LD_LIBRARY_PATH.
+        #[arg(long, value_name = "DIR", conflicts_with = "stand_in")]
+        driver: Option<PathBuf>,
+        /// Use the stand-in driver that comes with cuquota, for COMMAND alone (the wheel's,
+        /// PREFIX/share/cuquota/shim of scripts/install.sh, or a clone's after scripts/shim.sh).
+        #[arg(long)]
+        stand_in: bool,
+        /// Record each allocation's call stack in the trace, at most N frames (CUQUOTA_STACKS;
+        /// `cuquota report` then lists the call sites).
+        #[arg(long, value_name = "N")]
+        stacks: Option<u32>,
         /// The command and its arguments (after an optional `--`; an option cuquota does not
         /// know, before COMMAND, is refused).
         #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
@@ -152,7 +144,7 @@ Other settings (CUQUOTA_LOG_LEVEL, CUQUOTA_VIRTUALIZE) pass through the environm
         /// Trace files written with CUQUOTA_TRACE (or `cuquota run --trace`).
         #[arg(required = true, value_name = "TRACE")]
         traces: Vec<PathBuf>,
-        /// The SVG file to write.
+        /// The SVG file to write (`-`: standard output).
         #[arg(short, long, value_name = "FILE")]
         output: PathBuf,
         /// Warn about malformed lines and go on, instead of stopping at the first.
@@ -160,6 +152,10 @@ Other settings (CUQUOTA_LOG_LEVEL, CUQUOTA_VIRTUALIZE) pass through the environm
         skip_bad: bool,
     },
     /// Set a group's limit while its members run (or prepare a group before they start).
+    #[command(
+        override_usage = "cuquota set NAME --limit SPEC [--state-dir DIR]\n       \
+                                cuquota set NAME --remove [--state-dir DIR]"
+    )]
     ///
     /// Members read the limit at every check: raised, requests fit again at once; lowered
     /// below what they hold, nothing is taken away and new requests are refused until enough
@@ -212,6 +208,32 @@ Other settings (CUQUOTA_LOG_LEVEL, CUQUOTA_VIRTUALIZE) pass through the environm
         #[arg(long, value_name = "DIR")]
         state_dir: Option<PathBuf>,
     },
+    /// Print a CDI specification (JSON) that puts a container under cuquota: the library
+    /// mounted read-only and preloaded, the policy read-only, the state directory shared.
+    ///
+    /// Save it as /etc/cdi/cuquota.json; a container asks for cuquota.io/quota=default (or
+    /// the --name given). The paths must exist on the host: a missing one is refused.
+    Cdi {
+        /// The device's name, for a second spec with another policy (another limit):
+        /// cuquota.io/quota=NAME.
+        #[arg(long, value_name = "NAME", default_value = "default")]
+        name: String,
+        /// The library on the host (default: the one `cuquota run` would preload, beside
+        /// this cuquota: PREFIX/lib of scripts/install.sh, the wheel's lib/).
+        #[arg(long, value_name = "PATH")]
+        library: Option<PathBuf>,
+        /// The policy on the host, mounted at /etc/cuquota.conf.
+        #[arg(long, value_name = "PATH", default_value = "/etc/cuquota.conf")]
+        policy: PathBuf,
+        /// The state directory on the host, mounted at /dev/shm/cuquota.
+        #[arg(long, value_name = "DIR", default_value = "/dev/shm/cuquota")]
+        state_dir: PathBuf,
+        /// A host file holding the line /usr/lib/cuquota/libcuquota.so, mounted over the
+        /// container's /etc/ld.so.preload (without it, LD_PRELOAD is set, which a process in
+        /// the container can unset).
+        #[arg(long, value_name = "PATH")]
+        ld_so_preload: Option<PathBuf>,
+    },
 }
 
 /// `--state-dir`, else `CUQUOTA_STATE_DIR`, else the default.
@@ -256,8 +278,21 @@ fn main() -> ExitCode {
             log,
             group,
             state_dir,
+            driver,
+            stand_in,
+            stacks,
             command,
         } => {
+            let driver = match (driver, stand_in) {
+                (_, true) => match run::stand_in_dir() {
+                    Ok(dir) => Some(dir),
+                    Err(e) => {
+                        eprintln!("cuquota: --stand-in: {e}");
+                        return ExitCode::from(2);
+                    }
+                },
+                (driver, false) => driver,
+            };
             let settings = run::Settings {
                 limit,
                 trace,
@@ -265,28 +300,70 @@ fn main() -> ExitCode {
                 log,
                 group,
                 state_dir,
+                driver,
+                stacks,
             };
-            if let Err(e) = settings
-                .check()
-                .and_then(|()| settings.check_intent(&command))
-            {
-                eprintln!("cuquota: {e}");
-                return ExitCode::from(2);
+            let inherited = preflight::inherited();
+            let env_limit = inherited
+                .iter()
+                .find(|(k, _)| k == "CUQUOTA_LIMIT")
+                .map(|(_, v)| v.as_str());
+            let checked = settings.check().and_then(|mut notes| {
+                notes.extend(preflight::variables(&settings, &inherited)?);
+                notes.extend(settings.check_intent(&command, env_limit)?);
+                Ok(notes)
+            });
+            match checked {
+                Ok(notes) => {
+                    for note in notes {
+                        eprintln!("cuquota: note: {note}");
+                    }
+                }
+                Err(e) => {
+                    eprintln!("cuquota: {e}");
+                    return ExitCode::from(2);
+                }
             }
             // Only returns if the command could not be started.
             return run::exec(&settings, &command);
         }
         Command::Cdi {
+            name,
             library,
             policy,
             state_dir,
             ld_so_preload,
         } => {
+            let library = match library.map_or_else(run::find_library, Ok) {
+                Ok(library) => library,
+                Err(e) => {
+                    eprintln!("cuquota: --library: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let mut paths = cdi::Paths {
+                library,
+                policy,
+                state_dir,
+                ld_so_preload,
+            };
+            match paths.check(&name) {
+                Ok(notes) => {
+                    for note in notes {
+                        eprintln!("cuquota: note: {note}");
+                    }
+                }
+                Err(e) => {
+                    eprintln!("cuquota: {e}");
+                    return ExitCode::from(2);
+                }
+            }
             let spec = cdi::spec(&cdi::Options {
-                library: &library,
-                policy: &policy,
-                state_dir: &state_dir,
-                ld_so_preload: ld_so_preload.as_deref(),
+                name: &name,
+                library: &paths.library,
+                policy: &paths.policy,
+                state_dir: &paths.state_dir,
+                ld_so_preload: paths.ld_so_preload.as_deref(),
             });
             println!(
                 "{}",
@@ -351,7 +428,18 @@ fn main() -> ExitCode {
         } => {
             let dir = state_dir(dir);
             match listen {
-                Some(addr) => metrics::serve(&addr, &dir),
+                Some(addr) => {
+                    // An address that is no address is a usage error (2), as clap's are; one
+                    // that cannot be bound (in use, not ours) is not (1).
+                    if let Err(e) = std::net::ToSocketAddrs::to_socket_addrs(addr.as_str()) {
+                        eprintln!(
+                            "cuquota: --listen {}: {e} (give HOST:PORT, e.g. 127.0.0.1:9400)",
+                            cuquota_format::settings::printable(&addr)
+                        );
+                        return ExitCode::from(2);
+                    }
+                    metrics::serve(&addr, &dir)
+                }
                 None => {
                     print!("{}", metrics::exposition(&top::model::read(&dir)));
                     Ok(())

@@ -3,7 +3,8 @@
 //! process's idle start), each with its quota as a dark dashed line (stepping where `cuquota
 //! set` changed it) and its refusals as crosses at the level the refused request would have
 //! reached (in use + the request); refusals closer than one time bucket share a cross, whose
-//! count (×N) stands beside it.
+//! count (×N) stands beside it. A group member's refusals are the group's: its cross is at
+//! what the group held + the request, and a ring marks what the group held then.
 //!
 //! Each series is summarised in a fixed number of time buckets while the trace streams by
 //! (see `timeline`), so a trace of any length draws at most a few thousand points per panel.
@@ -61,6 +62,8 @@ fn fill(layer: Layer) -> &'static str {
     FILLS[i]
 }
 const TRIM: &str = "#6a3d9a";
+/// What a member's group held at its refusals.
+const GROUP_HELD: &str = "#117a65";
 
 struct Series {
     label: String,
@@ -88,6 +91,8 @@ struct Series {
     /// top is in use), bucketed alike with `timeline`.
     stack: Option<Box<[Timeline; PARTS]>>,
     trims: u64,
+    /// A group member's: what the group held at each refusal, as the refusal recorded it.
+    group_held: Option<Box<Timeline>>,
 }
 
 impl Series {
@@ -259,7 +264,17 @@ impl Visit for Plot {
             s.trims += 1;
         }
         if kind == kind::REFUSED {
-            let reached = e.in_use.saturating_add(e.bytes);
+            // Refused by a group's quota: the request against what the whole group held.
+            let base = match e.group_in_use {
+                Some(group) => {
+                    (s.group_held
+                        .get_or_insert_with(|| Box::new(Timeline::new(BUCKETS))))
+                    .add(rel, group);
+                    group
+                }
+                None => e.in_use,
+            };
+            let reached = base.saturating_add(e.bytes);
             s.timeline.refusal(rel, reached);
             s.top_refusal = s.top_refusal.max(reached);
             s.refusals += 1;
@@ -308,6 +323,7 @@ fn new_series(h: &Header, dev: u32, first_ns: u64) -> Series {
         part_peaks: PerLayer::default(),
         stack: None,
         trims: 0,
+        group_held: None,
     }
 }
 
@@ -490,8 +506,13 @@ fn panel(
     // The y range holds the line and the quota; refusal marks beyond twice that sit at
     // the top edge (a huge request would flatten everything else).
     let quotas = s.quota_changes.iter().filter_map(|(_, q)| *q);
+    let group = s
+        .group_held
+        .iter()
+        .flat_map(|g| g.buckets().map(|(_, b)| b.max));
     let held = s
         .peak
+        .max(group.max().unwrap_or(0))
         .max(s.quota.unwrap_or(0))
         .max(quotas.max().unwrap_or(0))
         .max(1);
@@ -634,6 +655,14 @@ fn panel(
             );
         }
     }
+    for (start, b) in s.group_held.iter().flat_map(|g| g.buckets()) {
+        let _ = writeln!(
+            out,
+            r#"<circle class="group-held" cx="{:.1}" cy="{:.1}" r="4" fill="none" stroke="{GROUP_HELD}" stroke-width="1.5"/>"#,
+            x(s.first_ns + start),
+            y(b.max)
+        );
+    }
     let colour = if s.observed { OBSERVED } else { REFUSED };
     for (start, b) in s.timeline.buckets() {
         if let Some(reached) = b.refusal {
@@ -741,6 +770,14 @@ fn legend(out: &mut String, series: &[Series]) -> f64 {
     if refused {
         entries.push(("refused", cross(REFUSED)));
     }
+    if series.iter().any(|s| s.group_held.is_some()) {
+        entries.push((
+            "group-held",
+            format!(
+                r#"<circle cx="12" cy="0" r="4" fill="none" stroke="{GROUP_HELD}" stroke-width="1.5"/>"#
+            ),
+        ));
+    }
     if observed {
         entries.push(("observed", cross(OBSERVED)));
     }
@@ -756,6 +793,12 @@ fn legend(out: &mut String, series: &[Series]) -> f64 {
             vec![Layer::from_name(name).map_or("", Layer::words)]
         }
         "refused" => vec!["refused (marked at", "in use + the request)"],
+        "group-held" => vec![
+            "its group's in use at",
+            "a refusal (a member's",
+            "cross: the group's in",
+            "use + the request)",
+        ],
         _ => vec![
             "would be refused",
             "(observe mode; marked at",
@@ -848,7 +891,11 @@ mod tests {
             part_peaks: PerLayer([1, 2, 3, 4]),
             stack: None,
             trims: 1,
+            group_held: Some(Box::new(Timeline::new(64))),
         };
+        if let Some(g) = s.group_held.as_mut() {
+            g.add(3, 1 << 40);
+        }
         s.stack = Some(Box::new(std::array::from_fn(|_| s.timeline.clone())));
         s.timeline.add(0, 1 << 40);
         s.timeline.refusal(5, u64::MAX);
@@ -916,6 +963,7 @@ mod tests {
                     part_peaks: PerLayer::default(),
                     stack: None,
                     trims: 0,
+                    group_held: None,
                 };
                 s.timeline.add(0, 1 << 29);
                 s
@@ -944,6 +992,53 @@ mod tests {
     }
 
     /// Refusals closer than a bucket share one cross, with their count beside it.
+    #[test]
+    /// A group member's refusal is drawn against the group: its cross at what the group held
+    /// + the request (above the quota line, where it belongs), a ring at what the group held.
+    fn a_group_members_refusal_is_drawn_against_the_group() {
+        let header: Header = serde_json::from_str(
+            r#"{"type":"header","schema":1,"version":"0.1.0","pid":7,"host":"h","rank":0,
+            "argv":["bfc"],"start_unix_ns":1,"mode":"enforce","group":"svc",
+            "devices":[{"ordinal":0,"name":"GPU","total":8589934592,"quota":4294967296}]}"#,
+        )
+        .unwrap();
+        let event = |line: &'static str| -> EventLine<'static> {
+            serde_json::from_str::<EventLine>(line).unwrap()
+        };
+        let mut plot = Plot {
+            t0: 1,
+            series: Vec::new(),
+            sources: Sources {
+                programs: Vec::new(),
+                files: Vec::new(),
+            },
+            processes: 0,
+        };
+        let mut p = plot.start("t.jsonl", &header);
+        plot.event(
+            &mut p,
+            &event(
+                r#"{"type":"alloc","t_ns":1000,"tid":1,"dev":0,"api":"cuMemAlloc_v2","ptr":"0x1","bytes":1073741824,"result":"CUDA_SUCCESS","in_use":1073741824}"#,
+            ),
+        );
+        plot.event(
+            &mut p,
+            &event(
+                r#"{"type":"refused","t_ns":2000,"tid":1,"dev":0,"api":"cuMemAlloc_v2","ptr":"0x0","bytes":2147483648,"result":"CUDA_ERROR_OUT_OF_MEMORY","in_use":1073741824,"reason":"quota","group":"svc","group_in_use":3221225472,"group_limit":4294967296}"#,
+            ),
+        );
+        plot.finish(p, None);
+        let s = &plot.series[0];
+        assert_eq!(
+            s.top_refusal,
+            5 << 30,
+            "3 GiB held by the group + 2 GiB asked"
+        );
+        let svg = draw(&plot.series, &plot.sources, (0, String::new()));
+        assert_eq!(svg.matches(r#"class="group-held""#).count(), 1, "{svg}");
+        assert!(svg.contains("its group's in use at"), "{svg}");
+    }
+
     #[test]
     fn refusals_in_one_bucket_are_counted_at_their_cross() {
         let mut timeline = Timeline::new(BUCKETS);

@@ -5,7 +5,7 @@
 //! Beside the preload, `LD_AUDIT` names libcuquota_audit.so (found next to libcuquota.so),
 //! which binds the driver functions of objects loaded with RTLD_DEEPBIND to the hooks too.
 
-use cuquota_format::settings;
+use cuquota_format::{lenient, settings};
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
@@ -23,12 +23,19 @@ pub struct Settings {
     pub log: Option<String>,
     pub group: Option<String>,
     pub state_dir: Option<PathBuf>,
+    /// A driver directory (its `libcuda.so.1`) put first on the command's `LD_LIBRARY_PATH`:
+    /// the stand-in for one command, nothing left in the shell.
+    pub driver: Option<PathBuf>,
+    /// Call stacks of at most this many frames in the trace (`CUQUOTA_STACKS`).
+    pub stacks: Option<u32>,
 }
 
 impl Settings {
     /// The checks the interposer makes of these values, made before the command starts: the
-    /// same parsers (`cuquota_format::settings`), in the words of the options.
-    pub fn check(&self) -> Result<(), String> {
+    /// same parsers (`cuquota_format::settings`), in the words of the options. Returns the
+    /// notes on values that are valid but may not say what was meant.
+    pub fn check(&self) -> Result<Vec<String>, String> {
+        let mut notes = Vec::new();
         if let Some(limit) = self
             .limit
             .as_deref()
@@ -36,6 +43,7 @@ impl Settings {
         {
             settings::parse_limits(limit)
                 .map_err(|why| settings::option_limit_error(limit, &why))?;
+            notes.extend(settings::limit_notes(limit, "--limit "));
         }
         if let Some(group) = &self.group {
             cuquota_state::group::check_name(group).map_err(|why| {
@@ -51,57 +59,85 @@ impl Settings {
                 return Err(format!("--state-dir {}: not a directory", dir.display()));
             }
         }
-        if let Some(trace) = &self.trace {
-            settings::check_template(trace.as_bytes())
-                .map_err(|e| e.replacen("CUQUOTA_TRACE=", "--trace ", 1))?;
-        }
-        if let Some(log) = &self.log {
-            if let settings::LogTarget::File(path) = settings::parse_log_target(log.as_bytes()) {
-                let dir = Path::new(OsStr::from_bytes(path)).parent();
-                if let Some(dir) = dir.filter(|d| !d.as_os_str().is_empty() && !d.is_dir()) {
-                    return Err(format!(
-                        "--log \"{}\": there is no directory {}",
-                        settings::printable(log),
-                        dir.display()
-                    ));
-                }
+        if let Some(dir) = &self.driver {
+            if !dir.join("libcuda.so.1").is_file() {
+                return Err(format!(
+                    "--driver {}: there is no libcuda.so.1 in it (scripts/shim.sh prints the \
+                     stand-in's directory; python3 -m cuquota.shim after pip install)",
+                    dir.display()
+                ));
             }
         }
-        Ok(())
+        if let Some(n) = self.stacks {
+            if lenient::parse_stacks(&n.to_string()).is_none() {
+                return Err(format!(
+                    "--stacks {n}: give {}",
+                    lenient::STACKS
+                        .valid
+                        .replace("a number of frames", "frames")
+                ));
+            }
+        }
+        if let Some(trace) = &self.trace {
+            let named = format!("--trace \"{}\"", settings::printable(trace));
+            notes.extend(crate::preflight::trace_path(trace, &named)?);
+        }
+        if let Some(log) = &self.log {
+            let named = format!("--log \"{}\"", settings::printable(log));
+            crate::preflight::log_directory(log, &named)?;
+        }
+        Ok(notes)
     }
 
     /// Slips that parse but say something else than meant: `--limit 1 GiB` (the unit became
     /// the command), and a per-GPU limit that names no GPU the command will see (it would run
-    /// with no limit at all). Refused, as a bad value is, before the command starts.
-    pub fn check_intent(&self, command: &[OsString]) -> Result<(), String> {
-        let Some(limit) = self.limit.as_deref() else {
-            return Ok(());
+    /// with no limit at all). Refused, as a bad value is, before the command starts. The
+    /// limit is `--limit`'s, else the inherited `env_limit` (`CUQUOTA_LIMIT`). Returns a note
+    /// for a limit above a GPU's memory.
+    pub fn check_intent(
+        &self,
+        command: &[OsString],
+        env_limit: Option<&str>,
+    ) -> Result<Vec<String>, String> {
+        let (limit, written) = match (self.limit.as_deref(), env_limit) {
+            (Some(l), _) => (l, format!("--limit {l}")),
+            (None, Some(l)) => (l, format!("CUQUOTA_LIMIT={}", settings::printable(l))),
+            (None, None) => return Ok(Vec::new()),
         };
         let number = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit() || b == b'.');
         if let Some(word) = command.first().and_then(|c| c.to_str()) {
             let joined = format!("{}{word}", limit.trim());
-            if number(limit.trim()) && is_unit(word) && settings::parse_limits(&joined).is_ok() {
+            if self.limit.is_some()
+                && number(limit.trim())
+                && is_unit(word)
+                && settings::parse_limits(&joined).is_ok()
+            {
                 return Err(format!(
                     "--limit {limit} {word}: the unit is a word of its own, so {word} would be \
                      the command; write --limit {joined}"
                 ));
             }
         }
-        let Ok(limits @ settings::Limits::PerDevice(_)) = settings::parse_limits(limit) else {
-            return Ok(());
+        let Ok(limits) = settings::parse_limits(limit) else {
+            return Ok(Vec::new());
         };
+        if !crate::preflight::asks_gpus(&limits) {
+            return Ok(Vec::new());
+        }
         // A driver that cannot be asked leaves the check to the interposer (at the first
         // CUDA call, with the same words), as it was before `run` asked.
-        let Ok(seen) = crate::visible::devices() else {
-            return Ok(());
+        let Ok(gpus) = crate::visible::devices(self.driver.as_deref()) else {
+            return Ok(Vec::new());
         };
+        let notes = Vec::from_iter(crate::preflight::above_memory(&limits, &gpus, &written));
         let settings::Limits::PerDevice(named) = &limits else {
-            return Ok(());
+            return Ok(notes);
         };
+        let seen: Vec<_> = gpus.iter().map(|g| (g.ordinal, g.uuid)).collect();
         let unseen = limits.unseen(&seen);
         // Some named GPUs seen: the limit holds there; the interposer warns of the others.
         if unseen.len() < named.len() {
-            return Ok(());
+            return Ok(notes);
         }
         let names = unseen
             .iter()
@@ -123,7 +159,7 @@ impl Settings {
                 .join(", ")
         };
         Err(format!(
-            "--limit {limit} names {names}, which the command would not see, so it would run \
+            "{written} names {names}, which the command would not see, so it would run \
              with no limit; it sees {sees} (CUDA_VISIBLE_DEVICES renumbers from 0: name a GPU \
              by its UUID, nvidia-smi -L, to follow it)"
         ))
@@ -162,6 +198,22 @@ pub fn exec(settings: &Settings, command: &[OsString]) -> ExitCode {
             preload_with(&audit, std::env::var_os("LD_AUDIT").as_deref()),
         );
     }
+    if let Some(dir) = &settings.driver {
+        match std::path::absolute(dir) {
+            Ok(dir) => {
+                let mut path = dir.into_os_string();
+                if let Some(rest) = std::env::var_os("LD_LIBRARY_PATH").filter(|p| !p.is_empty()) {
+                    path.push(":");
+                    path.push(rest);
+                }
+                cmd.env("LD_LIBRARY_PATH", path);
+            }
+            Err(e) => {
+                eprintln!("cuquota: --driver: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
     let state_dir = settings.state_dir.as_deref().map(std::path::absolute);
     let state_dir = match state_dir.transpose() {
         Ok(dir) => dir,
@@ -170,6 +222,7 @@ pub fn exec(settings: &Settings, command: &[OsString]) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let stacks = settings.stacks.map(|n| n.to_string());
     let vars = [
         ("CUQUOTA_LIMIT", settings.limit.as_deref().map(OsStr::new)),
         ("CUQUOTA_TRACE", settings.trace.as_deref().map(OsStr::new)),
@@ -178,6 +231,7 @@ pub fn exec(settings: &Settings, command: &[OsString]) -> ExitCode {
             settings.observe.then_some(OsStr::new("observe")),
         ),
         ("CUQUOTA_LOG", settings.log.as_deref().map(OsStr::new)),
+        ("CUQUOTA_STACKS", stacks.as_deref().map(OsStr::new)),
         ("CUQUOTA_GROUP", settings.group.as_deref().map(OsStr::new)),
         // Absolute: the command may change directory before its first CUDA call.
         (
@@ -211,9 +265,32 @@ pub fn exec(settings: &Settings, command: &[OsString]) -> ExitCode {
     })
 }
 
+/// The stand-in driver that comes with cuquota: the wheel's `cuquota/shim` (`../shim`),
+/// `PREFIX/share/cuquota/shim` of scripts/install.sh, or a clone's `target/PROFILE/shim`
+/// (made by scripts/shim.sh) beside this executable.
+pub fn stand_in_dir() -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot locate cuquota itself: {e}"))?;
+    let dir = exe.parent().unwrap_or(Path::new("/"));
+    let candidates = [
+        dir.join("shim"),
+        dir.join("../shim"),
+        dir.join("../share/cuquota/shim"),
+    ];
+    candidates
+        .iter()
+        .find(|d| d.join("libcuda.so.1").is_file())
+        .and_then(|d| d.canonicalize().ok())
+        .ok_or_else(|| {
+            format!(
+                "no stand-in driver beside {}: in a clone, build it with scripts/shim.sh",
+                exe.display()
+            )
+        })
+}
+
 /// `CUQUOTA_LIB` if set; else next to this executable (target/release), its parent
 /// (target/release/deps, or an install's bin/ beside lib/), or ../lib.
-fn find_library() -> Result<PathBuf, String> {
+pub fn find_library() -> Result<PathBuf, String> {
     if let Some(path) = std::env::var_os("CUQUOTA_LIB") {
         let path = PathBuf::from(path);
         return usable(&path).ok_or_else(|| {
@@ -276,6 +353,8 @@ mod tests {
             log: log.map(Into::into),
             group: None,
             state_dir: None,
+            driver: None,
+            stacks: None,
         }
     }
 
@@ -309,7 +388,7 @@ mod tests {
             settings(Some("none"), None, None),
             settings(Some("Unlimited"), None, None),
         ] {
-            assert_eq!(ok.check(), Ok(()));
+            assert_eq!(ok.check(), Ok(vec![]));
         }
     }
 
@@ -323,10 +402,16 @@ mod tests {
         }
         let s = settings(Some("1"), None, None);
         assert_eq!(
-            s.check_intent(&["GiB".into(), "prog".into()]).unwrap_err(),
+            s.check_intent(&["GiB".into(), "prog".into()], None).unwrap_err(),
             "--limit 1 GiB: the unit is a word of its own, so GiB would be the command; write --limit 1GiB"
         );
-        assert_eq!(s.check_intent(&["prog".into()]), Ok(()));
+        // A percentage asks no driver and has no note.
+        let s = settings(Some("50%"), None, None);
+        assert_eq!(s.check_intent(&["prog".into()], None), Ok(vec![]));
+        assert_eq!(
+            settings(None, None, None).check_intent(&["GiB".into()], Some("1")),
+            Ok(vec![])
+        );
     }
 
     #[test]

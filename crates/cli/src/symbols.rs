@@ -108,13 +108,14 @@ pub struct Site {
 }
 
 impl Site {
-    /// `load_weights (model.c:42)`, `load_weights (libfoo.so)`, or `libfoo.so+0x1234`.
+    /// `load_weights (model.c:42)`, `load_weights (libfoo.so+0x1234)`, or
+    /// `libfoo.so+0x1234`. Without a line, the offset tells two calls in one function apart.
     pub fn words(&self) -> String {
         let module = self.module.rsplit('/').next().unwrap_or(&self.module);
         let place = match (&self.file, self.line) {
             (Some(f), Some(l)) => format!("{}:{l}", f.rsplit('/').next().unwrap_or(f)),
             (Some(f), None) => f.rsplit('/').next().unwrap_or(f).to_string(),
-            _ => module.to_string(),
+            _ => format!("{module}+{}", self.offset),
         };
         match &self.function {
             Some(f) => format!("{f} ({place})"),
@@ -373,7 +374,7 @@ mod tests {
             line: None,
             ..site.clone()
         };
-        assert_eq!(bare.words(), "load (train)");
+        assert_eq!(bare.words(), "load (train+0x1234)");
         let unknown = Site {
             function: None,
             ..bare

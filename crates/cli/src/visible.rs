@@ -1,7 +1,9 @@
 //! Which GPUs the command `cuquota run` starts will see, asked of the driver it will load:
 //! `libcuda.so.1` found as the command finds it (the same `LD_LIBRARY_PATH`, the same
 //! `CUDA_VISIBLE_DEVICES`, which the driver applies), so the answer is the driver's own.
-//! Asked only for a per-GPU `--limit`, in a child process of its own, so that nothing the
+//! `cuquota run --driver DIR` names the driver directory instead, and it is loaded from there.
+//! Asked only for a limit that names a GPU or a byte count (whether it is more than the GPU's
+//! memory), in a child process of its own, so that nothing the
 //! driver opens or starts (descriptors, threads, a slow first initialisation) reaches the
 //! command, and a driver that hangs costs a bounded wait.
 
@@ -10,8 +12,17 @@ use std::io::Read;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-/// Each GPU by ordinal, with its UUID when the driver gives one.
-pub type Seen = Vec<(u32, Option<[u8; 16]>)>;
+/// A GPU the command would see.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Gpu {
+    pub ordinal: u32,
+    /// When the driver gives it.
+    pub uuid: Option<[u8; 16]>,
+    /// Its memory in bytes, when the driver gives it.
+    pub total: Option<u64>,
+}
+
+pub type Seen = Vec<Gpu>;
 
 /// A driver that does not answer in this long is not waited for: `run` goes on and the
 /// interposer checks the limit at the command's first CUDA call, as without this.
@@ -22,7 +33,7 @@ const CUDA_ERROR_NO_DEVICE: c_int = 100;
 
 /// The GPUs the command would see, or why that cannot be told (no driver, an error, no
 /// answer in time, cuquota's own library loaded in this process).
-pub fn devices() -> Result<Seen, String> {
+pub fn devices(driver_dir: Option<&std::path::Path>) -> Result<Seen, String> {
     // With the interposer preloaded here too (LD_PRELOAD, /etc/ld.so.preload), asking would
     // make this process a governed one: its first CUDA call would set up the books the
     // command's is about to set up. Its check at the command's first CUDA call stands.
@@ -43,7 +54,7 @@ pub fn devices() -> Result<Seen, String> {
         -1 => Err(format!("fork: {}", std::io::Error::last_os_error())),
         0 => {
             drop(reader);
-            let answer = encode(&ask_driver());
+            let answer = encode(&ask_driver(driver_dir));
             let mut file = std::fs::File::from(writer);
             let _ = std::io::Write::write_all(&mut file, answer.as_bytes());
             // SAFETY: ends the child at once, as it must after fork.
@@ -103,17 +114,18 @@ fn read_bounded(reader: OwnedFd, child: libc::pid_t) -> Result<String, String> {
     String::from_utf8(answer).map_err(|_| "the driver's answer is not text".into())
 }
 
-/// `ok` then a line per GPU (`ORDINAL UUID-HEX` or `ORDINAL -`), or `error WHY`.
+/// `ok` then a line per GPU (`ORDINAL UUID-HEX|- TOTAL|-`), or `error WHY`.
 fn encode(seen: &Result<Seen, String>) -> String {
     match seen {
         Err(why) => format!("error {why}\n"),
         Ok(seen) => {
             let mut out = String::from("ok\n");
-            for (ordinal, uuid) in seen {
-                let uuid = uuid.map_or("-".to_string(), |u| {
+            for gpu in seen {
+                let uuid = gpu.uuid.map_or("-".to_string(), |u| {
                     u.iter().map(|b| format!("{b:02x}")).collect()
                 });
-                out += &format!("{ordinal} {uuid}\n");
+                let total = gpu.total.map_or("-".to_string(), |t| t.to_string());
+                out += &format!("{} {uuid} {total}\n", gpu.ordinal);
             }
             out
         }
@@ -130,8 +142,17 @@ fn decode(answer: &str) -> Result<Seen, String> {
     lines
         .map(|line| {
             let bad = || format!("the driver probe said {line:?}");
-            let (ordinal, uuid) = line.split_once(' ').ok_or_else(bad)?;
+            let mut words = line.split(' ');
+            let (Some(ordinal), Some(uuid), Some(total), None) =
+                (words.next(), words.next(), words.next(), words.next())
+            else {
+                return Err(bad());
+            };
             let ordinal = ordinal.parse().map_err(|_| bad())?;
+            let total = match total {
+                "-" => None,
+                t => Some(t.parse().map_err(|_| bad())?),
+            };
             let uuid = match uuid {
                 "-" => None,
                 hex if hex.len() == 32 => {
@@ -143,7 +164,11 @@ fn decode(answer: &str) -> Result<Seen, String> {
                 }
                 _ => return Err(bad()),
             };
-            Ok((ordinal, uuid))
+            Ok(Gpu {
+                ordinal,
+                uuid,
+                total,
+            })
         })
         .collect()
 }
@@ -152,10 +177,17 @@ type Init = unsafe extern "C" fn(c_uint) -> c_int;
 type Count = unsafe extern "C" fn(*mut c_int) -> c_int;
 type Get = unsafe extern "C" fn(*mut c_int, c_int) -> c_int;
 type Uuid = unsafe extern "C" fn(*mut [u8; 16], c_int) -> c_int;
+type TotalMem = unsafe extern "C" fn(*mut usize, c_int) -> c_int;
 
-fn ask_driver() -> Result<Seen, String> {
+fn ask_driver(driver_dir: Option<&std::path::Path>) -> Result<Seen, String> {
+    use std::os::unix::ffi::OsStrExt;
+    let name = match driver_dir {
+        Some(dir) => std::ffi::CString::new(dir.join("libcuda.so.1").as_os_str().as_bytes())
+            .map_err(|_| "the driver directory has a NUL byte".to_string())?,
+        None => c"libcuda.so.1".to_owned(),
+    };
     // SAFETY: dlopen with a NUL-terminated name; the handle is kept (never closed) until exec.
-    let lib = unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    let lib = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
     if lib.is_null() {
         return Err(format!("libcuda.so.1 cannot be loaded ({})", dl_error()));
     }
@@ -182,6 +214,10 @@ fn ask_driver() -> Result<Seen, String> {
         .ok()
         // SAFETY: as above.
         .map(|f| unsafe { std::mem::transmute::<*mut c_void, Uuid>(f) });
+    let total_mem = symbol(c"cuDeviceTotalMem_v2")
+        .ok()
+        // SAFETY: as above (size_t is usize).
+        .map(|f| unsafe { std::mem::transmute::<*mut c_void, TotalMem>(f) });
     // SAFETY: plain calls with valid out-pointers.
     match unsafe { init(0) } {
         CUDA_SUCCESS => {}
@@ -198,10 +234,18 @@ fn ask_driver() -> Result<Seen, String> {
         .map(|ordinal| {
             let mut device: c_int = 0;
             let mut bytes = [0u8; 16];
-            // SAFETY: device and bytes are valid out-pointers (16 bytes: a CUuuid).
-            let known = unsafe { get(&mut device, ordinal) } == CUDA_SUCCESS
-                && uuid.is_some_and(|f| unsafe { f(&mut bytes, device) } == CUDA_SUCCESS);
-            (ordinal as u32, known.then_some(bytes))
+            let mut total: usize = 0;
+            // SAFETY: device, bytes and total are valid out-pointers (16 bytes: a CUuuid).
+            let got = unsafe { get(&mut device, ordinal) } == CUDA_SUCCESS;
+            let known =
+                got && uuid.is_some_and(|f| unsafe { f(&mut bytes, device) } == CUDA_SUCCESS);
+            let sized =
+                got && total_mem.is_some_and(|f| unsafe { f(&mut total, device) } == CUDA_SUCCESS);
+            Gpu {
+                ordinal: ordinal as u32,
+                uuid: known.then_some(bytes),
+                total: sized.then_some(total as u64),
+            }
         })
         .collect())
 }
@@ -223,7 +267,18 @@ mod tests {
 
     #[test]
     fn the_answer_crosses_the_pipe_whole() {
-        let seen: Seen = vec![(0, Some([0xab; 16])), (1, None)];
+        let seen: Seen = vec![
+            Gpu {
+                ordinal: 0,
+                uuid: Some([0xab; 16]),
+                total: Some(8 << 30),
+            },
+            Gpu {
+                ordinal: 1,
+                uuid: None,
+                total: None,
+            },
+        ];
         assert_eq!(decode(&encode(&Ok(seen.clone()))), Ok(seen));
         assert_eq!(decode(&encode(&Ok(Vec::new()))), Ok(Vec::new()));
         assert_eq!(
@@ -231,6 +286,8 @@ mod tests {
             Err("cuInit returned 3".into())
         );
         assert!(decode("").is_err());
-        assert!(decode("ok\n0 zz\n").is_err());
+        assert!(decode("ok\n0 zz -\n").is_err());
+        assert!(decode("ok\n0 - 12x\n").is_err());
+        assert!(decode("ok\n0 -\n").is_err());
     }
 }

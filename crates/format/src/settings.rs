@@ -141,6 +141,80 @@ pub fn parse_limit_size(text: &str) -> Result<Size, String> {
     }
 }
 
+/// Notes on a valid limit that may not say what was meant, one of each kind: a number with no
+/// unit below 1 MiB (bytes: `12` refuses every allocation), and a decimal unit (`12GB` is
+/// 12·10⁹ bytes, 11.18 GiB). `written` is how the value was given, `--limit ` or
+/// `CUQUOTA_LIMIT=`. Nothing changes: the limit is what it was.
+pub fn limit_notes(spec: &str, written: &str) -> Vec<String> {
+    let entries: Vec<&str> = if spec.contains(':') {
+        spec.split(',')
+            .filter_map(|e| e.split_once(':').map(|(_, size)| size))
+            .collect()
+    } else {
+        vec![spec]
+    };
+    let mut notes = Vec::new();
+    let bare = entries.iter().map(|e| e.trim()).find(|s| {
+        !s.is_empty()
+            && s.bytes().all(|b| b.is_ascii_digit())
+            && matches!(parse_size(s), Ok(Size::Bytes(b)) if b > 0 && b < 1 << 20)
+    });
+    if let Some(size) = bare {
+        notes.push(format!(
+            "{written}{spec} is {size} bytes (a number with no unit counts bytes: every \
+             allocation larger is refused); for {size} GiB write {written}{}",
+            rewrite(spec, size, &format!("{size}GiB"))
+        ));
+    }
+    let decimal = entries.iter().map(|e| e.trim()).find_map(|s| {
+        let unit_at = s.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+        let (number, unit) = s.split_at(unit_at);
+        let unit = unit.trim();
+        let power = ["kb", "mb", "gb", "tb"]
+            .iter()
+            .position(|u| unit.eq_ignore_ascii_case(u))?;
+        let Ok(Size::Bytes(bytes)) = parse_size(s) else {
+            return None;
+        };
+        Some((s, number, unit, power, bytes))
+    });
+    if let Some((size, number, unit, power, bytes)) = decimal {
+        let binary = format!("{}iB", &"KMGT"[power..=power]);
+        let meant = format!("{number}{binary}");
+        let meant_bytes = match parse_size(&meant) {
+            Ok(Size::Bytes(b)) => format!(" = {b} bytes"),
+            _ => String::new(),
+        };
+        notes.push(format!(
+            "{written}{spec}: {size} is {bytes} bytes = {} ({unit} is decimal, 10^{} bytes); \
+             for {number} {binary}{meant_bytes} write {written}{}",
+            crate::units::human(bytes),
+            3 * (power + 1),
+            rewrite(spec, size, &meant)
+        ));
+    }
+    notes
+}
+
+/// `spec` with its first size `from` written `to` (a per-device entry's size, never its
+/// ordinal).
+fn rewrite(spec: &str, from: &str, to: &str) -> String {
+    if !spec.contains(':') {
+        return spec.replacen(from, to, 1);
+    }
+    let mut done = false;
+    spec.split(',')
+        .map(|entry| match entry.split_once(':') {
+            Some((device, size)) if !done && size.trim() == from => {
+                done = true;
+                format!("{device}:{}", size.replacen(from, to, 1))
+            }
+            _ => entry.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// `GPU-8f3a1b2c-0d4e-4f5a-8b6c-7d8e9f0a1b2c` (case-insensitive; the dashes after the
 /// prefix are optional) → its 16 bytes.
 pub fn parse_uuid(text: &str) -> Option<[u8; 16]> {
@@ -259,6 +333,24 @@ pub struct TemplateVars<'a> {
     pub start_unix_secs: u64,
 }
 
+/// Rank variables of torchrun, MPI, Slurm and PMI, in the order they are consulted.
+const RANK_VARS: [&str; 5] = [
+    "RANK",
+    "LOCAL_RANK",
+    "OMPI_COMM_WORLD_RANK",
+    "SLURM_PROCID",
+    "PMI_RANK",
+];
+
+/// `%r` of a trace template: the first rank variable that is set (and a number), else 0.
+pub fn rank(lookup: impl Fn(&str) -> Option<String>) -> u32 {
+    RANK_VARS
+        .iter()
+        .find_map(|name| lookup(name))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 /// Expands `%p` (pid), `%h` (host), `%r` (rank), `%t` (start, unix seconds) and `%%` in a
 /// `CUQUOTA_TRACE` template. Any other `%` sequence is an error rather than a guess. Works
 /// on bytes: a path that is not UTF-8 is used exactly as given.
@@ -370,6 +462,54 @@ mod tests {
             parse_limits("4096").unwrap(),
             Limits::All(Size::Bytes(4096))
         );
+    }
+
+    #[test]
+    fn surprising_sizes_get_a_note() {
+        assert_eq!(
+            limit_notes("12", "--limit "),
+            [
+                "--limit 12 is 12 bytes (a number with no unit counts bytes: every allocation \
+              larger is refused); for 12 GiB write --limit 12GiB"
+            ]
+        );
+        assert_eq!(
+            limit_notes("12GB", "CUQUOTA_LIMIT="),
+            [
+                "CUQUOTA_LIMIT=12GB: 12GB is 12000000000 bytes = 11.18 GiB (GB is decimal, 10^9 \
+              bytes); for 12 GiB = 12884901888 bytes write CUQUOTA_LIMIT=12GiB"
+            ]
+        );
+        assert!(limit_notes("1:1", "--limit ")[0].ends_with("write --limit 1:1GiB"));
+        let both = limit_notes("0:512, 1:1.5mb", "--limit ");
+        assert_eq!(both.len(), 2);
+        assert!(
+            both[0].ends_with("write --limit 0:512GiB, 1:1.5mb"),
+            "{}",
+            both[0]
+        );
+        assert!(both[1].contains("1.5mb is 1500000 bytes = 1.43 MiB (mb is decimal, 10^6"));
+        assert!(
+            both[1].ends_with("write --limit 0:512, 1:1.5MiB"),
+            "{}",
+            both[1]
+        );
+        for quiet in [
+            "12GiB",
+            "0",
+            "1048576",
+            "75%",
+            "6g",
+            "none",
+            "0:6GiB,1:50%",
+            "12 GiB",
+        ] {
+            assert_eq!(
+                limit_notes(quiet, "--limit "),
+                Vec::<String>::new(),
+                "{quiet}"
+            );
+        }
     }
 
     #[test]

@@ -216,7 +216,7 @@ fn every_option_of_every_subcommand_has_a_help_line() {
 }
 
 /// scripts/install.sh PREFIX: the installed `cuquota run` finds the installed library by
-/// itself (no CUQUOTA_LIB) and enforces against the installed stand-in.
+/// itself (no CUQUOTA_LIB) and, with --stand-in, the installed stand-in, and enforces.
 #[test]
 fn the_install_script_installs_a_cuquota_that_finds_its_library() {
     let art = artifacts();
@@ -243,10 +243,13 @@ fn the_install_script_installs_a_cuquota_that_finds_its_library() {
             cmd.env_remove(&key);
         }
     }
+    // --stand-in: the installed stand-in, for the command alone (nothing on this
+    // process's LD_LIBRARY_PATH).
     let out = cmd
-        .env("LD_LIBRARY_PATH", prefix.join("share/cuquota/shim"))
+        .env_remove("LD_LIBRARY_PATH")
         .args([
             "run",
+            "--stand-in",
             "--limit",
             "1GiB",
             s(&Client::Dlsym.path()),

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 
 fn options(ld_so_preload: Option<&Path>) -> Options<'_> {
     Options {
+        name: "default",
         library: Path::new("/opt/cuquota/lib/libcuquota.so"),
         policy: Path::new("/etc/cuquota.conf"),
         state_dir: Path::new("/dev/shm/cuquota"),
@@ -134,4 +135,98 @@ fn each_field_raises_the_version_it_needs() {
     s["devices"][0]["containerEdits"]["netDevices"] = json!([]);
     assert_eq!(required_version(&s), "0.3.0");
     assert_eq!(crate_minimum(&s), "0.3.0");
+}
+
+/// Another device name (another limit, through another policy) loads the same way.
+#[test]
+fn a_named_device_loads() {
+    let mut o = options(None);
+    o.name = "small";
+    let s = spec(&o);
+    let loaded = load(&s).unwrap();
+    let device = loaded.get_device("small").expect("device small");
+    assert_eq!(device.get_qualified_name(), "cuquota.io/quota=small");
+    assert_eq!(s["cdiVersion"], "0.3.0");
+}
+
+/// Paths that are not there are refused before a spec names them; relative ones are made
+/// absolute; a missing state directory is a note.
+#[test]
+fn paths_are_checked_and_made_absolute() {
+    let dir = std::env::temp_dir().join(format!("cuquota-cdi-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let library = dir.join("libcuquota.so");
+    let policy = dir.join("cuquota.conf");
+    let preload = dir.join("ld.so.preload");
+    std::fs::write(&library, "").unwrap();
+    std::fs::write(&policy, "limit = 1GiB\n").unwrap();
+    std::fs::write(&preload, "/usr/lib/cuquota/libcuquota.so\n").unwrap();
+    let paths = |library: &Path, policy: &Path, preload: Option<&Path>| Paths {
+        library: library.into(),
+        policy: policy.into(),
+        state_dir: dir.clone(),
+        ld_so_preload: preload.map(Into::into),
+    };
+    let mut ok = paths(&library, &policy, Some(&preload));
+    assert_eq!(ok.check("default"), Ok(vec![]));
+    let missing = dir.join("nowhere.conf");
+    assert_eq!(
+        paths(&library, &missing, None)
+            .check("default")
+            .unwrap_err(),
+        format!(
+            "--policy {}: there is no such file (write the policy first, e.g. the line limit = \
+             6GiB; see the README's policy section)",
+            missing.display()
+        )
+    );
+    assert!(paths(&missing, &policy, None)
+        .check("default")
+        .unwrap_err()
+        .starts_with(&format!(
+            "--library {}: there is no such file",
+            missing.display()
+        )));
+    assert!(paths(&library, &policy, Some(&missing))
+        .check("default")
+        .unwrap_err()
+        .starts_with("--ld-so-preload"));
+    std::fs::write(&preload, "/usr/local/lib/libcuquota.so\n").unwrap();
+    assert!(paths(&library, &policy, Some(&preload))
+        .check("default")
+        .unwrap_err()
+        .contains("it does not name /usr/lib/cuquota/libcuquota.so"));
+    assert!(paths(&library, &policy, None)
+        .check("a/b")
+        .unwrap_err()
+        .contains("a device name is"));
+    // Relative paths become absolute.
+    let cwd = std::env::current_dir().unwrap();
+    let relative = pathdiff(&policy, &cwd);
+    let mut rel = paths(&library, &relative, None);
+    rel.check("default").unwrap();
+    assert_eq!(rel.policy, policy.canonicalize().unwrap());
+    let mut gone = paths(&library, &policy, None);
+    gone.state_dir = dir.join("state");
+    let notes = gone.check("default").unwrap();
+    assert!(notes[0].contains("not there yet; it must be when a container starts"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `path` relative to `base` (both absolute): `../..` up to their common part, then down.
+fn pathdiff(path: &Path, base: &Path) -> PathBuf {
+    let common = path
+        .components()
+        .zip(base.components())
+        .take_while(|(a, b)| a == b)
+        .count();
+    let mut out = PathBuf::new();
+    for _ in base.components().skip(common) {
+        out.push("..");
+    }
+    for c in path.components().skip(common) {
+        out.push(c);
+    }
+    out
 }

@@ -116,6 +116,22 @@ pub fn fit(text: &str, width: usize) -> String {
     escape::cut(&escape::text(text), width)
 }
 
+/// `text` in lines of at most `width` characters, broken between words (a longer word is a
+/// line of its own).
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    for word in text.split(' ') {
+        match lines.last_mut() {
+            Some(l) if l.chars().count() + 1 + word.chars().count() <= width => {
+                l.push(' ');
+                l.push_str(word);
+            }
+            _ => lines.push(word.to_string()),
+        }
+    }
+    lines
+}
+
 fn plural(n: usize, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
@@ -381,17 +397,15 @@ pub fn render(s: &Snapshot, view: &View) -> Vec<Line> {
         Style::Title,
     )]];
     if s.gpus.is_empty() && s.idle_processes.is_empty() {
-        out.push(vec![span(
-            fit(
-                &format!(
-                    "No governed process or group under {} (CUQUOTA_STATE_DIR or --state-dir \
-                     to look elsewhere).",
-                    escape::text(&s.state_dir)
-                ),
-                w,
-            ),
-            Style::Dim,
-        )]);
+        // What to do is the point of this sentence: wrapped, never cut.
+        let said = format!(
+            "No governed process or group under {} (CUQUOTA_STATE_DIR or --state-dir to look \
+             elsewhere).",
+            escape::text(&s.state_dir)
+        );
+        for line in wrap(&said, w) {
+            out.push(vec![span(fit(&line, w), Style::Dim)]);
+        }
     }
     for gpu in &s.gpus {
         out.push(Vec::new());
@@ -609,5 +623,18 @@ mod tests {
     fn nothing_to_show_says_where_it_looked() {
         let s = build(Path::new("/nowhere"), vec![], vec![], vec![], 0);
         assert!(text(&s, 80).contains("No governed process or group under /nowhere"));
+        // The whole sentence at 80 and 100 columns, in lines that fit.
+        let s = build(Path::new("/dev/shm/cuquota"), vec![], vec![], vec![], 0);
+        for width in [60, 80, 100] {
+            let t = text(&s, width);
+            let said: Vec<&str> = t.lines().skip(1).collect();
+            assert!(said.iter().all(|l| l.chars().count() <= width), "{t}");
+            assert_eq!(
+                said.join(" "),
+                "No governed process or group under /dev/shm/cuquota (CUQUOTA_STATE_DIR or \
+                 --state-dir to look elsewhere).",
+                "{width}"
+            );
+        }
     }
 }

@@ -2,9 +2,11 @@
 //!
 //! - [`model`]: one snapshot of the state directory (also `--json` and the metrics' source);
 //! - [`frame`]: a frame as a pure function of a snapshot and a width;
-//! - [`live`]: the terminal loop (keys, redraws).
+//! - [`live`]: the terminal loop (keys, redraws);
+//! - [`gpu_memory`]: a GPU's memory from NVML, where no process recorded it.
 
 pub mod frame;
+mod gpu_memory;
 mod live;
 pub mod model;
 

@@ -155,13 +155,17 @@ fn read_with(state_dir: &Path, proc: &Path) -> Snapshot {
         ));
     }
     notes.extend(group_notes);
-    build(
+    let mut snapshot = build(
         state_dir,
         scan.processes,
         groups,
         notes,
         cuquota_state::shared::unix_ns(),
-    )
+    );
+    for gpu in snapshot.gpus.iter_mut().filter(|g| g.total == 0) {
+        gpu.total = super::gpu_memory::total(&gpu.uuid).unwrap_or(0);
+    }
+    snapshot
 }
 
 fn process(p: &ProcessSnapshot, d: Option<&DeviceSnapshot>) -> Process {
