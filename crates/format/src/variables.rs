@@ -131,7 +131,7 @@ mod tests {
         assert_eq!(
             says("CUQUOTA_X\u{1b}"),
             format!(
-                "CUQUOTA_X\\u{{1b}} is not a cuquota variable ({}); it is ignored",
+                "CUQUOTA_X\\x1b is not a cuquota variable ({}); it is ignored",
                 SETTINGS.join(", ")
             )
         );
