@@ -2,7 +2,8 @@
 # The census: holds the driver catalogue (crates/driver) to NVIDIA's cuda.h, from the
 # nvidia-cuda-runtime wheel, and prints one line: how many of the header's functions are
 # hooked, pass through, or are not governed. Fails on a function of the header the catalogue
-# does not classify, and on a newest variant of a hooked function that is not hooked.
+# does not classify, on a newest variant of a hooked function that is not hooked, and on a
+# CUresult value the error-name table (crates/driver/src/results.rs) lacks or names differently.
 #
 # Usage: scripts/census.sh [VERSION]
 #   without VERSION: the pinned wheel (scripts/cuda-runtime-pin.sh), as scripts/test.sh runs it;

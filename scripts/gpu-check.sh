@@ -47,8 +47,11 @@
 #                     step) to what cuda.h leaves open: pool memory after cuCtxDestroy, after
 #                     the last cuDevicePrimaryCtxRelease; export + self-import + release; a
 #                     deferred-mapping array's map + release; a DEVICE_LOCALITY_DOMAIN
-#                     allocation where the driver has it. Recorded, not judged: FAIL only if a
-#                     program cannot run
+#                     allocation where the driver has it; cuCtxSetLimit(MALLOC_HEAP_SIZE,
+#                     256 MiB): taken at the call or at the first kernel launch (a kernel
+#                     loaded from PTX, launched once); a kernel with a 64 KiB local array per
+#                     thread over every SM: what the launch takes, and whether it stays.
+#                     Recorded, not judged: FAIL only if a program cannot run
 #
 # One PASS/FAIL line per check with its numbers (SKIPPED, with why, for a part that cannot
 # run here), then "N passed, M failed[, K skipped]"; with $OUT set, everything measured also
@@ -82,7 +85,7 @@ declare -A LIMIT=(
   [torch-default]=90 [torch-expandable]=90 [torch-async]=90 [jax]=120
   [cupy-default]=60 [cupy-async]=60 [bfc-growth]=60 [arrays]=60 [ctx-reset]=40 [overhead]=120
   [vmm]=40 [footprint-torch]=60 [footprint-torch-async]=60 [footprint-cupy-async]=50
-  [footprint-jax]=60 [nvml]=90 [questions]=40
+  [footprint-jax]=60 [nvml]=90 [questions]=60
 )
 read -r -a checks <<<"${CHECKS:-torch-default torch-expandable torch-async jax cupy-default cupy-async bfc-growth arrays ctx-reset overhead vmm footprint-torch footprint-torch-async footprint-cupy-async footprint-jax nvml questions}"
 

@@ -420,7 +420,8 @@ def ctx_reset_check(args):
     return numbers, problems
 
 # The programs of scripts/gpu_check/questions/, each one question cuda.h leaves open.
-QUESTIONS = ("pool_after_destroy", "pool_after_release", "export_import", "sparse_array", "locality_domain")
+QUESTIONS = ("pool_after_destroy", "pool_after_release", "export_import", "sparse_array", "locality_domain",
+             "malloc_heap", "local_array")
 
 
 def question_answers(stdout):
@@ -449,7 +450,8 @@ def questions_check(args):
     """The real driver's own answers, without cuquota, to the questions its accounting rests
     on (pool memory after cuCtxDestroy and after the last cuDevicePrimaryCtxRelease, an
     export + self-import + release, a deferred-mapping array's map + release, a
-    DEVICE_LOCALITY_DOMAIN allocation): each program's figures (cuMemGetInfo's free, NVML's
+    DEVICE_LOCALITY_DOMAIN allocation, a 256 MiB malloc heap set by cuCtxSetLimit, a kernel
+    with a 64 KiB local array per thread): each program's figures (cuMemGetInfo's free, NVML's
     figure for the process) at each moment are recorded. A FAIL only where a program could
     not run; what the answers mean is for the reader (gpu-check.json)."""
     numbers, problems = {}, []

@@ -16,21 +16,16 @@ pub type Handle = *mut c_void;
 /// `CUmemGenericAllocationHandle`.
 pub type CUmemGenericAllocationHandle = u64;
 
-pub const CUDA_SUCCESS: CUresult = 0;
-pub const CUDA_ERROR_INVALID_VALUE: CUresult = 1;
-pub const CUDA_ERROR_OUT_OF_MEMORY: CUresult = 2;
-pub const CUDA_ERROR_NOT_INITIALIZED: CUresult = 3;
-pub const CUDA_ERROR_NO_DEVICE: CUresult = 100;
-pub const CUDA_ERROR_INVALID_DEVICE: CUresult = 101;
-pub const CUDA_ERROR_INVALID_CONTEXT: CUresult = 201;
-pub const CUDA_ERROR_INVALID_HANDLE: CUresult = 400;
-pub const CUDA_ERROR_NOT_FOUND: CUresult = 500;
-pub const CUDA_ERROR_NOT_SUPPORTED: CUresult = 801;
-pub const CUDA_ERROR_UNKNOWN: CUresult = 999;
-// Limits, host registration, pointer attributes.
-pub const CUDA_ERROR_UNSUPPORTED_LIMIT: CUresult = 215;
-pub const CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED: CUresult = 712;
-pub const CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED: CUresult = 713;
+/// The result codes the shim answers with, from the workspace's error-name table.
+pub use cuquota_driver::results::{
+    CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED,
+    CUDA_ERROR_ILLEGAL_STATE, CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_INVALID_DEVICE,
+    CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION,
+    CUDA_ERROR_INVALID_RESOURCE_TYPE, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_FOUND,
+    CUDA_ERROR_NOT_INITIALIZED, CUDA_ERROR_NOT_SUPPORTED, CUDA_ERROR_NO_DEVICE,
+    CUDA_ERROR_OUT_OF_MEMORY, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, CUDA_ERROR_UNKNOWN,
+    CUDA_ERROR_UNSUPPORTED_LIMIT, CUDA_SUCCESS,
+};
 
 /// `CU_STREAM_LEGACY` and `CU_STREAM_PER_THREAD`: like stream 0, they mean "the current
 /// context's default stream".
@@ -44,12 +39,6 @@ pub const LOCATION_HOST_NUMA: i32 = 3;
 pub const LOCATION_HOST_NUMA_CURRENT: i32 = 4;
 /// CUDA 13.4: "a portion of device memory, specified by the locality domain ID".
 pub const LOCATION_DEVICE_LOCALITY_DOMAIN: i32 = 6;
-/// Stream capture.
-pub const CUDA_ERROR_ILLEGAL_STATE: CUresult = 401;
-pub const CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: CUresult = 900;
-/// Green contexts' resources.
-pub const CUDA_ERROR_INVALID_RESOURCE_TYPE: CUresult = 914;
-pub const CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION: CUresult = 915;
 /// `CU_MEM_ACCESS_FLAGS_PROT_READWRITE`.
 pub const ACCESS_READ_WRITE: i32 = 3;
 /// `CU_MEM_ALLOCATION_TYPE_PINNED`.

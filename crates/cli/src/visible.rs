@@ -7,6 +7,7 @@
 //! driver opens or starts (descriptors, threads, a slow first initialisation) reaches the
 //! command, and a driver that hangs costs a bounded wait.
 
+use cuquota_driver::results::{CUDA_ERROR_NO_DEVICE, CUDA_SUCCESS};
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::io::Read;
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -28,8 +29,8 @@ pub type Seen = Vec<Gpu>;
 /// interposer checks the limit at the command's first CUDA call, as without this.
 const PATIENCE: Duration = Duration::from_secs(10);
 
-const CUDA_SUCCESS: c_int = 0;
-const CUDA_ERROR_NO_DEVICE: c_int = 100;
+/// `CUresult`: a C enum, returned in a 32-bit register (its codes are the error-name table's).
+type CuResult = u32;
 
 /// The GPUs the command would see, or why that cannot be told (no driver, an error, no
 /// answer in time, cuquota's own library loaded in this process).
@@ -173,11 +174,11 @@ fn decode(answer: &str) -> Result<Seen, String> {
         .collect()
 }
 
-type Init = unsafe extern "C" fn(c_uint) -> c_int;
-type Count = unsafe extern "C" fn(*mut c_int) -> c_int;
-type Get = unsafe extern "C" fn(*mut c_int, c_int) -> c_int;
-type Uuid = unsafe extern "C" fn(*mut [u8; 16], c_int) -> c_int;
-type TotalMem = unsafe extern "C" fn(*mut usize, c_int) -> c_int;
+type Init = unsafe extern "C" fn(c_uint) -> CuResult;
+type Count = unsafe extern "C" fn(*mut c_int) -> CuResult;
+type Get = unsafe extern "C" fn(*mut c_int, c_int) -> CuResult;
+type Uuid = unsafe extern "C" fn(*mut [u8; 16], c_int) -> CuResult;
+type TotalMem = unsafe extern "C" fn(*mut usize, c_int) -> CuResult;
 
 fn ask_driver(driver_dir: Option<&std::path::Path>) -> Result<Seen, String> {
     use std::os::unix::ffi::OsStrExt;
@@ -199,7 +200,7 @@ fn ask_driver(driver_dir: Option<&std::path::Path>) -> Result<Seen, String> {
             .ok_or_else(|| format!("libcuda.so.1 has no {}", name.to_string_lossy()))
     };
     // SAFETY: each symbol is the driver API function of that name, whose C signature the
-    // type spells (CUresult is an int, CUdevice an int, CUuuid 16 bytes).
+    // type spells (CUresult a 32-bit enum, CUdevice an int, CUuuid 16 bytes).
     let (init, count, get) = unsafe {
         (
             std::mem::transmute::<*mut c_void, Init>(symbol(c"cuInit")?),

@@ -14,8 +14,13 @@
 //! (`_ptsz`/`_ptds` for the per-thread forms) per variant. The variants of one base and stream
 //! are paired with its typedefs in order (`cuX` < `cuX_v2` < `cuX_v3` with the versions
 //! ascending); a base whose counts differ is reported, never guessed.
+//!
+//! `cuda.h`'s `typedef enum cudaError_enum { … } CUresult;` gives every result code: each
+//! `NAME = value` of its body, its doc comments left out. The error-name table
+//! ([`crate::results`]) must have each, under the same name.
 
 use crate::catalogue::Alias;
+use crate::results::Code;
 use crate::{Class, Function, Stream};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -46,6 +51,8 @@ pub struct Header {
     pub defaults: Vec<String>,
     /// `#define cuX cuY` where `cuY` is not a variant of `cuX`: (`cuX`, `cuY`).
     pub aliases: Vec<(String, String)>,
+    /// The `CUresult` enum: (name, value), in the header's order.
+    pub results: Vec<(String, u32)>,
 }
 
 const INTERNAL_SECTION: &str = "#if defined(__CUDA_API_VERSION_INTERNAL)";
@@ -109,7 +116,65 @@ pub fn read(cuda_h: &str, typedefs_h: &str) -> Result<Header, String> {
         functions,
         defaults,
         aliases,
+        results: results(cuda_h)?,
     })
+}
+
+/// The `NAME = value` entries of `typedef enum cudaError_enum { … } CUresult;`.
+fn results(cuda_h: &str) -> Result<Vec<(String, u32)>, String> {
+    const OPEN: &str = "typedef enum cudaError_enum";
+    const CLOSE: &str = "} CUresult;";
+    let body = cuda_h
+        .find(OPEN)
+        .map(|at| &cuda_h[at + OPEN.len()..])
+        .and_then(|rest| Some(&rest[rest.find('{')? + 1..rest.find(CLOSE)?]))
+        .ok_or("cuda.h has no `typedef enum cudaError_enum { … } CUresult;`")?;
+    let mut found = Vec::new();
+    for entry in without_comments(body).split(',') {
+        let entry = entry.trim();
+        if entry.is_empty() {
+            continue;
+        }
+        let parsed = entry.split_once('=').and_then(|(name, value)| {
+            let name = name.trim();
+            let value = value.trim().parse().ok()?;
+            (name.starts_with("CUDA_") && is_identifier(name)).then(|| (name.to_string(), value))
+        });
+        found.push(parsed.ok_or_else(|| format!("cannot read the CUresult entry `{entry}`"))?);
+    }
+    if found.is_empty() {
+        return Err("cuda.h's CUresult enum has no entry".into());
+    }
+    Ok(found)
+}
+
+/// `text` with its `/* … */` and `// …` comments left out.
+fn without_comments(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    loop {
+        let (block, line) = (rest.find("/*"), rest.find("//"));
+        match (block, line) {
+            (Some(b), Some(l)) if l < b => {
+                out.push_str(&rest[..l]);
+                rest = rest[l..].find('\n').map_or("", |end| &rest[l + end..]);
+            }
+            (Some(b), _) => {
+                out.push_str(&rest[..b]);
+                rest = rest[b + 2..]
+                    .find("*/")
+                    .map_or("", |end| &rest[b + 2 + end + 2..]);
+            }
+            (None, Some(l)) => {
+                out.push_str(&rest[..l]);
+                rest = rest[l..].find('\n').map_or("", |end| &rest[l + end..]);
+            }
+            (None, None) => {
+                out.push_str(rest);
+                return out;
+            }
+        }
+    }
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -298,6 +363,9 @@ pub struct Census {
     /// The newest variant of a hooked base (per stream), or the variant a versioned
     /// `#define` names, that is not hooked.
     pub unhooked_newest: Vec<String>,
+    /// Where the error-name table is not the header's `CUresult` enum: a value it lacks or
+    /// names differently, or a code the header does not have.
+    pub results_differ: Vec<String>,
 }
 
 impl Census {
@@ -309,6 +377,7 @@ impl Census {
             && self.gone.is_empty()
             && self.unhooked_newest.is_empty()
             && self.unknown_aliases.is_empty()
+            && self.results_differ.is_empty()
     }
 
     /// The one line: how many of the header's functions are hooked, pass through, or are not
@@ -326,8 +395,13 @@ impl Census {
     }
 }
 
-/// Holds `catalogue` to `header`.
-pub fn take(header: &Header, catalogue: &'static [Function], aliases: &[Alias]) -> Census {
+/// Holds `catalogue` and the error-name table `results` to `header`.
+pub fn take(
+    header: &Header,
+    catalogue: &'static [Function],
+    aliases: &[Alias],
+    results: &[Code],
+) -> Census {
     let rows: BTreeMap<&str, &'static Function> = catalogue.iter().map(|f| (f.symbol, f)).collect();
     let mut census = Census::default();
     for declared in &header.functions {
@@ -363,7 +437,34 @@ pub fn take(header: &Header, catalogue: &'static [Function], aliases: &[Alias]) 
         .filter(|(base, symbol)| !aliases.iter().any(|a| (a.base, a.symbol) == (base, symbol)))
         .cloned()
         .collect();
+    census.results_differ = results_differ(&header.results, results);
     census
+}
+
+/// Each way the table differs from the header's `CUresult` enum, as a line.
+fn results_differ(header: &[(String, u32)], table: &[Code]) -> Vec<String> {
+    let mut differ = Vec::new();
+    for (name, value) in header {
+        match table.iter().find(|c| c.code == *value) {
+            None => differ.push(format!(
+                "{name} = {value}: not in the error-name table (crates/driver/src/results.rs)"
+            )),
+            Some(c) if c.name != name => differ.push(format!(
+                "{value}: the header names it {name}, the error-name table {}",
+                c.name
+            )),
+            Some(_) => {}
+        }
+    }
+    for c in table {
+        if !header.iter().any(|(_, value)| *value == c.code) {
+            differ.push(format!(
+                "{} = {}: in the error-name table, not in the header",
+                c.name, c.code
+            ));
+        }
+    }
+    differ
 }
 
 /// The newest variant of each hooked base and stream, and each versioned `#define`'s
@@ -403,6 +504,15 @@ mod tests {
     use crate::classes::{ALLOCATION, COPY};
 
     const CUDA_H: &str = "\
+typedef enum cudaError_enum {
+    /**
+     * No error, unlike ::CUDA_ERROR_INVALID_VALUE = 9, which is one.
+     */
+    CUDA_SUCCESS                              = 0,
+    // A line comment, with a comma, and CUDA_ERROR_X = 3.
+    CUDA_ERROR_INVALID_VALUE                  = 1,
+     CUDA_ERROR_OUT_OF_MEMORY = 2
+} CUresult;
 #define cuMemAlloc                          cuMemAlloc_v2
 #define cuGraphInstantiate                  cuGraphInstantiateWithFlags
 #define cuMemcpyHtoD                        __CUDA_API_PTDS(cuMemcpyHtoD_v2)
@@ -474,6 +584,15 @@ typedef CUresult (CUDAAPI *PFN_cuMemAllocAsync_v11020_ptsz)(CUdeviceptr_v2 *dptr
             "{err}"
         );
         assert!(read("no header", TYPEDEFS_H).is_err());
+        let no_results = CUDA_H.replace("cudaError_enum", "cudaErrorEnum");
+        let err = read(&no_results, TYPEDEFS_H).unwrap_err();
+        assert!(err.contains("no `typedef enum cudaError_enum"), "{err}");
+        let unreadable = CUDA_H.replace("= 2", "= CUDA_ERROR_INVALID_VALUE");
+        let err = read(&unreadable, TYPEDEFS_H).unwrap_err();
+        assert!(
+            err.contains("CUDA_ERROR_OUT_OF_MEMORY = CUDA_ERROR_INVALID_VALUE"),
+            "{err}"
+        );
         assert!(read(CUDA_H, "").is_err());
     }
 
@@ -517,7 +636,7 @@ typedef CUresult (CUDAAPI *PFN_cuMemAllocAsync_v11020_ptsz)(CUdeviceptr_v2 *dptr
                 "cuGraphInstantiateWithFlags".to_string()
             )]
         );
-        let census = take(&header, CATALOGUE, &[]);
+        let census = take(&header, CATALOGUE, &[], &[]);
         assert!(!census.passes());
         let new: Vec<_> = census
             .unclassified
@@ -546,5 +665,51 @@ typedef CUresult (CUDAAPI *PFN_cuMemAllocAsync_v11020_ptsz)(CUdeviceptr_v2 *dptr
             census.unclassified[0].row(),
             "f(\"cuMemAllocAsync\", \"cuMemAllocAsync\", 11020, Plain, CLASS),"
         );
+    }
+
+    #[test]
+    fn the_census_holds_the_error_name_table_to_the_cuda_result_enum() {
+        let header = read(CUDA_H, TYPEDEFS_H).unwrap();
+        assert_eq!(
+            header.results,
+            [
+                ("CUDA_SUCCESS".to_string(), 0),
+                ("CUDA_ERROR_INVALID_VALUE".to_string(), 1),
+                ("CUDA_ERROR_OUT_OF_MEMORY".to_string(), 2),
+            ]
+        );
+        let code = |code, name| Code {
+            code,
+            name,
+            c_name: c"",
+            description: c"",
+        };
+        let exact = [
+            code(0, "CUDA_SUCCESS"),
+            code(1, "CUDA_ERROR_INVALID_VALUE"),
+            code(2, "CUDA_ERROR_OUT_OF_MEMORY"),
+        ];
+        assert_eq!(
+            results_differ(&header.results, &exact),
+            Vec::<String>::new()
+        );
+        // A value the table lacks, one it names differently, one the header lacks.
+        let wrong = [
+            code(0, "CUDA_SUCCESS"),
+            code(1, "CUDA_ERROR_INVALID_ARGUMENT"),
+            code(3, "CUDA_ERROR_NOT_INITIALIZED"),
+        ];
+        let census = take(&header, &[], &[], &wrong);
+        assert_eq!(
+            census.results_differ,
+            [
+                "1: the header names it CUDA_ERROR_INVALID_VALUE, the error-name table \
+                 CUDA_ERROR_INVALID_ARGUMENT",
+                "CUDA_ERROR_OUT_OF_MEMORY = 2: not in the error-name table \
+                 (crates/driver/src/results.rs)",
+                "CUDA_ERROR_NOT_INITIALIZED = 3: in the error-name table, not in the header",
+            ]
+        );
+        assert!(!census.passes());
     }
 }

@@ -9,8 +9,9 @@
 //! - [`catalogue`]: the rows, and [`catalogue::CALLED`], the functions cuquota calls without
 //!   hooking them;
 //! - [`classes`]: the classes the rows name, each with its reason (per family of functions);
-//! - [`census`]: reading the header, and holding the catalogue to it (`cuquota-census`,
-//!   run by `scripts/census.sh`).
+//! - [`results`]: the error-name table, every `CUresult` with its code, name and description;
+//! - [`census`]: reading the header, and holding the catalogue and the error-name table to it
+//!   (`cuquota-census`, run by `scripts/census.sh`).
 //!
 //! The interposer's table (`src/real_driver.rs`), the stand-in's exports (`shim/`) and the
 //! C clients' list (`tests/clients/driver_functions.h`) are each held to this catalogue by a
@@ -19,6 +20,7 @@
 pub mod catalogue;
 pub mod census;
 pub mod classes;
+pub mod results;
 
 /// Which default stream a variant was built for (`cudaTypedefs.h`'s `PFN_*_vNNNN[_ptsz]`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

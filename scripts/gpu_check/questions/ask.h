@@ -21,6 +21,22 @@
 
 #define MIB (1ull << 20)
 
+/* Kernels from PTX (the driver JIT-compiles it for the GPU it has), from cuda.h's
+ * declarations. */
+typedef struct cuquota_module_opaque *CUmodule;
+typedef struct cuquota_function_opaque *CUfunction;
+typedef CUresult (*fn_cuModuleLoadData)(CUmodule *module, const void *image);
+typedef CUresult (*fn_cuModuleGetFunction)(CUfunction *f, CUmodule module, const char *name);
+typedef CUresult (*fn_cuModuleUnload)(CUmodule module);
+typedef CUresult (*fn_cuLaunchKernel)(CUfunction f, unsigned int grid_x, unsigned int grid_y,
+                                      unsigned int grid_z, unsigned int block_x,
+                                      unsigned int block_y, unsigned int block_z,
+                                      unsigned int shared_bytes, CUstream stream, void **params,
+                                      void **extra);
+/* CUlimit values. */
+#define CU_LIMIT_STACK_SIZE 0x00
+#define CU_LIMIT_MALLOC_HEAP_SIZE 0x02
+
 static void *ask_cuda, *ask_nvml;
 static nvmlDevice_t ask_nvml_dev;
 
@@ -87,6 +103,24 @@ static void report(const char *label) {
     printf("%s rc=%d free=%lld nvml_used=%lld\n", label, rc, rc ? -1 : (long long)free_b,
            nvml_used());
     fflush(stdout);
+}
+
+/* A CUlimit of the current context (-1 where the driver does not say). */
+static inline long long get_limit(int limit) {
+    FN(cuCtxGetLimit);
+    size_t value = 0;
+    return cuCtxGetLimit(&value, limit) ? -1 : (long long)value;
+}
+
+/* The kernel `name` of a PTX module loaded into the current context; a driver that cannot
+ * load or find it ends the program as MUST does (status 3, the call and its result). */
+static inline CUfunction load_kernel(const char *ptx, const char *name, CUmodule *module) {
+    FN(cuModuleLoadData);
+    FN(cuModuleGetFunction);
+    CUfunction f = NULL;
+    MUST(cuModuleLoadData(module, ptx));
+    MUST(cuModuleGetFunction(&f, *module, name));
+    return f;
 }
 
 /* Device 0's primary context, retained and made current. */

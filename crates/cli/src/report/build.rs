@@ -6,6 +6,7 @@ use crate::symbols::{Stacks, Symbolizer};
 use crate::timeline::Timeline;
 use crate::traces;
 use crate::walk::{walk, DeviceParts, Visit};
+use cuquota_driver::results::names;
 use cuquota_format::episodes::{Episode, EpisodeEnd, GaveUp};
 use cuquota_format::hash::BuildKeyHasher;
 use cuquota_format::part::PerLayer;
@@ -390,7 +391,7 @@ impl Process {
         }
         let api = self.api(&e.api);
         self.api_counts[api as usize] += 1;
-        let ok = e.result.is_empty() || e.result == "CUDA_SUCCESS";
+        let ok = e.result.is_empty() || e.result == names::CUDA_SUCCESS;
         let t = e.t_ns;
         let footprint = self.header.counts_footprint();
         let first = *self.first_t_ns.get_or_insert(t);
@@ -507,7 +508,7 @@ impl Process {
                     return;
                 }
                 // The interposer's episodes are of out-of-memory refusals only.
-                if e.result != "CUDA_ERROR_OUT_OF_MEMORY" {
+                if e.result != names::CUDA_ERROR_OUT_OF_MEMORY {
                     return;
                 }
                 let dev = e.dev;

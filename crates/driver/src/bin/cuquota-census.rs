@@ -1,9 +1,10 @@
 //! `cuquota-census CUDA_H CUDATYPEDEFS_H`: holds the driver catalogue to NVIDIA's header and
 //! prints one line (how many of its functions are hooked, pass through, are not governed);
-//! exits 1, listing what differs, when the catalogue is not the header's. `scripts/census.sh`
+//! exits 1, listing what differs, when the catalogue is not the header's, or the error-name
+//! table not its `CUresult` enum. `scripts/census.sh`
 //! gets the header from the pinned wheel and runs this.
 
-use cuquota_driver::{catalogue, census};
+use cuquota_driver::{catalogue, census, results};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -24,7 +25,12 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let census = census::take(&header, catalogue::FUNCTIONS, catalogue::ALIASES);
+    let census = census::take(
+        &header,
+        catalogue::FUNCTIONS,
+        catalogue::ALIASES,
+        results::CODES,
+    );
     println!("{}", census.line(header.functions.len()));
     if !census.not_yet.is_empty() {
         println!(
@@ -71,6 +77,9 @@ fn main() -> ExitCode {
     }
     for (base, symbol) in &census.unknown_aliases {
         println!("census: #define {base} {symbol}: an alias the catalogue's ALIASES lacks");
+    }
+    for line in &census.results_differ {
+        println!("census: CUresult {line}");
     }
     ExitCode::FAILURE
 }
