@@ -293,127 +293,45 @@ impl Config {
 
     /// The variables alone.
     fn variables(raw: &impl Fn(&str) -> Option<OsString>) -> Result<Config, ConfigError> {
-        let var = |name: &str| raw(name).map(|v| v.to_string_lossy().into_owned());
-        // An empty variable is unset, but for CUQUOTA_LIMIT (below).
-        let set = |name: &str| var(name).filter(|v| !v.trim().is_empty());
-        let mut warnings = Vec::new();
-        let limits = match var("CUQUOTA_LIMIT") {
-            None => Limits::None,
-            Some(v) => parse_limits(&v).map_err(|why| ConfigError {
-                message: limit_error(&v, &why),
-            })?,
+        let mut vars = Variables {
+            raw,
+            warnings: Vec::new(),
         };
-        let mode = match set("CUQUOTA_MODE") {
-            None => Mode::Enforce,
-            Some(v) => match settings::parse_mode(&v) {
-                Some(true) => Mode::Enforce,
-                Some(false) => Mode::Observe,
-                None => return Err(bad("CUQUOTA_MODE", &v, "enforce or observe")),
-            },
-        };
-        let virtualize = match set("CUQUOTA_VIRTUALIZE") {
-            None => true,
-            Some(v) => lenient::parse_virtualize(&v).unwrap_or_else(|| {
-                warnings.push(lenient_warning(
-                    "CUQUOTA_VIRTUALIZE",
-                    &v,
-                    &lenient::VIRTUALIZE,
-                ));
-                true
-            }),
-        };
-        let log = match raw("CUQUOTA_LOG") {
-            None => LogTarget::Stderr,
-            Some(v) => match settings::parse_log_target(v.as_bytes()) {
-                settings::LogTarget::Stderr => LogTarget::Stderr,
-                settings::LogTarget::Off => LogTarget::Off,
-                settings::LogTarget::File(_) => LogTarget::File(v.into()),
-            },
-        };
-        let log_level = match set("CUQUOTA_LOG_LEVEL") {
-            None => LogLevel::Warn,
-            Some(v) => lenient::parse_log_level(&v).unwrap_or_else(|| {
-                warnings.push(lenient_warning(
-                    "CUQUOTA_LOG_LEVEL",
-                    &v,
-                    &lenient::LOG_LEVEL,
-                ));
-                LogLevel::Warn
-            }),
-        };
-        let trace = match raw("CUQUOTA_TRACE") {
-            Some(t) if t.is_empty() => None,
-            Some(t) => match settings::check_template(t.as_bytes()) {
-                Ok(()) => Some(t),
-                Err(why) => {
-                    warnings.push(format!(
-                        "{}; no trace is written (the default)",
-                        printable(&why)
-                    ));
-                    None
-                }
-            },
-            None => None,
-        };
+        let limits = vars.limits()?;
+        let mode = vars.mode()?;
+        let virtualize = vars
+            .lenient(
+                "CUQUOTA_VIRTUALIZE",
+                lenient::parse_virtualize,
+                &lenient::VIRTUALIZE,
+            )
+            .unwrap_or(true);
+        let log = vars.log();
+        let log_level = vars
+            .lenient(
+                "CUQUOTA_LOG_LEVEL",
+                lenient::parse_log_level,
+                &lenient::LOG_LEVEL,
+            )
+            .unwrap_or(LogLevel::Warn);
+        let trace = vars.trace();
         // Neither can lift enforcement: footprint is the stricter count, and a measured
         // context is what a bad size falls back to.
-        let count = match set("CUQUOTA_COUNT") {
-            None => Count::Footprint,
-            Some(v) => lenient::parse_count(&v).unwrap_or_else(|| {
-                warnings.push(lenient_warning("CUQUOTA_COUNT", &v, &lenient::COUNT));
-                Count::Footprint
-            }),
-        };
-        let context = match set("CUQUOTA_CONTEXT") {
-            None => None,
-            Some(v) => match lenient::parse_context(&v) {
-                Ok(b) => Some(b),
-                Err(why) => {
-                    let valid = if why.is_empty() {
-                        lenient::CONTEXT.valid.to_string()
-                    } else {
-                        format!("a size such as 512MiB ({why})")
-                    };
-                    warnings.push(lenient::warning(
-                        "CUQUOTA_CONTEXT",
-                        &v,
-                        &valid,
-                        lenient::CONTEXT.default,
-                    ));
-                    None
-                }
-            },
-        };
-        // A bad group name could leave the process unbounded by the group: an error.
-        let group = match set("CUQUOTA_GROUP") {
-            None => None,
-            Some(v) => match cuquota_state::group::check_name(&v) {
-                Ok(()) => Some(v),
-                Err(why) => {
-                    return Err(ConfigError {
-                        message: format!(
-                            "CUQUOTA_GROUP=\"{}\" is not valid: {why}. \
-                             CUDA calls fail with CUDA_ERROR_INVALID_VALUE until it is fixed",
-                            printable(&v)
-                        ),
-                    })
-                }
-            },
-        };
+        let count = vars
+            .lenient("CUQUOTA_COUNT", lenient::parse_count, &lenient::COUNT)
+            .unwrap_or(Count::Footprint);
+        let context = vars.context();
+        let group = vars.group()?;
         let state_dir = match raw("CUQUOTA_STATE_DIR") {
             Some(d) if !d.is_empty() => PathBuf::from(d),
             _ => PathBuf::from(cuquota_state::group::DEFAULT_STATE_DIR),
         };
         // Only what the trace records: a bad value is a warning, and no stacks.
-        let stacks = match set("CUQUOTA_STACKS") {
-            None => 0,
-            Some(v) => lenient::parse_stacks(&v).unwrap_or_else(|| {
-                warnings.push(lenient_warning("CUQUOTA_STACKS", &v, &lenient::STACKS));
-                0
-            }),
-        };
+        let stacks = vars
+            .lenient("CUQUOTA_STACKS", lenient::parse_stacks, &lenient::STACKS)
+            .unwrap_or(0);
         if stacks > 0 && trace.is_none() {
-            warnings.push(
+            vars.warnings.push(
                 "CUQUOTA_STACKS is set but CUQUOTA_TRACE is not: call stacks are recorded only \
                  in the trace; none are recorded"
                     .to_string(),
@@ -435,8 +353,125 @@ impl Config {
             policies: Vec::new(),
             untouched: false,
             refuse_unknown_variants: false,
-            warnings,
+            warnings: vars.warnings,
         })
+    }
+}
+
+/// The variables as read, and the warnings their bad values cost so far.
+struct Variables<'a, F> {
+    raw: &'a F,
+    warnings: Vec<String>,
+}
+
+impl<F: Fn(&str) -> Option<OsString>> Variables<'_, F> {
+    fn var(&self, name: &str) -> Option<String> {
+        (self.raw)(name).map(|v| v.to_string_lossy().into_owned())
+    }
+
+    /// An empty variable is unset, but for CUQUOTA_LIMIT.
+    fn set(&self, name: &str) -> Option<String> {
+        self.var(name).filter(|v| !v.trim().is_empty())
+    }
+
+    /// A variable that cannot lift enforcement: unset, or a bad value (one warning naming
+    /// its default), is `None`.
+    fn lenient<T>(
+        &mut self,
+        name: &str,
+        parse: fn(&str) -> Option<T>,
+        words: &lenient::Words,
+    ) -> Option<T> {
+        let v = self.set(name)?;
+        let parsed = parse(&v);
+        if parsed.is_none() {
+            self.warnings.push(lenient_warning(name, &v, words));
+        }
+        parsed
+    }
+
+    fn limits(&self) -> Result<Limits, ConfigError> {
+        match self.var("CUQUOTA_LIMIT") {
+            None => Ok(Limits::None),
+            Some(v) => parse_limits(&v).map_err(|why| ConfigError {
+                message: limit_error(&v, &why),
+            }),
+        }
+    }
+
+    fn mode(&self) -> Result<Mode, ConfigError> {
+        match self.set("CUQUOTA_MODE") {
+            None => Ok(Mode::Enforce),
+            Some(v) => match settings::parse_mode(&v) {
+                Some(true) => Ok(Mode::Enforce),
+                Some(false) => Ok(Mode::Observe),
+                None => Err(bad("CUQUOTA_MODE", &v, "enforce or observe")),
+            },
+        }
+    }
+
+    fn log(&self) -> LogTarget {
+        match (self.raw)("CUQUOTA_LOG") {
+            None => LogTarget::Stderr,
+            Some(v) => match settings::parse_log_target(v.as_bytes()) {
+                settings::LogTarget::Stderr => LogTarget::Stderr,
+                settings::LogTarget::Off => LogTarget::Off,
+                settings::LogTarget::File(_) => LogTarget::File(v.into()),
+            },
+        }
+    }
+
+    /// A bad template is a warning, and no trace.
+    fn trace(&mut self) -> Option<OsString> {
+        let t = (self.raw)("CUQUOTA_TRACE").filter(|t| !t.is_empty())?;
+        match settings::check_template(t.as_bytes()) {
+            Ok(()) => Some(t),
+            Err(why) => {
+                self.warnings.push(format!(
+                    "{}; no trace is written (the default)",
+                    printable(&why)
+                ));
+                None
+            }
+        }
+    }
+
+    fn context(&mut self) -> Option<u64> {
+        let v = self.set("CUQUOTA_CONTEXT")?;
+        match lenient::parse_context(&v) {
+            Ok(b) => Some(b),
+            Err(why) => {
+                let valid = if why.is_empty() {
+                    lenient::CONTEXT.valid.to_string()
+                } else {
+                    format!("a size such as 512MiB ({why})")
+                };
+                self.warnings.push(lenient::warning(
+                    "CUQUOTA_CONTEXT",
+                    &v,
+                    &valid,
+                    lenient::CONTEXT.default,
+                ));
+                None
+            }
+        }
+    }
+
+    /// A bad group name could leave the process unbounded by the group: an error.
+    fn group(&self) -> Result<Option<String>, ConfigError> {
+        let Some(v) = self.set("CUQUOTA_GROUP") else {
+            return Ok(None);
+        };
+        match cuquota_state::group::check_name(&v) {
+            Ok(()) => Ok(Some(v)),
+            Err(why) => Err(ConfigError {
+                message: format!(
+                    "CUQUOTA_GROUP=\"{}\" is not valid: {why}. \
+                     CUDA calls fail with CUDA_ERROR_INVALID_VALUE until it is fixed",
+                    printable(&v)
+                ),
+            }),
+        }
     }
 }
 
