@@ -118,7 +118,7 @@ pub struct Config {
     /// `CUQUOTA_STATE_DIR`: where groups keep their state.
     pub state_dir: PathBuf,
     /// `CUQUOTA_STACKS=N`: record the call stack of each allocation in the trace, at most
-    /// N frames (0, the default: none; at most `stacks::MAX_DEPTH`).
+    /// N frames (0, the default: none; at most `cuquota_format::lenient::MAX_STACK_DEPTH`).
     pub stacks: u32,
     /// The policies' limits: the process's limit on a GPU is the smallest of these and
     /// `limits` (empty: no policy limit).
