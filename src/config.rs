@@ -118,7 +118,7 @@ pub struct Config {
     /// `CUQUOTA_STATE_DIR`: where groups keep their state.
     pub state_dir: PathBuf,
     /// `CUQUOTA_STACKS=N`: record the call stack of each allocation in the trace, at most
-    /// N frames (0, the default: none; at most `stacks::MAX_DEPTH`).
+    /// N frames (0, the default: none; at most `cuquota_format::lenient::MAX_STACK_DEPTH`).
     pub stacks: u32,
     /// The policies' limits: the process's limit on a GPU is the smallest of these and
     /// `limits` (empty: no policy limit).
@@ -293,127 +293,45 @@ impl Config {
 
     /// The variables alone.
     fn variables(raw: &impl Fn(&str) -> Option<OsString>) -> Result<Config, ConfigError> {
-        let var = |name: &str| raw(name).map(|v| v.to_string_lossy().into_owned());
-        // An empty variable is unset, but for CUQUOTA_LIMIT (below).
-        let set = |name: &str| var(name).filter(|v| !v.trim().is_empty());
-        let mut warnings = Vec::new();
-        let limits = match var("CUQUOTA_LIMIT") {
-            None => Limits::None,
-            Some(v) => parse_limits(&v).map_err(|why| ConfigError {
-                message: limit_error(&v, &why),
-            })?,
+        let mut vars = Variables {
+            raw,
+            warnings: Vec::new(),
         };
-        let mode = match set("CUQUOTA_MODE") {
-            None => Mode::Enforce,
-            Some(v) => match settings::parse_mode(&v) {
-                Some(true) => Mode::Enforce,
-                Some(false) => Mode::Observe,
-                None => return Err(bad("CUQUOTA_MODE", &v, "enforce or observe")),
-            },
-        };
-        let virtualize = match set("CUQUOTA_VIRTUALIZE") {
-            None => true,
-            Some(v) => lenient::parse_virtualize(&v).unwrap_or_else(|| {
-                warnings.push(lenient_warning(
-                    "CUQUOTA_VIRTUALIZE",
-                    &v,
-                    &lenient::VIRTUALIZE,
-                ));
-                true
-            }),
-        };
-        let log = match raw("CUQUOTA_LOG") {
-            None => LogTarget::Stderr,
-            Some(v) => match settings::parse_log_target(v.as_bytes()) {
-                settings::LogTarget::Stderr => LogTarget::Stderr,
-                settings::LogTarget::Off => LogTarget::Off,
-                settings::LogTarget::File(_) => LogTarget::File(v.into()),
-            },
-        };
-        let log_level = match set("CUQUOTA_LOG_LEVEL") {
-            None => LogLevel::Warn,
-            Some(v) => lenient::parse_log_level(&v).unwrap_or_else(|| {
-                warnings.push(lenient_warning(
-                    "CUQUOTA_LOG_LEVEL",
-                    &v,
-                    &lenient::LOG_LEVEL,
-                ));
-                LogLevel::Warn
-            }),
-        };
-        let trace = match raw("CUQUOTA_TRACE") {
-            Some(t) if t.is_empty() => None,
-            Some(t) => match settings::check_template(t.as_bytes()) {
-                Ok(()) => Some(t),
-                Err(why) => {
-                    warnings.push(format!(
-                        "{}; no trace is written (the default)",
-                        printable(&why)
-                    ));
-                    None
-                }
-            },
-            None => None,
-        };
+        let limits = vars.limits()?;
+        let mode = vars.mode()?;
+        let virtualize = vars
+            .lenient(
+                "CUQUOTA_VIRTUALIZE",
+                lenient::parse_virtualize,
+                &lenient::VIRTUALIZE,
+            )
+            .unwrap_or(true);
+        let log = vars.log();
+        let log_level = vars
+            .lenient(
+                "CUQUOTA_LOG_LEVEL",
+                lenient::parse_log_level,
+                &lenient::LOG_LEVEL,
+            )
+            .unwrap_or(LogLevel::Warn);
+        let trace = vars.trace();
         // Neither can lift enforcement: footprint is the stricter count, and a measured
         // context is what a bad size falls back to.
-        let count = match set("CUQUOTA_COUNT") {
-            None => Count::Footprint,
-            Some(v) => lenient::parse_count(&v).unwrap_or_else(|| {
-                warnings.push(lenient_warning("CUQUOTA_COUNT", &v, &lenient::COUNT));
-                Count::Footprint
-            }),
-        };
-        let context = match set("CUQUOTA_CONTEXT") {
-            None => None,
-            Some(v) => match lenient::parse_context(&v) {
-                Ok(b) => Some(b),
-                Err(why) => {
-                    let valid = if why.is_empty() {
-                        lenient::CONTEXT.valid.to_string()
-                    } else {
-                        format!("a size such as 512MiB ({why})")
-                    };
-                    warnings.push(lenient::warning(
-                        "CUQUOTA_CONTEXT",
-                        &v,
-                        &valid,
-                        lenient::CONTEXT.default,
-                    ));
-                    None
-                }
-            },
-        };
-        // A bad group name could leave the process unbounded by the group: an error.
-        let group = match set("CUQUOTA_GROUP") {
-            None => None,
-            Some(v) => match cuquota_state::group::check_name(&v) {
-                Ok(()) => Some(v),
-                Err(why) => {
-                    return Err(ConfigError {
-                        message: format!(
-                            "CUQUOTA_GROUP=\"{}\" is not valid: {why}. \
-                             CUDA calls fail with CUDA_ERROR_INVALID_VALUE until it is fixed",
-                            printable(&v)
-                        ),
-                    })
-                }
-            },
-        };
+        let count = vars
+            .lenient("CUQUOTA_COUNT", lenient::parse_count, &lenient::COUNT)
+            .unwrap_or(Count::Footprint);
+        let context = vars.context();
+        let group = vars.group()?;
         let state_dir = match raw("CUQUOTA_STATE_DIR") {
             Some(d) if !d.is_empty() => PathBuf::from(d),
             _ => PathBuf::from(cuquota_state::group::DEFAULT_STATE_DIR),
         };
         // Only what the trace records: a bad value is a warning, and no stacks.
-        let stacks = match set("CUQUOTA_STACKS") {
-            None => 0,
-            Some(v) => lenient::parse_stacks(&v).unwrap_or_else(|| {
-                warnings.push(lenient_warning("CUQUOTA_STACKS", &v, &lenient::STACKS));
-                0
-            }),
-        };
+        let stacks = vars
+            .lenient("CUQUOTA_STACKS", lenient::parse_stacks, &lenient::STACKS)
+            .unwrap_or(0);
         if stacks > 0 && trace.is_none() {
-            warnings.push(
+            vars.warnings.push(
                 "CUQUOTA_STACKS is set but CUQUOTA_TRACE is not: call stacks are recorded only \
                  in the trace; none are recorded"
                     .to_string(),
@@ -435,8 +353,125 @@ impl Config {
             policies: Vec::new(),
             untouched: false,
             refuse_unknown_variants: false,
-            warnings,
+            warnings: vars.warnings,
         })
+    }
+}
+
+/// The variables as read, and the warnings their bad values cost so far.
+struct Variables<'a, F> {
+    raw: &'a F,
+    warnings: Vec<String>,
+}
+
+impl<F: Fn(&str) -> Option<OsString>> Variables<'_, F> {
+    fn var(&self, name: &str) -> Option<String> {
+        (self.raw)(name).map(|v| v.to_string_lossy().into_owned())
+    }
+
+    /// An empty variable is unset, but for CUQUOTA_LIMIT.
+    fn set(&self, name: &str) -> Option<String> {
+        self.var(name).filter(|v| !v.trim().is_empty())
+    }
+
+    /// A variable that cannot lift enforcement: unset, or a bad value (one warning naming
+    /// its default), is `None`.
+    fn lenient<T>(
+        &mut self,
+        name: &str,
+        parse: fn(&str) -> Option<T>,
+        words: &lenient::Words,
+    ) -> Option<T> {
+        let v = self.set(name)?;
+        let parsed = parse(&v);
+        if parsed.is_none() {
+            self.warnings.push(lenient_warning(name, &v, words));
+        }
+        parsed
+    }
+
+    fn limits(&self) -> Result<Limits, ConfigError> {
+        match self.var("CUQUOTA_LIMIT") {
+            None => Ok(Limits::None),
+            Some(v) => parse_limits(&v).map_err(|why| ConfigError {
+                message: limit_error(&v, &why),
+            }),
+        }
+    }
+
+    fn mode(&self) -> Result<Mode, ConfigError> {
+        match self.set("CUQUOTA_MODE") {
+            None => Ok(Mode::Enforce),
+            Some(v) => match settings::parse_mode(&v) {
+                Some(true) => Ok(Mode::Enforce),
+                Some(false) => Ok(Mode::Observe),
+                None => Err(bad("CUQUOTA_MODE", &v, "enforce or observe")),
+            },
+        }
+    }
+
+    fn log(&self) -> LogTarget {
+        match (self.raw)("CUQUOTA_LOG") {
+            None => LogTarget::Stderr,
+            Some(v) => match settings::parse_log_target(v.as_bytes()) {
+                settings::LogTarget::Stderr => LogTarget::Stderr,
+                settings::LogTarget::Off => LogTarget::Off,
+                settings::LogTarget::File(_) => LogTarget::File(v.into()),
+            },
+        }
+    }
+
+    /// A bad template is a warning, and no trace.
+    fn trace(&mut self) -> Option<OsString> {
+        let t = (self.raw)("CUQUOTA_TRACE").filter(|t| !t.is_empty())?;
+        match settings::check_template(t.as_bytes()) {
+            Ok(()) => Some(t),
+            Err(why) => {
+                self.warnings.push(format!(
+                    "{}; no trace is written (the default)",
+                    printable(&why)
+                ));
+                None
+            }
+        }
+    }
+
+    fn context(&mut self) -> Option<u64> {
+        let v = self.set("CUQUOTA_CONTEXT")?;
+        match lenient::parse_context(&v) {
+            Ok(b) => Some(b),
+            Err(why) => {
+                let valid = if why.is_empty() {
+                    lenient::CONTEXT.valid.to_string()
+                } else {
+                    format!("a size such as 512MiB ({why})")
+                };
+                self.warnings.push(lenient::warning(
+                    "CUQUOTA_CONTEXT",
+                    &v,
+                    &valid,
+                    lenient::CONTEXT.default,
+                ));
+                None
+            }
+        }
+    }
+
+    /// A bad group name could leave the process unbounded by the group: an error.
+    fn group(&self) -> Result<Option<String>, ConfigError> {
+        let Some(v) = self.set("CUQUOTA_GROUP") else {
+            return Ok(None);
+        };
+        match cuquota_state::group::check_name(&v) {
+            Ok(()) => Ok(Some(v)),
+            Err(why) => Err(ConfigError {
+                message: format!(
+                    "CUQUOTA_GROUP=\"{}\" is not valid: {why}. \
+                     CUDA calls fail with CUDA_ERROR_INVALID_VALUE until it is fixed",
+                    printable(&v)
+                ),
+            }),
+        }
     }
 }
 
@@ -466,320 +501,7 @@ fn lenient_warning(var: &str, value: &str, words: &lenient::Words) -> String {
 mod policy_tests;
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use cuquota_format::units::Size;
-    use std::collections::HashMap;
+mod proptests;
 
-    fn config(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
-        let map: HashMap<String, String> = vars
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        Config::from_vars(|k| map.get(k).cloned())
-    }
-
-    /// `CUQUOTA_STACKS`: a depth, off by default; a bad one or one without a trace is a
-    /// warning and no stacks.
-    #[test]
-    fn stacks_setting() {
-        assert_eq!(config(&[]).unwrap().stacks, 0);
-        let on = config(&[("CUQUOTA_STACKS", "24"), ("CUQUOTA_TRACE", "/tmp/t")]).unwrap();
-        assert_eq!((on.stacks, on.warnings.len()), (24, 0));
-        for bad in ["-1", "deep", "129", "1.5"] {
-            let c = config(&[("CUQUOTA_STACKS", bad), ("CUQUOTA_TRACE", "/tmp/t")]).unwrap();
-            assert_eq!(c.stacks, 0, "{bad}");
-            assert_eq!(
-                c.warnings,
-                vec![format!(
-                    "CUQUOTA_STACKS=\"{bad}\" is not valid (use a number of frames from 0 \
-                     (off) to 128); using the default, 0 (off)"
-                )]
-            );
-        }
-        let alone = config(&[("CUQUOTA_STACKS", "8")]).unwrap();
-        assert_eq!(alone.stacks, 8);
-        assert!(alone.warnings[0].starts_with("CUQUOTA_STACKS is set but CUQUOTA_TRACE is not"));
-    }
-
-    #[test]
-    fn defaults() {
-        let c = config(&[]).unwrap();
-        assert_eq!(c.limits, Limits::None);
-        assert_eq!(c.mode, Mode::Enforce);
-        assert!(c.virtualize);
-        assert_eq!(c.log, LogTarget::Stderr);
-        assert_eq!(c.log_level, LogLevel::Warn);
-        assert_eq!(c.trace, None);
-        assert_eq!((c.count, c.context), (Count::Footprint, None));
-        assert!(c.warnings.is_empty());
-    }
-
-    #[test]
-    fn count_and_context() {
-        let c = config(&[
-            ("CUQUOTA_COUNT", "Allocations"),
-            ("CUQUOTA_CONTEXT", "512MiB"),
-        ]);
-        let c = c.unwrap();
-        assert_eq!((c.count, c.context), (Count::Allocations, Some(512 << 20)));
-        assert_eq!(
-            config(&[("CUQUOTA_CONTEXT", "0")]).unwrap().context,
-            Some(0)
-        );
-        for (var, value) in [
-            ("CUQUOTA_COUNT", "everything"),
-            ("CUQUOTA_CONTEXT", "10%"),
-            ("CUQUOTA_CONTEXT", "1.5"),
-        ] {
-            let c = config(&[(var, value)]).unwrap();
-            assert_eq!((c.count, c.context), (Count::Footprint, None), "{value}");
-            assert_eq!(c.warnings.len(), 1, "{value}");
-            assert!(c.warnings[0].starts_with(var), "{}", c.warnings[0]);
-        }
-        assert!(config(&[("CUQUOTA_COUNT", "")])
-            .unwrap()
-            .warnings
-            .is_empty());
-    }
-
-    #[test]
-    fn per_device_limits() {
-        let l = parse_limits("0:6GiB, 1:50%").unwrap();
-        assert_eq!(l.for_device(0, || None), Some(Size::Bytes(6 << 30)));
-        assert_eq!(l.for_device(1, || None).unwrap().resolve(8 << 30), 4 << 30);
-        assert_eq!(l.for_device(2, || None), None);
-        assert_eq!(
-            parse_limits("6GiB").unwrap().for_device(7, || None),
-            Some(Size::Bytes(6 << 30))
-        );
-    }
-
-    #[test]
-    fn malformed_limits_name_the_variable_and_an_example() {
-        for bad in [
-            "6GBB",
-            "-1",
-            "0x",
-            "110%",
-            "0:",
-            "",
-            "abc",
-            "0:1G,0:2G",
-            "x:1G",
-            "6GiB,1:2G",
-            "64:1G",
-        ] {
-            let err = config(&[("CUQUOTA_LIMIT", bad)]).unwrap_err().message;
-            assert!(
-                err.starts_with(&format!("CUQUOTA_LIMIT=\"{bad}\" is not valid: ")),
-                "{err}"
-            );
-            assert!(err.contains("6GiB"), "{err}");
-        }
-    }
-
-    #[test]
-    fn other_variables_are_checked() {
-        assert_eq!(
-            config(&[("CUQUOTA_MODE", "observe")]).unwrap().mode,
-            Mode::Observe
-        );
-        assert!(config(&[("CUQUOTA_MODE", "enforcing")]).is_err());
-        assert!(!config(&[("CUQUOTA_VIRTUALIZE", "0")]).unwrap().virtualize);
-        assert_eq!(
-            config(&[("CUQUOTA_LOG", "off")]).unwrap().log,
-            LogTarget::Off
-        );
-        assert_eq!(
-            config(&[("CUQUOTA_LOG", "/tmp/x")]).unwrap().log,
-            LogTarget::File("/tmp/x".into())
-        );
-        assert!(config(&[("CUQUOTA_LOG_LEVEL", "info")]).unwrap().verbose());
-        assert_eq!(
-            config(&[("CUQUOTA_LOG_LEVEL", "debug")]).unwrap().log_level,
-            LogLevel::Debug
-        );
-    }
-
-    /// Values are case-insensitive; empty is unset (but for CUQUOTA_LIMIT).
-    #[test]
-    fn keywords_in_any_case_and_empty_is_unset() {
-        assert_eq!(
-            config(&[("CUQUOTA_MODE", "OBSERVE")]).unwrap().mode,
-            Mode::Observe
-        );
-        assert_eq!(config(&[("CUQUOTA_MODE", "")]).unwrap().mode, Mode::Enforce);
-        assert_eq!(
-            config(&[("CUQUOTA_LOG", "OFF")]).unwrap().log,
-            LogTarget::Off
-        );
-        assert_eq!(
-            config(&[("CUQUOTA_LOG", "Stderr")]).unwrap().log,
-            LogTarget::Stderr
-        );
-        assert_eq!(
-            config(&[("CUQUOTA_LOG", "")]).unwrap().log,
-            LogTarget::Stderr
-        );
-        assert_eq!(
-            config(&[("CUQUOTA_LOG_LEVEL", "INFO")]).unwrap().log_level,
-            LogLevel::Info
-        );
-        assert!(!config(&[("CUQUOTA_VIRTUALIZE", "OFF")]).unwrap().virtualize);
-        let c = config(&[
-            ("CUQUOTA_TRACE", ""),
-            ("CUQUOTA_LOG_LEVEL", ""),
-            ("CUQUOTA_VIRTUALIZE", ""),
-        ])
-        .unwrap();
-        assert_eq!(
-            (c.trace, c.log_level, c.virtualize),
-            (None, LogLevel::Warn, true)
-        );
-        assert!(c.warnings.is_empty());
-        assert!(config(&[("CUQUOTA_LIMIT", "")]).is_err());
-    }
-
-    /// A bad value of a variable that cannot lift enforcement is one warning and the default.
-    #[test]
-    fn harmless_slips_warn_and_use_the_default() {
-        let c = config(&[
-            ("CUQUOTA_LOG_LEVEL", "loud"),
-            ("CUQUOTA_VIRTUALIZE", "maybe"),
-            ("CUQUOTA_TRACE", "/tmp/t-%x"),
-        ])
-        .unwrap();
-        assert_eq!(
-            (c.log_level, c.virtualize, c.trace),
-            (LogLevel::Warn, true, None)
-        );
-        assert_eq!(
-            c.warnings,
-            [
-                "CUQUOTA_VIRTUALIZE=\"maybe\" is not valid (use 1 or 0); using the default, 1 (on)",
-                "CUQUOTA_LOG_LEVEL=\"loud\" is not valid (use warn, info or debug); using the default, warn",
-                "CUQUOTA_TRACE=\"/tmp/t-%x\": unknown \"%x\" (use %p, %h, %r, %t or %%); no trace is written (the default)",
-            ]
-        );
-    }
-
-    #[test]
-    fn a_number_without_a_unit_names_the_likely_meaning() {
-        let err = config(&[("CUQUOTA_LIMIT", "1.5")]).unwrap_err().message;
-        assert_eq!(
-            err,
-            "CUQUOTA_LIMIT=\"1.5\" is not valid: \"1.5\" has no unit, so it would be a count of bytes, which is whole; did you mean 1.5GiB?; use e.g. CUQUOTA_LIMIT=6GiB, 6144MiB, 75% or 0:6GiB,1:50%. CUDA calls fail with CUDA_ERROR_INVALID_VALUE until it is fixed"
-        );
-        assert!(config(&[("CUQUOTA_LIMIT", "18446744073709551615")]).is_err());
-    }
-}
-
-/// Hostile input for `CUQUOTA_LIMIT`: every value either parses to exactly what it says or
-/// is an error that names the variable; no value ever means "unlimited"; nothing panics.
 #[cfg(test)]
-mod proptests {
-    use super::*;
-    use cuquota_format::units::Size;
-    use proptest::prelude::*;
-
-    fn limit(value: &str) -> Result<Config, ConfigError> {
-        Config::from_vars(|k| (k == "CUQUOTA_LIMIT").then(|| value.to_string()))
-    }
-
-    fn fails_closed(value: &str) {
-        match limit(value) {
-            Ok(c) => assert_ne!(c.limits, Limits::None, "{value:?} gave no limit"),
-            Err(e) => {
-                assert!(
-                    e.message.starts_with(&format!(
-                        "CUQUOTA_LIMIT=\"{}\" is not valid: ",
-                        printable(value)
-                    )),
-                    "{}",
-                    e.message
-                );
-                assert!(e.message.contains("6GiB"), "{}", e.message);
-            }
-        }
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(512))]
-
-        #[test]
-        fn any_value_gives_a_limit_or_an_error_naming_the_variable(s in "\\PC*") {
-            fails_closed(&s);
-        }
-
-        #[test]
-        fn limit_like_values_too(s in "[0-9:, %.GgMiB]{0,24}") {
-            fails_closed(&s);
-        }
-
-        /// A value with a line break, such as "6G\nB", still gives one line naming the
-        /// variable: control characters are escaped in the message, so a crafted value
-        /// cannot forge a cuquota line after the break.
-        #[test]
-        fn a_bad_value_is_reported_on_one_line(
-            s in "[0-9]{1,3}[GM]?[\n\r\t\x00\x1b][A-Za-z]{0,3}",
-        ) {
-            if let Err(e) = limit(&s) {
-                prop_assert!(!e.message.chars().any(char::is_control), "{:?}", e.message);
-            }
-        }
-
-        #[test]
-        fn per_device_lists_are_exact(
-            entries in proptest::collection::btree_map(0u32..MAX_DEVICES as u32, (1u64..1 << 20, 0..4usize), 1..8),
-            spaces in any::<bool>(),
-        ) {
-            let units = [("MiB", 1u64 << 20), ("K", 1 << 10), ("GB", 1_000_000_000), ("%", 0)];
-            let text = entries
-                .iter()
-                .map(|(d, (n, u))| {
-                    let (name, _) = units[*u];
-                    let n = if name == "%" { n % 101 } else { *n };
-                    if spaces { format!(" {d} : {n}{name} ") } else { format!("{d}:{n}{name}") }
-                })
-                .collect::<Vec<_>>()
-                .join(",");
-            let Limits::PerDevice(list) = parse_limits(&text).unwrap() else {
-                panic!("{text}: not per device");
-            };
-            prop_assert_eq!(list.len(), entries.len());
-            for ((d, (n, u)), (got_d, got)) in entries.iter().zip(&list) {
-                let (name, mult) = units[*u];
-                prop_assert_eq!(DeviceId::Ordinal(*d), *got_d);
-                let want = if name == "%" {
-                    Size::Fraction { numerator: n % 101, denominator: 100 }
-                } else {
-                    Size::Bytes(n * mult)
-                };
-                prop_assert_eq!(*got, want, "{}", text);
-            }
-            for d in 0..MAX_DEVICES as u32 {
-                prop_assert_eq!(
-                    limits_for(&list, d).is_some(),
-                    entries.contains_key(&d),
-                    "device {} in {}", d, text
-                );
-            }
-        }
-
-        #[test]
-        fn a_device_named_twice_or_out_of_range_is_an_error(
-            d in 0u32..MAX_DEVICES as u32,
-            high in MAX_DEVICES..100_000usize,
-        ) {
-            let twice = parse_limits(&format!("{d}:1G,{d}:2G")).unwrap_err();
-            prop_assert!(twice.contains("named twice"), "{}", twice);
-            let beyond = parse_limits(&format!("{high}:1G")).unwrap_err();
-            prop_assert!(beyond.contains("beyond"), "{}", beyond);
-        }
-    }
-
-    fn limits_for(list: &[(DeviceId, Size)], device: u32) -> Option<Size> {
-        Limits::PerDevice(list.to_vec()).for_device(device, || None)
-    }
-}
+mod tests;

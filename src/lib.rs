@@ -1,9 +1,11 @@
 //! cuquota: an LD_PRELOAD library that puts a per-device byte quota on the device memory of
 //! any CUDA process, reports the quota as the device's memory, and explains every refusal.
 //!
-//! Reading order, by layer; each module imports only from modules below it (no import
-//! circle), and sizes, the trace schema, the episode rule and the hasher come from
-//! `crates/format` (`cuquota_format`):
+//! Reading order, by layer; each module imports only from its own layer and the layers
+//! below it (no import circle). Sizes, the trace schema, the settings' words, the episode
+//! rule and the hasher come from `crates/format` (`cuquota_format`); what governed processes
+//! on one machine share (group and process files, the policy, the trust rule for the state
+//! directory) from `crates/state` (`cuquota_state`):
 //! - entry points: `dlsym_entry` (our `dlsym`), `exports` (the C entry points by area,
 //!   and `CUDA_HOOKS`, the table their slices make), `process` (the one engine, made at
 //!   the first hooked call; the exit handler and the fork handler, which resets everything

@@ -39,16 +39,12 @@ impl KnownGpu {
         if !self.known.load(Acquire) {
             return None;
         }
-        let mut uuid = [0u8; 16];
-        uuid[..8].copy_from_slice(&self.uuid[0].load(Relaxed).to_le_bytes());
-        uuid[8..].copy_from_slice(&self.uuid[1].load(Relaxed).to_le_bytes());
+        let uuid = cuquota_state::shared::load_uuid(&self.uuid);
         Some((uuid, self.total.load(Relaxed)))
     }
 
     pub(super) fn set(&self, uuid: [u8; 16], total: u64) {
-        let word = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
-        self.uuid[0].store(word(&uuid[..8]), Relaxed);
-        self.uuid[1].store(word(&uuid[8..]), Relaxed);
+        cuquota_state::shared::store_uuid(&self.uuid, uuid);
         self.total.store(total, Relaxed);
         self.known.store(true, Release);
     }

@@ -2,7 +2,8 @@
 //! them that the routing (`lookup`) hands out for `dlsym` and `cuGetProcAddress`. One file
 //! per area: `allocations`, `frees`, `vmm` (lifetimes and imports), `ownership` (contexts,
 //! primary contexts, pools' placement), `figures` (the memory figures), `lookups`
-//! (`cuGetProcAddress`), `arrays`, `context_memory`, `green_contexts`, `graphs`; here, the
+//! (`cuGetProcAddress`), `arrays`, `context_memory`, `green_contexts`, `graphs`, `captures`
+//! (stream captures begun and ended, counted); here, the
 //! frames they share and `cuInit`. NVML's memory figures are hooked in `nvml`, with a table
 //! of their own ([`NVML_HOOKS`]).
 //!

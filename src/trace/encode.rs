@@ -84,21 +84,7 @@ impl Encoder {
     /// Appends one line for `s` to `out`.
     pub fn event_line(&mut self, out: &mut Vec<u8>, s: &Stamped) {
         let ev = &s.ev;
-        let (kind, sizes): (usize, &[u64]) = match &ev.kind {
-            EventKind::Alloc { .. } => (0, &[]),
-            EventKind::Free => (1, &[]),
-            EventKind::Refused { .. }
-            | EventKind::Observed
-            | EventKind::Unreconciled { .. }
-            | EventKind::GroupRefused { .. } => (2, &[]),
-            EventKind::MemInfo { .. } => (3, &[]),
-            EventKind::Backoff { sizes } => (4, sizes),
-            EventKind::Context { ptrs } => (5, ptrs),
-            EventKind::Footprint { .. } => (6, &[]),
-            EventKind::Trim { .. } => (7, &[]),
-            EventKind::Limit { .. } => (8, &[]),
-            EventKind::UnknownVariant { .. } => (9, &[]),
-        };
+        let (kind, sizes) = line_type(&ev.kind);
         let result = match ev.result {
             0 => None, // written as a constant below
             code => CuResult(code).name(),
@@ -120,23 +106,50 @@ impl Encoder {
         // `max` bounds how far the writes below advance: the fixed part and every number at
         // its widest (LINE_FIXED_MAX), the two names even if escaped, the sizes.
         let mut w = Cursor::new(out, max);
+        self.line_start(&mut w, kind, s.t_ns);
+        self.call_fields(&mut w, s);
+        w.put(b"\",\"bytes\":");
+        w.decimal(ev.bytes);
+        match (ev.result, result) {
+            (0, _) => w.put(b",\"result\":\"CUDA_SUCCESS\",\"in_use\":"),
+            (_, Some(name)) => {
+                w.put(b",\"result\":\"");
+                w.name(name);
+                w.put(b"\",\"in_use\":");
+            }
+            (code, None) => {
+                w.put(b",\"result\":\"CUresult ");
+                w.decimal(u64::from(code));
+                w.put(b"\",\"in_use\":");
+            }
+        }
+        w.decimal(ev.in_use);
+        line_end(&mut w, &ev.kind, &group);
+        w.finish();
+    }
 
-        // `{"type":"…","t_ns":` and the digits of t_ns above the low eight (from the cache),
-        // then the low eight.
-        let t_high = s.t_ns / E8;
+    /// `{"type":"…","t_ns":` and the digits of t_ns above the low eight (from the cache),
+    /// then the low eight.
+    #[inline(always)]
+    fn line_start(&mut self, w: &mut Cursor, kind: usize, t_ns: u64) {
+        let t_high = t_ns / E8;
         let start = &mut self.starts[kind];
         if start.t_high != t_high {
             start.fill(PREFIXES[kind], t_high);
         }
         w.put_piece(&start.piece);
         if t_high == 0 {
-            w.leading_digits(s.t_ns as u32);
+            w.leading_digits(t_ns as u32);
         } else {
-            w.padded_digits((s.t_ns % E8) as u32);
+            w.padded_digits((t_ns % E8) as u32);
         }
+    }
 
-        // `,"tid":…,"dev":…,"api":"…","ptr":"0x` and the hex digits of ptr above the low
-        // 32 bits (from the cache), then the low ones.
+    /// `,"tid":…,"dev":…,"api":"…","ptr":"0x` and the hex digits of ptr above the low 32
+    /// bits (from the cache), then the low ones.
+    #[inline(always)]
+    fn call_fields(&mut self, w: &mut Cursor, s: &Stamped) {
+        let ev = &s.ev;
         let ptr_high = (ev.ptr >> 32) as u32;
         let key = SegmentKey::new(s.tid, ev.device, ev.api, ptr_high);
         let slot = self.segments.slot(&key);
@@ -161,112 +174,127 @@ impl Encoder {
         } else {
             w.padded_hex(ev.ptr as u32);
         }
-        w.put(b"\",\"bytes\":");
-        w.decimal(ev.bytes);
-        match (ev.result, result) {
-            (0, _) => w.put(b",\"result\":\"CUDA_SUCCESS\",\"in_use\":"),
-            (_, Some(name)) => {
-                w.put(b",\"result\":\"");
-                w.name(name);
-                w.put(b"\",\"in_use\":");
-            }
-            (code, None) => {
-                w.put(b",\"result\":\"CUresult ");
-                w.decimal(u64::from(code));
-                w.put(b"\",\"in_use\":");
-            }
-        }
-        w.decimal(ev.in_use);
-        match &ev.kind {
-            EventKind::Alloc { stack } if *stack != 0 => {
-                w.put(b",\"stack\":");
-                w.decimal(u64::from(*stack));
-                w.put(b"}\n");
-            }
-            EventKind::Alloc { .. } | EventKind::Free => w.put(b"}\n"),
-            EventKind::Refused { by_driver: true } => w.put(b",\"reason\":\"driver\"}\n"),
-            EventKind::Refused { by_driver: false } => w.put(b",\"reason\":\"quota\"}\n"),
-            EventKind::Observed => w.put(b",\"reason\":\"quota\",\"observed\":true}\n"),
-            EventKind::Unreconciled { why } => {
-                w.put(b",\"reason\":\"quota\",\"unreconciled\":\"");
-                w.put(why.as_bytes());
-                w.put(b"\"}\n");
-            }
-            EventKind::GroupRefused { observed, .. } => {
-                w.put(b",\"reason\":\"quota\"");
-                if *observed {
-                    w.put(b",\"observed\":true");
-                }
-                w.put(group.as_bytes());
-                w.put(b"}\n");
-            }
-            EventKind::MemInfo {
-                told_free,
-                told_total,
-                real_free,
-                real_total,
-            } => {
-                w.put(b",\"told_free\":");
-                w.decimal(*told_free);
-                w.put(b",\"told_total\":");
-                w.decimal(*told_total);
-                w.put(b",\"real_free\":");
-                w.decimal(*real_free);
-                w.put(b",\"real_total\":");
-                w.decimal(*real_total);
-                w.put(b"}\n");
-            }
-            EventKind::Backoff { .. } => {
-                w.put(b",\"sizes\":[");
-                for (i, size) in sizes.iter().enumerate() {
-                    if i > 0 {
-                        w.put(b",");
-                    }
-                    w.decimal(*size);
-                }
-                w.put(b"]}\n");
-            }
-            EventKind::Context { .. } => {
-                w.put(b",\"count\":");
-                w.decimal(sizes.len() as u64);
-                // Hex strings, as every `ptr` is.
-                w.put(b",\"ptrs\":[");
-                for (i, ptr) in sizes.iter().enumerate() {
-                    if i > 0 {
-                        w.put(b",");
-                    }
-                    w.put(b"\"0x");
-                    let high = (*ptr >> 32) as u32;
-                    if high != 0 {
-                        w.hex(high);
-                        w.padded_hex(*ptr as u32);
-                    } else {
-                        w.hex(*ptr as u32);
-                    }
-                    w.put(b"\"");
-                }
-                w.put(b"]}\n");
-            }
-            EventKind::Footprint { part } | EventKind::Trim { part } => {
-                w.put(b",\"part\":\"");
-                w.put(part.name().as_bytes());
-                w.put(b"\"}\n");
-            }
-            EventKind::Limit { limit, before } => {
-                w.put(b",\"limit\":");
-                limit_value(&mut w, *limit);
-                w.put(b",\"before\":");
-                limit_value(&mut w, *before);
-                w.put(b"}\n");
-            }
-            EventKind::UnknownVariant { driver } => {
-                w.put(b",\"driver\":");
-                w.decimal(u64::from(*driver));
-                w.put(b"}\n");
-            }
-        }
-        w.finish();
     }
+}
+
+/// An event's line type (its index in [`PREFIXES`]) and the sizes or pointers its line
+/// lists.
+#[inline(always)]
+fn line_type(kind: &EventKind) -> (usize, &[u64]) {
+    match kind {
+        EventKind::Alloc { .. } => (0, &[]),
+        EventKind::Free => (1, &[]),
+        EventKind::Refused { .. }
+        | EventKind::Observed
+        | EventKind::Unreconciled { .. }
+        | EventKind::GroupRefused { .. } => (2, &[]),
+        EventKind::MemInfo { .. } => (3, &[]),
+        EventKind::Backoff { sizes } => (4, sizes),
+        EventKind::Context { ptrs } => (5, ptrs),
+        EventKind::Footprint { .. } => (6, &[]),
+        EventKind::Trim { .. } => (7, &[]),
+        EventKind::Limit { .. } => (8, &[]),
+        EventKind::UnknownVariant { .. } => (9, &[]),
+    }
+}
+
+/// The fields of the line's own type, and the line's end; `group`: a group refusal's
+/// fields, ready-made.
+#[inline(always)]
+fn line_end(w: &mut Cursor, kind: &EventKind, group: &str) {
+    match kind {
+        EventKind::Alloc { stack } if *stack != 0 => {
+            w.put(b",\"stack\":");
+            w.decimal(u64::from(*stack));
+            w.put(b"}\n");
+        }
+        EventKind::Alloc { .. } | EventKind::Free => w.put(b"}\n"),
+        EventKind::Refused { by_driver: true } => w.put(b",\"reason\":\"driver\"}\n"),
+        EventKind::Refused { by_driver: false } => w.put(b",\"reason\":\"quota\"}\n"),
+        EventKind::Observed => w.put(b",\"reason\":\"quota\",\"observed\":true}\n"),
+        EventKind::Unreconciled { why } => {
+            w.put(b",\"reason\":\"quota\",\"unreconciled\":\"");
+            w.put(why.as_bytes());
+            w.put(b"\"}\n");
+        }
+        EventKind::GroupRefused { observed, .. } => {
+            w.put(b",\"reason\":\"quota\"");
+            if *observed {
+                w.put(b",\"observed\":true");
+            }
+            w.put(group.as_bytes());
+            w.put(b"}\n");
+        }
+        EventKind::MemInfo {
+            told_free,
+            told_total,
+            real_free,
+            real_total,
+        } => {
+            w.put(b",\"told_free\":");
+            w.decimal(*told_free);
+            w.put(b",\"told_total\":");
+            w.decimal(*told_total);
+            w.put(b",\"real_free\":");
+            w.decimal(*real_free);
+            w.put(b",\"real_total\":");
+            w.decimal(*real_total);
+            w.put(b"}\n");
+        }
+        EventKind::Backoff { sizes } => backoff_sizes(w, sizes),
+        EventKind::Context { ptrs } => context_ptrs(w, ptrs),
+        EventKind::Footprint { part } | EventKind::Trim { part } => {
+            w.put(b",\"part\":\"");
+            w.put(part.name().as_bytes());
+            w.put(b"\"}\n");
+        }
+        EventKind::Limit { limit, before } => {
+            w.put(b",\"limit\":");
+            limit_value(w, *limit);
+            w.put(b",\"before\":");
+            limit_value(w, *before);
+            w.put(b"}\n");
+        }
+        EventKind::UnknownVariant { driver } => {
+            w.put(b",\"driver\":");
+            w.decimal(u64::from(*driver));
+            w.put(b"}\n");
+        }
+    }
+}
+
+/// A backoff line's sizes, and its end.
+fn backoff_sizes(w: &mut Cursor, sizes: &[u64]) {
+    w.put(b",\"sizes\":[");
+    for (i, size) in sizes.iter().enumerate() {
+        if i > 0 {
+            w.put(b",");
+        }
+        w.decimal(*size);
+    }
+    w.put(b"]}\n");
+}
+
+/// A context line's count and pointers (hex strings, as every `ptr` is), and its end.
+fn context_ptrs(w: &mut Cursor, ptrs: &[u64]) {
+    w.put(b",\"count\":");
+    w.decimal(ptrs.len() as u64);
+    w.put(b",\"ptrs\":[");
+    for (i, ptr) in ptrs.iter().enumerate() {
+        if i > 0 {
+            w.put(b",");
+        }
+        w.put(b"\"0x");
+        let high = (*ptr >> 32) as u32;
+        if high != 0 {
+            w.hex(high);
+            w.padded_hex(*ptr as u32);
+        } else {
+            w.hex(*ptr as u32);
+        }
+        w.put(b"\"");
+    }
+    w.put(b"]}\n");
 }
 
 /// A limit's value: its bytes, or `null` for none (`UNLIMITED` or more: a group's "none").

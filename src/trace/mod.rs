@@ -9,6 +9,8 @@
 
 use crate::quota::Part;
 use cuquota_format::schema;
+/// A GPU as the trace's header lists it: the schema's own.
+pub use cuquota_format::schema::HeaderDevice;
 use std::ffi::OsStr;
 
 mod cursor;
@@ -361,14 +363,6 @@ impl EventKind {
     pub const ALLOC: EventKind = EventKind::Alloc { stack: 0 };
 }
 
-/// A GPU as the trace's header lists it.
-pub struct HeaderDevice {
-    pub ordinal: u32,
-    pub name: String,
-    pub total: u64,
-    pub quota: Option<u64>,
-}
-
 /// What the header needs; asked for only when the trace is about to start.
 pub struct StartInfo {
     /// `"enforce"` or `"observe"`.
@@ -628,16 +622,7 @@ fn open(
         argv: crate::sys::command_line(),
         start_unix_ns,
         mode: info.mode.into(),
-        devices: info
-            .devices
-            .iter()
-            .map(|d| schema::HeaderDevice {
-                ordinal: d.ordinal,
-                name: d.name.clone(),
-                total: d.total,
-                quota: d.quota,
-            })
-            .collect(),
+        devices: info.devices.clone(),
         count: Some(info.count.into()),
         group: info.group.clone(),
     };

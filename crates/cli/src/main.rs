@@ -20,7 +20,7 @@ mod walk;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use cuquota_format::read;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -255,22 +255,8 @@ enum Format {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    // A reader that goes away (`cuquota metrics | head`) ends the output quietly, as with
-    // other Unix tools, rather than a panic on the failed write; `run`'s command starts with
-    // the default too, as a shell would give it. Not the metrics server: a scraper that hangs
-    // up must cost it one response, not its life.
-    let serving = matches!(
-        args.command,
-        Command::Metrics {
-            listen: Some(_),
-            ..
-        }
-    );
-    if !serving {
-        // SAFETY: setting a signal's disposition to the default, before any thread exists.
-        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
-    }
-    let result = match args.command {
+    default_sigpipe(&args.command);
+    match args.command {
         Command::Run {
             limit,
             trace,
@@ -283,16 +269,6 @@ fn main() -> ExitCode {
             stacks,
             command,
         } => {
-            let driver = match (driver, stand_in) {
-                (_, true) => match run::stand_in_dir() {
-                    Ok(dir) => Some(dir),
-                    Err(e) => {
-                        eprintln!("cuquota: --stand-in: {e}");
-                        return ExitCode::from(2);
-                    }
-                },
-                (driver, false) => driver,
-            };
             let settings = run::Settings {
                 limit,
                 trace,
@@ -303,29 +279,7 @@ fn main() -> ExitCode {
                 driver,
                 stacks,
             };
-            let inherited = preflight::inherited();
-            let env_limit = inherited
-                .iter()
-                .find(|(k, _)| k == "CUQUOTA_LIMIT")
-                .map(|(_, v)| v.as_str());
-            let checked = settings.check().and_then(|mut notes| {
-                notes.extend(preflight::variables(&settings, &inherited)?);
-                notes.extend(settings.check_intent(&command, env_limit)?);
-                Ok(notes)
-            });
-            match checked {
-                Ok(notes) => {
-                    for note in notes {
-                        eprintln!("cuquota: note: {note}");
-                    }
-                }
-                Err(e) => {
-                    eprintln!("cuquota: {e}");
-                    return ExitCode::from(2);
-                }
-            }
-            // Only returns if the command could not be started.
-            return run::exec(&settings, &command);
+            run_command(settings, stand_in, &command)
         }
         Command::Cdi {
             name,
@@ -333,128 +287,198 @@ fn main() -> ExitCode {
             policy,
             state_dir,
             ld_so_preload,
-        } => {
-            let library = match library.map_or_else(run::find_library, Ok) {
-                Ok(library) => library,
-                Err(e) => {
-                    eprintln!("cuquota: --library: {e}");
-                    return ExitCode::from(2);
-                }
-            };
-            let mut paths = cdi::Paths {
-                library,
-                policy,
-                state_dir,
-                ld_so_preload,
-            };
-            match paths.check(&name) {
-                Ok(notes) => {
-                    for note in notes {
-                        eprintln!("cuquota: note: {note}");
-                    }
-                }
-                Err(e) => {
-                    eprintln!("cuquota: {e}");
-                    return ExitCode::from(2);
-                }
-            }
-            let spec = cdi::spec(&cdi::Options {
-                name: &name,
-                library: &paths.library,
-                policy: &paths.policy,
-                state_dir: &paths.state_dir,
-                ld_so_preload: paths.ld_so_preload.as_deref(),
-            });
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&spec).unwrap_or_default()
-            );
-            Ok(())
-        }
+        } => cdi_command(&name, library, policy, state_dir, ld_so_preload),
         Command::Report {
             traces,
             json,
             skip_bad,
             debug_dir,
-        } => report::run(&traces, json, &read::Options::new(skip_bad), &debug_dir),
+        } => exit(report::run(
+            &traces,
+            json,
+            &read::Options::new(skip_bad),
+            &debug_dir,
+        )),
         Command::Export {
             format: Format::Chrome,
             traces,
             output,
             skip_bad,
-        } => export::chrome(&traces, &output, &read::Options::new(skip_bad)),
+        } => exit(export::chrome(
+            &traces,
+            &output,
+            &read::Options::new(skip_bad),
+        )),
         Command::Plot {
             traces,
             output,
             skip_bad,
-        } => plot::svg(&traces, &output, &read::Options::new(skip_bad)),
+        } => exit(plot::svg(&traces, &output, &read::Options::new(skip_bad))),
         Command::Set {
             name,
             limit,
             remove,
             state_dir: dir,
-        } => {
-            // Usage errors exit 2, as clap's own and `run`'s do; what the group's state
-            // refuses (members live, a file that cannot be used) exits 1.
-            let usage = cuquota_state::group::check_name(&name)
-                .map_err(|why| format!("group {name:?}: {why}"))
-                .and_then(|()| limit.as_deref().map(set::parse).transpose());
-            match usage {
-                Err(e) => {
-                    eprintln!("cuquota: {e}");
-                    return ExitCode::from(2);
-                }
-                Ok(Some(wanted)) if !remove => set::run(&name, wanted, &state_dir(dir)),
-                Ok(_) => set::remove(&name, &state_dir(dir)),
-            }
-            .map(|said| println!("{said}"))
-        }
+        } => set_command(&name, limit.as_deref(), remove, &state_dir(dir)),
         Command::Top {
             once,
             json,
             interval,
             state_dir: dir,
-        } => {
-            if !(interval.is_finite() && (0.1..=3600.0).contains(&interval)) {
-                eprintln!("cuquota: --interval {interval}: give 0.1 to 3600 seconds");
-                return ExitCode::from(2);
-            }
-            let every = std::time::Duration::from_secs_f64(interval);
-            top::run(&state_dir(dir), once, json, every)
-        }
+        } => top_command(once, json, interval, &state_dir(dir)),
         Command::Metrics {
             listen,
             state_dir: dir,
-        } => {
-            let dir = state_dir(dir);
-            match listen {
-                Some(addr) => {
-                    // An address that is no address is a usage error (2), as clap's are; one
-                    // that cannot be bound (in use, not ours) is not (1).
-                    if let Err(e) = std::net::ToSocketAddrs::to_socket_addrs(addr.as_str()) {
-                        eprintln!(
-                            "cuquota: --listen {}: {e} (give HOST:PORT, e.g. 127.0.0.1:9400)",
-                            cuquota_format::settings::printable(&addr)
-                        );
-                        return ExitCode::from(2);
-                    }
-                    metrics::serve(&addr, &dir)
-                }
-                None => {
-                    print!("{}", metrics::exposition(&top::model::read(&dir)));
-                    Ok(())
-                }
-            }
+        } => metrics_command(listen, &state_dir(dir)),
+    }
+}
+
+/// A reader that goes away (`cuquota metrics | head`) ends the output quietly, as with
+/// other Unix tools, rather than a panic on the failed write; `run`'s command starts with
+/// the default too, as a shell would give it. Not the metrics server: a scraper that hangs
+/// up must cost it one response, not its life.
+fn default_sigpipe(command: &Command) {
+    let serving = matches!(
+        command,
+        Command::Metrics {
+            listen: Some(_),
+            ..
         }
-    };
+    );
+    if !serving {
+        // SAFETY: setting a signal's disposition to the default, before any thread exists.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
+}
+
+/// A command's end: its error (exit 1) said on one line, whatever it quotes of a trace or
+/// the state directory.
+fn exit(result: Result<(), String>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            // One line, whatever the error quotes of a trace or the state directory.
             eprintln!("cuquota: {}", cuquota_format::escape::text(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// A usage error: said, exit 2 (as clap's are).
+fn usage_error(said: impl std::fmt::Display) -> ExitCode {
+    eprintln!("cuquota: {said}");
+    ExitCode::from(2)
+}
+
+/// Prints a check's notes, or its error (a usage error).
+fn checked(checked: Result<Vec<String>, String>) -> Result<(), ExitCode> {
+    let notes = checked.map_err(usage_error)?;
+    for note in notes {
+        eprintln!("cuquota: note: {note}");
+    }
+    Ok(())
+}
+
+/// `cuquota run`: checks the settings, then becomes COMMAND; returns only if it could not.
+fn run_command(
+    mut settings: run::Settings,
+    stand_in: bool,
+    command: &[std::ffi::OsString],
+) -> ExitCode {
+    if stand_in {
+        match run::stand_in_dir() {
+            Ok(dir) => settings.driver = Some(dir),
+            Err(e) => return usage_error(format!("--stand-in: {e}")),
+        }
+    }
+    let inherited = preflight::inherited();
+    let env_limit = inherited
+        .iter()
+        .find(|(k, _)| k == "CUQUOTA_LIMIT")
+        .map(|(_, v)| v.as_str());
+    let notes = settings.check().and_then(|mut notes| {
+        notes.extend(preflight::variables(&settings, &inherited)?);
+        notes.extend(settings.check_intent(command, env_limit)?);
+        Ok(notes)
+    });
+    if let Err(code) = checked(notes) {
+        return code;
+    }
+    run::exec(&settings, command)
+}
+
+/// `cuquota cdi`: the paths checked, then the spec printed as JSON.
+fn cdi_command(
+    name: &str,
+    library: Option<PathBuf>,
+    policy: PathBuf,
+    state_dir: PathBuf,
+    ld_so_preload: Option<PathBuf>,
+) -> ExitCode {
+    let library = match library.map_or_else(run::find_library, Ok) {
+        Ok(library) => library,
+        Err(e) => return usage_error(format!("--library: {e}")),
+    };
+    let mut paths = cdi::Paths {
+        library,
+        policy,
+        state_dir,
+        ld_so_preload,
+    };
+    if let Err(code) = checked(paths.check(name)) {
+        return code;
+    }
+    let spec = cdi::spec(&cdi::Options {
+        name,
+        library: &paths.library,
+        policy: &paths.policy,
+        state_dir: &paths.state_dir,
+        ld_so_preload: paths.ld_so_preload.as_deref(),
+    });
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&spec).unwrap_or_default()
+    );
+    ExitCode::SUCCESS
+}
+
+/// `cuquota set`: a bad name or limit is a usage error, as clap's own and `run`'s are;
+/// what the group's state refuses (members live, a file that cannot be used) exits 1.
+fn set_command(name: &str, limit: Option<&str>, remove: bool, dir: &Path) -> ExitCode {
+    let usage = cuquota_state::group::check_name(name)
+        .map_err(|why| format!("group {name:?}: {why}"))
+        .and_then(|()| limit.map(set::parse).transpose());
+    let done = match usage {
+        Err(e) => return usage_error(e),
+        Ok(Some(wanted)) if !remove => set::run(name, wanted, dir),
+        Ok(_) => set::remove(name, dir),
+    };
+    exit(done.map(|said| println!("{said}")))
+}
+
+/// `cuquota top`.
+fn top_command(once: bool, json: bool, interval: f64, dir: &Path) -> ExitCode {
+    if !(interval.is_finite() && (0.1..=3600.0).contains(&interval)) {
+        return usage_error(format!("--interval {interval}: give 0.1 to 3600 seconds"));
+    }
+    let every = std::time::Duration::from_secs_f64(interval);
+    exit(top::run(dir, once, json, every))
+}
+
+/// `cuquota metrics`: served at `listen`, or printed once.
+fn metrics_command(listen: Option<String>, dir: &Path) -> ExitCode {
+    let Some(addr) = listen else {
+        print!("{}", metrics::exposition(&top::model::read(dir)));
+        return ExitCode::SUCCESS;
+    };
+    // An address that is no address is a usage error, as clap's are; one that cannot be
+    // bound (in use, not ours) is not (exit 1).
+    if let Err(e) = std::net::ToSocketAddrs::to_socket_addrs(addr.as_str()) {
+        let addr = cuquota_format::settings::printable(&addr);
+        return usage_error(format!(
+            "--listen {addr}: {e} (give HOST:PORT, e.g. 127.0.0.1:9400)"
+        ));
+    }
+    exit(metrics::serve(&addr, dir))
 }
 
 #[cfg(test)]

@@ -500,36 +500,84 @@ fn panel(
     top: f64,
     bottom: f64,
     x: &dyn Fn(u64) -> f64,
-    (x_end, x_step, x_decimals): (f64, f64, usize),
+    x_ticks: (f64, f64, usize),
     last: bool,
 ) {
-    // The y range holds the line and the quota; refusal marks beyond twice that sit at
-    // the top edge (a huge request would flatten everything else).
-    let quotas = s.quota_changes.iter().filter_map(|(_, q)| *q);
-    let group = s
-        .group_held
-        .iter()
-        .flat_map(|g| g.buckets().map(|(_, b)| b.max));
-    let held = s
-        .peak
-        .max(group.max().unwrap_or(0))
-        .max(s.quota.unwrap_or(0))
-        .max(quotas.max().unwrap_or(0))
-        .max(1);
-    let y_max_bytes = held.max(s.top_refusal.min(held.saturating_mul(2)));
-    let (unit_name, unit) = unit(y_max_bytes);
-    let panel_height = bottom - top;
-    // Fewer y labels in low panels (fewer than three would leave much of one empty).
-    let y_labels = (panel_height / 40.0).clamp(3.0, 4.0);
-    let (y_step, y_decimals) = ticks(y_max_bytes as f64 / unit * 1.05, y_labels);
-    let y_end = (y_max_bytes as f64 / unit * 1.05 / y_step).ceil() * y_step;
-    let y = |bytes: u64| bottom - (bytes as f64 / unit / y_end).min(1.0) * panel_height;
+    let scale = YScale::new(s, bottom - top);
+    let y = |bytes: u64| scale.y(bytes, bottom);
     let _ = writeln!(
         out,
-        r#"<g class="panel" data-label="{}" data-y-max="{}" data-unit="{unit_name}">"#,
+        r#"<g class="panel" data-label="{}" data-y-max="{}" data-unit="{}">"#,
         escape(&s.label),
-        y_end
+        scale.end,
+        scale.unit_name
     );
+    panel_title(out, s, top);
+    grid(out, (top, bottom), &scale, x_ticks, last);
+    // Memory stays as the process's last event left it, to that event.
+    let end = x(s.end_ns);
+    parts(out, s, bottom, (x, &y), end);
+    // In use: a step line, each bucket's highest value shown.
+    let points = step_points(&s.timeline, s.first_ns, x, &y, end);
+    let _ = writeln!(
+        out,
+        r#"<polyline class="in-use" points="{points}" fill="none" stroke="{IN_USE}" stroke-width="2"/>"#
+    );
+    quota_line(out, s, x, &y);
+    marks(out, s, top, x, &y);
+    out.push_str("</g>\n");
+}
+
+/// A panel's y axis: bytes shown in `unit`s, from 0 to `end` in steps of `step` (labels
+/// with `decimals`), over the panel's `height`.
+struct YScale {
+    unit_name: &'static str,
+    unit: f64,
+    end: f64,
+    step: f64,
+    decimals: usize,
+    height: f64,
+}
+
+impl YScale {
+    fn new(s: &Series, height: f64) -> YScale {
+        // The y range holds the line and the quota; refusal marks beyond twice that sit at
+        // the top edge (a huge request would flatten everything else).
+        let quotas = s.quota_changes.iter().filter_map(|(_, q)| *q);
+        let group = s
+            .group_held
+            .iter()
+            .flat_map(|g| g.buckets().map(|(_, b)| b.max));
+        let held = s
+            .peak
+            .max(group.max().unwrap_or(0))
+            .max(s.quota.unwrap_or(0))
+            .max(quotas.max().unwrap_or(0))
+            .max(1);
+        let y_max_bytes = held.max(s.top_refusal.min(held.saturating_mul(2)));
+        let (unit_name, unit) = unit(y_max_bytes);
+        // Fewer y labels in low panels (fewer than three would leave much of one empty).
+        let y_labels = (height / 40.0).clamp(3.0, 4.0);
+        let (step, decimals) = ticks(y_max_bytes as f64 / unit * 1.05, y_labels);
+        let end = (y_max_bytes as f64 / unit * 1.05 / step).ceil() * step;
+        YScale {
+            unit_name,
+            unit,
+            end,
+            step,
+            decimals,
+            height,
+        }
+    }
+
+    /// Where `bytes` is, in a panel whose bottom is at `bottom`.
+    fn y(&self, bytes: u64, bottom: f64) -> f64 {
+        bottom - (bytes as f64 / self.unit / self.end).min(1.0) * self.height
+    }
+}
+
+/// The panel's title: what it shows, its peak, quota and refusals.
+fn panel_title(out: &mut String, s: &Series, top: f64) {
     let refused = match (s.refusals, s.observed) {
         (0, _) => String::new(),
         (n, false) => format!(" · {n} refused"),
@@ -555,11 +603,25 @@ fn panel(
         top - 10.0,
         escape(&clip(&peak, 110))
     );
+}
+
+/// The panel's frame, its grid and y labels, and the time labels under the last panel
+/// only (the axis is shared).
+fn grid(
+    out: &mut String,
+    (top, bottom): (f64, f64),
+    scale: &YScale,
+    (x_end, x_step, x_decimals): (f64, f64, usize),
+    last: bool,
+) {
+    let panel_height = bottom - top;
     let _ = writeln!(
         out,
         r#"<rect class="plot-area" x="{LEFT}" y="{top}" width="{PLOT_WIDTH}" height="{panel_height}" fill="none" stroke="{FRAME}"/>"#
     );
     // Horizontal grid and y labels.
+    let (y_end, y_step, y_decimals, unit_name) =
+        (scale.end, scale.step, scale.decimals, scale.unit_name);
     let mut v = 0.0;
     while v <= y_end + y_step / 2.0 {
         let py = bottom - v / y_end * panel_height;
@@ -578,7 +640,7 @@ fn panel(
         (top + bottom) / 2.0,
         (top + bottom) / 2.0
     );
-    // Vertical grid; the time labels under the last panel only (the axis is shared).
+    // Vertical grid.
     let mut t = 0.0;
     while t <= x_end * (1.0 + 1e-9) {
         let px = LEFT + t / x_end * PLOT_WIDTH;
@@ -596,36 +658,41 @@ fn panel(
         out.push('\n');
         t += x_step;
     }
-    // Memory stays as the process's last event left it, to that event.
-    let end = x(s.end_ns);
-    // The parts, stacked: each an area from the baseline to its top, the highest first,
-    // so that each shows between its top and the one below.
-    if let Some(stack) = &s.stack {
-        let tops: Vec<&Timeline> = stack.iter().chain([&s.timeline]).collect();
-        for (i, (layer, &peak)) in s.part_peaks.iter().enumerate().rev() {
-            if peak == 0 {
-                continue;
-            }
-            let (name, fill) = (layer.name(), fill(layer));
-            let points = step_points(tops[i], s.first_ns, x, &y, end);
-            let first = tops[i]
-                .buckets()
-                .find(|(_, b)| b.used)
-                .map_or(end, |(start, _)| x(s.first_ns + start));
-            let _ = writeln!(
-                out,
-                r#"<polygon class="part" data-part="{name}" points="{points} {end:.1},{bottom:.1} {first:.1},{bottom:.1}" fill="{fill}" stroke="none"/>"#
-            );
+}
+
+/// The parts, stacked: each an area from the baseline to its top, the highest first, so
+/// that each shows between its top and the one below.
+fn parts(
+    out: &mut String,
+    s: &Series,
+    bottom: f64,
+    (x, y): (&dyn Fn(u64) -> f64, &dyn Fn(u64) -> f64),
+    end: f64,
+) {
+    let Some(stack) = &s.stack else {
+        return;
+    };
+    let tops: Vec<&Timeline> = stack.iter().chain([&s.timeline]).collect();
+    for (i, (layer, &peak)) in s.part_peaks.iter().enumerate().rev() {
+        if peak == 0 {
+            continue;
         }
+        let (name, fill) = (layer.name(), fill(layer));
+        let points = step_points(tops[i], s.first_ns, x, y, end);
+        let first = tops[i]
+            .buckets()
+            .find(|(_, b)| b.used)
+            .map_or(end, |(start, _)| x(s.first_ns + start));
+        let _ = writeln!(
+            out,
+            r#"<polygon class="part" data-part="{name}" points="{points} {end:.1},{bottom:.1} {first:.1},{bottom:.1}" fill="{fill}" stroke="none"/>"#
+        );
     }
-    // In use: a step line, each bucket's highest value shown.
-    let points = step_points(&s.timeline, s.first_ns, x, &y, end);
-    let _ = writeln!(
-        out,
-        r#"<polyline class="in-use" points="{points}" fill="none" stroke="{IN_USE}" stroke-width="2"/>"#
-    );
-    // The quota in force at each moment: a dashed segment per stretch (none where there
-    // was no quota).
+}
+
+/// The quota in force at each moment: a dashed segment per stretch (none where there was
+/// no quota).
+fn quota_line(out: &mut String, s: &Series, x: &dyn Fn(u64) -> f64, y: &dyn Fn(u64) -> f64) {
     let mut from = (LEFT, s.quota);
     let stretches = (s.quota_changes.iter())
         .map(|(t, q)| (x(*t).clamp(LEFT, LEFT + PLOT_WIDTH), *q))
@@ -642,7 +709,11 @@ fn panel(
         }
         from = (to_x, next);
     }
-    // Trims: a small triangle pointing down at the top edge.
+}
+
+/// Trims (a small triangle pointing down at the top edge), the group's holdings, and the
+/// refusals (a cross at in use + the request).
+fn marks(out: &mut String, s: &Series, top: f64, x: &dyn Fn(u64) -> f64, y: &dyn Fn(u64) -> f64) {
     for (start, b) in s.timeline.buckets() {
         if b.trimmed {
             let cx = x(s.first_ns + start);
@@ -691,7 +762,6 @@ fn panel(
             }
         }
     }
-    out.push_str("</g>\n");
 }
 
 /// A step line through `timeline`'s buckets (starting `first_ns`), each bucket's highest

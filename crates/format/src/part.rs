@@ -1,7 +1,13 @@
 //! The footprint's vocabulary: the parts a device's footprint holds besides allocations, and
 //! tables indexed by them. Adding a part is a change to [`Part`] here (its variant, then
-//! `name`, `words` and `label`, which the compiler asks for) plus the code that measures it in the interposer: the trace's names,
-//! the CLI's reports, tracks and chart layers all follow from this list.
+//! `name`, `words` and `label`, which the compiler asks for), the code that measures it in
+//! the interposer, and its two fields in the trace's summary (`<name>` and `<name>_peak` of
+//! [`SummaryDevice`](crate::schema::SummaryDevice), which its `part_mut` maps): the trace's
+//! names, the CLI's reports, tracks and chart layers all follow from this list. A part that
+//! cuquota can trim to make room (as it trims the pool cache and graph memory) is named
+//! also, with the call that trims it, in the engine's `made_room` (`src/engine/parts.rs`),
+//! the log's words (`src/messages.rs`) and the report's answer to a refusal
+//! (`crates/cli/src/report/text.rs`).
 
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use std::ops::{Index, IndexMut};

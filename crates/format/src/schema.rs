@@ -20,7 +20,7 @@
 //!   each of which skips types it does not list;
 //! - the README's trace schema section;
 //! - the tests: the golden traces and their expected reports, and the line generator of
-//!   `tests/reliability_hostile_input.rs`.
+//!   `tests/integration/reliability_hostile_input.rs`.
 
 use crate::part::{Part, PerPart};
 use serde::{Deserialize, Serialize};

@@ -78,7 +78,7 @@ pub struct GroupDevice {
 impl GroupDevice {
     /// The GPU's UUID.
     pub fn uuid(&self) -> [u8; 16] {
-        words_uuid([self.uuid[0].load(Relaxed), self.uuid[1].load(Relaxed)])
+        shared::load_uuid(&self.uuid)
     }
 }
 
@@ -619,9 +619,7 @@ impl GroupFile {
             )));
         };
         let d = &layout.devices[g];
-        let words = uuid_words(uuid);
-        d.uuid[0].store(words[0], Relaxed);
-        d.uuid[1].store(words[1], Relaxed);
+        shared::store_uuid(&d.uuid, uuid);
         let default = layout.header.default_limit.load(Relaxed);
         d.limit
             .store(if default == UNSET { own_limit } else { default }, Relaxed);
@@ -704,7 +702,7 @@ impl GroupFile {
             .filter(|(_, d)| d.state.load(Acquire) == 1)
             .map(|(g, d)| GroupGpuSnapshot {
                 index: g,
-                uuid: words_uuid([d.uuid[0].load(Relaxed), d.uuid[1].load(Relaxed)]),
+                uuid: shared::load_uuid(&d.uuid),
                 total: d.total.load(Relaxed),
                 limit: d.limit.load(Relaxed),
                 in_use: self.living_in_use(g, &living),
@@ -776,12 +774,8 @@ impl GroupFile {
 
     /// The index of GPU `uuid`'s entry, if a member made one.
     fn entry_of(&self, uuid: [u8; 16]) -> Option<usize> {
-        let words = uuid_words(uuid);
-        self.layout().devices.iter().position(|d| {
-            d.state.load(Acquire) == 1
-                && d.uuid[0].load(Relaxed) == words[0]
-                && d.uuid[1].load(Relaxed) == words[1]
-        })
+        (self.layout().devices.iter())
+            .position(|d| d.state.load(Acquire) == 1 && shared::load_uuid(&d.uuid) == uuid)
     }
 
     /// GPU `uuid` of the group as a reader that is no member sees it (dead members' charges
@@ -826,21 +820,6 @@ pub struct GroupGpuSnapshot {
     pub in_use: u64,
     pub peak: u64,
     pub refusals: u64,
-}
-
-fn uuid_words(uuid: [u8; 16]) -> [u64; 2] {
-    let (a, b) = uuid.split_at(8);
-    [
-        u64::from_le_bytes(a.try_into().unwrap_or([0; 8])),
-        u64::from_le_bytes(b.try_into().unwrap_or([0; 8])),
-    ]
-}
-
-fn words_uuid(words: [u64; 2]) -> [u8; 16] {
-    let mut uuid = [0u8; 16];
-    uuid[..8].copy_from_slice(&words[0].to_le_bytes());
-    uuid[8..].copy_from_slice(&words[1].to_le_bytes());
-    uuid
 }
 
 /// The groups' directory under `state_dir`, under the trust rule (made when `create`).

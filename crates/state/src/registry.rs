@@ -279,14 +279,7 @@ impl ProcessFile {
         let Some(info) = self.layout().info.get(ordinal) else {
             return;
         };
-        info.uuid[0].store(
-            u64::from_le_bytes(uuid[..8].try_into().unwrap_or([0; 8])),
-            Relaxed,
-        );
-        info.uuid[1].store(
-            u64::from_le_bytes(uuid[8..].try_into().unwrap_or([0; 8])),
-            Relaxed,
-        );
+        shared::store_uuid(&info.uuid, uuid);
         if total > 0 {
             info.total.store(total, Relaxed);
         }
@@ -489,12 +482,9 @@ fn read_one(dir: &TrustedDir, name: &str) -> Result<Option<ProcessSnapshot>, Unr
         .filter(|&d| l.info[d].state.load(Acquire) == 1)
         .map(|d| {
             let (i, c) = (&l.info[d], &l.counters[d]);
-            let mut uuid = [0u8; 16];
-            uuid[..8].copy_from_slice(&i.uuid[0].load(Relaxed).to_le_bytes());
-            uuid[8..].copy_from_slice(&i.uuid[1].load(Relaxed).to_le_bytes());
             DeviceSnapshot {
                 ordinal: d as u32,
-                uuid,
+                uuid: shared::load_uuid(&i.uuid),
                 name: shared::load_text(&i.name),
                 total: i.total.load(Relaxed),
                 usage: c.usage(),

@@ -346,10 +346,42 @@ pub fn load_text(words: &[std::sync::atomic::AtomicU64]) -> String {
     cuquota_format::escape::from_utf8(&bytes)
 }
 
+/// A GPU's UUID packed into two atomic words (little-endian halves), as the group and
+/// process files and the interposer keep one. Relaxed: whoever stores it publishes it after,
+/// with a state word of its own.
+pub fn store_uuid(words: &[std::sync::atomic::AtomicU64; 2], uuid: [u8; 16]) {
+    for (i, w) in words.iter().enumerate() {
+        let half: [u8; 8] = std::array::from_fn(|j| uuid[i * 8 + j]);
+        w.store(
+            u64::from_le_bytes(half),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+}
+
+/// See [`store_uuid`].
+pub fn load_uuid(words: &[std::sync::atomic::AtomicU64; 2]) -> [u8; 16] {
+    let halves = words
+        .each_ref()
+        .map(|w| w.load(std::sync::atomic::Ordering::Relaxed).to_le_bytes());
+    std::array::from_fn(|i| halves[i / 8][i % 8])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+    /// The UUID's bytes in order: the first eight in the first word, little-endian.
+    #[test]
+    fn a_uuid_round_trips_through_its_words() {
+        let words = [AtomicU64::new(0), AtomicU64::new(0)];
+        let uuid: [u8; 16] = std::array::from_fn(|i| 0xa0 + i as u8);
+        store_uuid(&words, uuid);
+        assert_eq!(words[0].load(Relaxed), 0xa7a6_a5a4_a3a2_a1a0);
+        assert_eq!(words[1].load(Relaxed), 0xafae_adac_abaa_a9a8);
+        assert_eq!(load_uuid(&words), uuid);
+    }
 
     /// Text another process packed: bytes that are not UTF-8 come back written out, so that
     /// a view shows them rather than a replacement character; control characters stay for

@@ -350,8 +350,7 @@ impl Process {
     fn event(&mut self, e: &EventLine) {
         self.end_t_ns = self.end_t_ns.max(e.t_ns);
         self.last_event_t_ns = self.last_event_t_ns.max(e.t_ns);
-        let kind = e.kind.as_ref();
-        match kind {
+        match e.kind.as_ref() {
             kind::LIMIT => {
                 self.events += 1;
                 let dev = device(&mut self.devices, e.dev);
@@ -360,198 +359,228 @@ impl Process {
                     quota: e.limit,
                 };
                 dev.report.quota_changes.push(change);
-                return;
             }
-            kind::ALLOC | kind::FREE | kind::REFUSED | kind::MEMINFO | kind::CONTEXT => {}
+            kind::ALLOC | kind::FREE | kind::REFUSED | kind::MEMINFO | kind::CONTEXT => {
+                self.call(e);
+            }
             kind::FOOTPRINT | kind::TRIM => {
                 // The consequences of a call (one call may write several), not calls: not in
                 // the API mix.
                 self.events += 1;
                 self.part_changed(e);
-                return;
             }
             kind::BACKOFF => {
                 // The core's own grouping; episodes are rebuilt from the refusals instead.
                 self.events += 1;
-                return;
             }
-            kind::DROPPED => {
-                self.dropped += e.count;
-                return;
-            }
+            kind::DROPPED => self.dropped += e.count,
             kind::STACK | kind::MODULE => {
                 self.stacks.line(e);
-                return;
             }
-            _ => return, // a line type from a newer cuquota
+            _ => {} // a line type from a newer cuquota
         }
+    }
+
+    /// The line of a driver call: counted in the API mix, its device's figures, then what
+    /// the call did.
+    fn call(&mut self, e: &EventLine) {
         self.events += 1;
+        let kind = e.kind.as_ref();
         if kind == kind::CONTEXT {
             self.context_freed(e);
         }
         let api = self.api(&e.api);
         self.api_counts[api as usize] += 1;
         let ok = e.result.is_empty() || e.result == names::CUDA_SUCCESS;
-        let t = e.t_ns;
+        let peak = self.held(e);
+        match kind {
+            kind::ALLOC if ok => self.allocated(e, api),
+            kind::FREE if ok => self.freed(e),
+            kind::REFUSED => self.refused(e, api),
+            kind::MEMINFO => device(&mut self.devices, e.dev).report.meminfo_calls += 1,
+            _ => {}
+        }
+        if self.stacks.any() && peak {
+            device(&mut self.devices, e.dev).sites.after(true);
+        }
+    }
+
+    /// A call's device after it: what it holds now, its peak, parts and charts. Returns
+    /// whether this is the device's new peak.
+    fn held(&mut self, e: &EventLine) -> bool {
         let footprint = self.header.counts_footprint();
-        let first = *self.first_t_ns.get_or_insert(t);
+        let first = *self.first_t_ns.get_or_insert(e.t_ns);
         let dev = device(&mut self.devices, e.dev);
         let r = &mut dev.report;
         r.in_use_at_end = e.in_use;
         // A refusal's figure includes requests in flight: the peak is of what was held.
         let mut peak = false;
-        if kind != kind::REFUSED {
+        if e.kind != kind::REFUSED {
             peak = e.in_use > r.peak;
             if peak {
                 r.peak = e.in_use;
-                r.peak_t_ns = t;
+                r.peak_t_ns = e.t_ns;
             }
             dev.parts.held(e.in_use, footprint, peak);
         }
-        dev.add(t, e.in_use, first);
-        let with_stacks = self.stacks.any();
-        if with_stacks {
+        dev.add(e.t_ns, e.in_use, first);
+        if self.stacks.any() {
             dev.sites.before(peak);
         }
+        peak
+    }
+
+    /// A successful allocation: live, among the largest, by call stack; it may end its
+    /// thread's back-off episode.
+    fn allocated(&mut self, e: &EventLine, api: u32) {
+        let t = e.t_ns;
+        let with_stacks = self.stacks.any();
+        let dev = device(&mut self.devices, e.dev);
         let r = &mut dev.report;
+        r.allocs += 1;
+        r.alloc_bytes = r.alloc_bytes.saturating_add(e.bytes);
         let sites = &mut dev.sites;
-        let timeline = dev.timeline.as_mut().expect("added above");
-        match kind {
-            kind::ALLOC if ok => {
-                r.allocs += 1;
-                r.alloc_bytes = r.alloc_bytes.saturating_add(e.bytes);
-                let ptr = parse_ptr(&e.ptr).unwrap_or(0);
-                let stack = with_stacks.then_some(e.stack);
-                if with_stacks {
-                    sites.add(e.stack, e.bytes);
-                    self.without_stack += u64::from(e.stack == 0);
-                }
-                let live = Live {
-                    bytes: e.bytes,
-                    t_ns: t,
-                    api,
-                    stack,
-                };
-                if let Some(old) = self.live.insert((e.dev, ptr), live) {
-                    // The same address again without its free (a lost line): replaced.
-                    if let Some(s) = old.stack {
-                        sites.remove(s, old.bytes);
-                    }
-                }
-                self.largest.add(Distinct {
-                    bytes: e.bytes,
-                    t_ns: t,
-                    dev: e.dev,
-                    ptr,
-                    api,
-                    count: 1,
-                    stack: e.stack,
-                });
-                let dev = e.dev;
-                if let Some(open) = self.open.get(&e.tid) {
-                    if let Some(outcome) = open.episode.succeeded(dev, e.bytes, t) {
-                        let open = self.open.remove(&e.tid).unwrap();
-                        self.close_episode(e.tid, open, outcome, t);
-                    }
-                }
-            }
-            kind::FREE if ok => {
-                r.frees += 1;
-                if let Some(ptr) = parse_ptr(&e.ptr) {
-                    if let Some(Live {
-                        stack: Some(s),
-                        bytes,
-                        ..
-                    }) = self.live.remove(&(e.dev, ptr))
-                    {
-                        sites.remove(s, bytes);
-                    }
-                }
-            }
-            kind::REFUSED => {
-                r.refusals += 1;
-                if e.reason.as_deref() == Some("driver") {
-                    r.refused_by_driver += 1;
-                } else {
-                    r.refused_by_quota += 1;
-                }
-                timeline.refusal(t, e.in_use);
-                let what = refused_what(&e.api);
-                if e.observed {
-                    // Allowed: the caller got its memory, so it is no episode.
-                    r.refused_observed += 1;
-                    if r.observed_shown.len() < OBSERVED_SHOWN {
-                        r.observed_shown.push(ObservedReport {
-                            t_ns: t,
-                            tid: e.tid,
-                            api: self.api_names[api as usize].clone(),
-                            bytes: e.bytes,
-                            in_use: e.in_use,
-                            what,
-                        });
-                    }
-                    return;
-                }
-                if let Some(what) = what {
-                    // A context or a graph is not an allocation an allocator backs off from.
-                    r.refused_contexts_and_graphs += 1;
-                    if r.refused_contexts_and_graphs_shown.len() < OBSERVED_SHOWN {
-                        r.refused_contexts_and_graphs_shown.push(WholeRefusal {
-                            t_ns: t,
-                            tid: e.tid,
-                            api: self.api_names[api as usize].clone(),
-                            what,
-                            bytes: e.bytes,
-                            in_use: e.in_use,
-                        });
-                    }
-                    return;
-                }
-                // The interposer's episodes are of out-of-memory refusals only.
-                if e.result != names::CUDA_ERROR_OUT_OF_MEMORY {
-                    return;
-                }
-                let dev = e.dev;
-                let ended = match self.open.get_mut(&e.tid) {
-                    Some(open) => match open.episode.refused(dev, e.bytes, t) {
-                        None => return, // joined
-                        Some(outcome) => Some(outcome),
-                    },
-                    None => None,
-                };
-                let d = device(&mut self.devices, dev);
-                let group = e.group_in_use.map(|in_use| EpisodeGroup {
-                    name: e.group.as_deref().unwrap_or_default().to_string(),
-                    in_use,
-                    limit: e.group_limit.unwrap_or(0),
-                    holders: e.holders.clone().unwrap_or_default(),
-                });
-                // Only the episodes that can be shown keep a copy of the live set.
-                let shown = self.episodes_opened < EPISODES_SHOWN as u64;
-                self.episodes_opened += 1;
-                let live_by_stack = (shown && self.stacks.any()).then(|| d.sites.live.clone());
-                let started = OpenEpisode {
-                    episode: Episode::start(dev, e.bytes, t),
-                    t_ns: t,
-                    api,
-                    live_by_stack,
-                    held: d.parts.device.layers(e.in_use, footprint),
-                    quota: if group.is_some() {
-                        None
-                    } else {
-                        d.report.quota
-                    },
-                    group,
-                };
-                if let (Some(old), Some(outcome)) = (self.open.insert(e.tid, started), ended) {
-                    self.close_episode(e.tid, old, outcome, t);
-                }
-            }
-            kind::MEMINFO => r.meminfo_calls += 1,
-            _ => {}
+        let ptr = parse_ptr(&e.ptr).unwrap_or(0);
+        let stack = with_stacks.then_some(e.stack);
+        if with_stacks {
+            sites.add(e.stack, e.bytes);
+            self.without_stack += u64::from(e.stack == 0);
         }
-        if with_stacks && peak {
-            device(&mut self.devices, e.dev).sites.after(true);
+        let live = Live {
+            bytes: e.bytes,
+            t_ns: t,
+            api,
+            stack,
+        };
+        if let Some(old) = self.live.insert((e.dev, ptr), live) {
+            // The same address again without its free (a lost line): replaced.
+            if let Some(s) = old.stack {
+                sites.remove(s, old.bytes);
+            }
+        }
+        self.largest.add(Distinct {
+            bytes: e.bytes,
+            t_ns: t,
+            dev: e.dev,
+            ptr,
+            api,
+            count: 1,
+            stack: e.stack,
+        });
+        if let Some(open) = self.open.get(&e.tid) {
+            if let Some(outcome) = open.episode.succeeded(e.dev, e.bytes, t) {
+                let open = self.open.remove(&e.tid).unwrap();
+                self.close_episode(e.tid, open, outcome, t);
+            }
+        }
+    }
+
+    /// A successful free: no longer live.
+    fn freed(&mut self, e: &EventLine) {
+        let dev = device(&mut self.devices, e.dev);
+        dev.report.frees += 1;
+        if let Some(ptr) = parse_ptr(&e.ptr) {
+            if let Some(Live {
+                stack: Some(s),
+                bytes,
+                ..
+            }) = self.live.remove(&(e.dev, ptr))
+            {
+                dev.sites.remove(s, bytes);
+            }
+        }
+    }
+
+    /// A refusal: counted and charted; one that was allowed (observe mode) or of a context
+    /// or graph is listed, an out-of-memory one joins or begins its thread's episode.
+    fn refused(&mut self, e: &EventLine, api: u32) {
+        let t = e.t_ns;
+        let dev = device(&mut self.devices, e.dev);
+        let r = &mut dev.report;
+        r.refusals += 1;
+        if e.reason.as_deref() == Some("driver") {
+            r.refused_by_driver += 1;
+        } else {
+            r.refused_by_quota += 1;
+        }
+        let timeline = dev.timeline.as_mut().expect("added by `held`");
+        timeline.refusal(t, e.in_use);
+        let r = &mut dev.report;
+        let what = refused_what(&e.api);
+        if e.observed {
+            // Allowed: the caller got its memory, so it is no episode.
+            r.refused_observed += 1;
+            if r.observed_shown.len() < OBSERVED_SHOWN {
+                r.observed_shown.push(ObservedReport {
+                    t_ns: t,
+                    tid: e.tid,
+                    api: self.api_names[api as usize].clone(),
+                    bytes: e.bytes,
+                    in_use: e.in_use,
+                    what,
+                });
+            }
+            return;
+        }
+        if let Some(what) = what {
+            // A context or a graph is not an allocation an allocator backs off from.
+            r.refused_contexts_and_graphs += 1;
+            if r.refused_contexts_and_graphs_shown.len() < OBSERVED_SHOWN {
+                r.refused_contexts_and_graphs_shown.push(WholeRefusal {
+                    t_ns: t,
+                    tid: e.tid,
+                    api: self.api_names[api as usize].clone(),
+                    what,
+                    bytes: e.bytes,
+                    in_use: e.in_use,
+                });
+            }
+            return;
+        }
+        // The interposer's episodes are of out-of-memory refusals only.
+        if e.result == names::CUDA_ERROR_OUT_OF_MEMORY {
+            self.out_of_memory(e, api);
+        }
+    }
+
+    /// An out-of-memory refusal: it joins its thread's open episode, or ends it and begins
+    /// the next, or begins one.
+    fn out_of_memory(&mut self, e: &EventLine, api: u32) {
+        let (t, dev) = (e.t_ns, e.dev);
+        let ended = match self.open.get_mut(&e.tid) {
+            Some(open) => match open.episode.refused(dev, e.bytes, t) {
+                None => return, // joined
+                Some(outcome) => Some(outcome),
+            },
+            None => None,
+        };
+        let footprint = self.header.counts_footprint();
+        let d = device(&mut self.devices, dev);
+        let group = e.group_in_use.map(|in_use| EpisodeGroup {
+            name: e.group.as_deref().unwrap_or_default().to_string(),
+            in_use,
+            limit: e.group_limit.unwrap_or(0),
+            holders: e.holders.clone().unwrap_or_default(),
+        });
+        // Only the episodes that can be shown keep a copy of the live set.
+        let shown = self.episodes_opened < EPISODES_SHOWN as u64;
+        self.episodes_opened += 1;
+        let live_by_stack = (shown && self.stacks.any()).then(|| d.sites.live.clone());
+        let started = OpenEpisode {
+            episode: Episode::start(dev, e.bytes, t),
+            t_ns: t,
+            api,
+            live_by_stack,
+            held: d.parts.device.layers(e.in_use, footprint),
+            quota: if group.is_some() {
+                None
+            } else {
+                d.report.quota
+            },
+            group,
+        };
+        if let (Some(old), Some(outcome)) = (self.open.insert(e.tid, started), ended) {
+            self.close_episode(e.tid, old, outcome, t);
         }
     }
 
@@ -669,7 +698,33 @@ impl Process {
     }
 
     fn finish(mut self, symbols: &mut Symbolizer) -> ProcessReport {
-        // Episodes open at the end of the trace: the caller gave up (or was killed).
+        self.close_open_episodes();
+        let mut sites = Sites {
+            symbols,
+            stacks: &self.stacks,
+            named: HashMap::new(),
+        };
+        let (largest, live_at_exit, live_per_dev) = self.allocations(&mut sites);
+        for ep in &mut self.episodes.shown {
+            if let Some(by_stack) = ep.live_by_stack.take() {
+                ep.live_by_call_site = by_site(&by_stack, &mut sites);
+            }
+        }
+        let ends = self.ends();
+        let footprint = self.header.counts_footprint();
+        let devices: Vec<DeviceReport> = std::mem::take(&mut self.devices)
+            .into_values()
+            .filter(|d| d.timeline.is_some())
+            .map(|d| {
+                let live = live_per_dev.get(&d.report.dev).copied().unwrap_or_default();
+                d.finish(live, &ends, footprint, &mut sites)
+            })
+            .collect();
+        self.report(devices, largest, live_at_exit)
+    }
+
+    /// Episodes open at the end of the trace: the caller gave up (or was killed).
+    fn close_open_episodes(&mut self) {
         let mut open: Vec<_> = self.open.drain().collect();
         open.sort_by_key(|(_, o)| o.t_ns);
         let end = self.end_t_ns;
@@ -678,8 +733,14 @@ impl Process {
             self.close_episode(tid, o, outcome, end);
         }
         self.episodes.shown.sort_by_key(|e| e.t_ns);
+    }
 
-        let end = self.end_t_ns;
+    /// The largest allocations, those live at the end, and the live ones' `(count, bytes)`
+    /// by device.
+    fn allocations(
+        &self,
+        sites: &mut Sites,
+    ) -> (Vec<AllocReport>, LiveReport, BTreeMap<u32, (u64, u64)>) {
         let mut live_per_dev: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
         let mut live_top: BinaryHeap<Big> = BinaryHeap::new();
         for (&(dev, ptr), l) in &self.live {
@@ -692,36 +753,8 @@ impl Process {
                 live_top.pop();
             }
         }
-        // Each stack symbolised once.
-        let mut sites: HashMap<u64, Option<Site>> = HashMap::new();
-        let stacks = &self.stacks;
-        let mut site = |stack: u64| -> Option<Site> {
-            if stack == 0 {
-                return None;
-            }
-            sites
-                .entry(stack)
-                .or_insert_with(|| symbols.site(stacks, stack))
-                .clone()
-        };
-        let mut alloc =
-            |d: Distinct, live: &HashMap<(u32, u64), Live, BuildKeyHasher>| AllocReport {
-                site: site(d.stack),
-                dev: d.dev,
-                ptr: format!("{:#x}", d.ptr),
-                bytes: d.bytes,
-                t_ns: d.t_ns,
-                api: self.api_names[d.api as usize].clone(),
-                count: d.count,
-                live_at_exit: live
-                    .get(&(d.dev, d.ptr))
-                    .is_some_and(|l| l.bytes == d.bytes),
-            };
-        let largest: Vec<AllocReport> = self
-            .largest
-            .sorted()
-            .into_iter()
-            .map(|d| alloc(d, &self.live))
+        let largest: Vec<AllocReport> = (self.largest.sorted().into_iter())
+            .map(|d| self.alloc_report(d, sites))
             .collect();
         let live_largest: Vec<AllocReport> = live_top
             .into_sorted_vec()
@@ -736,42 +769,48 @@ impl Process {
                     count: 1,
                     stack,
                 };
-                alloc(d, &self.live)
+                self.alloc_report(d, sites)
             })
             .collect();
-        for ep in &mut self.episodes.shown {
-            if let Some(by_stack) = ep.live_by_stack.take() {
-                ep.live_by_call_site = by_site(&by_stack, &mut site);
-            }
+        let live = LiveReport {
+            count: self.live.len() as u64,
+            bytes: live_per_dev.values().map(|v| v.1).sum(),
+            largest: live_largest,
+        };
+        (largest, live, live_per_dev)
+    }
+
+    fn alloc_report(&self, d: Distinct, sites: &mut Sites) -> AllocReport {
+        AllocReport {
+            site: sites.site(d.stack),
+            dev: d.dev,
+            ptr: format!("{:#x}", d.ptr),
+            bytes: d.bytes,
+            t_ns: d.t_ns,
+            api: self.api_names[d.api as usize].clone(),
+            count: d.count,
+            live_at_exit: (self.live.get(&(d.dev, d.ptr))).is_some_and(|l| l.bytes == d.bytes),
         }
-        let footprint = self.header.counts_footprint();
-        let with_stacks = self.stacks.any();
+    }
+
+    /// Where the charts end.
+    fn ends(&self) -> Ends {
         let first = self.first_t_ns.unwrap_or(0);
-        let last = self.last_event_t_ns.max(first);
-        let devices: Vec<DeviceReport> = self
-            .devices
-            .into_values()
-            .filter(|d| d.timeline.is_some())
-            .map(|mut d| {
-                if footprint || d.parts.device.seen {
-                    d.report.footprint = Some(d.parts.report(d.report.in_use_at_end, footprint));
-                }
-                let (live, live_bytes) =
-                    live_per_dev.get(&d.report.dev).copied().unwrap_or_default();
-                d.report.live = live;
-                d.report.live_bytes = live_bytes;
-                if let Some(t) = &d.timeline {
-                    d.report.timeline = t.columns(end, CHART_COLUMNS);
-                }
-                if let Some(t) = &d.chart {
-                    d.report.chart = t.columns(last.saturating_sub(first), CHART_COLUMNS);
-                }
-                if with_stacks {
-                    d.report.by_call_site = by_site(d.sites.peak(), &mut site);
-                }
-                d.report
-            })
-            .collect();
+        Ends {
+            end: self.end_t_ns,
+            first,
+            last: self.last_event_t_ns.max(first),
+        }
+    }
+
+    /// The process's report, from its devices' and allocations'.
+    fn report(
+        self,
+        devices: Vec<DeviceReport>,
+        largest: Vec<AllocReport>,
+        live_at_exit: LiveReport,
+    ) -> ProcessReport {
+        let ends = self.ends();
         let mut api_mix: Vec<ApiCount> = self
             .api_names
             .into_iter()
@@ -779,7 +818,7 @@ impl Process {
             .map(|(api, count)| ApiCount { api, count })
             .collect();
         api_mix.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.api.cmp(&b.api)));
-        let stacks_report = with_stacks.then(|| StacksReport {
+        let stacks_report = self.stacks.any().then(|| StacksReport {
             stacks: self.stacks.count(),
             allocations_without_stack: self.without_stack,
             pool_allocations: api_mix.iter().any(|a| is_pool_api(&a.api)),
@@ -798,7 +837,7 @@ impl Process {
             count: self.header.count,
             group: self.header.group,
             start_unix_ns: self.header.start_unix_ns,
-            duration_ns: end,
+            duration_ns: ends.end,
             end: self.summary.map(|s| s.end),
             events: self.events,
             dropped,
@@ -807,28 +846,77 @@ impl Process {
             devices,
             backoff_episodes: self.episodes,
             largest_allocations: largest,
-            live_at_exit: LiveReport {
-                count: self.live.len() as u64,
-                bytes: live_per_dev.values().map(|v| v.1).sum(),
-                largest: live_largest,
-            },
+            live_at_exit,
             api_mix,
             stacks: stacks_report,
-            first_event_ns: first,
-            last_event_ns: last,
+            first_event_ns: ends.first,
+            last_event_ns: ends.last,
         }
+    }
+}
+
+/// Where a process's charts end: `end` the trace's (its summary line's time counted),
+/// `first` and `last` its first device-memory event's and its last event's time.
+struct Ends {
+    end: u64,
+    first: u64,
+    last: u64,
+}
+
+impl Device {
+    /// The device's report at the end of the trace; `live`: its live `(count, bytes)`.
+    fn finish(
+        mut self,
+        (live, live_bytes): (u64, u64),
+        ends: &Ends,
+        footprint: bool,
+        sites: &mut Sites,
+    ) -> DeviceReport {
+        if footprint || self.parts.device.seen {
+            let parts = self.parts.report(self.report.in_use_at_end, footprint);
+            self.report.footprint = Some(parts);
+        }
+        self.report.live = live;
+        self.report.live_bytes = live_bytes;
+        if let Some(t) = &self.timeline {
+            self.report.timeline = t.columns(ends.end, CHART_COLUMNS);
+        }
+        if let Some(t) = &self.chart {
+            self.report.chart = t.columns(ends.last.saturating_sub(ends.first), CHART_COLUMNS);
+        }
+        if sites.stacks.any() {
+            self.report.by_call_site = by_site(self.sites.peak(), sites);
+        }
+        self.report
+    }
+}
+
+/// Call sites by stack id, each stack symbolised once.
+struct Sites<'a> {
+    symbols: &'a mut Symbolizer,
+    stacks: &'a Stacks,
+    named: HashMap<u64, Option<Site>>,
+}
+
+impl Sites<'_> {
+    /// Stack 0 (none) has no site.
+    fn site(&mut self, stack: u64) -> Option<Site> {
+        if stack == 0 {
+            return None;
+        }
+        let (symbols, stacks) = (&mut *self.symbols, self.stacks);
+        (self.named.entry(stack))
+            .or_insert_with(|| symbols.site(stacks, stack))
+            .clone()
     }
 }
 
 /// Live allocations by call stack, grouped by the site each stack symbolises to (stacks
 /// that differ only above the allocating frame are one site); most bytes first.
-fn by_site(
-    by_stack: &HashMap<u64, (u64, u64)>,
-    site: &mut impl FnMut(u64) -> Option<Site>,
-) -> Vec<SiteLive> {
+fn by_site(by_stack: &HashMap<u64, (u64, u64)>, sites: &mut Sites) -> Vec<SiteLive> {
     let mut sums: HashMap<Option<Site>, (u64, u64)> = HashMap::new();
     for (&stack, &(count, bytes)) in by_stack {
-        let e = sums.entry(site(stack)).or_default();
+        let e = sums.entry(sites.site(stack)).or_default();
         e.0 += count;
         e.1 = e.1.saturating_add(bytes);
     }

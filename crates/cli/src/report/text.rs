@@ -37,6 +37,24 @@ pub(super) fn render(r: &Report) -> String {
 }
 
 fn render_process(out: &mut String, p: &ProcessReport) {
+    render_heading(out, p);
+    if p.devices.is_empty() {
+        let _ = writeln!(out, "   no device-memory events");
+    }
+    for d in &p.devices {
+        render_device(out, p, d);
+    }
+    render_episodes(out, &p.backoff_episodes);
+    render_largest(out, p);
+    render_live(out, p);
+    if let Some(stacks) = &p.stacks {
+        render_stacks(out, p, stacks);
+    }
+    render_api_mix(out, p);
+}
+
+/// The process: its command, trace file, mode, how it ended, and what the trace misses.
+fn render_heading(out: &mut String, p: &ProcessReport) {
     let command = p.argv.join(" ");
     let _ = writeln!(
         out,
@@ -88,13 +106,10 @@ fn render_process(out: &mut String, p: &ProcessReport) {
             }
         );
     }
-    if p.devices.is_empty() {
-        let _ = writeln!(out, "   no device-memory events");
-    }
-    for d in &p.devices {
-        render_device(out, p, d);
-    }
-    render_episodes(out, &p.backoff_episodes);
+}
+
+/// The largest allocations, with their call sites.
+fn render_largest(out: &mut String, p: &ProcessReport) {
     if !p.largest_allocations.is_empty() {
         let _ = writeln!(
             out,
@@ -118,6 +133,10 @@ fn render_process(out: &mut String, p: &ProcessReport) {
             render_site(out, a);
         }
     }
+}
+
+/// What was live at the end, the largest first.
+fn render_live(out: &mut String, p: &ProcessReport) {
     let at = if p.end.is_some() {
         "at exit"
     } else {
@@ -149,9 +168,10 @@ fn render_process(out: &mut String, p: &ProcessReport) {
             live.count - live.largest.len() as u64
         );
     }
-    if let Some(stacks) = &p.stacks {
-        render_stacks(out, p, stacks);
-    }
+}
+
+/// The API mix: calls by entry point, most first.
+fn render_api_mix(out: &mut String, p: &ProcessReport) {
     if !p.api_mix.is_empty() {
         let mix: Vec<String> = p
             .api_mix
