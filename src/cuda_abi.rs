@@ -13,7 +13,6 @@ impl CuResult {
     pub const SUCCESS: CuResult = CuResult(0);
     pub const INVALID_VALUE: CuResult = CuResult(1);
     pub const OUT_OF_MEMORY: CuResult = CuResult(2);
-    pub const NOT_INITIALIZED: CuResult = CuResult(3);
     pub const INVALID_CONTEXT: CuResult = CuResult(201);
     pub const NOT_FOUND: CuResult = CuResult(500);
     pub const NOT_PERMITTED: CuResult = CuResult(800);
@@ -234,9 +233,6 @@ pub struct CuIpcMemHandle {
 
 /// `cuGetProcAddress` flags.
 pub const CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM: u64 = 1 << 1;
-
-/// `CUdriverProcAddressQueryResult` values.
-pub const CU_GET_PROC_ADDRESS_SUCCESS: i32 = 0;
 
 // ---- CUDA arrays ----------------------------------------------------------------------
 

@@ -43,11 +43,9 @@ mod vmm;
 
 pub use crate::ledger::Kind;
 pub use crate::pool_cache::PoolPlace;
-pub use contexts::ContextEnd;
 pub use nvml_figures::{
     configured_limit, cuda_ordinal, memory_told, quota_without_books, reserved_told, NvmlQuota,
 };
-pub use parts::PartRefusal;
 pub use placement::Place;
 pub use pool_cache::PoolOf;
 pub use queries::GraphNode;

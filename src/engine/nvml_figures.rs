@@ -123,11 +123,6 @@ impl Engine {
         self.quota(device).map_or(0, |q| q.in_use())
     }
 
-    /// Whether this process charges `device` to its group's quota (it joined it there).
-    pub fn in_group_on(&self, device: u32) -> bool {
-        self.quota(device).is_some_and(|q| q.in_group())
-    }
-
     /// The devices the driver shows this process, with their UUIDs (for matching NVML's).
     pub fn device_uuids(&self) -> Vec<(u32, Option<[u8; 16]>)> {
         (self.queries.devices().into_iter())
