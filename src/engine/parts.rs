@@ -1,3 +1,4 @@
+use super::admission::Ask;
 use super::explain::{Outcome, Refusal, Request};
 use super::state::Engine;
 use crate::config::Count;
@@ -56,9 +57,14 @@ impl Engine {
             return Ok(());
         };
         let limit = self.limit(device, quota).unwrap_or(UNLIMITED);
+        let ask = Ask {
+            api,
+            device,
+            quota,
+            limit,
+        };
         let make_room = || self.made_room(api, device, bytes).then_some(bytes);
-        let bytes =
-            (self.settle(api, device, quota, 0, bytes, limit, make_room)).map_err(|(r, _)| r)?;
+        let bytes = self.settle(ask, 0, bytes, make_room).map_err(|(r, _)| r)?;
         if bytes > 0 {
             let held = quota.commit_part(part, bytes);
             self.part_changed(api, device, quota, part, held);
@@ -82,14 +88,8 @@ impl Engine {
             Part::Graph => Request::Graph,
             Part::PoolCache => Request::Growth,
         };
-        self.explain(Outcome::Refused(Refusal {
-            device,
-            api,
-            bytes,
-            limit,
-            in_use,
-            what,
-        }));
+        let refusal = Refusal::new(api, device, bytes, in_use, limit, what);
+        self.explain(Outcome::Refused(refusal));
     }
 
     /// `part` grew by `bytes` that the driver already holds and cannot give back: charged
