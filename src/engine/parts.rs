@@ -126,7 +126,7 @@ impl Engine {
     }
 
     /// A request of `wanted` bytes did not fit: end the allocations whose exports were
-    /// closed since, and trim this process's unused pool and graph memory on `device` once.
+    /// closed since, and trim each trimmable part of this process on `device` once.
     /// True if that gave anything back.
     #[cold]
     #[inline(never)]
@@ -136,9 +136,21 @@ impl Engine {
         if !self.counts_footprint() {
             return reaped;
         }
-        let released =
-            self.trim_pools(api, device, wanted) + self.trim_graph_memory(api, device, wanted);
+        let released: u64 = (Part::ALL.into_iter())
+            .filter(|part| part.trimmable())
+            .map(|part| self.trim(api, device, part, wanted))
+            .sum();
         released > 0 || reaped
+    }
+
+    /// Trims this process's unused `part` on `device` (a [`Part::trimmable`] one) for a
+    /// request of `wanted` bytes: the bytes it gave back.
+    fn trim(&self, api: &'static str, device: u32, part: Part, wanted: u64) -> u64 {
+        match part {
+            Part::PoolCache => self.trim_pools(api, device, wanted),
+            Part::Graph => self.trim_graph_memory(api, device, wanted),
+            Part::Context => 0,
+        }
     }
 
     /// cuquota's own trim of `part` on `device` gave `released` bytes back (already

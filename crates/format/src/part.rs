@@ -76,6 +76,24 @@ impl Part {
         }
     }
 
+    /// The driver call with which a process gives back what the part keeps unused: cuquota
+    /// makes it in this process to make room for a refused request, and names it where
+    /// another process's part holds the room. None: nothing trims the part (a context's
+    /// memory is the context's). A new part answers here, and is trimmed and named with
+    /// the others.
+    pub const fn trim_call(self) -> Option<&'static str> {
+        match self {
+            Part::PoolCache => Some("cuMemPoolTrimTo"),
+            Part::Graph => Some("cuDeviceGraphMemTrim"),
+            Part::Context => None,
+        }
+    }
+
+    /// Whether a trim can give the part back ([`Part::trim_call`]).
+    pub const fn trimmable(self) -> bool {
+        self.trim_call().is_some()
+    }
+
     /// The part a trace names; None for a name this version does not know.
     pub fn from_name(name: &str) -> Option<Part> {
         Part::ALL.into_iter().find(|p| p.name() == name)
