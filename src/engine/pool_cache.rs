@@ -362,7 +362,7 @@ impl Engine {
         device: u32,
     ) -> (Vec<u64>, u64) {
         let taken = self.take_device_pool_pointers(device);
-        self.settle_context_pool_pointers(api, taken)
+        self.credit_context_pool_pointers(api, taken)
     }
 
     /// `device`'s pool allocations out of the books (under their lock): before the driver
@@ -383,7 +383,7 @@ impl Engine {
 
     /// The driver reset the device: what its pool allocations charged moves into the pool
     /// cache, and their pools are read again. Returns their pointers and bytes.
-    pub(super) fn settle_context_pool_pointers(
+    pub(super) fn credit_context_pool_pointers(
         &self,
         api: &'static str,
         taken: TakenPooled,

@@ -331,7 +331,7 @@ fn watched_ending<F: CFunction>(
         let surely = ends == Ends::Surely && engine.check_config().is_ok();
         let mut end = engine.context_end(real.name(), context, surely);
         let rc = in_hook::driver(|| call(f));
-        end.settle(rc.is_ok());
+        end.conclude(rc.is_ok());
         if rc.is_ok() && engine.check_config().is_ok() {
             then(engine);
         }
