@@ -1,8 +1,9 @@
 //! Every C entry point cuquota exports, each a thin call into the engine, and the table of
 //! them that the routing (`lookup`) hands out for `dlsym` and `cuGetProcAddress`. One file
-//! per area: `allocations`, `frees`, `vmm` (lifetimes and imports), `ownership` (contexts,
-//! primary contexts, pools' placement), `figures` (the memory figures), `lookups`
-//! (`cuGetProcAddress`), `arrays`, `context_memory`, `green_contexts`, `graphs`; here, the
+//! per area: `allocations`, `frees`, `vmm` (lifetimes and imports), `contexts` (contexts
+//! and primary contexts as owners: their ends, attaches, retains), `pools` (pools'
+//! placement), `figures` (the memory figures), `lookups` (`cuGetProcAddress`), `arrays`,
+//! `context_memory`, `green_contexts`, `graphs`; here, the
 //! frames they share and `cuInit`. NVML's memory figures are hooked in `nvml`, with a table
 //! of their own ([`NVML_HOOKS`]).
 //!
@@ -51,13 +52,14 @@ mod allocations;
 mod arrays;
 mod captures;
 mod context_memory;
+mod contexts;
 mod figures;
 mod frees;
 mod graphs;
 mod green_contexts;
 mod lookups;
 mod nvml;
-mod ownership;
+mod pools;
 mod vmm;
 
 use crate::cuda_abi::{CuResult, CuStream};
@@ -142,7 +144,8 @@ every_area!(
     allocations,
     frees,
     vmm,
-    ownership,
+    contexts,
+    pools,
     figures,
     lookups,
     arrays,
