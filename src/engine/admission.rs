@@ -9,7 +9,6 @@
 //! what it got to [`Engine::committed`] (or a part's commit).
 
 use super::explain::{Outcome, Refusal, Request};
-use super::parts::PartRefusal;
 use super::state::Engine;
 use crate::config::Mode;
 use crate::contexts::ContextSlot;
@@ -40,6 +39,15 @@ impl Ask<'_> {
             limit: self.limit,
         }
     }
+}
+
+/// Growth that [`Engine::settle`] could not fit (a part's, or an allocation's beyond its
+/// estimate): nothing was charged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PartRefusal {
+    /// What the quota held, the refused bytes not included.
+    pub in_use: u64,
+    pub limit: u64,
 }
 
 /// A request that reached the driver with its bytes reserved, and that the driver granted:

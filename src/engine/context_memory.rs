@@ -1,5 +1,5 @@
+use super::admission::PartRefusal;
 use super::explain::{Outcome, Refusal, Request};
-use super::parts::PartRefusal;
 use super::queries::Queries;
 use super::state::Engine;
 use crate::context_memory::{self as books, Measured, Reconciled, Unread};

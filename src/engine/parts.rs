@@ -1,4 +1,4 @@
-use super::admission::Ask;
+use super::admission::{Ask, PartRefusal};
 use super::explain::{Outcome, Refusal, Request};
 use super::state::Engine;
 use crate::config::Count;
@@ -12,14 +12,6 @@ use cuquota_format::part::PerPart;
 // same counter as allocations (so one compare-and-swap checks the whole footprint), kept
 // apart to say where the room went, and traced as a `footprint` event at every change. With
 // `CUQUOTA_COUNT=allocations` every call below does nothing.
-
-/// A part's growth did not fit the quota (nothing was charged).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PartRefusal {
-    /// What the quota held, the refused bytes not included.
-    pub in_use: u64,
-    pub limit: u64,
-}
 
 impl Engine {
     /// Whether the quota bounds the whole footprint (`CUQUOTA_COUNT=footprint`).

@@ -28,9 +28,8 @@
 //! growth, in flight, which would then pass unchecked), or after a primary reset, when the
 //! driver holds what its pools keep whatever cuquota says.
 
-use super::admission::{Ask, Granted};
+use super::admission::{Ask, Granted, PartRefusal};
 use super::explain::{Outcome, Refusal, Request};
-use super::parts::PartRefusal;
 use super::placement::{place_in_pool, Place};
 use super::state::Engine;
 use crate::cuda_abi::CuResult;
