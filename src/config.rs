@@ -62,6 +62,7 @@ pub const IGNORED_WHEN_SECURE: [&str; 5] = [
 
 impl Sources {
     /// No policy; the process asked for cuquota.
+    #[cfg(test)]
     pub fn variables_only() -> Sources {
         Sources {
             main: Loaded::Absent,
@@ -181,6 +182,7 @@ pub struct ConfigError {
 
 impl Config {
     /// Reads the variables through `var` (a map in tests).
+    #[cfg(test)]
     pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
         Config::from_os_vars(|name| var(name).map(OsString::from))
     }
@@ -188,6 +190,7 @@ impl Config {
     /// Reads the variables through `raw` (the environment in the library). Paths are kept as
     /// the bytes given; other values that are not UTF-8 fail to parse (read lossily, so they
     /// are errors or warnings rather than unset).
+    #[cfg(test)]
     pub fn from_os_vars(raw: impl Fn(&str) -> Option<OsString>) -> Result<Config, ConfigError> {
         Config::with_policy(raw, &Sources::variables_only())
     }

@@ -14,7 +14,6 @@ impl CuResult {
     pub const SUCCESS: CuResult = CuResult(results::CUDA_SUCCESS);
     pub const INVALID_VALUE: CuResult = CuResult(results::CUDA_ERROR_INVALID_VALUE);
     pub const OUT_OF_MEMORY: CuResult = CuResult(results::CUDA_ERROR_OUT_OF_MEMORY);
-    pub const NOT_INITIALIZED: CuResult = CuResult(results::CUDA_ERROR_NOT_INITIALIZED);
     pub const INVALID_CONTEXT: CuResult = CuResult(results::CUDA_ERROR_INVALID_CONTEXT);
     pub const NOT_FOUND: CuResult = CuResult(results::CUDA_ERROR_NOT_FOUND);
     pub const NOT_PERMITTED: CuResult = CuResult(results::CUDA_ERROR_NOT_PERMITTED);
@@ -134,9 +133,6 @@ pub struct CuIpcMemHandle {
 
 /// `cuGetProcAddress` flags.
 pub const CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM: u64 = 1 << 1;
-
-/// `CUdriverProcAddressQueryResult` values.
-pub const CU_GET_PROC_ADDRESS_SUCCESS: i32 = 0;
 
 // ---- CUDA arrays ----------------------------------------------------------------------
 

@@ -45,6 +45,7 @@ pub use cuquota_format::hash::fold as hash;
 pub const SHARD_BITS: u32 = 6;
 
 impl<V: Copy> KeyMap<V> {
+    #[cfg(test)]
     pub fn new() -> Self {
         Self::default()
     }
@@ -54,6 +55,7 @@ impl<V: Copy> KeyMap<V> {
         self.len
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -86,6 +88,7 @@ impl<V: Copy> KeyMap<V> {
     }
 
     #[inline]
+    #[cfg(test)]
     pub fn get(&self, key: u64) -> Option<V> {
         if key == EMPTY {
             return self.zero;

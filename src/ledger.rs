@@ -101,6 +101,7 @@ pub struct Charge {
 
 impl Charge {
     /// A charge no context owns (`cuMemCreate` handles belong to the process).
+    #[cfg(test)]
     pub fn unowned(device: u32, bytes: u64) -> Charge {
         Charge {
             device,
@@ -286,9 +287,9 @@ impl Ledger {
         }
     }
 
-    /// Live allocations per device: (count, bytes), for the exit summary.
-    /// [`Self::live_on`] for the exit handler: None if a shard stays locked for `attempts`
-    /// tries (its holder may be the thread running the exit handler).
+    /// Live allocations on `device`: (count, bytes), for the exit summary. None if a shard
+    /// stays locked for `attempts` tries (its holder may be the thread running the exit
+    /// handler).
     pub fn try_live_on(&self, device: u32, attempts: u32) -> Option<(u64, u64)> {
         let mut count = 0;
         let mut bytes = 0;
@@ -307,6 +308,8 @@ impl Ledger {
         Some((count, bytes))
     }
 
+    /// [`Self::try_live_on`], waiting for each shard.
+    #[cfg(test)]
     pub fn live_on(&self, device: u32) -> (u64, u64) {
         let mut count = 0;
         let mut bytes = 0;

@@ -99,7 +99,7 @@ pub struct Held {
 const HOLDERS_NAMED: usize = 3;
 
 /// `; held by pid 4242 (python serve.py) 700.00 MiB: allocations 200.00 MiB, pool cache
-/// 500.00 MiB unused (cuMemPoolTrimTo in that process would return it); pid 4343
+/// 500.00 MiB (cuMemPoolTrimTo in that process would return what it does not use); pid 4343
 /// [abababababab] (trainer) 100.00 MiB; and 2 more (96.00 MiB)`, or nothing.
 fn holders_words(holders: &[Holder]) -> String {
     if holders.is_empty() {
@@ -121,8 +121,8 @@ fn holders_words(holders: &[Holder]) -> String {
     format!("; held by {}{more}", named.join("; "))
 }
 
-/// One holder: who, how much, and its parts where not all allocations, with what would give
-/// back what its pools and graphs keep unused.
+/// One holder: who, how much, and its parts where not all allocations, with the call that
+/// would give back what a trimmable part keeps unused.
 fn holder_words(h: &Holder) -> String {
     let mut parts = Vec::new();
     for part in Part::ALL {
@@ -130,17 +130,12 @@ fn holder_words(h: &Holder) -> String {
         if bytes == 0 {
             continue;
         }
-        parts.push(match part {
-            Part::PoolCache => format!(
-                "pool cache {} unused (cuMemPoolTrimTo in that process would return it)",
-                human(bytes)
+        let (words, bytes) = (part.words(), human(bytes));
+        parts.push(match part.trim_call() {
+            Some(call) => format!(
+                "{words} {bytes} ({call} in that process would return what it does not use)"
             ),
-            Part::Graph => format!(
-                "graph memory {} (cuDeviceGraphMemTrim in that process would return what it \
-                 does not use)",
-                human(bytes)
-            ),
-            Part::Context => format!("context {}", human(bytes)),
+            None => format!("{words} {bytes}"),
         });
     }
     let breakdown = match parts.is_empty() {
@@ -679,6 +674,31 @@ mod tests {
                 format!("GPU 0: the caller was refused 4.00 GiB (1 refusal) and gave up; it got CUDA_ERROR_OUT_OF_MEMORY {words}")
             );
         }
+    }
+
+    #[test]
+    fn a_holders_trimmable_parts_name_their_trim_call() {
+        const MIB: u64 = 1 << 20;
+        let holder = Holder {
+            pid: 4242,
+            command: "serve".into(),
+            in_use: 700 * MIB,
+            parts: [
+                ("pool_cache", 300 * MIB),
+                ("graph", 100 * MIB),
+                ("context", 50 * MIB),
+            ]
+            .map(|(name, bytes)| (name.to_string(), bytes))
+            .into(),
+            ..Holder::default()
+        };
+        assert_eq!(
+            holder_words(&holder),
+            "pid 4242 (serve) 700.00 MiB: allocations 250.00 MiB, pool cache 300.00 MiB \
+             (cuMemPoolTrimTo in that process would return what it does not use), graph \
+             memory 100.00 MiB (cuDeviceGraphMemTrim in that process would return what it does \
+             not use), context 50.00 MiB"
+        );
     }
 
     #[test]

@@ -267,11 +267,6 @@ impl DeviceQuota {
             .store((member as *const Member).cast_mut().cast(), Release);
     }
 
-    /// Whether this GPU is charged to the process's group's quota (it joined it there).
-    pub fn in_group(&self) -> bool {
-        self.member().is_some()
-    }
-
     /// In a group: the group's limit now, with the limit this process saw before when
     /// `cuquota set` moved it since this process last asked (once per change).
     pub fn group_limit_moved(&self) -> Option<(u64, u64)> {

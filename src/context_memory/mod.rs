@@ -547,6 +547,7 @@ impl ContextMemory {
     }
 
     /// The context part this module has charged on `device`.
+    #[cfg(test)]
     pub fn charged(&self, device: u32) -> u64 {
         if !Self::valid(device) {
             return 0;

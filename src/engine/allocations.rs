@@ -1,8 +1,7 @@
 //! Allocations and frees of every plain kind: pointers, pitched memory, arrays, `cuMemCreate`
 //! handles and pool allocations counted as plain ones.
 
-use super::admission::Granted;
-use super::explain::{Outcome, Refusal, Request};
+use super::explain::Outcome;
 use super::placement::Place;
 use super::state::Engine;
 use crate::array_shape::ArrayShape;
@@ -88,8 +87,9 @@ impl Engine {
         self.alloc_settled(api, Kind::Array, Place::Current, estimate, call, undo)
     }
 
-    /// Reserve `estimate`, call the driver, then charge what it actually gave (the third
-    /// value `call` returns); `undo` frees an allocation whose true size does not fit.
+    /// An allocation at `place`, admitted (see [`Engine::admit`]): reserve `estimate`, call
+    /// the driver, then charge what it actually gave (the third value `call` returns);
+    /// `undo` frees an allocation whose true size does not fit.
     #[inline(always)]
     pub(super) fn alloc_settled(
         &self,
@@ -113,48 +113,7 @@ impl Engine {
             // and gives its own answer (an error where it needs a context), uncharged.
             Err(_) => return call().0,
         };
-        let call = || {
-            let (rc, key, actual) = call();
-            (rc, (key, actual))
-        };
-        let Granted {
-            quota,
-            limit,
-            rc,
-            got: (key, actual),
-        } = match self.reserve_and_call(api, device, estimate, call) {
-            Ok(granted) => granted,
-            Err(rc) => return rc,
-        };
-        if actual > estimate {
-            let extra = actual - estimate;
-            let make_room = || self.made_room(api, device, extra).then_some(extra);
-            let settled = self.settle(api, device, quota, estimate, extra, limit, make_room);
-            // Refused, or beyond any counter (nothing reserved): the allocation goes.
-            if settled != Ok(extra) {
-                let limit = settled.err().map_or(limit, |(r, _)| r.limit);
-                undo(key);
-                let in_use = quota.rollback(estimate);
-                self.explain(Outcome::Refused(Refusal {
-                    device,
-                    api,
-                    bytes: actual,
-                    limit,
-                    in_use,
-                    what: Request::Memory,
-                }));
-                return CuResult::OUT_OF_MEMORY;
-            }
-        } else if actual < estimate {
-            quota.rollback(estimate - actual);
-        }
-        let charge = Charge {
-            device,
-            bytes: actual,
-            context: owner,
-        };
-        self.committed(api, kind, key, quota, charge);
-        rc
+        self.admit(api, kind, (device, owner), estimate, call, undo)
     }
 }
 

@@ -1,5 +1,5 @@
+use super::admission::PartRefusal;
 use super::explain::{Outcome, Refusal, Request};
-use super::parts::PartRefusal;
 use super::queries::Queries;
 use super::state::Engine;
 use crate::context_memory::{self as books, Measured, Reconciled, Unread};
@@ -196,14 +196,8 @@ impl Engine {
         let Some(PartRefusal { in_use, limit }) = part.refusal.get() else {
             return;
         };
-        self.explain(Outcome::Refused(Refusal {
-            device,
-            api: part.api,
-            bytes,
-            limit,
-            in_use,
-            what: Request::Growth,
-        }));
+        let refusal = Refusal::new(part.api, device, bytes, in_use, limit, Request::Growth);
+        self.explain(Outcome::Refused(refusal));
     }
 
     /// A call that can grow the current context's memory (`cuCtxSetLimit`, a module or

@@ -19,7 +19,7 @@ use crate::pool_cache::TakenPooled;
 /// context's memory before cuquota hears of it, and may hand an address out again at once,
 /// to another thread: the new allocation then finds the old entry stale. While the context
 /// is marked ending, such an entry is kept for the context's `context` event rather than
-/// lost from it. Made by [`Engine::context_end`]; [`ContextEnd::settle`] says how the call
+/// lost from it. Made by [`Engine::context_end`]; [`ContextEnd::conclude`] says how the call
 /// went; dropping it ends the mark (after the caller's crediting).
 pub struct ContextEnd<'e> {
     engine: &'e Engine,
@@ -41,18 +41,18 @@ struct Taken {
 impl ContextEnd<'_> {
     /// The driver answered the call: on success what a sure end took is credited (the pool
     /// allocations' charges move into the pool cache), on failure it is put back.
-    pub fn settle(&mut self, ok: bool) {
+    pub fn conclude(&mut self, ok: bool) {
         if let Some(taken) = self.taken.take() {
-            self.engine.settle_taken(self.api, taken, ok);
+            self.engine.conclude_taken(self.api, taken, ok);
         }
     }
 }
 
 impl Drop for ContextEnd<'_> {
-    /// The call and its crediting are over. Charges never settled (no answer came) are put
+    /// The call and its crediting are over. Charges never concluded (no answer came) are put
     /// back: held rather than lost.
     fn drop(&mut self) {
-        self.settle(false);
+        self.conclude(false);
         self.engine.context_end_done(self.slot);
     }
 }
@@ -173,9 +173,9 @@ impl Engine {
         })
     }
 
-    /// See [`ContextEnd::settle`]: what a sure end took is credited, or put back and
+    /// See [`ContextEnd::conclude`]: what a sure end took is credited, or put back and
     /// said to be held again (`alloc` lines through `api`).
-    fn settle_taken(&self, api: &'static str, taken: Taken, ok: bool) {
+    fn conclude_taken(&self, api: &'static str, taken: Taken, ok: bool) {
         let Taken {
             plain,
             pooled,
@@ -187,7 +187,7 @@ impl Engine {
                     q.release(charge.bytes);
                 }
             }
-            self.settle_context_pool_pointers(api, pooled);
+            self.credit_context_pool_pointers(api, pooled);
             return;
         }
         let keys: Vec<(u64, Charge)> = (pooled.iter().map(|(k, c, _)| (*k, *c)))

@@ -136,6 +136,27 @@ pub(super) struct Refusal {
     pub what: Request,
 }
 
+impl Refusal {
+    /// `api` asked for `bytes` on `device`, refused at `in_use` of `limit`.
+    pub(super) fn new(
+        api: &'static str,
+        device: u32,
+        bytes: u64,
+        in_use: u64,
+        limit: u64,
+        what: Request,
+    ) -> Refusal {
+        Refusal {
+            device,
+            api,
+            bytes,
+            limit,
+            in_use,
+            what,
+        }
+    }
+}
+
 /// What was asked for, for the words of a refusal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Request {

@@ -20,8 +20,8 @@
 //! graph pool the driver cannot report (`cuDeviceGetGraphMemAttribute` fails) is not
 //! charged for it; with `CUQUOTA_COUNT=allocations` every hook passes straight through.
 
+use super::admission::PartRefusal;
 use super::explain::Outcome;
-use super::parts::PartRefusal;
 use super::queries::{GraphNode, Queries};
 use super::state::Engine;
 use crate::cuda_abi::{

@@ -20,7 +20,8 @@
 //!   `context_memory` (what contexts take), `green_contexts` (green contexts, their
 //!   `CUcontext`s and their end);
 //! - `figures`: what the caller is told (memory info, total, summary figures);
-//!   `nvml_figures`: what NVML shows under a quota.
+//!   `nvml_figures`: the books' figures NVML shows under a quota; `nvml_quota`: what NVML is
+//!   told from them, and the quota of a process without books (configuration, group file).
 
 mod admission;
 mod allocations;
@@ -32,6 +33,7 @@ mod graph_memory;
 mod green_contexts;
 mod limits;
 mod nvml_figures;
+mod nvml_quota;
 mod parts;
 mod placement;
 mod pool_cache;
@@ -43,11 +45,9 @@ mod vmm;
 
 pub use crate::ledger::Kind;
 pub use crate::pool_cache::PoolPlace;
-pub use contexts::ContextEnd;
-pub use nvml_figures::{
+pub use nvml_quota::{
     configured_limit, cuda_ordinal, memory_told, quota_without_books, reserved_told, NvmlQuota,
 };
-pub use parts::PartRefusal;
 pub use placement::Place;
 pub use pool_cache::PoolOf;
 pub use queries::GraphNode;

@@ -1,3 +1,4 @@
+use super::admission::{Ask, PartRefusal};
 use super::explain::{Outcome, Refusal, Request};
 use super::state::Engine;
 use crate::config::Count;
@@ -11,14 +12,6 @@ use cuquota_format::part::PerPart;
 // same counter as allocations (so one compare-and-swap checks the whole footprint), kept
 // apart to say where the room went, and traced as a `footprint` event at every change. With
 // `CUQUOTA_COUNT=allocations` every call below does nothing.
-
-/// A part's growth did not fit the quota (nothing was charged).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PartRefusal {
-    /// What the quota held, the refused bytes not included.
-    pub in_use: u64,
-    pub limit: u64,
-}
 
 impl Engine {
     /// Whether the quota bounds the whole footprint (`CUQUOTA_COUNT=footprint`).
@@ -56,9 +49,14 @@ impl Engine {
             return Ok(());
         };
         let limit = self.limit(device, quota).unwrap_or(UNLIMITED);
+        let ask = Ask {
+            api,
+            device,
+            quota,
+            limit,
+        };
         let make_room = || self.made_room(api, device, bytes).then_some(bytes);
-        let bytes =
-            (self.settle(api, device, quota, 0, bytes, limit, make_room)).map_err(|(r, _)| r)?;
+        let bytes = self.settle(ask, 0, bytes, make_room).map_err(|(r, _)| r)?;
         if bytes > 0 {
             let held = quota.commit_part(part, bytes);
             self.part_changed(api, device, quota, part, held);
@@ -82,14 +80,8 @@ impl Engine {
             Part::Graph => Request::Graph,
             Part::PoolCache => Request::Growth,
         };
-        self.explain(Outcome::Refused(Refusal {
-            device,
-            api,
-            bytes,
-            limit,
-            in_use,
-            what,
-        }));
+        let refusal = Refusal::new(api, device, bytes, in_use, limit, what);
+        self.explain(Outcome::Refused(refusal));
     }
 
     /// `part` grew by `bytes` that the driver already holds and cannot give back: charged
@@ -126,7 +118,7 @@ impl Engine {
     }
 
     /// A request of `wanted` bytes did not fit: end the allocations whose exports were
-    /// closed since, and trim this process's unused pool and graph memory on `device` once.
+    /// closed since, and trim each trimmable part of this process on `device` once.
     /// True if that gave anything back.
     #[cold]
     #[inline(never)]
@@ -136,9 +128,21 @@ impl Engine {
         if !self.counts_footprint() {
             return reaped;
         }
-        let released =
-            self.trim_pools(api, device, wanted) + self.trim_graph_memory(api, device, wanted);
+        let released: u64 = (Part::ALL.into_iter())
+            .filter(|part| part.trimmable())
+            .map(|part| self.trim(api, device, part, wanted))
+            .sum();
         released > 0 || reaped
+    }
+
+    /// Trims this process's unused `part` on `device` (a [`Part::trimmable`] one) for a
+    /// request of `wanted` bytes: the bytes it gave back.
+    fn trim(&self, api: &'static str, device: u32, part: Part, wanted: u64) -> u64 {
+        match part {
+            Part::PoolCache => self.trim_pools(api, device, wanted),
+            Part::Graph => self.trim_graph_memory(api, device, wanted),
+            Part::Context => 0,
+        }
     }
 
     /// cuquota's own trim of `part` on `device` gave `released` bytes back (already

@@ -75,6 +75,7 @@ impl Engine {
     /// Where an allocation from `pool` on `stream` lands: the pool's location when it is
     /// known, else the stream's device (a pool cuquota never saw made or returned, e.g. an
     /// imported one: the driver cannot be asked its location).
+    #[cfg(test)]
     pub fn pool_place(&self, pool: usize, stream: usize) -> Place {
         place_in_pool(self.pool_cache.place(pool), stream)
     }

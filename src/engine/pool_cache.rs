@@ -28,9 +28,8 @@
 //! growth, in flight, which would then pass unchecked), or after a primary reset, when the
 //! driver holds what its pools keep whatever cuquota says.
 
-use super::admission::Granted;
+use super::admission::{Ask, Granted, PartRefusal};
 use super::explain::{Outcome, Refusal, Request};
-use super::parts::PartRefusal;
 use super::placement::{place_in_pool, Place};
 use super::state::Engine;
 use crate::cuda_abi::CuResult;
@@ -99,15 +98,11 @@ impl Engine {
                 Err(_) => return self.alloc(api, Kind::Pointer, place, bytes, call),
             },
         };
-        let Granted {
-            quota,
-            limit,
-            rc,
-            got: ptr,
-        } = match self.reserve_and_call(api, device, bytes, call) {
+        let Granted { ask, rc, got: ptr } = match self.reserve_and_call(api, device, bytes, call) {
             Ok(granted) => granted,
             Err(rc) => return rc,
         };
+        let quota = ask.quota;
         let mut books = self.pool_cache.books();
         let id = books.pool(handle, device);
         // The pool's figure now: what it fell by, its cache gave this allocation (charged
@@ -116,7 +111,7 @@ impl Engine {
             Reading::Fell(taken) => taken,
             Reading::Same => 0,
             Reading::Rose(grow) => {
-                let settled = self.charge_growth(&mut books, api, device, quota, limit, id, grow);
+                let settled = self.charge_growth(&mut books, ask.fresh(), id, grow);
                 if let Err((refusal, grow)) = settled {
                     // The pool grew beyond the quota's room: the allocation goes back, and
                     // what the pool kept for it with it.
@@ -131,14 +126,10 @@ impl Engine {
                     quota.rollback(bytes);
                     // Refused for what it needed: its size and the pool's growth beyond it,
                     // on top of what the quota held without it.
-                    self.explain(Outcome::Refused(Refusal {
-                        device,
-                        api,
-                        bytes: bytes + grow,
-                        limit: refusal.limit,
-                        in_use: refusal.in_use.saturating_sub(bytes),
-                        what: Request::Memory,
-                    }));
+                    let in_use = refusal.in_use.saturating_sub(bytes);
+                    let (needed, limit) = (bytes + grow, refusal.limit);
+                    let refusal = Refusal::new(api, device, needed, in_use, limit, Request::Memory);
+                    self.explain(Outcome::Refused(refusal));
                     return CuResult::OUT_OF_MEMORY;
                 }
                 0
@@ -220,22 +211,21 @@ impl Engine {
     /// settlement: refused, the device's pools are trimmed once (under the books' lock held
     /// here) and what is left to charge is read again. Refused: what the quota held and the
     /// growth that did not fit.
-    #[allow(clippy::too_many_arguments)]
     fn charge_growth(
         &self,
         books: &mut PoolBooks,
-        api: &'static str,
-        device: u32,
-        quota: &DeviceQuota,
-        limit: u64,
+        ask: Ask<'_>,
         id: u64,
         grow: u64,
     ) -> Result<(), (PartRefusal, u64)> {
+        let Ask {
+            api, device, quota, ..
+        } = ask;
         let make_room = || {
             (self.trim_locked(books, api, device, quota, grow) > 0)
                 .then(|| self.reread(books, api, device, quota, id, false))
         };
-        let grow = self.settle(api, device, quota, 0, grow, limit, make_room)?;
+        let grow = self.settle(ask, 0, grow, make_room)?;
         if grow > 0 {
             books.set_cached(id, books.cached(id) + grow);
             let held = quota.commit_part(Part::PoolCache, grow);
@@ -371,7 +361,7 @@ impl Engine {
         device: u32,
     ) -> (Vec<u64>, u64) {
         let taken = self.take_device_pool_pointers(device);
-        self.settle_context_pool_pointers(api, taken)
+        self.credit_context_pool_pointers(api, taken)
     }
 
     /// `device`'s pool allocations out of the books (under their lock): before the driver
@@ -392,7 +382,7 @@ impl Engine {
 
     /// The driver reset the device: what its pool allocations charged moves into the pool
     /// cache, and their pools are read again. Returns their pointers and bytes.
-    pub(super) fn settle_context_pool_pointers(
+    pub(super) fn credit_context_pool_pointers(
         &self,
         api: &'static str,
         taken: TakenPooled,

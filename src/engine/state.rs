@@ -8,7 +8,6 @@ use crate::context_memory::{ContextMemory, Setting};
 use crate::contexts::Contexts;
 use crate::cuda_abi::CuResult;
 use crate::graph_memory::GraphBooks;
-use crate::group::Group;
 use crate::ledger::{Allocations, Kind, Ledger};
 use crate::pool_cache::PoolCache;
 use crate::quota::{Books, DeviceQuota};
@@ -111,8 +110,10 @@ pub(super) struct LimitState {
 }
 
 impl Engine {
+    /// An engine charging books of its own (in this process's memory, or a group's).
+    #[cfg(test)]
     pub fn new(config: Result<Config, ConfigError>, queries: Box<dyn Queries>) -> Engine {
-        let group = Group::new(config.as_ref().ok().and_then(|c| c.group_spec()));
+        let group = crate::group::Group::new(config.as_ref().ok().and_then(|c| c.group_spec()));
         Engine::with_books(config, queries, Books::new(group))
     }
 

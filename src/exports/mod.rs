@@ -1,9 +1,10 @@
 //! Every C entry point cuquota exports, each a thin call into the engine, and the table of
 //! them that the routing (`lookup`) hands out for `dlsym` and `cuGetProcAddress`. One file
-//! per area: `allocations`, `frees`, `vmm` (lifetimes and imports), `ownership` (contexts,
-//! primary contexts, pools' placement), `figures` (the memory figures), `lookups`
-//! (`cuGetProcAddress`), `arrays`, `context_memory`, `green_contexts`, `graphs`, `captures`
-//! (stream captures begun and ended, counted); here, the
+//! per area: `allocations`, `frees`, `vmm` (lifetimes and imports), `contexts` (contexts
+//! and primary contexts as owners: their ends, attaches, retains), `pools` (pools'
+//! placement), `figures` (the memory figures), `lookups` (`cuGetProcAddress`), `arrays`,
+//! `context_memory`, `green_contexts`, `graphs`, `captures` (stream captures begun and
+//! ended, counted); here, the
 //! frames they share and `cuInit`. NVML's memory figures are hooked in `nvml`, with a table
 //! of their own ([`NVML_HOOKS`]).
 //!
@@ -52,13 +53,14 @@ mod allocations;
 mod arrays;
 mod captures;
 mod context_memory;
+mod contexts;
 mod figures;
 mod frees;
 mod graphs;
 mod green_contexts;
 mod lookups;
 mod nvml;
-mod ownership;
+mod pools;
 mod vmm;
 
 use crate::cuda_abi::{CuResult, CuStream};
@@ -143,7 +145,8 @@ every_area!(
     allocations,
     frees,
     vmm,
-    ownership,
+    contexts,
+    pools,
     figures,
     lookups,
     arrays,
@@ -332,7 +335,7 @@ fn watched_ending<F: CFunction>(
         let surely = ends == Ends::Surely && engine.check_config().is_ok();
         let mut end = engine.context_end(real.name(), context, surely);
         let rc = in_hook::driver(|| call(f));
-        end.settle(rc.is_ok());
+        end.conclude(rc.is_ok());
         if rc.is_ok() && engine.check_config().is_ok() {
             then(engine);
         }

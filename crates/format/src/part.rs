@@ -4,10 +4,10 @@
 //! the interposer, and its two fields in the trace's summary (`<name>` and `<name>_peak` of
 //! [`SummaryDevice`](crate::schema::SummaryDevice), which its `part_mut` maps): the trace's
 //! names, the CLI's reports, tracks and chart layers all follow from this list. A part that
-//! cuquota can trim to make room (as it trims the pool cache and graph memory) is named
-//! also, with the call that trims it, in the engine's `made_room` (`src/engine/parts.rs`),
-//! the log's words (`src/messages.rs`) and the report's answer to a refusal
-//! (`crates/cli/src/report/text.rs`).
+//! cuquota can trim to make room (as it trims the pool cache and graph memory) says so in
+//! [`Part::trim_call`]; the engine's `made_room` (`src/engine/parts.rs`), the log's words
+//! (`src/messages.rs`) and the report's answer to a refusal (`crates/cli/src/report/text.rs`)
+//! ask it, and the engine's match on the part (in `made_room`) gains the part's trim.
 
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use std::ops::{Index, IndexMut};
@@ -80,6 +80,24 @@ impl Part {
             Part::Graph => "graph",
             Part::Context => "context",
         }
+    }
+
+    /// The driver call with which a process gives back what the part keeps unused: cuquota
+    /// makes it in this process to make room for a refused request, and names it where
+    /// another process's part holds the room. None: nothing trims the part (a context's
+    /// memory is the context's). A new part answers here, and is trimmed and named with
+    /// the others.
+    pub const fn trim_call(self) -> Option<&'static str> {
+        match self {
+            Part::PoolCache => Some("cuMemPoolTrimTo"),
+            Part::Graph => Some("cuDeviceGraphMemTrim"),
+            Part::Context => None,
+        }
+    }
+
+    /// Whether a trim can give the part back ([`Part::trim_call`]).
+    pub const fn trimmable(self) -> bool {
+        self.trim_call().is_some()
     }
 
     /// The part a trace names; None for a name this version does not know.

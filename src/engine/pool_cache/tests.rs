@@ -216,7 +216,7 @@ fn a_primary_reset_takes_the_devices_pool_allocations_and_the_pools_are_read_aga
         // the driver frees the device's pool allocations; the pool keeps the memory
         let mut end = e.context_end("cuDevicePrimaryCtxReset_v2", CONTEXT, surely);
         d.pool_free(p);
-        end.settle(true);
+        end.conclude(true);
         drop(end);
         e.primary_gone("cuDevicePrimaryCtxReset_v2", 0);
         assert_eq!(e.pool_cache.books().live_on(0), (0, 0));

@@ -4,6 +4,7 @@ use crate::contexts::NO_CONTEXT;
 use crate::cuda_abi::CuResult;
 use crate::cuda_abi::{CUDA_ARRAY3D_DEFERRED_MAPPING, CUDA_ARRAY3D_SPARSE};
 use crate::quota::Part;
+use admission::PartRefusal;
 use fake::{engine, with_limit, GIB, MIB};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;

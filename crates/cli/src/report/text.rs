@@ -561,23 +561,23 @@ fn render_held(out: &mut String, ep: &EpisodeReport) {
     }
     let mut ways = Vec::new();
     if let Some(g) = &ep.group {
-        let unused: Vec<&Holder> = (g.holders.iter())
-            .filter(|h| h.part(Part::PoolCache) + h.part(Part::Graph) > 0)
-            .collect();
-        let freed: u64 = unused
-            .iter()
-            .map(|h| h.part(Part::PoolCache) + h.part(Part::Graph))
-            .sum();
+        let trimmable = || Part::ALL.into_iter().filter(|p| p.trimmable());
+        let trimmed = |h: &Holder| trimmable().map(|p| h.part(p)).sum::<u64>();
+        let unused: Vec<&Holder> = (g.holders.iter()).filter(|h| trimmed(h) > 0).collect();
+        let freed: u64 = unused.iter().map(|h| trimmed(h)).sum();
         if freed >= short {
             let who: Vec<String> = unused
                 .iter()
                 .map(|h| format!("pid {}", h.shown_pid()))
                 .collect();
+            let words: Vec<&str> = trimmable().map(|p| p.words()).collect();
+            let calls: Vec<&str> = trimmable().filter_map(|p| p.trim_call()).collect();
             ways.push(format!(
-                "trimming the unused pool cache and graph memory of {} ({}: cuMemPoolTrimTo, \
-                 cuDeviceGraphMemTrim in those processes)",
+                "trimming the unused {} of {} ({}: {} in those processes)",
+                words.join(" and "),
                 who.join(", "),
-                human(freed)
+                human(freed),
+                calls.join(", ")
             ));
         }
         let mut covered = 0;
