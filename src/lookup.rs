@@ -355,26 +355,12 @@ pub const fn joined<const N: usize>(slices: &[&[Hook]]) -> [Hook; N] {
 pub const fn listed(names: &[&str], name: &str) -> bool {
     let mut i = 0;
     while i < names.len() {
-        if bytes_equal(names[i].as_bytes(), name.as_bytes()) {
+        if cuquota_driver::catalogue::same_name(names[i], name) {
             return true;
         }
         i += 1;
     }
     false
-}
-
-const fn bytes_equal(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    let mut i = 0;
-    while i < a.len() {
-        if a[i] != b[i] {
-            return false;
-        }
-        i += 1;
-    }
-    true
 }
 
 // ---- the three lookup paths ----------------------------------------------------------------

@@ -764,7 +764,7 @@ pub static FUNCTIONS: &[Function] = &[
 pub const fn function(symbol: &str) -> Option<&'static Function> {
     let mut i = 0;
     while i < FUNCTIONS.len() {
-        if same(FUNCTIONS[i].symbol.as_bytes(), symbol.as_bytes()) {
+        if same_name(FUNCTIONS[i].symbol, symbol) {
             return Some(&FUNCTIONS[i]);
         }
         i += 1;
@@ -772,7 +772,10 @@ pub const fn function(symbol: &str) -> Option<&'static Function> {
     None
 }
 
-const fn same(a: &[u8], b: &[u8]) -> bool {
+/// Whether two names are equal, in a `const` context (where `==` on `str` is not allowed):
+/// the catalogue's lookups and the interposer's compile-time table checks use it.
+pub const fn same_name(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
     if a.len() != b.len() {
         return false;
     }
