@@ -117,11 +117,14 @@ fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) ->
     }
 }
 
-/// A member of `svc` (limit 1 GiB) holding 256 MiB, seen by `top --json`.
+/// A member of `svc` (limit 1 GiB) holding 256 MiB, seen by `top --json` both in the group's
+/// counters and in the member's own row (a view may read the group file a moment before the
+/// member's registry file shows the same).
 fn holding_group(state: &Path) -> (Bg, Value) {
     let bg = member(state, "svc", "1GiB", "256M");
     let g = wait_for(Duration::from_secs(30), "the member's 256 MiB", || {
-        group_json(state, "svc").filter(|g| g["in_use"] == 256 * MIB)
+        group_json(state, "svc")
+            .filter(|g| g["in_use"] == 256 * MIB && g["processes"][0]["in_use"] == 256 * MIB)
     });
     (bg, g)
 }
