@@ -269,28 +269,7 @@ fn the_live_view_shows_hostile_commands_and_keeps_its_title() {
         return;
     }
     let hostile = Hostile::start("foreign-live");
-    let tmux = Tmux {
-        socket: format!("cuquota-foreign-test-{}", std::process::id()),
-    };
-    let command = format!(
-        "exec {} top --state-dir {}",
-        artifacts().cli.display(),
-        hostile.state.display()
-    );
-    let out = tmux.cmd(&[
-        "-f",
-        "/dev/null",
-        "new-session",
-        "-d",
-        "-s",
-        "top",
-        "-x",
-        "200",
-        "-y",
-        "30",
-        &command,
-    ]);
-    assert!(out.status.success(), "tmux new-session: {out:?}");
+    let tmux = Tmux::top("foreign", &hostile.state, (200, 30));
     let title = || {
         let out = tmux.cmd(&["display-message", "-p", "-t", "top", "#{pane_title}"]);
         String::from_utf8_lossy(&out.stdout).trim().to_string()

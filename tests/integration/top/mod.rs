@@ -237,6 +237,35 @@ struct Tmux {
 }
 
 impl Tmux {
+    /// `cuquota top --state-dir STATE` in a terminal of `size` (columns, rows), in a tmux
+    /// server named for `tag` and this test process.
+    fn top(tag: &str, state: &Path, (columns, rows): (u32, u32)) -> Tmux {
+        let tmux = Tmux {
+            socket: format!("cuquota-{tag}-test-{}", std::process::id()),
+        };
+        let command = format!(
+            "exec {} top --state-dir {}",
+            artifacts().cli.display(),
+            state.display()
+        );
+        let (columns, rows) = (columns.to_string(), rows.to_string());
+        let out = tmux.cmd(&[
+            "-f",
+            "/dev/null",
+            "new-session",
+            "-d",
+            "-s",
+            "top",
+            "-x",
+            &columns,
+            "-y",
+            &rows,
+            &command,
+        ]);
+        assert!(out.status.success(), "tmux new-session: {out:?}");
+        tmux
+    }
+
     fn cmd(&self, args: &[&str]) -> std::process::Output {
         Command::new("tmux")
             .args(["-L", &self.socket])
@@ -267,28 +296,7 @@ fn the_live_view_runs_in_a_real_terminal_and_quits_on_q() {
     }
     let state = scratch_dir("top-live");
     let (_member, _) = holding_group(&state);
-    let tmux = Tmux {
-        socket: format!("cuquota-top-test-{}", std::process::id()),
-    };
-    let command = format!(
-        "exec {} top --state-dir {}",
-        artifacts().cli.display(),
-        state.display()
-    );
-    let out = tmux.cmd(&[
-        "-f",
-        "/dev/null",
-        "new-session",
-        "-d",
-        "-s",
-        "top",
-        "-x",
-        "80",
-        "-y",
-        "24",
-        &command,
-    ]);
-    assert!(out.status.success(), "tmux new-session: {out:?}");
+    let tmux = Tmux::top("top", &state, (80, 24));
     let screen = wait_for(Duration::from_secs(20), "the first frame", || {
         Some(tmux.screen()).filter(|s| s.contains("group svc (1 member)"))
     });
